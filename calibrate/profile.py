@@ -1,0 +1,172 @@
+"""The Profile contract: everything the cost models and the simulator need about one deployment.
+
+A Profile is JSON with a schema version. It names one hardware and one target, the drafters that
+can be paired with it, a fitted latency model per model, acceptance models per (drafter, data,
+temperature), and provenance. Loading validates every required field and names the first
+problem in a one-line InputError.
+
+Layout (schema_version 1)::
+
+    {
+      "schema_version": 1,
+      "name": "vicuna-7b + llama-68m on A100-80G (MCSD paper)",
+      "hardware": "A100-80G",              # a costmodel.hardware name
+      "dtype": "fp16",
+      "target": "vicuna-7b",               # a key of "models"
+      "models": {                           # name -> architecture numbers (traces.models registry form)
+        "vicuna-7b": {"n_layers": 32, "hidden": 4096, "intermediate": 11008, "n_heads": 32,
+                      "n_kv_heads": 32, "vocab": 32000, "params": 6.74e9, ...}, ...},
+      "latency": {                          # name -> latency model (calibrate.latency), seconds per forward
+        "vicuna-7b": {"kind": "roofline", "params": {...}, "fit": {"mape_train": .., "mape_heldout": ..}}, ...},
+      "drafters": {                         # drafter name -> how it drafts
+        "llama-68m": {"kind": "draft_model", "model": "llama-68m"},
+        "glide":     {"kind": "glide", "model": "glide-1l"},
+        "kangaroo":  {"kind": "kangaroo", "exit_layer": 2, "adapter_model": "kangaroo-adapter"},
+        "eagle":     {"kind": "coral", "model": "eagle-1l", "head_model": "eagle-head"},
+        "lookahead": {"kind": "lookahead"}},
+      "acceptance": {                       # key -> acceptance model (calibrate.acceptance)
+        "llama-68m": {"drafter": "llama-68m", "temperature": 0.0, "dataset": "mt-bench",
+                      "alpha": 0.62,                    # per-token acceptance probability E[sum min(p, q)]
+                      "alpha_by_position": [...],       # optional: beta_i, i = 1..G
+                      "alpha_at_k": {"1": .., "2": .., "4": ..},   # optional: MCSD alpha@k
+                      "alpha_at_k_without_replacement": {...},     # optional
+                      "conf_bins": {"freq": [11], "topk_hit": {"1": [11], "2": [11], ...}},  # optional
+                      "markov": {"p_aa": .., "p_ra": ..},          # optional bursty model
+                      "lookahead": {"alpha": .., "f": ..},         # optional
+                      "source": "MCSD Table 1"}},
+      "provenance": {"traces": [...], "commit": "...", "created": "...", "sources": [...]}
+    }
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from traces import atomic
+from traces.errors import InputError
+
+PROFILE_SCHEMA_VERSION = 1
+REQUIRED_FIELDS = ("schema_version", "name", "hardware", "dtype", "target", "models", "latency", "acceptance")
+DRAFTER_KINDS = ("draft_model", "glide", "kangaroo", "coral", "lookahead", "self")
+
+
+@dataclass
+class Profile:
+    name: str
+    hardware: str
+    dtype: str
+    target: str
+    models: dict[str, dict[str, Any]]
+    latency: dict[str, dict[str, Any]]
+    acceptance: dict[str, dict[str, Any]]
+    drafters: dict[str, dict[str, Any]] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    schema_version: int = PROFILE_SCHEMA_VERSION
+
+    # ---- access -------------------------------------------------------------------------
+    def latency_model(self, model: str):
+        """The fitted latency model of `model`: `.predict(n_tokens, ctx_len, batch=1)` in seconds."""
+        from calibrate.latency import latency_model_from_dict
+
+        if model not in self.latency:
+            raise InputError(
+                f"profile '{self.name}' has no latency model for '{model}' (has: {', '.join(sorted(self.latency)) or 'none'})"
+            )
+        return latency_model_from_dict(self.latency[model], name=model)
+
+    def acceptance_model(self, key: str):
+        """The acceptance model stored under `key` (calibrate.acceptance.AcceptanceModel)."""
+        from calibrate.acceptance import AcceptanceModel
+
+        if key not in self.acceptance:
+            raise InputError(
+                f"profile '{self.name}' has no acceptance model '{key}' (has: {', '.join(sorted(self.acceptance)) or 'none'})"
+            )
+        return AcceptanceModel.from_dict(self.acceptance[key], name=key)
+
+    def drafter(self, name: str) -> dict[str, Any]:
+        if name not in self.drafters:
+            raise InputError(
+                f"profile '{self.name}' has no drafter '{name}' (has: {', '.join(sorted(self.drafters)) or 'none'})"
+            )
+        return self.drafters[name]
+
+    # ---- IO -----------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "name": self.name,
+            "hardware": self.hardware,
+            "dtype": self.dtype,
+            "target": self.target,
+            "models": self.models,
+            "latency": self.latency,
+            "drafters": self.drafters,
+            "acceptance": self.acceptance,
+            "provenance": self.provenance,
+        }
+
+    def save(self, path: str | Path) -> Path:
+        validate_profile_dict(self.to_dict(), source=str(path))
+        return atomic.write_json(path, self.to_dict())
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], source: str = "profile") -> "Profile":
+        validate_profile_dict(raw, source)
+        return cls(
+            name=raw["name"],
+            hardware=raw["hardware"],
+            dtype=raw["dtype"],
+            target=raw["target"],
+            models=raw["models"],
+            latency=raw["latency"],
+            acceptance=raw["acceptance"],
+            drafters=raw.get("drafters", {}),
+            provenance=raw.get("provenance", {}),
+            schema_version=raw["schema_version"],
+        )
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Profile":
+        p = Path(path)
+        if not p.exists():
+            raise InputError(f"profile file not found: {p}")
+        try:
+            raw = json.loads(p.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        return cls.from_dict(raw, source=str(p))
+
+
+def validate_profile_dict(raw: Any, source: str = "profile") -> None:
+    """Raise InputError naming the first missing or malformed field of a profile dict."""
+    if not isinstance(raw, dict):
+        raise InputError(f"{source}: a profile must be a JSON object")
+    for key in REQUIRED_FIELDS:
+        if key not in raw:
+            raise InputError(f"{source}: profile is missing field '{key}'")
+    if raw["schema_version"] != PROFILE_SCHEMA_VERSION:
+        raise InputError(
+            f"{source}: profile schema version {raw['schema_version']!r} is not the supported {PROFILE_SCHEMA_VERSION}"
+        )
+    for key in ("models", "latency", "acceptance"):
+        if not isinstance(raw[key], dict):
+            raise InputError(f"{source}: profile field '{key}' must be an object")
+    if raw["target"] not in raw["models"]:
+        raise InputError(f"{source}: target '{raw['target']}' is not among the profile's models")
+    for name, spec in raw["latency"].items():
+        if not isinstance(spec, dict) or "kind" not in spec or "params" not in spec:
+            raise InputError(f"{source}: latency model '{name}' needs 'kind' and 'params'")
+    for name, spec in raw.get("drafters", {}).items():
+        kind = spec.get("kind") if isinstance(spec, dict) else None
+        if kind not in DRAFTER_KINDS:
+            raise InputError(f"{source}: drafter '{name}' has kind {kind!r}; expected one of {', '.join(DRAFTER_KINDS)}")
+    for name, spec in raw["acceptance"].items():
+        if not isinstance(spec, dict):
+            raise InputError(f"{source}: acceptance model '{name}' must be an object")
+        alpha = spec.get("alpha")
+        if alpha is not None and not (isinstance(alpha, (int, float)) and math.isfinite(alpha) and 0.0 <= alpha <= 1.0):
+            raise InputError(f"{source}: acceptance model '{name}' has alpha {alpha!r} outside [0, 1]")

@@ -1,0 +1,176 @@
+"""The trace contracts: LatencyTrace, StepTrace and TokenTrace tables plus their run metadata.
+
+Every table is a pandas DataFrame on the way in and out, stored as parquet with the run metadata
+(JSON) in the file footer under the key `specsim`. `validate` checks a frame against its contract
+and raises InputError naming the missing or malformed column, so that nothing downstream
+(calibration, replay, the simulator) ever works on a silently wrong table.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from traces import atomic
+from traces.errors import InputError
+
+TRACE_SCHEMA_VERSION = 1
+METADATA_KEY = "specsim"
+
+# column -> kind; kinds: "str", "int", "float", "bool", "list" (list-valued cell), "json" (JSON text)
+LATENCY_COLUMNS: dict[str, str] = {
+    "model": "str",        # model name (registry name, hub id or path)
+    "hardware": "str",     # hardware name, as in costmodel.hardware
+    "dtype": "str",        # "bf16", "fp16", "fp32"
+    "role": "str",         # "target" | "draft" | "draft_head" | "router_head" | ...
+    "n_tokens": "int",     # query tokens per sequence in the forward
+    "ctx_len": "int",      # tokens already in the KV cache before the forward
+    "batch": "int",        # sequences in the forward
+    "seconds": "float",    # median wall-clock seconds over `repeats`
+    "repeats": "int",
+}
+
+STEP_COLUMNS: dict[str, str] = {
+    "run_id": "str",
+    "method": "str",
+    "config": "json",        # the method configuration, JSON text
+    "prompt_id": "str",
+    "step": "int",           # 0-based speculation step within the prompt
+    "ctx_len": "int",        # committed tokens (prompt + generated) before the step
+    "draft_forwards": "int",
+    "draft_s": "float",
+    "verify_tokens": "int",  # query tokens in the verification forward
+    "verify_s": "float",
+    "overhead_s": "float",   # sampling, tree building, cache edits
+    "accepted": "int",       # tokens committed by the step, bonus token included
+    "accept_mask": "list",   # per drafted position (chain, or accepted tree path): bool
+    "confidences": "list",   # per drafted position: drafter top-1 probability
+}
+
+TOKEN_COLUMNS: dict[str, str] = {
+    "run_id": "str",
+    "prompt_id": "str",
+    "pos": "int",             # 0-based index of the token within the generated output
+    "token": "int",           # the target's token
+    "draft_rank": "int",      # rank of `token` in the drafter's distribution (0 = top-1)
+    "draft_conf": "float",    # drafter's top-1 probability at this position
+    "draft_q_token": "float", # q(token)
+    "alpha": "float",         # sum_x min(p(x), q(x)) at the run's temperature
+    "target_entropy": "float",# entropy of p in nats
+}
+
+CONTRACTS: dict[str, dict[str, str]] = {
+    "latency": LATENCY_COLUMNS,
+    "step": STEP_COLUMNS,
+    "token": TOKEN_COLUMNS,
+}
+
+REQUIRED_METADATA = ("kind", "schema_version")
+
+
+@dataclass
+class RunMetadata:
+    """What a trace table was recorded from. Stored beside every table (parquet footer)."""
+
+    kind: str                                   # "latency" | "step" | "token"
+    models: dict[str, str] = field(default_factory=dict)   # role -> model name/path
+    hardware: str = "unknown"
+    dtype: str = "fp32"
+    temperature: float = 0.0
+    dataset: str = ""
+    seed: int = 0
+    commit: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+    schema_version: int = TRACE_SCHEMA_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, sort_keys=True, default=str)
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "trace") -> "RunMetadata":
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{source}: run metadata is not valid JSON ({exc.msg})") from None
+        for key in REQUIRED_METADATA:
+            if key not in raw:
+                raise InputError(f"{source}: run metadata lacks '{key}'")
+        if raw["schema_version"] != TRACE_SCHEMA_VERSION:
+            raise InputError(
+                f"{source}: trace schema version {raw['schema_version']} is not the supported {TRACE_SCHEMA_VERSION}"
+            )
+        known = {k: v for k, v in raw.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+def validate(frame: pd.DataFrame, kind: str, source: str = "trace") -> pd.DataFrame:
+    """Check `frame` against the contract `kind`; return it with canonical dtypes."""
+    if kind not in CONTRACTS:
+        raise InputError(f"unknown trace kind '{kind}' (known: {', '.join(CONTRACTS)})")
+    columns = CONTRACTS[kind]
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise InputError(f"{source}: {kind} trace is missing column(s) {', '.join(missing)}")
+    out = frame.copy()
+    for name, col_kind in columns.items():
+        series = out[name]
+        if col_kind in ("int", "float"):
+            numeric = pd.to_numeric(series, errors="coerce")
+            if numeric.isna().any():
+                row = int(np.flatnonzero(numeric.isna().to_numpy())[0])
+                raise InputError(f"{source}: column '{name}' has a non-numeric or missing value at row {row}")
+            if col_kind == "int":
+                if not np.all(np.equal(np.mod(numeric.to_numpy(dtype=float), 1), 0)):
+                    raise InputError(f"{source}: column '{name}' must hold integers")
+                out[name] = numeric.astype("int64")
+            else:
+                out[name] = numeric.astype("float64")
+        elif col_kind in ("str", "json"):
+            out[name] = series.astype(str)
+        elif col_kind == "list":
+            out[name] = series.map(lambda v: list(v) if v is not None else [])
+    if kind == "latency":
+        for name in ("n_tokens", "batch", "repeats"):
+            if (out[name] < 1).any():
+                raise InputError(f"{source}: column '{name}' must be >= 1")
+        if (out["seconds"] <= 0).any():
+            raise InputError(f"{source}: column 'seconds' must be > 0")
+    if kind == "token":
+        if (out["draft_rank"] < 0).any():
+            raise InputError(f"{source}: column 'draft_rank' must be >= 0")
+        for name in ("draft_conf", "draft_q_token", "alpha"):
+            bad = (out[name] < 0) | (out[name] > 1)
+            if bad.any():
+                raise InputError(f"{source}: column '{name}' must lie in [0, 1]")
+    return out
+
+
+def write_trace(path: str | Path, frame: pd.DataFrame, metadata: RunMetadata) -> Path:
+    """Validate and write a trace table atomically, metadata in the parquet footer."""
+    checked = validate(frame, metadata.kind, source=str(path))
+    return atomic.write_parquet(path, checked, {METADATA_KEY: metadata.to_json()})
+
+
+def read_trace(path: str | Path, kind: str | None = None) -> tuple[pd.DataFrame, RunMetadata]:
+    """Read a trace table and its metadata; check both against the contract."""
+    import pyarrow.parquet as pq
+
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"trace file not found: {p}")
+    try:
+        table = pq.read_table(p)
+    except Exception as exc:  # pyarrow raises several types for non-parquet input
+        raise InputError(f"{p}: not a readable parquet trace ({type(exc).__name__})") from None
+    raw_meta = (table.schema.metadata or {}).get(METADATA_KEY.encode())
+    if raw_meta is None:
+        raise InputError(f"{p}: no specsim run metadata in the file")
+    meta = RunMetadata.from_json(raw_meta.decode(), source=str(p))
+    if kind is not None and meta.kind != kind:
+        raise InputError(f"{p}: holds a {meta.kind} trace, expected a {kind} trace")
+    frame = validate(table.to_pandas(), meta.kind, source=str(p))
+    return frame, meta
