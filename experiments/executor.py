@@ -1,0 +1,153 @@
+"""Where the sweep's evaluations run: local processes by default, a Dask cluster on demand.
+
+Both executors have one method, `map(fn, tasks, desc)`, which applies a picklable top-level
+function to every task and returns the results in task order, with a tqdm progress bar when the
+work lasts more than a moment. The sweep and the capacity search build their task lists once
+and hand them to whichever executor the user chose, so that the local run and the cluster run
+are the same code path and give the same numbers (every task carries its own seed).
+
+Why Dask distributed rather than Ray: it is pure Python, installs from PyPI in seconds with no
+daemon or object store to run, its `LocalCluster` starts in-process for tests, and the same
+`Client(address)` call reaches a real cluster (`dask scheduler` + `dask worker` on each node).
+It is the optional extra `cluster`; it is imported only when `--executor dask` is asked for.
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any, Callable, Sequence
+
+from traces.errors import InputError
+
+EXECUTORS = ("local", "dask")
+PROGRESS_MIN_TASKS = 2           # fewer tasks than this never show a bar
+
+
+def _progress(total: int, desc: str, enabled: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="task", disable=not enabled or total < PROGRESS_MIN_TASKS,
+                mininterval=0.5, delay=1.0, leave=False)
+
+
+class LocalExecutor:
+    """Run tasks in local worker processes (or in this process when workers == 1)."""
+
+    kind = "local"
+
+    def __init__(self, workers: int | None = None, progress: bool = True):
+        self.workers = max(1, int(workers or os.cpu_count() or 1))
+        self.progress = progress
+        self._pool: ProcessPoolExecutor | None = None
+
+    def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any], desc: str = "scoring") -> list[Any]:
+        tasks = list(tasks)
+        results: list[Any] = [None] * len(tasks)
+        with _progress(len(tasks), desc, self.progress) as bar:
+            if self.workers == 1 or len(tasks) <= 1:
+                for i, task in enumerate(tasks):
+                    results[i] = fn(task)
+                    bar.update(1)
+                return results
+            pool = self._ensure_pool()
+            futures = {pool.submit(fn, task): i for i, task in enumerate(tasks)}
+            from concurrent.futures import as_completed
+
+            for fut in as_completed(futures):
+                results[futures[fut]] = fut.result()
+                bar.update(1)
+        return results
+
+    def _ensure_pool(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(max_workers=self.workers)
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class DaskExecutor:
+    """Run tasks on a Dask distributed cluster: an existing scheduler, or a local one.
+
+    `address` (e.g. "tcp://10.0.0.5:8786") connects to a running scheduler; without it a
+    `LocalCluster` of `workers` single-threaded worker processes is started and closed with
+    the executor. `client` lets a caller (a test) pass a Client it already holds.
+    """
+
+    kind = "dask"
+
+    def __init__(self, workers: int | None = None, address: str | None = None, progress: bool = True,
+                 client: Any = None, processes: bool = True):
+        try:
+            import distributed
+        except ImportError:  # pragma: no cover - depends on the install
+            raise InputError(
+                "--executor dask needs the optional extra 'cluster': pip install 'specsim[cluster]'"
+            ) from None
+        self.progress = progress
+        self._own_cluster = None
+        self._own_client = False
+        if client is not None:
+            self.client = client
+        elif address:
+            try:
+                self.client = distributed.Client(address, timeout="10s")
+            except OSError as exc:
+                raise InputError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
+            self._own_client = True
+        else:
+            n = max(1, int(workers or os.cpu_count() or 1))
+            self._own_cluster = distributed.LocalCluster(
+                n_workers=n, threads_per_worker=1, processes=processes, dashboard_address=None,
+                silence_logs="error",
+            )
+            self.client = distributed.Client(self._own_cluster)
+            self._own_client = True
+
+    def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any], desc: str = "scoring") -> list[Any]:
+        from distributed import as_completed
+
+        tasks = list(tasks)
+        if not tasks:
+            return []
+        futures = self.client.map(fn, tasks, pure=False)
+        index = {f.key: i for i, f in enumerate(futures)}
+        results: list[Any] = [None] * len(tasks)
+        with _progress(len(tasks), desc, self.progress) as bar:
+            for fut in as_completed(futures):
+                results[index[fut.key]] = fut.result()
+                bar.update(1)
+        return results
+
+    def close(self) -> None:
+        if self._own_client:
+            self.client.close()
+        if self._own_cluster is not None:
+            self._own_cluster.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def make_executor(kind: str = "local", workers: int | None = None, address: str | None = None,
+                  progress: bool = True):
+    """The executor named `kind` ('local' or 'dask'); InputError for anything else."""
+    if kind == "local":
+        if address:
+            raise InputError("--scheduler is only meaningful with --executor dask")
+        return LocalExecutor(workers=workers, progress=progress)
+    if kind == "dask":
+        return DaskExecutor(workers=workers, address=address, progress=progress)
+    raise InputError(f"unknown executor '{kind}' (known: {', '.join(EXECUTORS)})")
