@@ -1,0 +1,129 @@
+"""One request's decode loop: prefill, then speculation steps until the output is complete.
+
+Two engines give the same numbers from the same draws:
+  * "simpy": a simpy process yields one timeout per draft forward, per verify forward and per
+    overhead, pricing each forward with a scalar latency call; it is the reference.
+  * "fast": the same accounting as numpy over all steps at once (contexts by cumulative sum,
+    one vectorised latency call per draft position); simpy's per-event cost is the limit of
+    the reference, and the test suite checks the two agree.
+Acceptance is drawn up front (`simulator.acceptance.draw_stream`) or replayed from a TokenTrace
+(`simulator.replay`), so both engines see identical steps.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from simulator.acceptance import StepDraws, draw_stream
+from simulator.costs import Parallelism, StepCosts, predictors_for
+from simulator.methods import build_step_model, load_profile
+from traces.errors import InputError
+
+ENGINES = ("fast", "simpy")
+
+
+@dataclass
+class StreamResult:
+    summary: dict[str, Any]
+    steps: pd.DataFrame | None = None
+
+
+def step_costs_for(profile, step, latencies=None, parallel: Parallelism | None = None) -> StepCosts:
+    """StepCosts with the target's shape numbers (hidden size, layers) from the Profile."""
+    shape = profile.models.get(step.target, {})
+    return StepCosts(step, predictors_for(profile, step, latencies), hidden=int(shape.get("hidden", 4096)),
+                     parallel=parallel, n_layers=int(shape.get("n_layers", 1)))
+
+
+def time_steps_fast(costs: StepCosts, draws: StepDraws, prompt_len: int) -> pd.DataFrame:
+    """Per-step timings of one stream, vectorised."""
+    ctx = prompt_len + np.cumsum(draws.accepted) - draws.accepted
+    draft = costs.draft_seconds(ctx, draws.drafted, 1)
+    verify = costs.verify_seconds(ctx, draws.verify_tokens, 1)
+    overhead = np.full(ctx.shape, costs.step.overhead_s)
+    return pd.DataFrame({
+        "step": np.arange(ctx.size), "ctx_len": ctx, "draft_forwards": draws.drafted,
+        "draft_s": draft, "verify_tokens": draws.verify_tokens, "verify_s": verify,
+        "overhead_s": overhead, "accepted": draws.accepted,
+    })
+
+
+def time_steps_simpy(costs: StepCosts, draws: StepDraws, prompt_len: int) -> tuple[pd.DataFrame, float]:
+    """The reference: one simpy event per forward. Returns per-step timings and the end time."""
+    env = simpy.Environment()
+    rows: list[tuple] = []
+    step = costs.step
+
+    def decode():
+        ctx = prompt_len
+        for i in range(draws.accepted.size):
+            t0 = env.now
+            drafted = int(draws.drafted[i])
+            for j in range(drafted):
+                for model, n, scale in step.draft_parts[j]:
+                    yield env.timeout(scale * float(costs.forward(model, n, ctx + j, 1)))
+            if drafted and costs.parallel.draft_on_own_gpu:
+                yield env.timeout(2 * costs.parallel.link_latency_s)
+            t1 = env.now
+            yield env.timeout(float(costs.verify_seconds(ctx, int(draws.verify_tokens[i]), 1)))
+            t2 = env.now
+            yield env.timeout(step.overhead_s)
+            rows.append((i, ctx, drafted, t1 - t0, int(draws.verify_tokens[i]), t2 - t1, env.now - t2,
+                         int(draws.accepted[i])))
+            ctx += int(draws.accepted[i])
+
+    env.process(decode())
+    env.run()
+    cols = ["step", "ctx_len", "draft_forwards", "draft_s", "verify_tokens", "verify_s", "overhead_s", "accepted"]
+    return pd.DataFrame(rows, columns=cols), env.now
+
+
+def simulate_stream(profile, method: str, config: Mapping | str | None = None, n_tokens: int = 256,
+                    seed: int = 0, *, prompt_len: int = 128, engine: str = "fast",
+                    latencies: Mapping[str, Any] | None = None, parallel: Parallelism | None = None,
+                    draws: StepDraws | None = None, per_step: bool = False) -> StreamResult:
+    """Simulate one request: prefill `prompt_len` tokens, then decode `n_tokens` output tokens.
+
+    The prefill emits the first output token; decode steps commit the remaining n_tokens - 1.
+    Returns a summary (ttft_s, tpot_s, e2e_s, steps, tokens_per_step, speedup against plain
+    autoregressive decoding on the same latency models, ...) and, with per_step, the step table.
+    `draws` replaces the acceptance draws (trace replay); `latencies` maps model names to objects
+    with `.predict(n_tokens, ctx_len, batch)` and overrides the Profile's fitted ones.
+    """
+    if engine not in ENGINES:
+        raise InputError(f"unknown engine '{engine}' (known: {', '.join(ENGINES)})")
+    if int(n_tokens) < 2:
+        raise InputError(f"n_tokens must be >= 2 (the prefill emits the first), got {n_tokens}")
+    if int(prompt_len) < 1:
+        raise InputError(f"prompt_len must be >= 1, got {prompt_len}")
+    profile = load_profile(profile)
+    step = build_step_model(profile, method, config)
+    costs = step_costs_for(profile, step, latencies, parallel)
+    if draws is None:
+        draws = draw_stream(step.sampler, np.random.default_rng(seed), int(n_tokens) - 1)
+    if engine == "fast":
+        table = time_steps_fast(costs, draws, prompt_len)
+        decode_s = float((table["draft_s"] + table["verify_s"] + table["overhead_s"]).sum())
+    else:
+        table, decode_s = time_steps_simpy(costs, draws, prompt_len)
+    prefill_s = costs.prefill_seconds(prompt_len)
+    # the same stream decoded one token per step by the target alone, on the same latency models
+    ar_ctx = prompt_len + np.arange(int(n_tokens) - 1)
+    ar_decode_s = float(np.sum(costs.forward(step.target, np.ones_like(ar_ctx), ar_ctx, 1)))
+    n_steps = len(table)
+    committed = int(table["accepted"].sum())
+    summary = {
+        "method": method, "config": step.config, "engine": engine, "seed": seed,
+        "prompt_len": int(prompt_len), "n_tokens": int(n_tokens), "steps": n_steps,
+        "tokens_per_step": committed / n_steps,
+        "ttft_s": prefill_s, "decode_s": decode_s, "e2e_s": prefill_s + decode_s,
+        "tpot_s": decode_s / (int(n_tokens) - 1),
+        "step_s_p50": float(np.median(table[["draft_s", "verify_s", "overhead_s"]].sum(axis=1))),
+        "step_s_p99": float(np.quantile(table[["draft_s", "verify_s", "overhead_s"]].sum(axis=1), 0.99)),
+        "ar_decode_s": ar_decode_s, "speedup": ar_decode_s / decode_s,
+    }
+    return StreamResult(summary, table if per_step else None)
