@@ -1,0 +1,270 @@
+"""Acceptance models of one (target, drafter, data, temperature): the fields a Profile stores, typed.
+
+Definitions (the cost models take these, not vLLM's accepted/drafted ratio):
+- alpha: per-token acceptance probability E[sum_x min(p(x), q(x))] (Leviathan et al.'s alpha);
+  under greedy decoding P(draft top-1 == target top-1).
+- alpha_by_position: beta_i, the probability that draft position i (1-based) is accepted given
+  positions 1..i-1 were; accepted length = 1 + sum_i prod_{j<=i} beta_j.
+- alpha_at_k: MCSD's alpha@k, the per-step acceptance probability with k candidates at a
+  position (k = 1 is alpha); `alpha_at_k_without_replacement` the same drawing without replacement.
+- conf_bins: CAPE's table over confidence bins b = floor(10 * drafter top-1 probability), 0..10:
+  `freq[b]` the share of positions in bin b, `topk_hit[K][b]` = P(target token within the draft's
+  top K | bin b).
+- markov: a bursty two-state model, p_aa = P(accept | previous accepted), p_ra =
+  P(accept | previous rejected); its stationary acceptance is p_ra / (1 - p_aa + p_ra).
+- lookahead: the Lookahead paper's alpha (n-gram token acceptance) and f (Eq. 7 scaling).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from traces.errors import InputError
+
+N_CONF_BINS = 11
+
+
+def _probability(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InputError(f"{what} must be a number in [0, 1], got {value!r}")
+    if not 0.0 <= value <= 1.0:
+        raise InputError(f"{what} = {value!r} is outside [0, 1]")
+    return float(value)
+
+
+def _probabilities(values: Any, what: str, length: int | None = None) -> np.ndarray:
+    if not isinstance(values, (list, tuple, np.ndarray)):
+        raise InputError(f"{what} must be a list of numbers in [0, 1]")
+    if length is not None and len(values) != length:
+        raise InputError(f"{what} must have {length} entries, got {len(values)}")
+    if len(values) == 0:
+        raise InputError(f"{what} must not be empty")
+    return np.array([_probability(v, f"{what}[{i}]") for i, v in enumerate(values)])
+
+
+def _k_table(raw: Any, what: str) -> dict[int, float]:
+    if not isinstance(raw, dict) or not raw:
+        raise InputError(f"{what} must be a non-empty object mapping k to a probability")
+    table = {}
+    for key, value in raw.items():
+        try:
+            k = int(key)
+        except (TypeError, ValueError):
+            raise InputError(f"{what} has key {key!r}; keys must be positive integers") from None
+        if k < 1 or str(k) != str(key).strip():
+            raise InputError(f"{what} has key {key!r}; keys must be positive integers")
+        table[k] = _probability(value, f"{what}[{k}]")
+    return dict(sorted(table.items()))
+
+
+@dataclass(frozen=True)
+class MarkovAcceptance:
+    """Two-state (accept/reject) Markov chain over consecutive draft positions."""
+
+    p_aa: float
+    p_ra: float
+
+    @property
+    def stationary_alpha(self) -> float:
+        denominator = 1.0 - self.p_aa + self.p_ra
+        return 1.0 if denominator == 0 else self.p_ra / denominator
+
+    def sample(self, n: int, rng: np.random.Generator, first_accept_p: float | None = None) -> np.ndarray:
+        """n successive accept (True) / reject (False) outcomes; the first at `first_accept_p` (default stationary)."""
+        out = np.empty(n, bool)
+        u = rng.random(n)
+        p = self.stationary_alpha if first_accept_p is None else first_accept_p
+        for i in range(n):
+            out[i] = u[i] < p
+            p = self.p_aa if out[i] else self.p_ra
+        return out
+
+    def to_dict(self) -> dict[str, float]:
+        return {"p_aa": self.p_aa, "p_ra": self.p_ra}
+
+
+@dataclass(frozen=True)
+class ConfidenceBins:
+    """CAPE's table: share of positions per confidence bin and P(target in draft top K | bin)."""
+
+    freq: np.ndarray
+    topk_hit: dict[int, np.ndarray]
+
+    @property
+    def ks(self) -> list[int]:
+        return list(self.topk_hit)
+
+    def hit(self, k: int) -> np.ndarray:
+        """P(target token within the draft's top k | bin), 11 entries; InputError if k was not recorded."""
+        if k not in self.topk_hit:
+            raise InputError(f"conf_bins has no top-{k} row (has: {', '.join(map(str, self.topk_hit))})")
+        return self.topk_hit[k]
+
+    def table(self, ks: list[int] | None = None) -> np.ndarray:
+        """Rows K (sorted), columns the 11 bins: the array CAPE's closed form takes."""
+        return np.vstack([self.hit(k) for k in (ks or self.ks)])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"freq": self.freq.tolist(), "topk_hit": {str(k): v.tolist() for k, v in self.topk_hit.items()}}
+
+
+@dataclass(frozen=True)
+class LookaheadAcceptance:
+    alpha: float
+    f: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {"alpha": self.alpha, "f": self.f}
+
+
+@dataclass(frozen=True)
+class AcceptanceModel:
+    """One acceptance entry of a Profile, validated; optional parts are None when not recorded."""
+
+    name: str
+    alpha_value: float | None = None
+    alpha_by_position: np.ndarray | None = None
+    alpha_at_k: dict[int, float] | None = None
+    alpha_at_k_without_replacement: dict[int, float] | None = None
+    conf_bins: ConfidenceBins | None = None
+    markov: MarkovAcceptance | None = None
+    lookahead: LookaheadAcceptance | None = None
+    drafter: str = ""
+    temperature: float = 0.0
+    dataset: str = ""
+    source: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # ---- accessors ------------------------------------------------------------------------
+    @property
+    def alpha(self) -> float:
+        """Per-token acceptance probability: the stored alpha, else alpha@1, else the Markov or Lookahead one."""
+        if self.alpha_value is not None:
+            return self.alpha_value
+        if self.alpha_at_k and 1 in self.alpha_at_k:
+            return self.alpha_at_k[1]
+        if self.markov is not None:
+            return self.markov.stationary_alpha
+        if self.lookahead is not None:
+            return self.lookahead.alpha
+        raise InputError(f"acceptance model '{self.name}' has no alpha")
+
+    def beta(self, gamma: int) -> np.ndarray:
+        """beta_1..beta_gamma: per-position acceptance; past the recorded positions the last one
+        repeats, and without a per-position record every position is alpha."""
+        if int(gamma) != gamma or gamma < 1:
+            raise InputError(f"gamma must be an integer >= 1, got {gamma!r}")
+        gamma = int(gamma)
+        if self.alpha_by_position is None:
+            return np.full(gamma, self.alpha)
+        known = self.alpha_by_position
+        if gamma <= known.size:
+            return known[:gamma].copy()
+        return np.concatenate([known, np.full(gamma - known.size, known[-1])])
+
+    def alpha_at(self, k, without_replacement: bool = False) -> np.ndarray | float:
+        """alpha@k for scalar or array k: recorded values exactly, linear in log2 k between them,
+        the largest recorded k's value beyond it (MCSD: the curves flatten past k = 32)."""
+        table = self.alpha_at_k_without_replacement if without_replacement else self.alpha_at_k
+        if not table:
+            what = "alpha_at_k_without_replacement" if without_replacement else "alpha_at_k"
+            raise InputError(f"acceptance model '{self.name}' has no {what}")
+        ks = np.asarray(k, float)
+        if np.any(ks < 1):
+            raise InputError(f"k must be >= 1, got {k!r}")
+        known_k = np.log2(np.array(list(table), float))
+        known_a = np.array(list(table.values()))
+        if np.any(np.log2(ks) < known_k[0]):
+            raise InputError(f"acceptance model '{self.name}' records alpha@k from k = {2 ** known_k[0]:g}; "
+                             f"asked for k = {float(ks.min()):g}")
+        out = np.interp(np.log2(ks), known_k, known_a)
+        return float(out) if out.ndim == 0 else out
+
+    def has(self, part: str) -> bool:
+        """Whether the optional part ('alpha_by_position', 'alpha_at_k', 'conf_bins', ...) is recorded."""
+        return getattr(self, part, None) is not None
+
+    # ---- IO -------------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], name: str = "acceptance") -> "AcceptanceModel":
+        """Validate a Profile acceptance entry; one-line InputError naming the first bad field."""
+        if not isinstance(raw, dict):
+            raise InputError(f"acceptance model '{name}' must be an object")
+        where = f"acceptance model '{name}'"
+        alpha = _probability(raw["alpha"], f"{where}: alpha") if raw.get("alpha") is not None else None
+        by_pos = (_probabilities(raw["alpha_by_position"], f"{where}: alpha_by_position")
+                  if raw.get("alpha_by_position") is not None else None)
+        at_k = _k_table(raw["alpha_at_k"], f"{where}: alpha_at_k") if raw.get("alpha_at_k") is not None else None
+        at_k_wo = (_k_table(raw["alpha_at_k_without_replacement"], f"{where}: alpha_at_k_without_replacement")
+                   if raw.get("alpha_at_k_without_replacement") is not None else None)
+        conf = _conf_bins(raw["conf_bins"], where) if raw.get("conf_bins") is not None else None
+        markov = None
+        if raw.get("markov") is not None:
+            m = raw["markov"]
+            if not isinstance(m, dict) or "p_aa" not in m or "p_ra" not in m:
+                raise InputError(f"{where}: markov needs 'p_aa' and 'p_ra'")
+            markov = MarkovAcceptance(_probability(m["p_aa"], f"{where}: markov.p_aa"),
+                                      _probability(m["p_ra"], f"{where}: markov.p_ra"))
+        lookahead = None
+        if raw.get("lookahead") is not None:
+            la = raw["lookahead"]
+            if not isinstance(la, dict) or "alpha" not in la or "f" not in la:
+                raise InputError(f"{where}: lookahead needs 'alpha' and 'f'")
+            f = la["f"]
+            if isinstance(f, bool) or not isinstance(f, (int, float)) or not math.isfinite(f) or f < 1:
+                raise InputError(f"{where}: lookahead.f must be a number >= 1, got {f!r}")
+            lookahead = LookaheadAcceptance(_probability(la["alpha"], f"{where}: lookahead.alpha"), float(f))
+        model = cls(name=name, alpha_value=alpha, alpha_by_position=by_pos, alpha_at_k=at_k,
+                    alpha_at_k_without_replacement=at_k_wo, conf_bins=conf, markov=markov, lookahead=lookahead,
+                    drafter=str(raw.get("drafter", "")), temperature=_temperature(raw.get("temperature", 0.0), where),
+                    dataset=str(raw.get("dataset", "")), source=str(raw.get("source", "")),
+                    extra={k: v for k, v in raw.items() if k not in _KNOWN_FIELDS})
+        model.alpha  # every model must yield a per-token alpha somehow
+        return model
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"drafter": self.drafter, "temperature": self.temperature, "dataset": self.dataset}
+        if self.alpha_value is not None:
+            out["alpha"] = self.alpha_value
+        if self.alpha_by_position is not None:
+            out["alpha_by_position"] = self.alpha_by_position.tolist()
+        for key in ("alpha_at_k", "alpha_at_k_without_replacement"):
+            table = getattr(self, key)
+            if table is not None:
+                out[key] = {str(k): v for k, v in table.items()}
+        for key in ("conf_bins", "markov", "lookahead"):
+            part = getattr(self, key)
+            if part is not None:
+                out[key] = part.to_dict()
+        out["source"] = self.source
+        out.update(self.extra)
+        return out
+
+
+_KNOWN_FIELDS = {"alpha", "alpha_by_position", "alpha_at_k", "alpha_at_k_without_replacement", "conf_bins",
+                 "markov", "lookahead", "drafter", "temperature", "dataset", "source"}
+
+
+def _temperature(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise InputError(f"{where}: temperature must be a number >= 0, got {value!r}")
+    return float(value)
+
+
+def _conf_bins(raw: Any, where: str) -> ConfidenceBins:
+    if not isinstance(raw, dict) or "freq" not in raw or "topk_hit" not in raw:
+        raise InputError(f"{where}: conf_bins needs 'freq' and 'topk_hit'")
+    freq = _probabilities(raw["freq"], f"{where}: conf_bins.freq", N_CONF_BINS)
+    if abs(freq.sum() - 1.0) > 1e-3:
+        raise InputError(f"{where}: conf_bins.freq sums to {freq.sum():.4f}, not 1")
+    if not isinstance(raw["topk_hit"], dict) or not raw["topk_hit"]:
+        raise InputError(f"{where}: conf_bins.topk_hit must map K to 11 probabilities")
+    hits = {}
+    for key in sorted(raw["topk_hit"], key=lambda s: int(s) if str(s).isdigit() else -1):
+        if not str(key).isdigit() or int(key) < 1:
+            raise InputError(f"{where}: conf_bins.topk_hit has key {key!r}; keys must be positive integers")
+        hits[int(key)] = _probabilities(raw["topk_hit"][key], f"{where}: conf_bins.topk_hit[{key}]", N_CONF_BINS)
+    return ConfidenceBins(freq, hits)

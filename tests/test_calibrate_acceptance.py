@@ -1,0 +1,89 @@
+"""calibrate.acceptance: the typed acceptance entry of a Profile and its validation."""
+import numpy as np
+import pytest
+
+from calibrate.acceptance import AcceptanceModel, MarkovAcceptance
+from traces.errors import InputError
+
+FULL = {
+    "drafter": "llama-68m", "temperature": 0.0, "dataset": "alpaca",
+    "alpha": 0.76,
+    "alpha_by_position": [0.8, 0.75, 0.7],
+    "alpha_at_k": {"1": 0.76, "2": 0.81, "4": 0.85, "8": 0.88},
+    "alpha_at_k_without_replacement": {"1": 0.76, "2": 0.83},
+    "conf_bins": {"freq": [0.0, 0.05, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.15, 0.1, 0.1],
+                  "topk_hit": {"1": [0.1 * b for b in range(11)], "4": [min(1, 0.1 * b + 0.2) for b in range(11)]}},
+    "markov": {"p_aa": 0.85, "p_ra": 0.4},
+    "lookahead": {"alpha": 0.425, "f": 3.106},
+    "source": "test",
+}
+
+
+def test_accessors():
+    m = AcceptanceModel.from_dict(FULL, "k")
+    assert m.alpha == 0.76
+    assert np.allclose(m.beta(5), [0.8, 0.75, 0.7, 0.7, 0.7])
+    assert np.allclose(m.beta(2), [0.8, 0.75])
+    assert m.alpha_at(4) == 0.85
+    assert m.alpha_at(32) == 0.88                      # flat past the largest recorded k
+    assert m.alpha_at(3) == pytest.approx(0.81 + (0.85 - 0.81) * np.log2(1.5))
+    assert np.allclose(m.alpha_at(np.array([1, 2])), [0.76, 0.81])
+    assert m.alpha_at(2, without_replacement=True) == 0.83
+    assert m.conf_bins.table().shape == (2, 11)
+    assert m.conf_bins.hit(4)[0] == pytest.approx(0.2)
+    assert m.lookahead.f == 3.106
+    assert m.markov.stationary_alpha == pytest.approx(0.4 / (1 - 0.85 + 0.4))
+
+
+def test_round_trip():
+    m = AcceptanceModel.from_dict(FULL, "k")
+    again = AcceptanceModel.from_dict(m.to_dict(), "k")
+    assert again.to_dict() == m.to_dict()
+
+
+def test_alpha_falls_back_to_alpha_at_1_then_markov_then_lookahead():
+    assert AcceptanceModel.from_dict({"alpha_at_k": {"1": 0.6, "2": 0.7}}).alpha == 0.6
+    assert AcceptanceModel.from_dict({"markov": {"p_aa": 0.5, "p_ra": 0.5}}).alpha == pytest.approx(0.5)
+    assert AcceptanceModel.from_dict({"lookahead": {"alpha": 0.425, "f": 3.1}}).alpha == 0.425
+    assert np.allclose(AcceptanceModel.from_dict({"alpha": 0.3}).beta(3), 0.3)
+
+
+def test_markov_sampling_matches_stationary_alpha():
+    chain = MarkovAcceptance(0.9, 0.2)
+    draws = chain.sample(200_000, np.random.default_rng(0))
+    p = chain.stationary_alpha
+    assert abs(draws.mean() - p) < 5 * np.sqrt(p * (1 - p) / 200_000 * (1 + 0.7) / (1 - 0.7))  # lag-1 corr 0.7
+    after_accept = draws[1:][draws[:-1]]
+    assert after_accept.mean() == pytest.approx(0.9, abs=0.01)
+
+
+@pytest.mark.parametrize("bad,message", [
+    ({"alpha": 1.3}, "alpha = 1.3 is outside"),
+    ({"alpha": -0.1}, "alpha = -0.1 is outside"),
+    ({"alpha": "high"}, "alpha must be a number"),
+    ({"alpha": 0.5, "alpha_by_position": [0.5, 2.0]}, r"alpha_by_position\[1\] = 2.0 is outside"),
+    ({"alpha_at_k": {"1": 0.5, "2": 1.5}}, r"alpha_at_k\[2\] = 1.5 is outside"),
+    ({"alpha_at_k": {"x": 0.5}}, "keys must be positive integers"),
+    ({"alpha": 0.5, "conf_bins": {"freq": [0.1] * 10, "topk_hit": {"1": [0.5] * 11}}}, "must have 11 entries"),
+    ({"alpha": 0.5, "conf_bins": {"freq": [1.0] + [0] * 10, "topk_hit": {"1": [0.5] * 10 + [1.1]}}},
+     r"topk_hit\[1\]\[10\] = 1.1 is outside"),
+    ({"markov": {"p_aa": 0.5}}, "markov needs"),
+    ({"lookahead": {"alpha": 0.4, "f": 0.9}}, "lookahead.f must be a number >= 1"),
+    ({"lookahead": {"alpha": 1.4, "f": 2}}, "lookahead.alpha = 1.4"),
+    ({"alpha": 0.5, "temperature": -1}, "temperature"),
+    ({}, "has no alpha"),
+])
+def test_bad_input_is_one_line_naming_the_field(bad, message):
+    with pytest.raises(InputError, match=message) as info:
+        AcceptanceModel.from_dict(bad, "m")
+    assert "\n" not in str(info.value) and "'m'" in str(info.value)
+
+
+def test_bad_queries():
+    m = AcceptanceModel.from_dict({"alpha": 0.5, "alpha_at_k": {"2": 0.6, "4": 0.7}}, "m")
+    with pytest.raises(InputError, match="gamma must be an integer >= 1"):
+        m.beta(0)
+    with pytest.raises(InputError, match="from k = 2"):
+        m.alpha_at(1)
+    with pytest.raises(InputError, match="no alpha_at_k_without_replacement"):
+        m.alpha_at(2, without_replacement=True)
