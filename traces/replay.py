@@ -1,0 +1,312 @@
+"""Exact greedy replay of speculative methods from a TokenTrace alone (no models, no torch).
+
+Under greedy decoding (temperature 0) the target's output is one fixed token sequence y_0..y_{n-1},
+and a teacher-forced pass records for every position p the rank of y_p in the drafter's
+distribution given the true prefix y_<p (`draft_rank`, 0 = the drafter's top-1) and the drafter's
+top-1 probability there (`draft_conf`). A speculation step that starts at committed position p
+only ever consults the drafter along the true prefix until the first miss, so these two columns
+decide every step exactly:
+
+- sd (config `gamma`): the drafter's greedy chain of gamma tokens; level l hits iff
+  draft_rank[p+l] == 0.
+- mcsd (config `k`, e.g. `4x2x1` = k_1 x ... x k_g): level l keeps the drafter's top-k_{l+1}
+  children of the node on the true path; it hits iff draft_rank[p+l] < k_{l+1}. (Greedy MCSS draws
+  the top-k; with or without replacement only matters when sampling.)
+- cape (config `gamma`, `bins`): greedy chain as sd; chain position l carries the expansion set
+  of drafter ranks 1 .. S[b]-1 where b = floor(10 * draft_conf[p+l]) clipped to 0..10 and S is
+  the bin array (11 entries; the GLIDE paper's 12-entry array is accepted, its last entry is never
+  used). S[b] counts the top-ranked tokens taken at that position *including* the chain token
+  (GLIDE Alg. 1 `topk(p_i, S[...])`), so S[b] <= 1 means no expansion. At the first chain miss l,
+  if y_{p+l} is in the expansion set it is accepted and the target's prediction after it (one more
+  token) comes free from the same forward.
+- kangaroo (config `gamma` = max draft steps, `eta`): the self-draft chain as sd, but drafting
+  stops after the first drafted token whose top-1 confidence is <= eta (that token is still
+  verified, as in Kangaroo Fig. 2); eta = 0 gives fixed gamma steps.
+
+"Accepted length" of a step = tokens committed by it, bonus included, exactly as StepTrace's
+`accepted`: with d tokens drafted along the chain and m leading hits,
+  accepted = d + 1 if m == d (all hit; the target's bonus token),
+  accepted = m + 2 for cape when the miss at m is caught by the expansion set,
+  accepted = m + 1 otherwise (the target's correction token),
+then capped at the tokens left in the recorded output (n - p), which is how a run that stops at
+max_new_tokens or EOS truncates its last step. Steps follow each other: the next one starts at
+p + accepted.
+
+Vectorised with numpy: `accept_lengths` scores one configuration at every position of every
+prompt at once; `walk` follows the steps of many configurations together.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from traces.errors import InputError
+
+METHODS = ("sd", "mcsd", "cape", "kangaroo")
+CAPE_BINS = 11                                  # floor(10 * conf) takes values 0..10
+PAPER_CAPE_BINS = (8, 8, 8, 8, 6, 6, 6, 6, 4, 4, 2)  # GLIDE Alg. 1 (its 12th entry is unreachable)
+MAX_DEPTH = 64                                  # deepest chain/tree a config may ask for
+_K_CONFIG = re.compile(r"^\s*\d+(\s*[xX*]\s*\d+)*\s*$")
+
+
+# ----------------------------------------------------------------------------- configurations
+
+def parse_k_config(value: str | Sequence[int]) -> tuple[int, ...]:
+    """`4x2x1` (or a list of ints) -> (4, 2, 1); every level >= 1."""
+    if isinstance(value, str):
+        if not _K_CONFIG.match(value):
+            raise InputError(f"bad k-configuration '{value}' (expected e.g. 4x2x1: positive integers joined by x)")
+        levels = tuple(int(part) for part in re.split(r"[xX*]", value.replace(" ", "")))
+    else:
+        try:
+            levels = tuple(int(v) for v in value)
+        except (TypeError, ValueError):
+            raise InputError(f"bad k-configuration {value!r} (expected e.g. 4x2x1)") from None
+    if not levels or any(k < 1 for k in levels):
+        raise InputError(f"bad k-configuration '{format_k_config(levels) if levels else value}': "
+                         "every level needs k >= 1")
+    if len(levels) > MAX_DEPTH:
+        raise InputError(f"k-configuration has {len(levels)} levels, at most {MAX_DEPTH} supported")
+    return levels
+
+
+def format_k_config(levels: Sequence[int]) -> str:
+    return "x".join(str(int(k)) for k in levels)
+
+
+def _gamma(config: Mapping[str, Any], method: str) -> int:
+    if "gamma" not in config:
+        raise InputError(f"{method} configuration needs 'gamma'")
+    try:
+        gamma = int(config["gamma"])
+    except (TypeError, ValueError):
+        raise InputError(f"{method}: gamma must be an integer, got {config['gamma']!r}") from None
+    if gamma != config["gamma"] and not isinstance(config["gamma"], str):
+        raise InputError(f"{method}: gamma must be an integer, got {config['gamma']!r}")
+    if not 1 <= gamma <= MAX_DEPTH:
+        raise InputError(f"{method}: gamma must be in 1..{MAX_DEPTH}, got {gamma}")
+    return gamma
+
+
+def parse_bins(value: str | Sequence[int]) -> tuple[int, ...]:
+    """A CAPE bin array: 11 non-negative integers (or the paper's 12), text `8,8,...` or a list."""
+    if isinstance(value, str):
+        parts = [v for v in re.split(r"[,\s]+", value.strip().strip("[]")) if v]
+    else:
+        parts = list(value)
+    try:
+        bins = tuple(int(v) for v in parts)
+    except (TypeError, ValueError):
+        raise InputError(f"bad CAPE bin array {value!r} (expected {CAPE_BINS} integers)") from None
+    if len(bins) not in (CAPE_BINS, CAPE_BINS + 1):
+        raise InputError(f"CAPE bin array needs {CAPE_BINS} entries (one per floor(10*conf)), got {len(bins)}")
+    if any(b < 0 for b in bins):
+        raise InputError("CAPE bin array entries must be >= 0")
+    return bins[:CAPE_BINS]
+
+
+def normalise_config(method: str, config: Mapping[str, Any] | str) -> dict[str, Any]:
+    """Validate a method configuration (dict or JSON text) and keep what replay needs."""
+    if method not in METHODS:
+        raise InputError(f"unknown replay method '{method}' (replayable: {', '.join(METHODS)})")
+    if isinstance(config, str):
+        try:
+            config = json.loads(config)
+        except json.JSONDecodeError:
+            raise InputError(f"{method}: configuration is not valid JSON: {config!r}") from None
+    if not isinstance(config, Mapping):
+        raise InputError(f"{method}: configuration must be a mapping, got {type(config).__name__}")
+    if method == "sd":
+        return {"gamma": _gamma(config, method)}
+    if method == "mcsd":
+        if "k" not in config:
+            raise InputError("mcsd configuration needs 'k' (e.g. 4x2x1)")
+        return {"k": format_k_config(parse_k_config(config["k"]))}
+    if method == "cape":
+        bins = parse_bins(config["bins"]) if "bins" in config else PAPER_CAPE_BINS
+        return {"gamma": _gamma(config, method), "bins": list(bins)}
+    eta = config.get("eta", 0.0)
+    if not isinstance(eta, (int, float)) or not 0.0 <= float(eta) <= 1.0 or math.isnan(float(eta)):
+        raise InputError(f"kangaroo: eta must be a number in [0, 1], got {eta!r}")
+    return {"gamma": _gamma(config, method), "eta": float(eta)}
+
+
+# ----------------------------------------------------------------------------- token tables
+
+@dataclass(frozen=True)
+class TokenTable:
+    """The replay-relevant columns of a TokenTrace, all prompts concatenated in `pos` order."""
+
+    prompt_ids: tuple[str, ...]
+    offsets: np.ndarray      # (n_prompts + 1,) start of each prompt in the flat arrays
+    draft_rank: np.ndarray   # (N,) int64
+    draft_conf: np.ndarray   # (N,) float64
+    tokens: np.ndarray       # (N,) int64, the target's greedy output
+
+    @property
+    def size(self) -> int:
+        return int(self.draft_rank.shape[0])
+
+    @classmethod
+    def from_frame(cls, frame: pd.DataFrame) -> "TokenTable":
+        """Build from a TokenTrace frame (as `traces.schema.read_trace` returns it)."""
+        for column in ("prompt_id", "pos", "token", "draft_rank", "draft_conf"):
+            if column not in frame.columns:
+                raise InputError(f"token trace lacks column '{column}'")
+        if frame.empty:
+            raise InputError("token trace is empty")
+        ordered = frame.sort_values(["prompt_id", "pos"], kind="stable")
+        prompt_ids: list[str] = []
+        lengths: list[int] = []
+        for prompt_id, group in ordered.groupby("prompt_id", sort=False):
+            pos = group["pos"].to_numpy()
+            if not np.array_equal(pos, np.arange(len(pos))):
+                raise InputError(f"token trace: prompt '{prompt_id}' positions are not 0..{len(pos) - 1} without gaps")
+            prompt_ids.append(str(prompt_id))
+            lengths.append(len(pos))
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        return cls.from_arrays(prompt_ids, offsets, ordered["draft_rank"].to_numpy(),
+                               ordered["draft_conf"].to_numpy(), ordered["token"].to_numpy())
+
+    @classmethod
+    def from_arrays(cls, prompt_ids: Sequence[str], offsets: Sequence[int], draft_rank: Sequence[int],
+                    draft_conf: Sequence[float], tokens: Sequence[int] | None = None) -> "TokenTable":
+        rank = np.asarray(draft_rank, dtype=np.int64)
+        conf = np.asarray(draft_conf, dtype=np.float64)
+        offs = np.asarray(offsets, dtype=np.int64)
+        if rank.shape != conf.shape or rank.ndim != 1:
+            raise InputError("draft_rank and draft_conf must be 1-D arrays of one length")
+        if offs.ndim != 1 or len(offs) != len(prompt_ids) + 1 or offs[0] != 0 or offs[-1] != len(rank) \
+                or np.any(np.diff(offs) < 1):
+            raise InputError("offsets must run from 0 to the table size, one non-empty prompt each")
+        if np.any(rank < 0) or np.any((conf < 0) | (conf > 1)):
+            raise InputError("draft_rank must be >= 0 and draft_conf in [0, 1]")
+        toks = np.full(len(rank), -1, np.int64) if tokens is None else np.asarray(tokens, dtype=np.int64)
+        return cls(tuple(prompt_ids), offs, rank, conf, toks)
+
+    def remaining(self) -> np.ndarray:
+        """(N,) tokens left in the prompt's recorded output from each position, itself included."""
+        ends = np.repeat(self.offsets[1:], np.diff(self.offsets))
+        return ends - np.arange(self.size)
+
+
+# ----------------------------------------------------------------------------- per-position scoring
+
+def _shifted(values: np.ndarray, depth: int, fill) -> np.ndarray:
+    """(depth, N): row l holds values[p + l] at column p, `fill` past the end of the array."""
+    out = np.full((depth, values.shape[0]), fill, dtype=values.dtype)
+    for level in range(depth):
+        out[level, : values.shape[0] - level] = values[level:]
+    return out
+
+
+def _first_true(mask: np.ndarray) -> np.ndarray:
+    """Index of the first True along axis 0 of a (depth, N) mask; depth where none."""
+    depth = mask.shape[0]
+    return np.where(mask.any(axis=0), mask.argmax(axis=0), depth)
+
+
+def accept_lengths(table: TokenTable, method: str, config: Mapping[str, Any] | str) -> np.ndarray:
+    """(N,) accepted length of a step of `method`/`config` that starts at each position."""
+    cfg = normalise_config(method, config)
+    remaining = table.remaining()
+    if method == "mcsd":
+        levels = np.array(parse_k_config(cfg["k"]), dtype=np.int64)
+        depth = len(levels)
+    else:
+        levels = np.ones(cfg["gamma"], dtype=np.int64)
+        depth = cfg["gamma"]
+    # A rank past the prompt's end never hits: positions beyond the output do not exist; the cap
+    # below makes this exact, and reading the next prompt's ranks there is harmless.
+    rank = _shifted(table.draft_rank, depth, np.iinfo(np.int64).max)
+    misses = rank >= levels[:, None]
+    first_miss = _first_true(misses)                        # m
+    drafted = np.full(table.size, depth, dtype=np.int64)    # d
+    if method == "kangaroo":
+        conf = _shifted(table.draft_conf, depth, 0.0)
+        drafted = np.minimum(_first_true(conf <= cfg["eta"]) + 1, depth)
+    accepted = np.where(first_miss >= drafted, drafted + 1, first_miss + 1)
+    if method == "cape":
+        bins = np.asarray(cfg["bins"], dtype=np.int64)
+        at_miss = np.minimum(first_miss, depth - 1)
+        cols = np.arange(table.size)
+        miss_rank = rank[at_miss, cols]
+        miss_bin = np.clip(np.floor(10.0 * _shifted(table.draft_conf, depth, 0.0)[at_miss, cols]), 0, 10)
+        caught = (first_miss < depth) & (miss_rank < bins[miss_bin.astype(np.int64)])
+        accepted = np.where(caught, first_miss + 2, accepted)
+    return np.minimum(accepted, remaining)
+
+
+# ----------------------------------------------------------------------------- step walks
+
+@dataclass(frozen=True)
+class Walk:
+    """The steps of one or more configurations over every prompt of a TokenTable."""
+
+    steps: np.ndarray        # (C,) total steps per configuration
+    tokens: int              # tokens in the table (every configuration commits them all)
+    histogram: np.ndarray    # (C, max_len + 1) steps by accepted length
+
+    @property
+    def mean_accepted(self) -> np.ndarray:
+        return self.tokens / self.steps
+
+
+def walk(table: TokenTable, lengths: np.ndarray) -> Walk:
+    """Follow the step chains p -> p + lengths[p] from every prompt start, for each row of
+    `lengths` ((N,) or (C, N) from `accept_lengths`) at once."""
+    lens = np.atleast_2d(np.asarray(lengths, dtype=np.int64))
+    if lens.shape[1] != table.size or np.any(lens < 1):
+        raise InputError("step lengths must be >= 1 and one per token-table position")
+    n_configs = lens.shape[0]
+    max_len = int(lens.max())
+    starts = np.broadcast_to(table.offsets[:-1], (n_configs, len(table.prompt_ids))).copy()
+    ends = np.broadcast_to(table.offsets[1:], starts.shape)
+    rows = np.broadcast_to(np.arange(n_configs)[:, None], starts.shape)
+    steps = np.zeros(n_configs, dtype=np.int64)
+    histogram = np.zeros((n_configs, max_len + 1), dtype=np.int64)
+    active = starts < ends
+    while active.any():
+        r, c = rows[active], starts[active]
+        taken = lens[r, c]
+        np.add.at(histogram, (r, taken), 1)
+        steps += np.bincount(r, minlength=n_configs)
+        starts[active] = c + taken
+        active = starts < ends
+    return Walk(steps=steps, tokens=table.size, histogram=histogram)
+
+
+def replay_steps(table: TokenTable, method: str, config: Mapping[str, Any] | str) -> pd.DataFrame:
+    """Every replayed step of one configuration: prompt_id, step, pos (committed output tokens
+    before the step) and accepted, in StepTrace order."""
+    lengths = accept_lengths(table, method, config)
+    records: list[tuple[str, int, int, int]] = []
+    for index, prompt_id in enumerate(table.prompt_ids):
+        pos, end, base, step = int(table.offsets[index]), int(table.offsets[index + 1]), int(table.offsets[index]), 0
+        while pos < end:
+            records.append((prompt_id, step, pos - base, int(lengths[pos])))
+            pos += int(lengths[pos])
+            step += 1
+    return pd.DataFrame.from_records(records, columns=["prompt_id", "step", "pos", "accepted"])
+
+
+def replay_summary(table: TokenTable, method: str, configs: Iterable[Mapping[str, Any] | str]) -> pd.DataFrame:
+    """Mean accepted length (tokens per step) of many configurations of one method."""
+    normalised = [normalise_config(method, c) for c in configs]
+    if not normalised:
+        raise InputError("replay_summary needs at least one configuration")
+    lengths = np.stack([accept_lengths(table, method, c) for c in normalised])
+    result = walk(table, lengths)
+    return pd.DataFrame({
+        "method": method,
+        "config": [json.dumps(c, sort_keys=True) for c in normalised],
+        "steps": result.steps,
+        "tokens": result.tokens,
+        "mean_accepted": result.mean_accepted,
+    })
