@@ -79,6 +79,7 @@ class StepCosts:
         self.raw = dict(predictors)
         self.fn = {m: _vectorised(p) for m, p in predictors.items()}
         self.hidden, self.n_layers, self.act_bytes = int(hidden), int(n_layers), int(act_bytes)
+        self._cache: dict[tuple, tuple[float, float]] = {}
         if self.parallel.lp > 1 and step.method != "lookahead":
             raise InputError("lookahead parallelism (lp > 1) applies only to method lookahead")
 
@@ -120,6 +121,18 @@ class StepCosts:
         if lp > 1:
             seconds = seconds + self.parallel.link_latency_s
         return seconds
+
+    # ---- memoised scalar pricing for the serving loop ------------------------------------------
+    def step_seconds(self, ctx: float, drafted: int, verify_tokens: int, batch: int, quantum: int = 16) -> tuple[float, float]:
+        """(draft, verify) seconds of one batched step, contexts rounded to `quantum` tokens so
+        that repeated shapes hit a cache instead of the latency model."""
+        c = int(round(ctx / quantum)) * quantum
+        key = (c, drafted, verify_tokens, batch)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = (float(self.draft_seconds(c, drafted, batch)), float(self.verify_seconds(c, verify_tokens, batch)))
+            self._cache[key] = hit
+        return hit
 
     def prefill_seconds(self, prompt_len, batch=1) -> float:
         """Prompt forward of the target, plus the drafter's own when it keeps a cache."""
