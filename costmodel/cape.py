@@ -1,0 +1,83 @@
+"""CAPE (GLIDE paper, Sec. 4.2): confidence-aware proposal expansion, expected tokens and verification size.
+
+At each of gamma draft positions the draft's top-1 confidence falls in bin b = floor(10 * conf)
+(11 bins, conf == 1 -> bin 10) with frequency freq[b]; the bin array S[b] gives how many top-ranked
+tokens are verified at that position (top-1 included, so S[b] - 1 expansion tokens). Only the top-1
+chain is extended: if the target's token at position i is the draft's top-1 the step goes on; if it
+is another of the top-S[b] it is accepted and the step ends (its logits give the bonus token).
+Inputs: freq (11,), topk_hit {K: (11,)} = P(target token within the draft's top K | bin), bins (..., 11).
+Positions are taken as independent with the same bin distribution.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from costmodel.leviathan import check_positive_int, check_probability
+
+N_BINS = 11
+
+
+def _hit_table(topk_hit) -> tuple[np.ndarray, np.ndarray]:
+    """{K: (11,)} -> (sorted K array, (n_K, 11) hit probabilities), checked non-decreasing in K."""
+    if not isinstance(topk_hit, dict) or not topk_hit:
+        raise ValueError("topk_hit must be a non-empty mapping {K: 11 probabilities}")
+    ks = np.array(sorted(int(k) for k in topk_hit))
+    check_positive_int("K of topk_hit", ks)
+    table = np.stack([check_probability(f"topk_hit[{k}]", topk_hit[k] if k in topk_hit else topk_hit[str(k)])
+                      for k in ks])
+    if table.shape[-1] != N_BINS:
+        raise ValueError(f"topk_hit rows must have {N_BINS} confidence bins, got {table.shape[-1]}")
+    if ks[0] != 1:
+        raise ValueError("topk_hit must include K = 1 (top-1 agreement per bin)")
+    return ks, table
+
+
+def _check_freq(freq) -> np.ndarray:
+    f = check_probability("bin frequency", freq)
+    if f.shape[-1] != N_BINS or abs(f.sum(axis=-1) - 1.0).max() > 1e-6:
+        raise ValueError(f"bin frequency must have {N_BINS} entries summing to 1")
+    return f
+
+
+def _check_bins(bins, ks) -> np.ndarray:
+    s = check_positive_int("CAPE bin array entry", bins)
+    if s.shape[-1] != N_BINS:
+        raise ValueError(f"a CAPE bin array has {N_BINS} entries (bins floor(10*conf)), got {s.shape[-1]}")
+    missing = sorted(set(np.unique(s).tolist()) - set(ks.tolist()))
+    if missing:
+        raise ValueError(f"topk_hit has no row for K = {', '.join(map(str, missing))} used by the bin array")
+    return s
+
+
+def cape_hit_rates(bins, freq, topk_hit):
+    """(h1, hS): P(top-1 hit) and P(hit within the bin array's top-S) at one position, per bin array."""
+    ks, table = _hit_table(topk_hit)
+    f = _check_freq(freq)
+    s = _check_bins(bins, ks)
+    row = np.searchsorted(ks, s)                       # (..., 11) row of table for each bin's S
+    hit_s = table[row, np.arange(N_BINS)]              # (..., 11) P(hit within top-S[b] | bin b)
+    return f @ table[0], np.sum(f * hit_s, axis=-1)
+
+
+def cape_expected_tokens(bins, freq, topk_hit, gamma):
+    """Expected tokens per step (bonus included): 1 + hS * sum_{i=1..gamma} h1^(i-1)."""
+    h1, hs = cape_hit_rates(bins, freq, topk_hit)
+    g = check_positive_int("gamma", gamma)
+    h1 = np.asarray(h1, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        series = np.where(h1 >= 1.0, g, -np.expm1(g * np.log1p(np.minimum(h1, 1.0) - 1.0)) / (1.0 - h1))
+    return 1.0 + hs * series
+
+
+def cape_verify_tokens(bins, freq, gamma):
+    """Expected candidate tokens sent to the target per step: gamma * E[S[bin]] (root token not counted)."""
+    f = _check_freq(freq)
+    s = check_positive_int("CAPE bin array entry", bins)
+    if s.shape[-1] != N_BINS:
+        raise ValueError(f"a CAPE bin array has {N_BINS} entries (bins floor(10*conf)), got {s.shape[-1]}")
+    return check_positive_int("gamma", gamma) * np.sum(f * s, axis=-1)
+
+
+def confidence_bin(confidence):
+    """Bin index floor(10 * conf) in 0..10 for confidences in [0, 1]."""
+    return np.minimum(np.floor(10.0 * check_probability("confidence", confidence)).astype(int), N_BINS - 1)
