@@ -73,24 +73,28 @@ def k_configurations(budget: int = DEFAULT_BUDGET, choices=MCSD_K_CHOICES, max_d
     return out
 
 
-def mcsd_space(budget: int = DEFAULT_BUDGET, max_depth: int = MCSD_MAX_DEPTH, replacement=(True, False)) -> pd.DataFrame:
+def mcsd_space(budget: int = DEFAULT_BUDGET, max_depth: int = MCSD_MAX_DEPTH, replacement=(True, False),
+               choices=MCSD_K_CHOICES) -> pd.DataFrame:
     """Multi-candidate trees: k-configurations up to `budget`, each with and without replacement.
 
-    Columns: `k` (tuple), `gamma` (depth), `budget` (prod k), `tree_tokens` (nodes of the tree,
+    Columns: `k` (text "4x2x1"; `parse_k_matrix` reads it back), `gamma` (depth), `budget` (prod k), `tree_tokens` (nodes of the tree,
     sum over depths of the running product), `monotone` (non-increasing k), `replacement`.
     """
-    ks = k_configurations(budget, max_depth=max_depth)
-    gamma = np.fromiter((len(k) for k in ks), dtype=np.int64, count=len(ks))
-    prod = np.fromiter((int(np.prod(k)) for k in ks), dtype=np.int64, count=len(ks))
-    nodes = np.fromiter((int(np.cumprod(k).sum()) for k in ks), dtype=np.int64, count=len(ks))
-    mono = np.fromiter((all(a >= b for a, b in zip(k, k[1:])) for k in ks), dtype=bool, count=len(ks))
+    ks = k_configurations(budget, choices=choices, max_depth=max_depth)
+    gamma = np.fromiter(map(len, ks), dtype=np.int64, count=len(ks))
+    kmat = k_matrix(ks, gamma)
+    used = np.arange(kmat.shape[1])[None, :] < gamma[:, None]
+    running = np.cumprod(kmat, axis=1)
+    prod = running[:, -1]
+    nodes = (running * used).sum(axis=1)
+    mono = np.all(np.diff(kmat, axis=1) <= 0, axis=1)   # padding with 1 never breaks the order
     labels = ["x".join(map(str, k)) for k in ks]
     frames = []
     for repl in replacement:
         frames.append(
             pd.DataFrame(
                 {
-                    "k": ks,
+                    "k": labels,
                     "gamma": gamma,
                     "budget": prod,
                     "tree_tokens": nodes,
@@ -101,6 +105,21 @@ def mcsd_space(budget: int = DEFAULT_BUDGET, max_depth: int = MCSD_MAX_DEPTH, re
             )
         )
     return pd.concat(frames, ignore_index=True)
+
+
+def k_matrix(ks: list[tuple[int, ...]], depth: np.ndarray | None = None) -> np.ndarray:
+    """(n, max depth) array of k-configurations, padded with 1 past each one's depth."""
+    depth = np.fromiter(map(len, ks), dtype=np.int64, count=len(ks)) if depth is None else np.asarray(depth)
+    matrix = np.ones((len(ks), int(depth.max()) if len(ks) else 0), dtype=np.int64)
+    for d in np.unique(depth):
+        rows = np.flatnonzero(depth == d)
+        matrix[rows, :d] = np.asarray([ks[i] for i in rows], dtype=np.int64).reshape(len(rows), d)
+    return matrix
+
+
+def parse_k_matrix(labels, depth=None) -> np.ndarray:
+    """k_matrix of "4x2x1"-style labels (as the mcsd space stores them)."""
+    return k_matrix([tuple(map(int, lab.split("x"))) for lab in labels], depth)
 
 
 def nonincreasing_arrays(length: int = CAPE_BINS, values=CAPE_VALUES) -> np.ndarray:
@@ -168,12 +187,13 @@ def kangaroo_space(exit_layers=(2,), steps=KANGAROO_STEPS, etas=KANGAROO_ETA) ->
 def coral_space(groups=CORAL_GROUPS, top_n=CORAL_TOP_N, depths=CORAL_DEPTHS) -> pd.DataFrame:
     """CORAL/EAGLE feature drafter with an LM-head router: groups N, top-n, chain depth.
 
-    N = 0 stands for "no router" (the full LM head), as the "N/A" row of CORAL Table 4.
+    Column `groups` is the paper's N; groups = 0 stands for "no router" (the full LM head), as the
+    "N/A" row of CORAL Table 4. Column names follow `simulator.methods` configs.
     """
     pairs = [(0, 0)] + [(n, t) for n in groups for t in top_n if t <= n // 2]
     rows = [(n, t, d) for (n, t) in pairs for d in depths]
-    frame = pd.DataFrame(rows, columns=["N", "top_n", "gamma"])
-    frame["active_fraction"] = np.where(frame.N > 0, frame.top_n / frame.N.clip(lower=1), 1.0)
+    frame = pd.DataFrame(rows, columns=["groups", "top_n", "gamma"])
+    frame["active_fraction"] = np.where(frame.groups > 0, frame.top_n / frame.groups.clip(lower=1), 1.0)
     frame["config"] = [
         (f"N={n} top-{t} gamma={d}" if n else f"no router gamma={d}") for n, t, d in rows
     ]

@@ -21,6 +21,7 @@ def test_k_configurations_match_brute_force(budget, depth):
         if math.prod(k) <= budget
     ]
     assert len(got) == len(set(got))
+    assert [tuple(r[: len(k)]) for r, k in zip(spaces.k_matrix(got), got)] == got
     assert set(got) == set(brute)
 
 
@@ -29,7 +30,7 @@ def test_mcsd_space_columns_and_both_replacement_modes():
     assert set(frame.replacement) == {True, False}
     assert (frame.budget <= 16).all()
     row = frame[frame.config == "4x2 w/ repl"].iloc[0]
-    assert row.k == (4, 2) and row.gamma == 2 and row.budget == 8 and row.tree_tokens == 4 + 8 and row.monotone
+    assert row.k == "4x2" and row.gamma == 2 and row.budget == 8 and row.tree_tokens == 4 + 8 and row.monotone
     assert not frame[frame.config == "2x4 w/o repl"].iloc[0].monotone
     with pytest.raises(InputError, match="budget"):
         spaces.mcsd_space(budget=0)
@@ -52,8 +53,8 @@ def test_lookahead_kangaroo_coral_spaces():
     ka = spaces.kangaroo_space(exit_layers=(2, 3))
     assert len(ka) == 2 * len(spaces.KANGAROO_STEPS) * len(spaces.KANGAROO_ETA)
     co = spaces.coral_space()
-    assert (co.top_n <= co.N // 2).all()
-    assert ((co.N == 16) & (co.top_n == 2)).any() and (co.N == 0).any()
+    assert (co.top_n <= co.groups // 2).all()
+    assert ((co.groups == 16) & (co.top_n == 2)).any() and (co.groups == 0).any()
 
 
 def test_parse_methods():

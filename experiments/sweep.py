@@ -1,0 +1,243 @@
+"""The main job: search every method's configuration space on one or more Profiles.
+
+    python -m experiments.sweep                       # every bundled profile, every method
+    python -m experiments.sweep --profile mine.json --methods sd,mcsd --batch 4 --hardware H100
+
+Steps: load the profiles (default: every `data/profiles/*.json`), move their latency models to
+`--hardware` if asked (`experiments.scoring.retarget`), enumerate each method's space
+(`experiments.spaces`), cut it into chunks and hand the chunks to the executor (local processes
+or Dask, `experiments.executor`), which scores them with the closed forms or, given a TokenTrace,
+exact greedy replay (`experiments.scoring`). The best few configurations per (profile, method)
+are then re-scored in the discrete-event simulator with several seeds, for their spread.
+Outputs (`experiments.report`): ranked tables, best configurations, the papers' choices beside
+the sweep's, plots and a markdown report in `--out`; a short table on stdout.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from calibrate.profile import Profile
+from experiments import scoring, spaces
+from experiments.executor import EXECUTORS, make_executor
+from traces.errors import InputError, cli_entry
+
+BUNDLED_PROFILES = Path(__file__).resolve().parents[1] / "data" / "profiles"
+CHUNK_ROWS = 25_000          # configurations per executor task
+
+
+@dataclass
+class SweepOptions:
+    methods: list[str] = field(default_factory=lambda: list(spaces.METHODS))
+    temperature: float = 0.0
+    batch: int = 1
+    hardware: str | None = None
+    budget: int = spaces.DEFAULT_BUDGET
+    ctx_len: int = 512
+    seed: int = 0
+    rescore: int = 3          # best configurations per (profile, method) re-scored in the simulator
+    sim_tokens: int = 512     # tokens generated per simulated run
+    sim_repeats: int = 8      # seeded simulated runs per configuration
+    token_trace: str | None = None
+
+
+@dataclass
+class SweepResult:
+    tables: dict[str, pd.DataFrame]
+    best: pd.DataFrame
+    paper_choices: pd.DataFrame | None
+    options: dict[str, Any]
+    timings: dict[str, float]
+    skipped: list[str]
+    profile_names: list[str]
+
+
+def bundled_profile_paths() -> list[Path]:
+    return sorted(BUNDLED_PROFILES.glob("*.json"))
+
+
+def load_profiles(paths: list[str] | None) -> list[Profile]:
+    """The user's profile files, or every bundled one; InputError when there are none."""
+    if paths:
+        return [Profile.load(p) for p in paths]
+    found = bundled_profile_paths()
+    if not found:
+        raise InputError(f"no bundled profiles in {BUNDLED_PROFILES}; pass --profile FILE")
+    return [Profile.load(p) for p in found]
+
+
+def _chunks(frame: pd.DataFrame, rows: int) -> list[pd.DataFrame]:
+    return [frame.iloc[i:i + rows].reset_index(drop=True) for i in range(0, len(frame), rows)] or [frame]
+
+
+def _space(method: str, opts: SweepOptions, profile: Profile) -> pd.DataFrame:
+    if method == "mcsd":
+        choices, modes = scoring.mcsd_choices(profile, scoring.Setting(temperature=opts.temperature))
+        space = spaces.mcsd_space(budget=opts.budget, replacement=modes, choices=choices)
+        if opts.token_trace:   # exact replay costs a pass over the trace per configuration: keep MCSD's
+            space = space[space.monotone].reset_index(drop=True)   # monotonic rule (non-increasing k)
+        return space
+    if method == "kangaroo":
+        return spaces.kangaroo_space(exit_layers=scoring.kangaroo_exit_layers(profile))
+    return spaces.SPACES[method]()
+
+
+def run_sweep(profiles: list[Profile], opts: SweepOptions, executor) -> SweepResult:
+    """Score every configuration of every method on every profile; re-score the best in the simulator."""
+    timings: dict[str, float] = {}
+    skipped: list[str] = []
+    setting = scoring.Setting(temperature=opts.temperature, batch=opts.batch, ctx_len=opts.ctx_len,
+                              token_trace=opts.token_trace)
+    t0 = time.perf_counter()
+    profiles = [scoring.retarget(p, opts.hardware) for p in profiles] if opts.hardware else profiles
+    tasks: list[scoring.ScoreTask] = []
+    for profile in profiles:
+        for method in opts.methods:
+            reason = scoring.not_applicable(profile, method, setting)
+            if reason:
+                skipped.append(f"{method} on {profile.name}: {reason}")
+                continue
+            space = _space(method, opts, profile)
+            tasks += [scoring.ScoreTask(profile.to_dict(), method, chunk, setting) for chunk in _chunks(space, CHUNK_ROWS)]
+    if not tasks:
+        raise InputError("no (profile, method) pair can be scored: " + "; ".join(skipped[:3]))
+    scored = executor.map(scoring.score_task, tasks, desc="scoring configurations")
+    tables = _rank(scored)
+    timings["score"] = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    best = _top(tables, opts.rescore)
+    sim_tasks = [
+        scoring.SimTask(next(p.to_dict() for p in profiles if p.name == row["profile"]), row["method"],
+                        _config_of(row), setting, opts.seed + i, opts.sim_tokens, opts.sim_repeats)
+        for i, row in enumerate(best.to_dict("records"))
+    ]
+    sims = executor.map(scoring.simulate_task, sim_tasks, desc="simulating the best") if sim_tasks else []
+    if sims:
+        best = pd.concat([best.reset_index(drop=True), pd.DataFrame(sims)], axis=1)
+    best_one = best.sort_values("speedup", ascending=False).groupby(["profile", "method"], sort=False).head(1)
+    timings["simulate"] = time.perf_counter() - t1
+    choices = scoring.paper_choices(tables, best)
+    return SweepResult(tables=tables, best=best_one.reset_index(drop=True), paper_choices=choices,
+                       options=asdict(opts), timings=timings, skipped=skipped,
+                       profile_names=[p.name for p in profiles])
+
+
+def _rank(scored: list[pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """Concatenate the chunks per method; rank by predicted speedup within each profile."""
+    by_method: dict[str, list[pd.DataFrame]] = {}
+    for frame in scored:
+        by_method.setdefault(str(frame["method"].iloc[0]), []).append(frame)
+    tables = {}
+    for method in spaces.METHODS:
+        if method not in by_method:
+            continue
+        frame = pd.concat(by_method[method], ignore_index=True)
+        frame = frame.sort_values(["profile", "speedup"], ascending=[True, False], kind="stable")
+        frame["rank"] = frame.groupby("profile").cumcount() + 1
+        tables[method] = frame.reset_index(drop=True)
+    return tables
+
+
+def _top(tables: dict[str, pd.DataFrame], n: int) -> pd.DataFrame:
+    rows = [frame.groupby("profile").head(n) for frame in tables.values()]
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+
+
+def _config_of(row: dict[str, Any]) -> dict[str, Any]:
+    """The hyperparameters of a scored row (every column the method's space defines)."""
+    keys = scoring.CONFIG_KEYS[row["method"]]
+    return {k: (tuple(row[k]) if isinstance(row[k], (tuple, list, np.ndarray)) else row[k]) for k in keys}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m experiments.sweep",
+        description="Search every speculative-decoding method's configurations on one or more profiles, "
+                    "rank them by predicted speedup, re-score the best in the simulator and write a report.",
+    )
+    p.add_argument("--profile", action="append", metavar="FILE",
+                   help="a Profile JSON (calibrate.profile); repeat for several. Default: every bundled "
+                        f"profile in {BUNDLED_PROFILES.relative_to(BUNDLED_PROFILES.parents[1])}/")
+    p.add_argument("--methods", default="all",
+                   help=f"comma-separated methods to search, or 'all' (default). Known: {', '.join(spaces.METHODS)}")
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="sampling temperature; picks each profile's acceptance model recorded at it (default 0)")
+    p.add_argument("--batch", type=int, default=1,
+                   help="sequences decoded together; the verify forward's cost grows with batch x tokens (default 1)")
+    p.add_argument("--hardware", default=None,
+                   help="move every roofline latency model to this GPU (e.g. H100, A100-80G) keeping its fitted "
+                        "efficiencies; default: the hardware each profile was measured on")
+    p.add_argument("--budget", type=int, default=spaces.DEFAULT_BUDGET,
+                   help="largest product of a k-configuration k1 x ... x kg searched for mcsd (default 64)")
+    p.add_argument("--ctx-len", type=int, default=512,
+                   help="context length (prompt + generated tokens) at which forwards are costed (default 512)")
+    p.add_argument("--token-trace", default=None, metavar="PARQUET",
+                   help="a TokenTrace (traces.schema) of the profile's drafter: sd, mcsd, cape and kangaroo are then "
+                        "scored by exact greedy replay of it instead of the closed forms (temperature 0 only)")
+    p.add_argument("--rescore", type=int, default=3,
+                   help="best configurations per (profile, method) re-scored in the simulator (default 3; 0 = none)")
+    p.add_argument("--sim-tokens", type=int, default=512, help="tokens generated per simulated run (default 512)")
+    p.add_argument("--sim-repeats", type=int, default=8,
+                   help="seeded simulated runs per configuration, for the spread (default 8)")
+    p.add_argument("--out", default="out/sweep", help="output directory (default out/sweep)")
+    p.add_argument("--seed", type=int, default=0, help="seed of every random choice, the simulator's included (default 0)")
+    p.add_argument("--executor", choices=EXECUTORS, default="local",
+                   help="where evaluations run: local processes (default) or a Dask cluster (needs the 'cluster' extra)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="worker processes (local) or local Dask workers; default: one per CPU core")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="with --executor dask: address of a running Dask scheduler (tcp://host:8786); "
+                        "default: start a local cluster")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    return p
+
+
+def options_from_args(args: argparse.Namespace) -> SweepOptions:
+    for name in ("batch", "budget", "sim_tokens", "sim_repeats"):
+        if getattr(args, name) < 1:
+            raise InputError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.rescore < 0 or args.ctx_len < 0:
+        raise InputError("--rescore and --ctx-len must be >= 0")
+    if not (0.0 <= args.temperature <= 10.0):
+        raise InputError(f"--temperature must lie in [0, 10], got {args.temperature}")
+    if args.hardware:
+        scoring.check_hardware(args.hardware)
+    return SweepOptions(methods=spaces.parse_methods(args.methods), temperature=args.temperature, batch=args.batch,
+                        hardware=args.hardware, budget=args.budget, ctx_len=args.ctx_len, seed=args.seed,
+                        rescore=args.rescore, sim_tokens=args.sim_tokens, sim_repeats=args.sim_repeats,
+                        token_trace=args.token_trace)
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    from experiments.report import stdout_table, write_outputs
+
+    args = build_parser().parse_args(argv)
+    opts = options_from_args(args)
+    profiles = load_profiles(args.profile)
+    started = time.perf_counter()
+    with make_executor(args.executor, workers=args.workers, address=args.scheduler,
+                       progress=not args.no_progress) as executor:
+        result = run_sweep(profiles, opts, executor)
+    t = time.perf_counter()
+    written = write_outputs(result, Path(args.out))
+    result.timings["write"] = time.perf_counter() - t
+    n = sum(len(f) for f in result.tables.values())
+    print(stdout_table(result))
+    for line in result.skipped:
+        print(f"skipped: {line}", file=sys.stderr)
+    print(f"\n{n} configurations on {len(profiles)} profile(s) in {time.perf_counter() - started:.1f} s; "
+          f"report: {written['report']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
