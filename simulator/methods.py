@@ -24,6 +24,7 @@ import numpy as np
 from calibrate.profile import Profile
 from simulator import acceptance as acc
 from traces.errors import InputError
+from traces.replay import parse_k_config
 
 METHODS = ("ar", "sd", "mcsd", "cape", "glide", "lookahead", "kangaroo", "coral")
 # drafter kind each method looks for when the config names no drafter
@@ -78,17 +79,6 @@ def parse_config(config: Mapping | str | None) -> dict[str, Any]:
     if not isinstance(config, Mapping):
         raise InputError("method config must be a JSON object")
     return dict(config)
-
-
-def parse_k_config(value) -> list[int]:
-    """'4x2x1' or [4, 2, 1] -> [4, 2, 1]."""
-    try:
-        ks = [int(v) for v in (value.lower().split("x") if isinstance(value, str) else value)]
-    except (TypeError, ValueError):
-        raise InputError(f"mcsd k-configuration {value!r} is not like '4x2x1'") from None
-    if not ks or any(k < 1 for k in ks):
-        raise InputError(f"mcsd k-configuration {value!r} needs at least one level, each k >= 1")
-    return ks
 
 
 def _int(config: dict, key: str, default: int | None = None, low: int = 0) -> int:

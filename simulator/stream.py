@@ -105,6 +105,8 @@ def simulate_stream(profile, method: str, config: Mapping | str | None = None, n
     costs = step_costs_for(profile, step, latencies, parallel)
     if draws is None:
         draws = draw_stream(step.sampler, np.random.default_rng(seed), int(n_tokens) - 1)
+    elif int(draws.accepted.sum()) != int(n_tokens) - 1:
+        raise InputError(f"the given draws commit {int(draws.accepted.sum())} tokens; n_tokens - 1 = {int(n_tokens) - 1}")
     if engine == "fast":
         table = time_steps_fast(costs, draws, prompt_len)
         decode_s = float((table["draft_s"] + table["verify_s"] + table["overhead_s"]).sum())
