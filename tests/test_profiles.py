@@ -1,0 +1,143 @@
+"""The bundled default Profiles (data/profiles): load, agree with their builder, reproduce the papers' ratios."""
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from calibrate import paper_profiles
+from calibrate.profile import Profile
+from costmodel import papers
+from traces.errors import InputError
+
+BUNDLED = sorted(paper_profiles.DEFAULT_OUT.glob("*.json"))
+
+
+def _load(name: str) -> Profile:
+    return Profile.load(paper_profiles.DEFAULT_OUT / f"{name}.json")
+
+
+def test_the_required_profiles_are_bundled():
+    names = {p.stem for p in BUNDLED}
+    for required in ("mcsd-vicuna-13b-a6000", "glide-vicuna-7b-h800", "lookahead-llama-2-7b-a100",
+                     "kangaroo-vicuna-7b-v100", "coral-llama-3-8b-a6000", "coral-qwen2.5-7b-a6000"):
+        assert required in names
+
+
+@pytest.mark.parametrize("path", BUNDLED, ids=lambda p: p.stem)
+def test_every_bundled_profile_loads_and_is_usable(path):
+    profile = Profile.load(path)
+    assert profile.provenance["sources"] and profile.provenance["assumptions"]
+    for model in profile.latency:
+        seconds = profile.latency_model(model).predict(np.array([1, 8, 64]), 512, 1)
+        assert np.all(seconds > 0) and np.all(np.diff(seconds) >= 0)
+    for name, drafter in profile.drafters.items():
+        if "model" in drafter:
+            assert drafter["model"] in profile.latency, f"{name}: no latency model for {drafter['model']}"
+    for key in profile.acceptance:
+        model = profile.acceptance_model(key)
+        assert 0 < model.alpha < 1 and model.source
+        assert model.drafter in profile.drafters
+
+
+def test_bundled_profiles_match_their_builder(tmp_path):
+    """Rebuilding from costmodel.papers gives the same files (the commit stamp aside)."""
+    written = paper_profiles.build_all(tmp_path)
+    assert sorted(p.name for p in written) == sorted(p.name for p in BUNDLED)
+    for path in written:
+        fresh, bundled = json.loads(path.read_text()), json.loads((paper_profiles.DEFAULT_OUT / path.name).read_text())
+        fresh["provenance"].pop("commit"), bundled["provenance"].pop("commit")
+        assert fresh == bundled, f"{path.name} is stale: run python -m calibrate.paper_profiles"
+
+
+def test_glide_profiles_reproduce_table_4_and_table_1_costs():
+    t1, t4 = papers.table("glide", "1"), papers.table("glide", "4")
+    for arch, label in paper_profiles.GLIDE_TARGETS.items():
+        profile = _load(f"glide-{arch}-h800")
+        target = float(profile.latency_model(arch).predict(1, paper_profiles.CTX_REF))
+        assert 1.0 / target == pytest.approx(t4["1"][f"{label} Only"], rel=0.06)
+        for draft, draft_label in paper_profiles.GLIDE_DRAFTS.items():
+            model = profile.drafter(draft)["model"]
+            ratio = float(profile.latency_model(model).predict(1, paper_profiles.CTX_REF)) / target
+            assert ratio == pytest.approx(t1[f"{label} / {draft_label}"]["cost"] / 100, rel=1e-6)
+
+
+def test_coral_profiles_reproduce_table_1_latencies():
+    t1 = papers.table("coral", "1")
+    for arch, (_, row) in paper_profiles.CORAL_TARGETS.items():
+        profile = _load(f"coral-{arch}-a6000")
+        assert float(profile.latency_model(arch).predict(1, 0)) * 1e3 == pytest.approx(t1[row]["L_t"], rel=0.02)
+        assert float(profile.latency_model(f"eagle-{arch}").predict(1, paper_profiles.CTX_REF)) * 1e3 == \
+            pytest.approx(t1[row]["L_d"], rel=1e-6)
+        router = float(profile.latency_model(f"coral-router-{arch}").predict(1, paper_profiles.CTX_REF))
+        assert router * 1e3 < t1[row]["L_d"]          # the router reads 2/16 of the LM head
+
+
+def test_lookahead_profile_reproduces_table_3_step_cost_ratios():
+    from costmodel.lookahead import input_tokens_per_step
+
+    profile = _load("lookahead-llama-2-7b-a100")
+    model = profile.latency_model("llama-2-7b")
+    t3 = papers.table("lookahead", "3")
+    for row in ("(5) 5,1,30", "(7) 5,30,1", "(8) 5,15,15"):
+        tokens = int(input_tokens_per_step(t3[row]["N"], t3[row]["W"], t3[row]["G"])) + 1
+        ratio = float(model.predict(tokens, paper_profiles.CTX_REF) / model.predict(1, paper_profiles.CTX_REF))
+        # rows (5) and (7) feed the same 124 tokens yet their S/speedup differ by 3.2%: 4% is the paper's own spread
+        assert ratio == pytest.approx(t3[row]["S"] / t3[row]["speedup"], rel=0.04), row
+    accept = profile.acceptance_model("lookahead/mt-bench")
+    assert (accept.lookahead.alpha, accept.lookahead.f) == (0.425, 3.106)
+
+
+def test_mcsd_profiles_carry_table_7_alpha_at_k():
+    profile = _load("mcsd-vicuna-13b-a6000")
+    model = profile.acceptance_model("llama-68m/alpaca/T0")
+    assert model.alpha_at_k == {1: 0.49, 4: 0.67}
+    assumed = _load("mcsd-vicuna-33b-a6000").acceptance_model("llama-68m/alpaca/T0")
+    assert "ASSUMED" in assumed.source and assumed.alpha_at(4) == pytest.approx(0.52 + 0.67 - 0.49)
+
+
+def test_assumed_conf_bins_match_the_alpha_they_stand_for():
+    from calibrate.acceptance import AcceptanceModel
+
+    bins = paper_profiles.assumed_conf_bins(0.65, paper_profiles.mcsd_rank_ratio())
+    model = AcceptanceModel.from_dict({"alpha": 0.65, "conf_bins": bins})
+    top1 = float(np.dot(model.conf_bins.freq, model.conf_bins.hit(1)))
+    assert top1 == pytest.approx(0.65, abs=0.01)
+    assert np.all(np.diff(model.conf_bins.table(), axis=0) >= 0)    # top-K hit grows with K
+
+
+# ---- the Profile contract's validation ----------------------------------------------------------------
+def _raw():
+    return json.loads(BUNDLED[0].read_text())
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda d: d.update(schema_version=2), "schema version 2 is not the supported 1"),
+    (lambda d: d.pop("latency"), "missing field 'latency'"),
+    (lambda d: d.pop("target"), "missing field 'target'"),
+    (lambda d: d.update(target="nope"), "target 'nope' is not among"),
+    (lambda d: next(iter(d["acceptance"].values())).update(alpha=1.5), "alpha 1.5 outside"),
+    (lambda d: next(iter(d["latency"].values())).pop("params"), "needs 'kind' and 'params'"),
+])
+def test_bad_profiles_fail_with_one_line_naming_the_problem(edit, message, tmp_path):
+    raw = _raw()
+    edit(raw)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(InputError, match=message) as info:
+        Profile.load(path)
+    assert "\n" not in str(info.value)
+
+
+def test_bad_nested_entries_fail_on_access():
+    raw = _raw()
+    key = next(iter(raw["acceptance"]))
+    raw["acceptance"][key]["alpha_at_k"] = {"1": 0.5, "2": 7}
+    model = next(iter(raw["latency"]))
+    raw["latency"][model]["params"].pop("hardware")
+    profile = Profile.from_dict(copy.deepcopy(raw))
+    with pytest.raises(InputError, match=r"alpha_at_k\[2\] = 7"):
+        profile.acceptance_model(key)
+    with pytest.raises(InputError, match="missing parameter 'hardware'"):
+        profile.latency_model(model)
