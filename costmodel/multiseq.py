@@ -20,12 +20,14 @@ def expected_tokens_multiseq(alpha, gamma, b):
     a = check_probability("alpha", alpha)
     g = check_positive_int("gamma", gamma)
     n_seq = check_positive_int("b", b)
-    a, g, n_seq = np.broadcast_arrays(a, g, n_seq)
-    g_max = int(g.max()) if g.size else 1
-    total = np.zeros(a.shape)
-    power = np.ones(a.shape)
-    for i in range(1, g_max + 1):
-        power = power * a
-        miss_all = (1.0 - power) ** n_seq
-        total += np.where(i <= g, miss_all, 0.0)
-    return (g + 1.0) - total
+    shape = np.broadcast_shapes(a.shape, g.shape, n_seq.shape)
+    a_flat, g_flat, b_flat = (np.broadcast_to(x, shape).ravel() for x in (a, g, n_seq.astype(float)))
+    total = np.zeros(a_flat.shape)
+    power = np.ones(a_flat.shape)
+    with np.errstate(divide="ignore"):
+        for i in range(1, int(g_flat.max(initial=1)) + 1):
+            power *= a_flat
+            miss_all = np.exp(b_flat * np.log1p(-power))   # (1 - alpha^i)^b; exactly 0 when alpha = 1
+            miss_all *= g_flat >= i
+            total += miss_all
+    return ((g_flat + 1.0) - total).reshape(shape)
