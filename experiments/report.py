@@ -22,7 +22,8 @@ import pandas as pd
 from experiments.plots import PLOTTERS
 from traces import atomic
 
-SHOWN_COLUMNS = ["profile", "method", "config", "speedup", "tokens_per_step", "verified_per_step", "draft_cost"]
+SHOWN_COLUMNS = ["profile", "method", "drafter", "dataset", "config", "speedup", "tokens_per_step",
+                 "verified_per_step", "draft_cost"]
 
 
 def _fmt_table(frame: pd.DataFrame, columns: list[str], floatfmt: str = ".3g") -> str:
@@ -88,7 +89,7 @@ def markdown_report(result: Any, written: dict[str, Path], out_dir: Path) -> str
         "# specsim sweep",
         "",
         f"Profiles: {', '.join(result.profile_names)}. Methods: {', '.join(result.tables)}. "
-        f"Temperature {opts['temperature']}, batch {opts['batch']}, hardware {opts['hardware'] or 'as profiled'}, "
+        f"Temperature {'lowest recorded per profile' if opts['temperature'] is None else opts['temperature']}, batch {opts['batch']}, hardware {opts['hardware'] or 'as profiled'}, "
         f"k-configuration budget {opts['budget']}, seed {opts['seed']}.",
         f"{sum(len(t) for t in result.tables.values())} configurations scored by the closed forms in "
         f"{result.timings.get('score', 0):.2f} s; the best {opts['rescore']} per method and profile re-scored "
@@ -131,7 +132,8 @@ def markdown_report(result: Any, written: dict[str, Path], out_dir: Path) -> str
 def stdout_table(result: Any) -> str:
     """The short table printed at the end of a sweep: best configuration per method and profile."""
     best = result.best.sort_values(["profile", "speedup"], ascending=[True, False])
-    cols = [c for c in ["profile", "method", "config", "speedup", "tokens_per_step", "sim_speedup"] if c in best]
+    cols = [c for c in ["profile", "method", "drafter", "config", "speedup", "tokens_per_step", "sim_speedup"]
+            if c in best]
     view = best[cols].copy()
     view["profile"] = view.profile.str.slice(0, 40)
     return view.to_string(index=False, float_format=lambda v: f"{v:.2f}")

@@ -158,8 +158,11 @@ def _bin_char(v: int) -> str:
     return str(v) if v < 10 else chr(ord("a") + v - 10)
 
 
-def lookahead_space(windows=LOOKAHEAD_W, ngrams=LOOKAHEAD_N, prompt_ngrams=(False, True)) -> pd.DataFrame:
-    """Lookahead decoding: window W, n-gram size N, verification branch G, prompt n-grams."""
+def lookahead_space(windows=LOOKAHEAD_W, ngrams=LOOKAHEAD_N, prompt_ngrams=(False,)) -> pd.DataFrame:
+    """Lookahead decoding: window W, n-gram size N, verification branch G, prompt n-grams.
+
+    Prompt-as-reference n-grams default to off only: `costmodel.lookahead` does not model them
+    (pass prompt_ngrams=(False, True) for a scorer that does)."""
     rows = []
     for w, n, use_prompt in itertools.product(windows, ngrams, prompt_ngrams):
         for g in sorted({1, max(1, w // 2), w, 2 * w}):
@@ -184,18 +187,27 @@ def kangaroo_space(exit_layers=(2,), steps=KANGAROO_STEPS, etas=KANGAROO_ETA) ->
     return frame
 
 
-def coral_space(groups=CORAL_GROUPS, top_n=CORAL_TOP_N, depths=CORAL_DEPTHS) -> pd.DataFrame:
+def coral_space(groups=CORAL_GROUPS, top_n=CORAL_TOP_N, depths=CORAL_DEPTHS, pairs=None,
+                built_in: tuple[int, int] | None = None) -> pd.DataFrame:
     """CORAL/EAGLE feature drafter with an LM-head router: groups N, top-n, chain depth.
 
     Column `groups` is the paper's N; groups = 0 stands for "no router" (the full LM head), as the
-    "N/A" row of CORAL Table 4. Column names follow `simulator.methods` configs.
+    "N/A" row of CORAL Table 4. Column names follow `simulator.methods` configs. `pairs` restricts
+    the (groups, top_n) grid (e.g. to those with a recorded router recall); `built_in` marks a
+    drafter whose own head already routes (its (groups, top_n) is then the only one).
     """
-    pairs = [(0, 0)] + [(n, t) for n in groups for t in top_n if t <= n // 2]
+    if built_in is not None:
+        pairs = [tuple(built_in)]
+    else:
+        grid = [(n, t) for n in groups for t in top_n if t <= n // 2]
+        pairs = [(0, 0)] + [p for p in grid if pairs is None or tuple(p) in set(map(tuple, pairs))]
     rows = [(n, t, d) for (n, t) in pairs for d in depths]
     frame = pd.DataFrame(rows, columns=["groups", "top_n", "gamma"])
+    frame["router_built_in"] = built_in is not None
     frame["active_fraction"] = np.where(frame.groups > 0, frame.top_n / frame.groups.clip(lower=1), 1.0)
     frame["config"] = [
-        (f"N={n} top-{t} gamma={d}" if n else f"no router gamma={d}") for n, t, d in rows
+        (f"N={n} top-{t}{' (drafter)' if built_in else ''} gamma={d}" if n else f"no router gamma={d}")
+        for n, t, d in rows
     ]
     return frame
 

@@ -36,7 +36,8 @@ CHUNK_ROWS = 25_000          # configurations per executor task
 @dataclass
 class SweepOptions:
     methods: list[str] = field(default_factory=lambda: list(spaces.METHODS))
-    temperature: float = 0.0
+    temperature: float | None = None
+    dataset: str | None = None
     batch: int = 1
     hardware: str | None = None
     budget: int = spaces.DEFAULT_BUDGET
@@ -77,15 +78,19 @@ def _chunks(frame: pd.DataFrame, rows: int) -> list[pd.DataFrame]:
     return [frame.iloc[i:i + rows].reset_index(drop=True) for i in range(0, len(frame), rows)] or [frame]
 
 
-def _space(method: str, opts: SweepOptions, profile: Profile) -> pd.DataFrame:
+def _space(method: str, opts: SweepOptions, profile: Profile, base: dict[str, Any]) -> pd.DataFrame:
+    """The method's search space on this profile and drafter (what the profile can score)."""
     if method == "mcsd":
-        choices, modes = scoring.mcsd_choices(profile, scoring.Setting(temperature=opts.temperature))
-        space = spaces.mcsd_space(budget=opts.budget, replacement=modes, choices=choices)
+        space = spaces.mcsd_space(budget=opts.budget, replacement=scoring.mcsd_modes(profile, base))
         if opts.token_trace:   # exact replay costs a pass over the trace per configuration: keep MCSD's
             space = space[space.monotone].reset_index(drop=True)   # monotonic rule (non-increasing k)
         return space
+    if method == "cape":
+        return spaces.cape_space(values=scoring.cape_values(profile, base))
     if method == "kangaroo":
-        return spaces.kangaroo_space(exit_layers=scoring.kangaroo_exit_layers(profile))
+        return spaces.kangaroo_space(**scoring.kangaroo_space_args(profile, base))
+    if method == "coral":
+        return spaces.coral_space(**scoring.coral_space_args(profile, base))
     return spaces.SPACES[method]()
 
 
@@ -94,7 +99,7 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor) -> SweepRes
     timings: dict[str, float] = {}
     skipped: list[str] = []
     setting = scoring.Setting(temperature=opts.temperature, batch=opts.batch, ctx_len=opts.ctx_len,
-                              token_trace=opts.token_trace)
+                              dataset=opts.dataset, token_trace=opts.token_trace)
     t0 = time.perf_counter()
     profiles = [scoring.retarget(p, opts.hardware) for p in profiles] if opts.hardware else profiles
     tasks: list[scoring.ScoreTask] = []
@@ -104,8 +109,10 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor) -> SweepRes
             if reason:
                 skipped.append(f"{method} on {profile.name}: {reason}")
                 continue
-            space = _space(method, opts, profile)
-            tasks += [scoring.ScoreTask(profile.to_dict(), method, chunk, setting) for chunk in _chunks(space, CHUNK_ROWS)]
+            raw = profile.to_dict()
+            for base in scoring.setups(profile, method, setting)[0]:
+                space = _space(method, opts, profile, base)
+                tasks += [scoring.ScoreTask(raw, method, base, chunk, setting) for chunk in _chunks(space, CHUNK_ROWS)]
     if not tasks:
         raise InputError("no (profile, method) pair can be scored: " + "; ".join(skipped[:3]))
     scored = executor.map(scoring.score_task, tasks, desc="scoring configurations")
@@ -114,9 +121,10 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor) -> SweepRes
 
     t1 = time.perf_counter()
     best = _top(tables, opts.rescore)
+    by_name = {p.name: p.to_dict() for p in profiles}
     sim_tasks = [
-        scoring.SimTask(next(p.to_dict() for p in profiles if p.name == row["profile"]), row["method"],
-                        _config_of(row), setting, opts.seed + i, opts.sim_tokens, opts.sim_repeats)
+        scoring.SimTask(by_name[row["profile"]], row["method"], scoring.sim_config(row["method"], row), setting,
+                        opts.seed + i, opts.sim_tokens, opts.sim_repeats)
         for i, row in enumerate(best.to_dict("records"))
     ]
     sims = executor.map(scoring.simulate_task, sim_tasks, desc="simulating the best") if sim_tasks else []
@@ -151,12 +159,6 @@ def _top(tables: dict[str, pd.DataFrame], n: int) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
 
-def _config_of(row: dict[str, Any]) -> dict[str, Any]:
-    """The hyperparameters of a scored row (every column the method's space defines)."""
-    keys = scoring.CONFIG_KEYS[row["method"]]
-    return {k: (tuple(row[k]) if isinstance(row[k], (tuple, list, np.ndarray)) else row[k]) for k in keys}
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m experiments.sweep",
@@ -168,8 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
                         f"profile in {BUNDLED_PROFILES.relative_to(BUNDLED_PROFILES.parents[1])}/")
     p.add_argument("--methods", default="all",
                    help=f"comma-separated methods to search, or 'all' (default). Known: {', '.join(spaces.METHODS)}")
-    p.add_argument("--temperature", type=float, default=0.0,
-                   help="sampling temperature; picks each profile's acceptance model recorded at it (default 0)")
+    p.add_argument("--temperature", type=float, default=None,
+                   help="sampling temperature: scores each profile's acceptance models recorded at it "
+                        "(default: each profile's lowest recorded temperature, 0 where recorded)")
+    p.add_argument("--dataset", default=None,
+                   help="acceptance models of this dataset only (e.g. mt-bench, alpaca); default: MT-Bench where "
+                        "a drafter has it, else its first listed dataset")
     p.add_argument("--batch", type=int, default=1,
                    help="sequences decoded together; the verify forward's cost grows with batch x tokens (default 1)")
     p.add_argument("--hardware", default=None,
@@ -206,11 +212,12 @@ def options_from_args(args: argparse.Namespace) -> SweepOptions:
             raise InputError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if args.rescore < 0 or args.ctx_len < 0:
         raise InputError("--rescore and --ctx-len must be >= 0")
-    if not (0.0 <= args.temperature <= 10.0):
+    if args.temperature is not None and not (0.0 <= args.temperature <= 10.0):
         raise InputError(f"--temperature must lie in [0, 10], got {args.temperature}")
     if args.hardware:
         scoring.check_hardware(args.hardware)
-    return SweepOptions(methods=spaces.parse_methods(args.methods), temperature=args.temperature, batch=args.batch,
+    return SweepOptions(methods=spaces.parse_methods(args.methods), temperature=args.temperature,
+                        dataset=args.dataset, batch=args.batch,
                         hardware=args.hardware, budget=args.budget, ctx_len=args.ctx_len, seed=args.seed,
                         rescore=args.rescore, sim_tokens=args.sim_tokens, sim_repeats=args.sim_repeats,
                         token_trace=args.token_trace)
@@ -232,8 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     result.timings["write"] = time.perf_counter() - t
     n = sum(len(f) for f in result.tables.values())
     print(stdout_table(result))
-    for line in result.skipped:
-        print(f"skipped: {line}", file=sys.stderr)
+    if result.skipped:
+        print(f"{len(result.skipped)} (profile, method) pairs not scored (the profile lacks what the method needs); "
+              f"listed in the report", file=sys.stderr)
     print(f"\n{n} configurations on {len(profiles)} profile(s) in {time.perf_counter() - started:.1f} s; "
           f"report: {written['report']}")
     return 0
