@@ -33,3 +33,71 @@ def synthetic_latency_trace(model, grid: dict[str, list[int]] | None = None, noi
     meta = RunMetadata(kind="latency", models={role: model_name}, hardware=hardware, dtype=dtype, seed=seed,
                        extra={"synthetic": True, "noise": noise})
     return validate(frame, "latency", source="synthetic latency trace"), meta
+
+
+def synthetic_token_trace(p_aa: float, p_ra: float, rank_ratio: float, n_prompts: int = 20, length: int = 200,
+                          hit_conf: tuple[float, float] = (5.0, 1.5), miss_conf: tuple[float, float] = (1.5, 3.0),
+                          seed: int = 0, temperature: float = 0.0) -> tuple[pd.DataFrame, RunMetadata]:
+    """A greedy TokenTrace whose top-1 hits follow a two-state Markov chain (p_aa, p_ra).
+
+    A miss puts the target token at draft rank 1 + Geometric(1 - rank_ratio) - 1, so that
+    P(rank < k) = 1 - (1 - alpha) rank_ratio^(k - 1); the drafter's top-1 confidence is
+    Beta(*hit_conf) on a hit and Beta(*miss_conf) on a miss. `alpha` holds the 0/1 hit.
+    """
+    from calibrate.acceptance import MarkovAcceptance
+
+    rng = np.random.default_rng(seed)
+    chain = MarkovAcceptance(p_aa, p_ra)
+    frames = []
+    for prompt in range(n_prompts):
+        hit = chain.sample(length, rng)
+        extra = rng.geometric(1.0 - rank_ratio, length) if rank_ratio > 0 else np.ones(length, int)
+        rank = np.where(hit, 0, extra)
+        conf = np.where(hit, rng.beta(*hit_conf, length), rng.beta(*miss_conf, length))
+        frames.append(pd.DataFrame({
+            "run_id": "synthetic", "prompt_id": f"p{prompt:03d}", "pos": np.arange(length),
+            "token": rng.integers(0, 32000, length), "draft_rank": rank, "draft_conf": conf,
+            "draft_q_token": np.where(hit, conf, conf * rng.random(length)), "alpha": hit.astype(float),
+            "target_entropy": rng.exponential(1.0, length)}))
+    meta = RunMetadata(kind="token", temperature=temperature, seed=seed,
+                       extra={"synthetic": True, "p_aa": p_aa, "p_ra": p_ra, "rank_ratio": rank_ratio})
+    return validate(pd.concat(frames, ignore_index=True), "token", source="synthetic token trace"), meta
+
+
+def synthetic_chain_steps(betas: list[float], n_steps: int = 5000, seed: int = 0) -> tuple[pd.DataFrame, RunMetadata]:
+    """StepTrace rows of chain SD with gamma = len(betas): position i accepted with beta_i given
+    1..i-1 were; positions after the first rejection are drafted but not accepted."""
+    rng = np.random.default_rng(seed)
+    gamma = len(betas)
+    draws = rng.random((n_steps, gamma)) < np.asarray(betas)[None, :]
+    leading = np.where(draws.all(axis=1), gamma, np.argmin(draws, axis=1))
+    masks = np.arange(gamma)[None, :] < leading[:, None]
+    confidences = np.where(masks, rng.beta(5, 1.5, masks.shape), rng.beta(1.5, 3, masks.shape))
+    frame = pd.DataFrame({
+        "run_id": "synthetic", "method": "sd", "config": f'{{"gamma": {gamma}}}', "prompt_id": "p0",
+        "step": np.arange(n_steps), "ctx_len": 128 + np.arange(n_steps), "draft_forwards": gamma,
+        "draft_s": 1e-3 * gamma, "verify_tokens": gamma + 1, "verify_s": 2e-2, "overhead_s": 1e-4,
+        "accepted": leading + 1, "accept_mask": list(masks), "confidences": list(confidences)})
+    meta = RunMetadata(kind="step", seed=seed, extra={"synthetic": True, "betas": list(betas)})
+    return validate(frame, "step", source="synthetic step trace"), meta
+
+
+def synthetic_lookahead_steps(alpha: float, f: float, configs: list[tuple[int, int, int]], n_steps: int = 4000,
+                              seed: int = 0) -> tuple[pd.DataFrame, RunMetadata]:
+    """Lookahead StepTrace rows for each (N, W, G): with probability 1/f a step verifies G n-grams of
+    N - 1 tokens, each token accepted with alpha, and commits 1 + the longest accepted prefix;
+    otherwise it commits one token (the process behind Eq. 5 and Eq. 7)."""
+    rng = np.random.default_rng(seed)
+    frames = []
+    for n, w, g in configs:
+        good = rng.random(n_steps) < 1.0 / f
+        hits = rng.random((n_steps, g, n - 1)) < alpha
+        prefix = np.where(hits.all(axis=2), n - 1, np.argmin(hits, axis=2)).max(axis=1)
+        accepted = np.where(good, 1 + prefix, 1)
+        frames.append(pd.DataFrame({
+            "run_id": "synthetic", "method": "lookahead", "config": f'{{"N": {n}, "W": {w}, "G": {g}}}',
+            "prompt_id": "p0", "step": np.arange(n_steps), "ctx_len": 128, "draft_forwards": 0, "draft_s": 0.0,
+            "verify_tokens": (w + g) * (n - 1), "verify_s": 2e-2, "overhead_s": 1e-4, "accepted": accepted,
+            "accept_mask": [[]] * n_steps, "confidences": [[]] * n_steps}))
+    meta = RunMetadata(kind="step", seed=seed, extra={"synthetic": True, "alpha": alpha, "f": f})
+    return validate(pd.concat(frames, ignore_index=True), "step", source="synthetic lookahead steps"), meta

@@ -1,0 +1,197 @@
+"""`python -m calibrate.fit`: trace files in, one validated Profile out (written atomically).
+
+Latency traces give one latency model per model name (roofline where the architecture is known,
+else the measured table), with MAPE on fitted and held-out grid points; token traces give one
+acceptance entry each ("<drafter>/<dataset>/T<temperature>"); step traces give chain acceptance
+("<drafter>/<dataset>/T<temperature>/steps") and Lookahead alpha and f ("lookahead/<dataset>").
+Provenance lists every trace file with its run metadata, the git commit and the time.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from calibrate.fit_acceptance import fit_lookahead, fit_step_acceptance, fit_token_acceptance
+from calibrate.latency import fit_latency
+from calibrate.paper_profiles import git_commit
+from calibrate.profile import Profile
+from costmodel.hardware import get_hardware
+from costmodel.params import Arch, get_arch
+from traces.errors import InputError, cli_entry
+from traces.schema import read_trace
+
+
+def resolve_arch(model: str, overrides: dict[str, str]) -> dict[str, Any] | None:
+    """Architecture numbers for `model`: an override (registry name or JSON file), the registry, or None."""
+    spec = overrides.get(model, model)
+    path = Path(spec)
+    if path.suffix == ".json":
+        if not path.exists():
+            raise InputError(f"architecture file not found: {path}")
+        try:
+            return Arch.from_dict(json.loads(path.read_text(encoding="utf-8")), model).to_dict()
+        except (json.JSONDecodeError, ValueError) as exc:
+            raise InputError(f"{path}: {str(exc).splitlines()[0]}") from None
+    try:
+        return get_arch(spec).to_dict()
+    except ValueError:
+        if model in overrides:
+            raise InputError(f"--arch {model}={spec}: not a registry architecture or a .json file") from None
+        return None
+
+
+def parse_arch_overrides(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise InputError(f"--arch takes MODEL=ARCH, got '{item}'")
+        model, spec = item.split("=", 1)
+        out[model.strip()] = spec.strip()
+    return out
+
+
+def fit_latency_files(paths: list[Path], kind: str, hardware: str | None, arch_overrides: dict[str, str],
+                      provenance: list[dict]) -> tuple[dict, dict, str | None, str | None]:
+    """Latency models and architectures per model over all latency trace files."""
+    frames, hw_seen, dtype_seen = [], set(), set()
+    for path in paths:
+        frame, meta = read_trace(path, kind="latency")
+        frames.append(frame)
+        provenance.append({"path": str(path), "kind": "latency", **_meta_summary(meta)})
+        hw_seen.update(frame["hardware"].unique())
+        dtype_seen.update(frame["dtype"].unique())
+    if not frames:
+        return {}, {}, None, None
+    rows = pd.concat(frames, ignore_index=True)
+    if len(dtype_seen) > 1:
+        raise InputError(f"latency traces mix dtypes {sorted(dtype_seen)}; fit one dtype per profile")
+    hw_name = hardware or (hw_seen.pop() if len(hw_seen) == 1 else None)
+    if hw_name is None:
+        raise InputError(f"latency traces mix hardware {sorted(hw_seen)}; pass --hardware or split them")
+    dtype = dtype_seen.pop()
+    latency, models = {}, {}
+    for model, group in rows.groupby("model"):
+        arch = resolve_arch(model, arch_overrides)
+        chosen = kind if kind != "auto" else ("roofline" if arch is not None else "table")
+        if chosen == "roofline" and arch is None:
+            raise InputError(f"model '{model}' has no known architecture for a roofline fit; pass --arch {model}=...")
+        try:
+            hw_for_fit = get_hardware(hw_name).name if chosen == "roofline" else hw_name
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+        fitted = fit_latency(group, chosen, arch=arch, hardware=hw_for_fit, dtype=dtype, name=model)
+        latency[model] = fitted.to_dict()
+        models[model] = arch or {"source": "no architecture numbers; latency from the measured table"}
+    return latency, models, hw_name, dtype
+
+
+def _meta_summary(meta) -> dict[str, Any]:
+    return {k: getattr(meta, k) for k in ("models", "hardware", "dtype", "temperature", "dataset", "seed", "commit")}
+
+
+def _drafter_of(meta, default: str) -> str:
+    models = meta.models or {}
+    return models.get("draft") or models.get("drafter") or default
+
+
+def fit_acceptance_files(token_paths: list[Path], step_paths: list[Path], gamma: int,
+                         provenance: list[dict]) -> tuple[dict, dict]:
+    acceptance, drafters = {}, {}
+    for path in token_paths:
+        frame, meta = read_trace(path, kind="token")
+        drafter = _drafter_of(meta, "drafter")
+        entry = fit_token_acceptance(frame, drafter=drafter, dataset=meta.dataset, temperature=meta.temperature,
+                                     gamma=gamma, source=f"token trace {path.name}")
+        acceptance[f"{drafter}/{meta.dataset or 'data'}/T{meta.temperature:g}"] = entry
+        drafters.setdefault(drafter, {"kind": "draft_model", "model": drafter})
+        provenance.append({"path": str(path), "kind": "token", **_meta_summary(meta)})
+    for path in step_paths:
+        frame, meta = read_trace(path, kind="step")
+        dataset = meta.dataset or "data"
+        for method, group in frame.groupby("method"):
+            if method == "lookahead":
+                fitted = fit_lookahead(group, source=f"step trace {path.name}")
+                acceptance[f"lookahead/{dataset}"] = {
+                    "drafter": "lookahead", "temperature": meta.temperature, "dataset": dataset,
+                    "alpha": fitted["alpha"], "lookahead": {"alpha": fitted["alpha"], "f": fitted["f"]},
+                    "fit": {k: fitted[k] for k in ("rms_rel_error", "configs")},
+                    "source": f"step trace {path.name}: alpha, f fitted to measured S"}
+                drafters.setdefault("lookahead", {"kind": "lookahead"})
+                continue
+            drafter = _drafter_of(meta, method)
+            entry = fit_step_acceptance(group, drafter=drafter, dataset=dataset, temperature=meta.temperature,
+                                        source=f"step trace {path.name} ({method})")
+            acceptance[f"{drafter}/{dataset}/T{meta.temperature:g}/steps"] = entry
+            drafters.setdefault(drafter, {"kind": "draft_model", "model": drafter})
+        provenance.append({"path": str(path), "kind": "step", **_meta_summary(meta)})
+    return acceptance, drafters
+
+
+def build_profile(args: argparse.Namespace) -> Profile:
+    traces: list[dict] = []
+    base = Profile.load(args.base).to_dict() if args.base else {}
+    latency, models, hw_name, dtype = fit_latency_files(args.latency, args.latency_kind, args.hardware,
+                                                        parse_arch_overrides(args.arch), traces)
+    acceptance, drafters = fit_acceptance_files(args.tokens, args.steps, args.gamma, traces)
+    if not traces:
+        raise InputError("no trace files given: pass --latency, --tokens and/or --steps")
+    models = {**base.get("models", {}), **models}
+    target = args.target or base.get("target")
+    if target is None:
+        raise InputError("--target is required (the model that verifies)")
+    if target not in models:
+        arch = resolve_arch(target, parse_arch_overrides(args.arch))
+        models[target] = arch or {"source": "no architecture numbers"}
+    for spec in drafters.values():  # a drafter model nothing was measured for: keep only its kind
+        if spec.get("model") not in models and spec.get("model") not in latency:
+            spec.pop("model", None)
+    provenance = {"traces": traces, "commit": git_commit(), "created": dt.datetime.now(dt.timezone.utc).isoformat(),
+                  "sources": [t["path"] for t in traces], "built_by": "python -m calibrate.fit"}
+    return Profile(
+        name=args.name, hardware=hw_name or args.hardware or base.get("hardware", "unknown"),
+        dtype=dtype or args.dtype or base.get("dtype", "fp16"), target=target, models=models,
+        latency={**base.get("latency", {}), **latency}, acceptance={**base.get("acceptance", {}), **acceptance},
+        drafters={**base.get("drafters", {}), **drafters}, provenance=provenance)
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m calibrate.fit",
+                                     description="Fit latency and acceptance models from traces into a Profile.")
+    parser.add_argument("--out", type=Path, required=True, help="Profile JSON file to write (atomically)")
+    parser.add_argument("--name", default="fitted profile", help="the Profile's name")
+    parser.add_argument("--target", help="the target (verifying) model's name; defaults to --base's target")
+    parser.add_argument("--hardware", help="hardware name (costmodel.hardware); default: the latency traces'")
+    parser.add_argument("--dtype", help="dtype when no latency trace says it (default fp16)")
+    parser.add_argument("--latency", type=Path, nargs="*", default=[], help="LatencyTrace parquet files")
+    parser.add_argument("--latency-kind", choices=["auto", "roofline", "table"], default="auto",
+                        help="latency model kind; auto = roofline where the architecture is known, else table")
+    parser.add_argument("--arch", nargs="*", default=[], metavar="MODEL=ARCH",
+                        help="architecture of a traced model: a registry name (costmodel.params) or a JSON file")
+    parser.add_argument("--tokens", type=Path, nargs="*", default=[], help="TokenTrace parquet files")
+    parser.add_argument("--steps", type=Path, nargs="*", default=[], help="StepTrace parquet files")
+    parser.add_argument("--gamma", type=int, default=8, help="draft length of the per-position replay (>= 1)")
+    parser.add_argument("--base", type=Path, help="a Profile to start from; fitted entries replace its own")
+    args = parser.parse_args(argv)
+    if args.gamma < 1:
+        raise InputError(f"--gamma must be >= 1, got {args.gamma}")
+    profile = build_profile(args)
+    profile.save(args.out)
+    for name, spec in profile.latency.items():
+        fit = spec.get("fit", {})
+        if "mape_train" in fit:
+            print(f"latency {name}: {spec['kind']}, MAPE fitted {fit['mape_train']:.2f}%, "
+                  f"held-out {fit['mape_heldout']:.2f}% ({fit['n_heldout']} of {fit['n_points']} points)")
+    for key in profile.acceptance:
+        print(f"acceptance {key}: alpha {profile.acceptance_model(key).alpha:.4f}")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,169 @@
+"""Acceptance models fitted from traces, in the Profile's acceptance-entry form (calibrate.acceptance).
+
+- `fit_token_acceptance(frame, ...)` from a TokenTrace (teacher-forced, one row per output token):
+  alpha = mean of the `alpha` column (E[sum min(p, q)]); greedy alpha@k = P(draft_rank < k);
+  per-position beta_i from an exact greedy chain replay (traces.replay) at draft length `gamma`;
+  the confidence-bin table P(draft_rank < K | floor(10 * draft_conf)); a two-state Markov model of
+  consecutive tokens.
+- `fit_step_acceptance(frame)` from a StepTrace of chain steps: beta_i from `accept_mask`, the
+  Markov model from consecutive mask entries, top-1 confidence bins from `confidences`.
+- `fit_lookahead(frame)`: Lookahead alpha and f from the measured S (mean `accepted`) of two or
+  more (W, N, G) configurations, through costmodel.lookahead.fit_alpha_f.
+
+Each returns a plain dict that `AcceptanceModel.from_dict` validates; `fit` records sample counts.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from calibrate.acceptance import N_CONF_BINS, AcceptanceModel
+from traces.errors import InputError
+from traces.replay import TokenTable, replay_steps
+
+DEFAULT_KS = (1, 2, 4, 8, 16, 32)
+DEFAULT_CONF_KS = (1, 2, 4, 8)
+
+
+def confidence_bins(conf: np.ndarray) -> np.ndarray:
+    """floor(10 * conf) clipped to 0..10 (CAPE's bin index)."""
+    return np.clip(np.floor(10.0 * np.asarray(conf, float)), 0, N_CONF_BINS - 1).astype(int)
+
+
+def conf_bin_table(conf: np.ndarray, hit_by_k: dict[int, np.ndarray]) -> dict[str, Any]:
+    """freq per bin and P(hit within top K | bin); an empty bin takes the overall hit rate."""
+    bins = confidence_bins(conf)
+    counts = np.bincount(bins, minlength=N_CONF_BINS).astype(float)
+    table = {}
+    for k, hit in hit_by_k.items():
+        hits = np.bincount(bins, weights=np.asarray(hit, float), minlength=N_CONF_BINS)
+        overall = float(np.mean(hit))
+        table[str(k)] = np.where(counts > 0, hits / np.maximum(counts, 1), overall).tolist()
+    return {"freq": (counts / counts.sum()).tolist(), "topk_hit": table, "counts": counts.astype(int).tolist()}
+
+
+def markov_from_sequences(sequences: Iterable[np.ndarray]) -> dict[str, float]:
+    """p_aa, p_ra over consecutive entries of each sequence (values in [0, 1]: expectations allowed)."""
+    prev_acc = prev_rej = acc_after_acc = acc_after_rej = 0.0
+    for seq in sequences:
+        s = np.asarray(seq, float)
+        if s.size < 2:
+            continue
+        prev, nxt = s[:-1], s[1:]
+        prev_acc += prev.sum()
+        prev_rej += (1.0 - prev).sum()
+        acc_after_acc += (prev * nxt).sum()
+        acc_after_rej += ((1.0 - prev) * nxt).sum()
+    if prev_acc == 0 or prev_rej == 0:
+        raise InputError("a Markov acceptance fit needs both accepted and rejected positions followed by another")
+    return {"p_aa": float(acc_after_acc / prev_acc), "p_ra": float(acc_after_rej / prev_rej),
+            "n_transitions": int(round(prev_acc + prev_rej))}
+
+
+def betas_from_hit_counts(reached: np.ndarray, accepted: np.ndarray) -> list[float]:
+    """beta_i = accepted_i / reached_i, stopping before the first position nobody reached."""
+    out = []
+    for r, a in zip(reached, accepted):
+        if r == 0:
+            break
+        out.append(float(a / r))
+    return out
+
+
+def evaluated_positions(mask: np.ndarray) -> int:
+    """Drafted positions whose acceptance was decided: up to and including the first rejection."""
+    return len(mask) if mask.all() else int(np.argmin(mask)) + 1
+
+
+def fit_token_acceptance(frame: pd.DataFrame, drafter: str = "", dataset: str = "", temperature: float = 0.0,
+                         gamma: int = 8, ks: Iterable[int] = DEFAULT_KS, conf_ks: Iterable[int] = DEFAULT_CONF_KS,
+                         source: str = "token trace") -> dict[str, Any]:
+    """The acceptance entry of a TokenTrace (columns as traces.schema.TOKEN_COLUMNS)."""
+    if len(frame) == 0:
+        raise InputError(f"{source}: token trace is empty")
+    rank = frame["draft_rank"].to_numpy()
+    ordered = frame.sort_values(["prompt_id", "pos"], kind="stable")
+    entry: dict[str, Any] = {"drafter": drafter, "temperature": float(temperature), "dataset": dataset,
+                             "alpha": float(frame["alpha"].mean()), "source": source}
+    if temperature == 0:
+        entry["alpha_at_k"] = {str(k): float(np.mean(rank < k)) for k in ks}
+        entry["alpha_at_k_without_replacement"] = dict(entry["alpha_at_k"])  # greedy: candidates are the top-k
+        steps = replay_steps(TokenTable.from_frame(frame), "sd", {"gamma": gamma})
+        last = steps.groupby("prompt_id")["step"].transform("max") == steps["step"]
+        hits = steps.loc[~last, "accepted"].to_numpy() - 1          # leading hits per full step, 0..gamma
+        reached = np.array([(hits >= i - 1).sum() for i in range(1, gamma + 1)])
+        accepted = np.array([(hits >= i).sum() for i in range(1, gamma + 1)])
+        entry["alpha_by_position"] = betas_from_hit_counts(reached, accepted)
+    hit_by_k = {k: (rank < k) for k in conf_ks}
+    entry["conf_bins"] = conf_bin_table(frame["draft_conf"].to_numpy(), hit_by_k)
+    signal = "alpha" if temperature > 0 else None
+    sequences = [(g["alpha"] if signal else (g["draft_rank"] == 0)).to_numpy(float)
+                 for _, g in ordered.groupby("prompt_id", sort=False)]
+    entry["markov"] = markov_from_sequences(sequences)
+    entry["fit"] = {"n_tokens": int(len(frame)), "n_prompts": int(frame["prompt_id"].nunique()), "gamma": gamma}
+    AcceptanceModel.from_dict(entry, name=drafter or "fitted")
+    return entry
+
+
+def fit_step_acceptance(frame: pd.DataFrame, drafter: str = "", dataset: str = "", temperature: float = 0.0,
+                        method: str | None = None, source: str = "step trace") -> dict[str, Any]:
+    """The acceptance entry of chain StepTrace rows (accept_mask / confidences per drafted position)."""
+    rows = frame if method is None else frame[frame["method"] == method]
+    pairs = [(np.asarray(m, bool), np.asarray(c, float)) for m, c in zip(rows["accept_mask"], rows["confidences"])
+             if len(m)]
+    if not pairs:
+        raise InputError(f"{source}: no step with a drafted position to fit acceptance from")
+    depth = max(len(m) for m, _ in pairs)
+    reached, accepted = np.zeros(depth), np.zeros(depth)
+    evaluated_masks, evaluated_conf = [], []
+    for mask, conf in pairs:
+        n_eval = evaluated_positions(mask)
+        reached[:n_eval] += 1
+        accepted[:n_eval] += mask[:n_eval]
+        evaluated_masks.append(mask[:n_eval])
+        evaluated_conf.append(conf[: min(n_eval, len(conf))])
+    entry: dict[str, Any] = {"drafter": drafter, "temperature": float(temperature), "dataset": dataset,
+                             "alpha": float(accepted.sum() / reached.sum()),
+                             "alpha_by_position": betas_from_hit_counts(reached, accepted), "source": source}
+    with_conf = [(m[: len(c)], c) for m, c in zip(evaluated_masks, evaluated_conf) if len(c)]
+    if with_conf:
+        entry["conf_bins"] = conf_bin_table(np.concatenate([c for _, c in with_conf]),
+                                            {1: np.concatenate([m for m, _ in with_conf])})
+    try:
+        entry["markov"] = markov_from_sequences(evaluated_masks)
+    except InputError:
+        pass  # every step accepted everything, or nothing: no transitions of both kinds
+    masks = evaluated_masks
+    entry["fit"] = {"n_steps": len(masks), "max_positions": depth}
+    AcceptanceModel.from_dict(entry, name=drafter or "fitted")
+    return entry
+
+
+def _lookahead_config(text: str) -> tuple[int, int, int]:
+    try:
+        config = json.loads(text) if isinstance(text, str) else dict(text)
+        return int(config["N"]), int(config["W"]), int(config["G"])
+    except (ValueError, KeyError, TypeError):
+        raise InputError(f"lookahead step config {text!r} needs integer N, W and G") from None
+
+
+def fit_lookahead(frame: pd.DataFrame, source: str = "step trace") -> dict[str, Any]:
+    """Lookahead alpha and f from the measured S (mean tokens per step) of each (N, W, G) run."""
+    from costmodel.lookahead import fit_alpha_f
+
+    rows = frame[frame["method"] == "lookahead"]
+    if rows.empty:
+        raise InputError(f"{source}: no lookahead steps")
+    keys = rows["config"].map(_lookahead_config)
+    measured = rows.groupby(keys)["accepted"].agg(["mean", "size"])
+    if len(measured) < 2:
+        raise InputError(f"{source}: fitting Lookahead alpha and f needs two or more (N, W, G) configurations, "
+                         f"got {len(measured)}")
+    n, w, g = (np.array([k[i] for k in measured.index]) for i in range(3))
+    alpha, f, rms = fit_alpha_f(measured["mean"].to_numpy(), n, w, g)
+    return {"alpha": float(alpha), "f": float(f), "rms_rel_error": float(rms),
+            "configs": [{"N": int(a), "W": int(b), "G": int(c), "S": float(s), "steps": int(z)}
+                        for (a, b, c), s, z in zip(measured.index, measured["mean"], measured["size"])]}

@@ -1,0 +1,146 @@
+"""calibrate.fit_acceptance and the calibrate.fit CLI against synthetic traces from known parameters."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import beta as beta_dist
+
+from calibrate import fit as fit_cli
+from calibrate.fit_acceptance import fit_lookahead, fit_step_acceptance, fit_token_acceptance
+from calibrate.latency import RooflineLatency
+from calibrate.profile import Profile
+from calibrate.synthetic import (
+    synthetic_chain_steps, synthetic_latency_trace, synthetic_lookahead_steps, synthetic_token_trace,
+)
+from costmodel.params import arch_dict
+from traces.errors import InputError
+from traces.schema import write_trace
+
+P_AA, P_RA, RATIO = 0.8, 0.4, 0.7
+HIT_CONF, MISS_CONF = (5.0, 1.5), (1.5, 3.0)
+
+
+def _sigma(p, n):
+    return np.sqrt(p * (1 - p) / n)
+
+
+@pytest.fixture(scope="module")
+def tokens():
+    frame, meta = synthetic_token_trace(P_AA, P_RA, RATIO, n_prompts=40, length=500, seed=11,
+                                        hit_conf=HIT_CONF, miss_conf=MISS_CONF)
+    return frame, meta, fit_token_acceptance(frame, drafter="d", dataset="x", gamma=6)
+
+
+def test_token_fit_recovers_markov_and_alpha_at_k(tokens):
+    frame, _, entry = tokens
+    n = entry["markov"]["n_transitions"]
+    alpha = P_RA / (1 - P_AA + P_RA)
+    # conditional proportions over ~n * alpha and ~n * (1 - alpha) transitions
+    assert abs(entry["markov"]["p_aa"] - P_AA) < 4 * _sigma(P_AA, n * alpha)
+    assert abs(entry["markov"]["p_ra"] - P_RA) < 4 * _sigma(P_RA, n * (1 - alpha))
+    # positively correlated draws: widen the alpha tolerance by sqrt((1 + rho) / (1 - rho)), rho = p_aa - p_ra
+    inflate = np.sqrt((1 + P_AA - P_RA) / (1 - P_AA + P_RA))
+    for k in (1, 2, 4, 8):
+        expected = 1 - (1 - alpha) * RATIO ** (k - 1)
+        assert abs(entry["alpha_at_k"][str(k)] - expected) < 4 * inflate * _sigma(expected, len(frame)), k
+
+
+def test_token_fit_per_position_follows_the_markov_chain(tokens):
+    """Replayed greedy chain steps (gamma 6). A step follows a miss (its correction token) or a
+    fully accepted step, whose bonus token was a drafter hit with p_aa. Over steps, the share pi of
+    starts preceded by a hit solves pi = (pi p_aa^6 + (1 - pi) p_ra p_aa^5) p_aa, and
+    beta_1 = pi p_aa + (1 - pi) p_ra; once a position hits, the next hits with p_aa."""
+    frame, _, entry = tokens
+    gamma = 6
+    a, b = P_AA ** (gamma + 1), P_RA * P_AA ** gamma
+    pi = b / (1 - a + b)
+    beta_1 = pi * P_AA + (1 - pi) * P_RA
+    betas = entry["alpha_by_position"]
+    steps = len(frame) / (1 + np.sum(np.cumprod(betas)))       # tokens / mean accepted length
+    assert abs(betas[0] - beta_1) < 4 * _sigma(beta_1, steps)
+    assert np.all(np.abs(np.array(betas[1:4]) - P_AA) < 4 * _sigma(P_AA, steps * beta_1 * P_AA ** np.arange(3)))
+
+
+def test_token_fit_conf_bins_match_the_generating_mixture(tokens):
+    frame, _, entry = tokens
+    alpha = P_RA / (1 - P_AA + P_RA)
+    edges = np.linspace(0, 1, 11)
+    hit_mass = alpha * np.diff(beta_dist(*HIT_CONF).cdf(edges))
+    miss_mass = (1 - alpha) * np.diff(beta_dist(*MISS_CONF).cdf(edges))
+    expected_top1 = hit_mass / (hit_mass + miss_mass)
+    counts = np.array(entry["conf_bins"]["counts"][:10])
+    got = np.array(entry["conf_bins"]["topk_hit"]["1"][:10])
+    inflate = np.sqrt((1 + P_AA - P_RA) / (1 - P_AA + P_RA))
+    well = counts > 200
+    assert well.sum() >= 6
+    assert np.all(np.abs(got - expected_top1)[well] < 4 * inflate * _sigma(expected_top1, counts)[well] + 1e-9)
+    assert sum(entry["conf_bins"]["freq"]) == pytest.approx(1.0)
+
+
+def test_step_fit_recovers_per_position_betas():
+    betas = [0.9, 0.8, 0.7, 0.6]
+    frame, _ = synthetic_chain_steps(betas, n_steps=8000, seed=5)
+    entry = fit_step_acceptance(frame)
+    reached = 8000 * np.concatenate([[1], np.cumprod(betas)[:-1]])
+    assert np.all(np.abs(np.array(entry["alpha_by_position"]) - betas) < 4 * _sigma(np.array(betas), reached))
+    assert entry["conf_bins"]["topk_hit"]["1"][9] > entry["conf_bins"]["topk_hit"]["1"][1]
+
+
+def test_lookahead_fit_recovers_alpha_and_f():
+    configs = [(5, 15, 15), (5, 30, 1), (5, 1, 30), (3, 10, 10), (7, 8, 4), (4, 5, 2)]
+    frame, _ = synthetic_lookahead_steps(0.425, 3.106, configs, n_steps=6000, seed=8)
+    fitted = fit_lookahead(frame)
+    assert fitted["alpha"] == pytest.approx(0.425, abs=0.03)
+    assert fitted["f"] == pytest.approx(3.106, rel=0.06)
+    with pytest.raises(InputError, match="two or more"):
+        fit_lookahead(frame[frame["config"] == frame["config"].iloc[0]])
+
+
+def _write_traces(tmp_path):
+    truth = RooflineLatency(arch=arch_dict("vicuna-7b"), hardware="A100-80G", dtype="fp16",
+                            bw_eff=0.72, flops_eff=0.55, overhead_s=0.004)
+    latency, meta = synthetic_latency_trace(truth, noise=0.005, seed=1, model_name="vicuna-7b", hardware="A100-80G")
+    write_trace(tmp_path / "lat.parquet", latency, meta)
+    tokens, tmeta = synthetic_token_trace(P_AA, P_RA, RATIO, n_prompts=5, length=200, seed=2)
+    tmeta.models, tmeta.dataset = {"target": "vicuna-7b", "draft": "llama-68m"}, "mt-bench"
+    write_trace(tmp_path / "tok.parquet", tokens, tmeta)
+    steps, smeta = synthetic_chain_steps([0.8, 0.7], n_steps=500, seed=3)
+    smeta.models, smeta.dataset = {"draft": "llama-68m"}, "mt-bench"
+    write_trace(tmp_path / "steps.parquet", steps, smeta)
+
+
+def test_fit_cli_writes_a_profile_with_provenance(tmp_path, capsys):
+    _write_traces(tmp_path)
+    out = tmp_path / "profile.json"
+    code = fit_cli.main(["--out", str(out), "--name", "synthetic", "--target", "vicuna-7b",
+                         "--latency", str(tmp_path / "lat.parquet"), "--tokens", str(tmp_path / "tok.parquet"),
+                         "--steps", str(tmp_path / "steps.parquet")])
+    assert code == 0
+    profile = Profile.load(out)
+    params = profile.latency["vicuna-7b"]["params"]
+    assert params["bw_eff"] == pytest.approx(0.72, rel=0.01) and params["flops_eff"] == pytest.approx(0.55, rel=0.01)
+    assert profile.latency["vicuna-7b"]["fit"]["mape_heldout"] < 2.0
+    assert set(profile.acceptance) == {"llama-68m/mt-bench/T0", "llama-68m/mt-bench/T0/steps"}
+    assert len(profile.provenance["traces"]) == 3 and "created" in profile.provenance
+    assert "held-out" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--tokens", "missing.parquet"], "trace file not found"),
+    ([], "no trace files given"),
+    (["--latency", "{lat}", "--latency-kind", "roofline", "--arch", "vicuna-7b=nonsense"], "--arch vicuna-7b=nonsense"),
+    (["--latency", "{lat}", "--gamma", "0"], "--gamma must be >= 1"),
+])
+def test_fit_cli_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, message):
+    _write_traces(tmp_path)
+    argv = [a.replace("{lat}", str(tmp_path / "lat.parquet")) for a in argv]
+    code = fit_cli.main(["--out", str(tmp_path / "p.json"), "--target", "vicuna-7b", *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_a_token_trace_of_the_wrong_kind_is_refused(tmp_path):
+    _write_traces(tmp_path)
+    with pytest.raises(InputError, match="holds a latency trace, expected a token trace"):
+        fit_cli.fit_acceptance_files([tmp_path / "lat.parquet"], [], 4, [])
