@@ -46,7 +46,10 @@ def check_probs(t: torch.Tensor, name: str, rows: torch.Tensor | None = None) ->
     """InputError naming `name` unless every (selected) row of `t` is a probability vector."""
     if not isinstance(t, torch.Tensor) or not t.is_floating_point():
         raise InputError(f"{name} must be a floating-point tensor")
-    flat = t.reshape(-1, t.shape[-1])
+    if t.dim() == 2 and t.stride(0) == 0 and rows is None:
+        flat = t[:1]  # one row broadcast to every batch row: check it once
+    else:
+        flat = t.reshape(-1, t.shape[-1])
     if rows is not None:
         flat = flat[rows.reshape(-1)]
     if flat.numel() == 0:
@@ -77,8 +80,12 @@ def inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     threshold = (u.to(weights.dtype) * cum[..., -1]).unsqueeze(-1)
     idx = torch.searchsorted(cum.contiguous(), threshold.contiguous(), right=True).squeeze(-1)
     vocab = weights.shape[-1]
-    last_positive = vocab - 1 - torch.argmax((weights > 0).flip(-1).to(torch.int8), dim=-1)
-    return torch.where(idx >= vocab, last_positive, idx)
+    over = idx >= vocab  # u * total rounded up to total: the last index with positive weight
+    if over.any():
+        last_positive = vocab - 1 - torch.argmax((weights[over] > 0).flip(-1).to(torch.int8), dim=-1)
+        idx = idx.clone()
+        idx[over] = last_positive
+    return idx
 
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -174,8 +181,10 @@ def mcss(candidates: torch.Tensor, p: torch.Tensor, q: torch.Tensor, accept_u: t
     check_probs(q, "q")
     accepted, chosen, p_hat, _ = _mcss_core(candidates.long(), p, q, accept_u,
                                             torch.zeros(rows, dtype=torch.long, device=p.device), replacement, "")
-    picked = candidates.long().gather(1, chosen.clamp(min=0).unsqueeze(1)).squeeze(1)
-    token = torch.where(accepted, picked, inverse_cdf(p_hat, draw_u))
+    token = candidates.long().gather(1, chosen.clamp(min=0).unsqueeze(1)).squeeze(1)
+    rejected = ~accepted
+    if rejected.any():
+        token[rejected] = inverse_cdf(p_hat[rejected], draw_u[rejected])
     return StepBatch(accepted, token, chosen)
 
 
