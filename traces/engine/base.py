@@ -192,4 +192,7 @@ class Decoder:
         out = self.tokens[len(prompt):][:max_new_tokens]
         if eos_token_id is not None and eos_token_id in out:
             out = out[: out.index(eos_token_id) + 1]
+        overshoot = len(self.tokens) - len(prompt) - len(out)
+        if overshoot:  # the last step's tokens past the limit are not part of the output
+            steps[-1].accepted -= overshoot
         return Generation(len(prompt), out, steps, time.perf_counter() - begin)
