@@ -48,26 +48,27 @@ def first_failure(hits: np.ndarray) -> np.ndarray:
 class ChainSampler:
     """Chain speculation of `gamma` positions, position i accepted independently with beta_i.
 
-    With `alpha_by_position` the i-th draft position uses its own rate; otherwise all use alpha.
-    `verify_extra` adds query tokens to the verify forward that do not change acceptance (used by
-    CORAL's and GLIDE's fixed tree padding, zero for plain SD)."""
+    With `alpha_by_position` the i-th draft position uses its own rate; otherwise all use alpha."""
 
     stateful = False
 
-    def __init__(self, gamma: int, betas: np.ndarray, verify_extra: int = 0):
+    def __init__(self, gamma: int, betas: np.ndarray):
         if gamma < 0:
             raise InputError(f"gamma must be >= 0, got {gamma}")
         self.gamma = int(gamma)
         self.betas = np.asarray(betas, dtype=float)[: self.gamma]
         if self.betas.size != self.gamma:
             raise InputError(f"need {self.gamma} per-position acceptance rates, got {self.betas.size}")
-        self.verify_extra = int(verify_extra)
+        self.iid = bool(self.gamma) and bool(np.all(self.betas == self.betas[0])) and 0 < self.betas[0] < 1
+        self.fixed_shape = (self.gamma, self.gamma + 1)
 
     def draw(self, rng: np.random.Generator, n: int, state=None) -> tuple[StepDraws, None]:
-        hits = rng.random((n, self.gamma)) < self.betas
-        accepted = first_failure(hits) + 1
+        if self.iid:  # leading accepts of iid positions: a geometric count, capped at gamma
+            accepted = np.minimum(rng.geometric(1.0 - self.betas[0], n), self.gamma + 1)
+        else:
+            accepted = first_failure(rng.random((n, self.gamma)) < self.betas) + 1
         drafted = np.full(n, self.gamma, dtype=np.int64)
-        return StepDraws(accepted, drafted, drafted + 1 + self.verify_extra), None
+        return StepDraws(accepted, drafted, drafted + 1), None
 
 
 class TreeSampler:
@@ -81,6 +82,7 @@ class TreeSampler:
         self.ks = [int(k) for k in ks]
         self.level_alpha = np.asarray(level_alpha, dtype=float)
         self.nodes = int(sum(np.cumprod(self.ks))) if self.ks else 0
+        self.fixed_shape = (len(self.ks), self.nodes + 1)
 
     def draw(self, rng, n, state=None):
         hits = rng.random((n, len(self.ks))) < self.level_alpha
@@ -101,6 +103,7 @@ class MarkovChainSampler:
         self.gamma = int(gamma)
         self.p_aa = _check_prob(p_aa, "markov p_aa")
         self.p_ra = _check_prob(p_ra, "markov p_ra")
+        self.fixed_shape = (self.gamma, self.gamma + 1)
 
     def initial_state(self, n: int) -> np.ndarray:
         return np.ones(n, dtype=bool)
@@ -231,6 +234,7 @@ class LookaheadSampler:
             raise InputError(f"lookahead f must be >= 1, got {f!r}")
         self.f = float(f)
         self.verify = 1 + (self.W + self.G) * (self.N - 1)
+        self.fixed_shape = (0, self.verify)
 
     def draw(self, rng, n, state=None):
         gamma = self.N - 1
@@ -245,6 +249,7 @@ class AutoregressiveSampler:
     """Plain decoding: one token per step, no draft."""
 
     stateful = False
+    fixed_shape = (0, 1)
 
     def draw(self, rng, n, state=None):
         ones = np.ones(n, dtype=np.int64)

@@ -103,7 +103,16 @@ def _pick_drafter(profile: Profile, method: str, config: dict) -> tuple[str, dic
 
 def _acceptance(profile: Profile, config: dict, drafter: str):
     """The calibrated acceptance model (calibrate.acceptance) the config or the drafter names."""
-    key = config.get("acceptance", drafter)
+    key = config.get("acceptance")
+    if key is None:
+        keys = [k for k, s in profile.acceptance.items()
+                if k == drafter or s.get("drafter") == drafter or k.startswith(f"{drafter}/")]
+        if "dataset" in config:
+            keys = [k for k in keys if profile.acceptance[k].get("dataset") == config["dataset"]]
+        if len(keys) > 1:
+            raise InputError(f"drafter '{drafter}' has several acceptance models ({', '.join(sorted(keys))}); "
+                             "set config 'acceptance' or 'dataset'")
+        key = keys[0] if keys else drafter
     return key, profile.acceptance_model(key)
 
 

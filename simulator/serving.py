@@ -96,6 +96,7 @@ class _Sim:
         self.replica_of = np.zeros(n, np.int64)
         self.state = (self.step.sampler.initial_state(n) if getattr(self.step.sampler, "stateful", False) else None)
         self.reserve = int(getattr(self.step.sampler, "nodes", self.step.max_drafted)) + 1
+        self.fixed_shape = getattr(self.step.sampler, "fixed_shape", None)
         self.replicas = [_Replica(self.env, i, self.memory.capacity_tokens) for i in range(cluster.replicas)]
         self.in_system, self.area, self.last_change = 0, 0.0, 0.0
         self.iter_rows: list[tuple] = []
@@ -186,8 +187,9 @@ class _Sim:
         ids = np.fromiter(running, np.int64, len(running))
         draws, new_state = self.step.sampler.draw(self.rng, ids.size, None if self.state is None else self.state[ids])
         accepted, drafted, verify = draws.accepted, draws.drafted, draws.verify_tokens
+        shape = self.fixed_shape   # (drafted, verify tokens) when every sequence has the same
         # reserve the step's query tokens; preempt the newest requests while they do not fit
-        reserve = int(verify.sum())
+        reserve = ids.size * shape[1] if shape else int(verify.sum())
         while rep.used + reserve > rep.capacity and ids.size > 1:
             r = running.pop()
             rep.used -= int(self.ctx[r])
@@ -207,8 +209,8 @@ class _Sim:
         batch = ids.size
         ctx = self.ctx[ids]
         mean_ctx = int(ctx.sum()) / batch
-        max_verify = int(verify.max())
-        draft, verify_s = self.costs.step_seconds(mean_ctx, int(drafted.max()), max_verify, batch)
+        max_drafted, max_verify = shape if shape else (int(drafted.max()), int(verify.max()))
+        draft, verify_s = self.costs.step_seconds(mean_ctx, max_drafted, max_verify, batch)
         seconds = draft + verify_s + self.step.overhead_s
         yield env.timeout(seconds)
         self.busy[rep.index] += seconds
@@ -221,7 +223,7 @@ class _Sim:
         if new_state is not None:
             self.state[ids] = new_state
         if self.per_step:
-            self._log(rep, "decode", batch, int(mean_ctx), max_verify, gained, seconds, int(drafted.max()))
+            self._log(rep, "decode", batch, int(mean_ctx), max_verify, gained, seconds, max_drafted)
         finished = ids[accepted >= left]
         if finished.size:
             done = set(finished.tolist())

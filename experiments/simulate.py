@@ -1,0 +1,186 @@
+"""Command line for the discrete-event simulator.
+
+    python -m experiments.simulate stream --profile P.json --method sd --config '{"gamma": 4}' --out out/sim
+    python -m experiments.simulate serve  --profile P.json --method sd --config '{"gamma": 4}' \
+        --rates 2,4,8 --duration 600 --replicas 4 --max-batch 32 --out out/serve
+    python -m experiments.simulate crossover --profile data/profiles/glide-vicuna-7b-h800.json \
+        --out examples/batch_crossover
+
+stream: one request's decode loop (optionally replayed from a TokenTrace); serve: arrivals to a
+cluster at one or more offered loads; crossover: throughput against batch size with and without
+speculative decoding. Each writes CSV, summary JSON, seaborn plots and prints a short table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from simulator import Cluster, Parallelism, Workload, simulate_serving, simulate_stream
+from simulator.methods import METHODS, load_profile, parse_config
+from simulator.replay import prompt_ids, replay_draws
+from simulator.report import batch_crossover, write_crossover_report, write_run
+from traces import atomic
+from traces.errors import InputError, cli_entry
+
+
+def _rates(text: str) -> list[float]:
+    try:
+        rates = [float(r) for r in text.split(",") if r.strip()]
+    except ValueError:
+        raise InputError(f"--rates '{text}' is not a comma-separated list of numbers") from None
+    if not rates or any(not r > 0 for r in rates):
+        raise InputError(f"arrival rates must be > 0 requests/s, got '{text}'")
+    return rates
+
+
+def _ints(text: str, what: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"{what} '{text}' is not a comma-separated list of integers") from None
+    if not values or any(v < 1 for v in values):
+        raise InputError(f"{what} must be integers >= 1, got '{text}'")
+    return values
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", required=True, help="Profile JSON (calibrate.profile layout), e.g. data/profiles/*.json")
+    p.add_argument("--out", required=True, help="output directory for CSV, JSON and plots")
+    p.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
+
+
+def _method(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--method", required=True, choices=METHODS, help="decoding method")
+    p.add_argument("--config", default="{}", help="method configuration as JSON, e.g. '{\"gamma\": 4, \"drafter\": \"llama-68m\"}'")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m experiments.simulate", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("stream", help="one request's decode loop")
+    _common(s)
+    _method(s)
+    s.add_argument("--n-tokens", type=int, default=256, help="output tokens per request (default 256)")
+    s.add_argument("--prompt-len", type=int, default=128, help="prompt tokens (default 128)")
+    s.add_argument("--repeats", type=int, default=20, help="independent streams, seeds seed..seed+repeats-1 (default 20)")
+    s.add_argument("--engine", choices=("fast", "simpy"), default="fast", help="vectorised or event-by-event engine")
+    s.add_argument("--token-trace", help="TokenTrace parquet: replay its prompts exactly instead of drawing acceptance")
+    s.add_argument("--per-step", action="store_true", help="also write steps.csv")
+    v = sub.add_parser("serve", help="a serving cluster under load")
+    _common(v)
+    _method(v)
+    v.add_argument("--rates", default="1", help="offered loads in requests/s, comma-separated (default 1)")
+    v.add_argument("--duration", type=float, default=300.0, help="seconds of arrivals (default 300)")
+    v.add_argument("--arrival", choices=("poisson", "gamma", "trace"), default="poisson", help="arrival process")
+    v.add_argument("--cv", type=float, default=1.0, help="coefficient of variation of gamma inter-arrivals")
+    v.add_argument("--arrival-trace", help="CSV with arrival_s (and optional prompt_len, output_len) for --arrival trace")
+    v.add_argument("--prompt-len", default="uniform:64:512", help="prompt length: fixed:N, uniform:LO:HI, lognormal:MED:SIGMA:MAX")
+    v.add_argument("--output-len", default="uniform:64:512", help="output length distribution, same forms")
+    v.add_argument("--replicas", type=int, default=1, help="replicas (default 1)")
+    v.add_argument("--max-batch", type=int, default=32, help="batch limit per replica (default 32)")
+    v.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs per replica")
+    v.add_argument("--pp", type=int, default=1, help="pipeline stages per replica")
+    v.add_argument("--lp", type=int, default=1, help="lookahead-parallel GPUs (method lookahead)")
+    v.add_argument("--draft-own-gpu", action="store_true", help="the draft model on its own GPU")
+    v.add_argument("--gpu-mem-gb", type=float, help="memory per GPU (default: the profile's hardware)")
+    v.add_argument("--per-step", action="store_true", help="also write iterations.csv")
+    c = sub.add_parser("crossover", help="throughput against batch size, with and without speculative decoding")
+    _common(c)
+    c.add_argument("--configs", default='{"sd": ["sd", {"gamma": 5, "drafter": "llama-68m", "dataset": "gsm8k"}], '
+                                        '"glide": ["glide", {"gamma": 5, "dataset": "gsm8k"}]}',
+                   help="JSON {label: [method, config]} compared with plain decoding (label 'ar')")
+    c.add_argument("--batches", default="1,2,4,8,16,32,64,128,192", help="batch sizes, comma-separated")
+    c.add_argument("--prompt-len", type=int, default=256, help="prompt tokens (default 256)")
+    c.add_argument("--output-len", type=int, default=256, help="output tokens (default 256)")
+    return parser
+
+
+def _print(frame: pd.DataFrame, columns: list[str]) -> None:
+    cols = [c for c in columns if c in frame]
+    print(frame[cols].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+
+
+def run_stream(args) -> None:
+    profile = load_profile(args.profile)
+    if args.token_trace:
+        rows, steps = [], []
+        for pid in prompt_ids(args.token_trace):
+            draws = replay_draws(args.token_trace, args.method, args.config, pid)
+            res = simulate_stream(profile, args.method, args.config, int(draws.accepted.sum()) + 1, args.seed,
+                                  prompt_len=args.prompt_len, engine=args.engine, draws=draws, per_step=args.per_step)
+            rows.append(dict(res.summary, prompt_id=pid))
+            if res.steps is not None:
+                steps.append(res.steps.assign(prompt_id=pid))
+    else:
+        if args.repeats < 1:
+            raise InputError(f"--repeats must be >= 1, got {args.repeats}")
+        rows, steps = [], []
+        for i in range(args.repeats):
+            res = simulate_stream(profile, args.method, args.config, args.n_tokens, args.seed + i,
+                                  prompt_len=args.prompt_len, engine=args.engine, per_step=args.per_step)
+            rows.append(res.summary)
+            if res.steps is not None:
+                steps.append(res.steps.assign(seed=args.seed + i))
+    table = pd.DataFrame(rows)
+    out = Path(args.out)
+    atomic.write_csv(out / "streams.csv", table.drop(columns=["config"]))
+    atomic.write_json(out / "summary.json", {
+        "method": args.method, "config": parse_config(args.config), "streams": len(table),
+        **{f"{k}_mean": float(table[k].mean()) for k in ("ttft_s", "tpot_s", "e2e_s", "tokens_per_step", "speedup")},
+        **{f"{k}_p99": float(table[k].quantile(0.99)) for k in ("tpot_s", "e2e_s")}})
+    if steps:
+        atomic.write_csv(out / "steps.csv", pd.concat(steps, ignore_index=True))
+    _print(table, ["seed", "prompt_id", "steps", "tokens_per_step", "ttft_s", "tpot_s", "e2e_s", "speedup"])
+
+
+def run_serve(args) -> None:
+    profile = load_profile(args.profile)
+    cluster = Cluster(replicas=args.replicas, max_batch=args.max_batch, gpu_mem_gb=args.gpu_mem_gb,
+                      parallel=Parallelism(tp=args.tp, pp=args.pp, lp=args.lp, draft_on_own_gpu=args.draft_own_gpu))
+    requests, summaries, iterations = [], [], []
+    rates = [1.0] if args.arrival == "trace" else _rates(args.rates)
+    for rate in rates:
+        workload = Workload(rate=rate, duration_s=args.duration, arrival=args.arrival, cv=args.cv,
+                            prompt_len=args.prompt_len, output_len=args.output_len, trace=args.arrival_trace)
+        res = simulate_serving(profile, args.method, args.config, workload, cluster, args.seed, per_step=args.per_step)
+        label = f"{rate:g} req/s"
+        requests.append(res.requests.assign(label=label, offered_rate=rate))
+        summaries.append(dict(res.summary, label=label))
+        if res.iterations is not None:
+            iterations.append(res.iterations.assign(label=label))
+    write_run(Path(args.out), pd.concat(requests, ignore_index=True), summaries,
+              pd.concat(iterations, ignore_index=True) if iterations else None)
+    _print(pd.DataFrame(summaries), ["offered_rate", "completed", "oom", "preemptions", "throughput_tok_s",
+                                     "ttft_s_p50", "ttft_s_p99", "tpot_s_p50", "tpot_s_p99", "e2e_s_p99"])
+
+
+def run_crossover(args) -> None:
+    profile = load_profile(args.profile)
+    try:
+        configs = json.loads(args.configs)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--configs is not valid JSON ({exc.msg})") from None
+    if not isinstance(configs, dict) or not all(isinstance(v, list) and len(v) == 2 for v in configs.values()):
+        raise InputError("--configs must be a JSON object {label: [method, config]}")
+    methods = [("ar", "ar", {})] + [(label, m, c) for label, (m, c) in configs.items()]
+    table = batch_crossover(profile, methods, _ints(args.batches, "--batches"), prompt_len=args.prompt_len,
+                            output_len=args.output_len, seed=args.seed)
+    command = "python -m experiments.simulate " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    write_crossover_report(Path(args.out), table, "ar", profile.name, command)
+    _print(table, ["label", "batch", "throughput_tok_s", "tpot_ms", "oom", "preemptions"])
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    {"stream": run_stream, "serve": run_serve, "crossover": run_crossover}[args.command](args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
