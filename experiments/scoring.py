@@ -405,7 +405,7 @@ def score(profile: Profile, method: str, base: dict[str, Any], configs: pd.DataF
     baseline = lat(profile.target, 1)
     out = configs.copy()
     spec = profile.acceptance[base["acceptance"]]
-    for i, (col, value) in enumerate((("profile", profile.name), ("method", method),
+    for i, (col, value) in enumerate((("profile", profile.name), ("method", method), ("target", profile.target),
                                       ("drafter", base.get("drafter", "-")), ("dataset", spec.get("dataset", "")),
                                       ("temperature", float(spec.get("temperature", 0.0))),
                                       ("acceptance", base["acceptance"]))):

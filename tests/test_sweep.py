@@ -1,0 +1,199 @@
+"""The main job: scoring agrees with costmodel, the CLI writes its report, bad input is one line."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from calibrate.profile import Profile
+from costmodel.params import arch_dict, drafter_arch
+from experiments import scoring, spaces, sweep
+from experiments.executor import LocalExecutor
+
+FREQ = [0.02, 0.04, 0.05, 0.06, 0.07, 0.08, 0.08, 0.1, 0.12, 0.18, 0.2]
+HIT1 = [0.1, 0.15, 0.25, 0.35, 0.45, 0.55, 0.62, 0.7, 0.8, 0.9, 0.97]
+
+
+def toy_profile(hardware: str = "A100-80G", latency_kind: str = "roofline") -> Profile:
+    """A Vicuna-7B-shaped profile carrying every acceptance part every method needs."""
+    models = {"vicuna-7b": arch_dict("vicuna-7b"), "llama-68m": arch_dict("llama-68m"),
+              "glide-1l": drafter_arch("glide", "vicuna-7b"), "eagle-1l": drafter_arch("eagle", "vicuna-7b"), "eagle-head": arch_dict("llama-68m")}
+
+    def latency(arch, scale):
+        if latency_kind == "table":   # flat in context: the closed forms' assumption, for exact checks
+            n = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+            return {"kind": "table", "params": {"n_tokens": n, "ctx_len": [0], "batch": [1],
+                                                "seconds": [[[scale * (1 + 0.002 * t)]] for t in n]}}
+        return {"kind": "roofline", "params": {"hardware": hardware, "dtype": "fp16", "arch": arch,
+                                               "bw_eff": 0.7, "flops_eff": 0.5, "overhead_s": 2e-4}}
+
+    scales = {"vicuna-7b": 0.02, "llama-68m": 0.001, "glide-1l": 0.0012, "eagle-1l": 0.0015, "eagle-head": 0.0005}
+    topk = {"1": HIT1, "2": [min(1.0, h + 0.12) for h in HIT1], "4": [min(1.0, h + 0.2) for h in HIT1],
+            "8": [min(1.0, h + 0.26) for h in HIT1]}
+    raw = {
+        "schema_version": 1, "name": f"toy vicuna-7b ({latency_kind})", "hardware": hardware, "dtype": "fp16",
+        "target": "vicuna-7b", "models": models,
+        "latency": {m: latency(a, scales[m]) for m, a in models.items()},
+        "drafters": {"llama-68m": {"kind": "draft_model", "model": "llama-68m"},
+                     "glide": {"kind": "glide", "model": "glide-1l"},
+                     "kangaroo": {"kind": "kangaroo", "exit_layer": 2},
+                     "eagle": {"kind": "coral", "model": "eagle-1l", "head_model": "eagle-head"},
+                     "lookahead": {"kind": "lookahead"}},
+        "acceptance": {
+            "llama-68m": {"drafter": "llama-68m", "temperature": 0.0, "dataset": "mt-bench", "alpha": 0.7,
+                          "alpha_at_k": {"1": 0.7, "2": 0.8, "4": 0.87, "8": 0.91, "16": 0.94, "32": 0.96},
+                          "alpha_at_k_without_replacement": {"1": 0.7, "2": 0.82, "4": 0.89, "8": 0.93, "16": 0.95,
+                                                             "32": 0.97}},
+            "glide": {"drafter": "glide", "temperature": 0.0, "dataset": "mt-bench", "alpha": 0.75,
+                      "conf_bins": {"freq": FREQ, "topk_hit": topk}},
+            "kangaroo": {"drafter": "kangaroo", "temperature": 0.0, "dataset": "mt-bench", "alpha": 0.6,
+                         "conf_bins": {"freq": FREQ, "topk_hit": topk}},
+            "eagle": {"drafter": "eagle", "temperature": 0.0, "dataset": "mt-bench", "alpha": 0.78,
+                      "router_recall": {"4/1": 0.9, "4/2": 0.99, "8/2": 0.97, "16/2": 0.96, "16/1": 0.88}},
+            "lookahead": {"drafter": "lookahead", "temperature": 0.0, "dataset": "mt-bench",
+                          "lookahead": {"alpha": 0.425, "f": 3.106}}},
+        "provenance": {"sources": ["synthetic test profile"]},
+    }
+    return Profile.from_dict(raw)
+
+
+@pytest.fixture(scope="module")
+def toy():
+    return toy_profile()
+
+
+def _score(profile, method, space, setting=scoring.Setting()):
+    (base, *_), reason = scoring.setups(profile, method, setting)
+    assert reason is None
+    return scoring.score(profile, method, base, space, setting)
+
+
+def test_sd_scores_equal_leviathan_through_the_latency_model():
+    from costmodel.leviathan import expected_tokens, speedup_from_latency
+
+    profile = toy_profile(latency_kind="table")
+    scored = _score(profile, "sd", spaces.sd_space())
+    t = profile.latency_model("vicuna-7b")
+    d = profile.latency_model("llama-68m")
+    want = speedup_from_latency(expected_tokens(0.7, scored.gamma.to_numpy()), scored.gamma.to_numpy(),
+                                lambda n: d.predict(n, 0), lambda n: t.predict(n, 0))
+    np.testing.assert_allclose(scored.speedup, want, rtol=1e-12)
+
+
+def test_every_method_scores_its_space(toy):
+    setting = scoring.Setting()
+    for method in spaces.METHODS:
+        (base, *_), reason = scoring.setups(toy, method, setting)
+        assert reason is None, method
+        space = sweep._space(method, sweep.SweepOptions(budget=16), toy, base)
+        scored = scoring.score(toy, method, base, space, setting)
+        assert len(scored) == len(space) and scored.speedup.notna().all(), method
+        assert (scored.tokens_per_step >= 1).all() and (scored.step_s > 0).all(), method
+    coral = _score(toy, "coral", spaces.coral_space(**scoring.coral_space_args(toy, {"drafter": "eagle",
+                                                                                    "acceptance": "eagle"})))
+    assert set(zip(coral.groups, coral.top_n)) == {(0, 0), (4, 1), (4, 2), (8, 2), (16, 1), (16, 2)}
+
+
+def test_mcsd_levels_and_tree_cost(toy):
+    from costmodel.trees import expected_tokens_tree
+
+    scored = _score(toy, "mcsd", spaces.mcsd_space(budget=16, max_depth=3))
+    acc = toy.acceptance_model("llama-68m")
+    for repl in (True, False):
+        sub = scored[scored.replacement == repl]
+        curve = {k: acc.alpha_at(k, without_replacement=not repl) for k in spaces.MCSD_K_CHOICES}
+        np.testing.assert_allclose(sub.tokens_per_step, expected_tokens_tree(list(sub.k), curve), rtol=1e-12)
+    a, b = (scored[(scored.k == k) & scored.replacement].iloc[0] for k in ("4x2", "2x4"))
+    assert a.tokens_per_step > b.tokens_per_step          # MCSD's monotonic rule
+    assert a.verified_per_step == 1 + 4 + 8 and b.verified_per_step == 1 + 2 + 8
+
+
+def test_trace_replay_scores_exact_greedy_steps(toy):
+    from traces.replay import TokenTable
+
+    table = TokenTable.from_arrays(["p"], [0, 60], np.zeros(60, int), np.full(60, 0.9))
+    tokens = scoring.replay_tokens(table, "sd", spaces.sd_space(5))
+    np.testing.assert_allclose(tokens, [60 / np.ceil(60 / (g + 1)) for g in range(1, 6)])
+
+
+def test_run_sweep_ranks_and_rescores_in_the_simulator(toy):
+    opts = sweep.SweepOptions(methods=["sd", "mcsd", "cape"], budget=8, rescore=1, sim_tokens=256, sim_repeats=3)
+    result = sweep.run_sweep([toy], opts, LocalExecutor(workers=1, progress=False))
+    for method, frame in result.tables.items():
+        assert frame["rank"].iloc[0] == 1 and frame.speedup.iloc[0] == frame.speedup.max()
+    sd = result.best[result.best.method == "sd"].iloc[0]
+    assert sd.sim_p05 <= sd.sim_speedup <= sd.sim_p95
+    assert abs(sd.sim_speedup / sd.speedup - 1) < 0.15     # simulator and closed form agree on the best
+
+
+def test_hardware_move_through_the_roofline(toy):
+    moved = scoring.retarget(toy, "H100")
+    assert moved.hardware == "H100"
+    slow, fast = (m.latency_model("vicuna-7b").predict(1, 512) for m in (toy, moved))
+    assert fast < slow
+    with pytest.raises(Exception, match="unknown hardware 'B300'.*H100"):
+        scoring.retarget(toy, "B300")
+    with pytest.raises(Exception, match="only a roofline"):
+        scoring.retarget(toy_profile(latency_kind="table"), "H100")
+
+
+def test_cli_writes_tables_plots_and_report(tmp_path, toy, capsys):
+    path = toy.save(tmp_path / "toy.json")
+    out = tmp_path / "out"
+    code = sweep.main(["--profile", str(path), "--methods", "sd,coral", "--rescore", "1", "--sim-repeats", "2",
+                       "--sim-tokens", "128", "--out", str(out), "--workers", "1", "--no-progress"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "coral" in printed and "sd" in printed
+    for name in ("tables/sd.csv", "tables/sd.parquet", "tables/coral.csv", "best.csv", "plots/sd.png",
+                 "plots/coral.png", "report.md", "run.json"):
+        assert (out / name).exists(), name
+    report = (out / "report.md").read_text()
+    assert "![sd](plots/sd.png)" in report and "## Best configuration overall" in report
+    assert len(pd.read_csv(out / "tables/sd.csv")) == 12
+    assert pd.read_parquet(out / "tables/coral.parquet").speedup.notna().all()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--methods", "sd,medusa"], "unknown method 'medusa'"),
+    (["--profile", "/nonexistent/p.json"], "profile file not found"),
+    (["--hardware", "B300"], "unknown hardware 'B300' (known: V100"),
+    (["--budget", "0"], "--budget must be at least 1"),
+])
+def test_bad_input_is_one_line_exit_2(args, message, capsys):
+    assert sweep.main(args + ["--out", "/tmp/never-written"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and message in err and "\n" not in err
+
+
+def test_wrong_schema_profile(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"schema_version": 1, "name": "x"}))
+    assert sweep.main(["--profile", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert "missing field 'hardware'" in capsys.readouterr().err
+
+
+def test_papers_choices_beside_the_sweep():
+    profile = Profile.load(sweep.BUNDLED_PROFILES / "mcsd-vicuna-33b-a6000.json")
+    opts = sweep.SweepOptions(methods=["mcsd"], budget=16, rescore=0, temperature=0.0, dataset="alpaca")
+    result = sweep.run_sweep([profile], opts, LocalExecutor(workers=1, progress=False))
+    row = result.paper_choices[result.paper_choices.setting == "llama-68m / alpaca / T=0"].iloc[0]
+    assert row.paper_choice == "8x2x1x1" and row.paper_speedup == pytest.approx(2.06)
+    assert row.sweep_rank_of_paper_choice >= 1 and row.predicted_best >= row.predicted_for_paper_choice
+    assert row.why
+
+
+@pytest.mark.cluster
+def test_dask_cluster_gives_the_local_results(toy):
+    pytest.importorskip("distributed")
+    from experiments.executor import DaskExecutor
+
+    opts = sweep.SweepOptions(methods=["sd", "mcsd", "lookahead"], budget=8, rescore=1, sim_tokens=128, sim_repeats=2)
+    local = sweep.run_sweep([toy], opts, LocalExecutor(workers=1, progress=False))
+    with DaskExecutor(workers=2, processes=False, progress=False) as ex:
+        dask = sweep.run_sweep([toy], opts, ex)
+    for method in local.tables:
+        pd.testing.assert_frame_equal(local.tables[method], dask.tables[method])
+    pd.testing.assert_frame_equal(local.best, dask.best)
