@@ -126,17 +126,20 @@ def _two_token_law(model, prompt, sampling):
 def test_sampled_law_of_first_two_tokens(method, config):
     from traces.verifier.statistical import statistical_check
 
-    target = tiny_model(2, vocab_size=VOCAB, num_layers=2, std=0.8)
+    target = tiny_model(2, vocab_size=VOCAB, num_layers=1, std=0.8)
     drafter = tiny_model(3, vocab_size=VOCAB, num_layers=1, std=0.8)
-    prompt = [1, 2, 3, 1, 2]
+    prompt = [1, 2, 3]
     sampling = Sampling(temperature=1.0, top_p=0.95)
     law = _two_token_law(target, prompt, sampling)
 
+    decoder = make_decoder(method, target, None if method == "lookahead" else drafter,
+                           sampling=sampling, **config)
+
     def sampler(case, rng):
-        seed = int(rng.uniform() * 2**31)
-        out = make_decoder(method, target, None if method == "lookahead" else drafter,
-                           sampling=sampling, seed=seed, **config).generate(prompt, 2).tokens
+        decoder.seed = int(rng.uniform() * 2**31)
+        out = decoder.generate(prompt, 2).tokens
         return out[0] * VOCAB + out[1]
 
-    result = statistical_check(sampler, None, target=law, n=1500, alpha=1e-4, seed=5)
+    # 700 draws: a law at TV distance >= 0.15 from the target's fails with high probability
+    result = statistical_check(sampler, None, target=law, n=700, alpha=1e-4, seed=5)
     assert result.passed, result.reason

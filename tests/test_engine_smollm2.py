@@ -1,0 +1,20 @@
+"""Greedy identity on the real SmolLM2-135M-Instruct: 2 MT-Bench + 2 HumanEval prompts, 64 tokens.
+
+The drafter is the target's own first 2 layers (same vocabulary, weights shared); the CLI exits
+with 1 when any method's output differs from plain greedy ar.
+"""
+import pandas as pd
+import pytest
+
+from traces.engine.__main__ import main
+
+
+@pytest.mark.slow
+def test_every_method_equals_greedy_on_smollm2(tmp_path):
+    out = tmp_path / "identity.csv"
+    code = main(["--target", "smollm2", "--drafter", "layers:2", "--prompts", "mtbench:2,humaneval:2",
+                 "--max-new-tokens", "64", "--out", str(out)])
+    frame = pd.read_csv(out)
+    assert code == 0, frame[~frame["identical"]].to_string()
+    assert set(frame["method"]) == {"ar", "sd", "mcsd", "cape", "lookahead"}
+    assert frame["identical"].all() and len(frame) == 20
