@@ -35,7 +35,8 @@ from traces import schema
 from traces.drafters.router import LMHeadRouter
 from traces.errors import InputError, cli_entry
 from traces.llama import KVCache, Llama
-from traces.models import load_model, truncated
+from traces.engine.__main__ import load_drafter
+from traces.models import load_model
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # Default grids: the GPU one is the full picture; the CPU one is thinned so that a 135M model's
@@ -231,17 +232,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _drafter(spec: str, target: Llama, dtype, device, seed: int) -> tuple[str, Llama]:
-    if spec.startswith("layers:"):
-        try:
-            layers = int(spec.split(":", 1)[1])
-        except ValueError:
-            raise InputError(f"--drafter {spec}: expected layers:K with an integer K") from None
-        return spec, truncated(target, layers)
-    loaded = load_model(spec, dtype=dtype, device=device, seed=seed)
-    return loaded.name, loaded.model
-
-
 @cli_entry
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
@@ -271,11 +261,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_target:
         units.append((target.name, "target", model, False))
     for spec in args.drafter:
-        name, drafter = _drafter(spec, model, dtype, device, args.seed)
-        if drafter.config.vocab_size != model.config.vocab_size:
-            raise InputError(f"drafter '{spec}' has vocabulary size {drafter.config.vocab_size}, "
-                             f"the target has {model.config.vocab_size}")
-        units.append((name, "draft", drafter.to(device=device, dtype=dtype), False))
+        drafter = load_drafter(spec, target)  # layers:K, or a model with the target's vocabulary
+        units.append((drafter.name, "draft", drafter.model.to(device=device, dtype=dtype), False))
     if routers:
         units.append((f"{target.name}:lm_head", "lm_head", None, True))
         for groups, top_n in routers:

@@ -152,6 +152,35 @@ def load_prompts(spec: str, *, limit: int | None = None, field: str = "prompt",
     return prompts[:limit] if limit is not None else prompts
 
 
+class ByteTokenizer:
+    """For models built in code without a tokenizer (tiny test models): UTF-8 bytes modulo the
+    vocabulary size. Decoding is lossy past byte 255 and only serves multi-turn bookkeeping."""
+
+    chat_template = None
+
+    def __init__(self, vocab_size: int):
+        if vocab_size < 2:
+            raise InputError(f"byte tokenizer needs a vocabulary of at least 2, got {vocab_size}")
+        self.vocab_size = vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        return [b % self.vocab_size for b in text.encode("utf-8")]
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return bytes(int(i) % 256 for i in ids).decode("utf-8", errors="replace")
+
+
+def load_prompt_mix(spec: str, field: str = "prompt") -> list[Prompt]:
+    """`mtbench:2,humaneval:2` -> the first 2 prompts of each set, in that order (no count = all)."""
+    prompts: list[Prompt] = []
+    for part in (p.strip() for p in spec.split(",") if p.strip()):
+        name, sep, count = part.rpartition(":") if ":" in part and part.rsplit(":", 1)[1].isdigit() else (part, "", "")
+        prompts += load_prompts(name, limit=int(count) if sep else None, field=field)
+    if not prompts:
+        raise InputError(f"no prompts in '{spec}'")
+    return prompts
+
+
 def has_chat_template(tokenizer: Any) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 

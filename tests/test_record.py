@@ -1,0 +1,140 @@
+"""`python -m traces.record` and `python -m traces.check_replay` on tiny random models."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from traces import check_replay, record, replay, schema
+from traces.engine import Sampling
+
+MAX_NEW = 24
+
+
+@pytest.fixture
+def prompts(tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"id": i, "prompt": text}) + "\n" for i, text in
+                            enumerate(["hello world", "the quick brown fox", "speculative decoding", "abc"])))
+    return path
+
+
+def rec(tmp_path, prompts, *extra, out="run.parquet"):
+    target = tmp_path / out
+    code = record.main(["--target", "tiny", "--drafter", "layers:1", "--prompts", str(prompts), "--quiet",
+                        "--max-new-tokens", str(MAX_NEW), "--threads", "1", "--out", str(target), *extra])
+    return code, target
+
+
+def test_step_rows_resume_and_refuse_other_runs(tmp_path, prompts, capsys):
+    code, out = rec(tmp_path, prompts, "--method", "mcsd", "--config", '{"k": "3x2"}', "--limit", "2")
+    assert code == 0
+    first, meta = schema.read_trace(out, "step")
+    assert sorted(first.prompt_id.unique()) == ["prompts/0", "prompts/1"]
+    assert (first.groupby("prompt_id").accepted.sum() == MAX_NEW).all()
+    assert (first.method == "mcsd").all() and json.loads(first.config[0])["k"] == [3, 2]
+    assert meta.models == {"target": "tiny", "drafter": "layers:1"} and meta.extra["run_key"]["max_new_tokens"] == MAX_NEW
+    code, out = rec(tmp_path, prompts, "--method", "mcsd", "--config", '{"k": "3x2"}')
+    assert code == 0
+    second, _ = schema.read_trace(out, "step")
+    assert second.prompt_id.nunique() == 4
+    kept = second[second.prompt_id.isin(["prompts/0", "prompts/1"])].reset_index(drop=True)
+    pd.testing.assert_frame_equal(kept, first)  # resumed: the first two prompts were not rerun
+    before = out.read_bytes()
+    code, _ = rec(tmp_path, prompts, "--method", "sd", "--config", '{"gamma": 2}')
+    assert code == 2 and "different recording run" in capsys.readouterr().err
+    assert out.read_bytes() == before
+
+
+def test_teacher_forced_rows_replay_the_real_runs(tmp_path, prompts):
+    code, tokens_path = rec(tmp_path, prompts, "--method", "sd", "--teacher-forced", out="tok.parquet")
+    assert code == 0
+    tokens, meta = schema.read_trace(tokens_path, "token")
+    assert meta.kind == "token" and len(tokens) == 4 * MAX_NEW
+    table = replay.TokenTable.from_frame(tokens)
+    for method, config in [("sd", {"gamma": 3}), ("mcsd", {"k": "4x2x1"}), ("cape", {"gamma": 3})]:
+        code, steps_path = rec(tmp_path, prompts, "--method", method, "--config", json.dumps(config),
+                               out=f"{method}.parquet")
+        steps, _ = schema.read_trace(steps_path, "step")
+        replayed = replay.replay_steps(table, method, config)
+        assert replayed["accepted"].tolist() == steps.sort_values(["prompt_id", "step"])["accepted"].tolist()
+
+
+def test_sampled_runs_are_seeded(tmp_path, prompts):
+    runs = [schema.read_trace(rec(tmp_path, prompts, "--method", "sd", "--temperature", "0.9", "--limit", "2",
+                                  "--seed", str(seed), out=f"s{i}.parquet")[1], "step")[0]
+            for i, seed in enumerate([5, 5, 6])]
+    key = ["prompt_id", "step", "accepted"]
+    assert runs[0][key].equals(runs[1][key])
+    assert not runs[0][key].equals(runs[2][key])
+
+
+def test_token_statistics():
+    p_logits = torch.tensor([[2.0, 1.0, 0.0], [0.0, 0.0, 3.0]])
+    q_logits = torch.tensor([[1.0, 1.0, 0.0], [0.0, 2.0, 1.0]])
+    tokens = torch.tensor([1, 2])
+    greedy = record.token_statistics(p_logits, q_logits, tokens, Sampling())
+    assert greedy["draft_rank"] == [1, 1]          # tie at position 0 goes to the lower id
+    assert greedy["alpha"] == [1.0, 0.0]            # drafter argmax 0 = target argmax 0; then 1 != 2
+    warm = record.token_statistics(p_logits, q_logits, tokens, Sampling(temperature=1.0))
+    p, q = torch.softmax(p_logits.double(), -1), torch.softmax(q_logits.double(), -1)
+    assert warm["alpha"] == pytest.approx(torch.minimum(p, q).sum(-1).tolist())
+    assert warm["target_entropy"][1] == pytest.approx(float(-(p[1] * p[1].log()).sum()))
+    assert warm["draft_q_token"] == pytest.approx([float(q[0, 1]), float(q[1, 2])])
+
+
+def test_check_replay_agrees_on_tiny_models(tmp_path, prompts, capsys):
+    code = check_replay.main(["--target", "tiny", "--drafter", "layers:1", "--prompts", f"{prompts}:3",
+                              "--max-new-tokens", "20", "--out", str(tmp_path / "cr"), "--methods",
+                              'sd:{"gamma": 2}', 'mcsd:{"k": "2x2"}', 'cape:{"gamma": 3}',
+                              'kangaroo:{"gamma": 3, "eta": 0.2, "exit_layer": 1}'])
+    assert code == 0
+    steps = pd.read_csv(tmp_path / "cr" / "steps.csv")
+    assert steps["agree"].all() and steps.method.nunique() == 4
+    assert "Agreement" in (tmp_path / "cr" / "report.md").read_text()
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--method", "medusa"], "unknown method"),
+    (["--method", "mcsd", "--config", '{"k": "4x0"}'], "k >= 1"),
+    (["--method", "mcsd", "--config", '{"k": "abc"}'], "bad k-configuration"),
+    (["--method", "sd", "--config", '{"gamma": 0}'], "gamma must be"),
+    (["--method", "sd", "--config", "gamma=3"], "--config is not JSON"),
+    (["--method", "sd", "--target", "/no/such/model"], "model path not found"),
+    (["--method", "sd", "--drafter", "random:llama-68m"], "vocabulary size"),
+    (["--method", "lookahead", "--teacher-forced"], "--teacher-forced"),
+    (["--method", "sd", "--prompts", "NOTJSONL"], "is not JSON"),
+])
+def test_bad_input_one_line_exit_2_nothing_written(tmp_path, prompts, capsys, extra, needle):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("id,prompt\n1,hello\n")
+    extra = [str(bad) if e == "NOTJSONL" else e for e in extra]
+    code, out = rec(tmp_path, prompts, *extra)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("error: ") and needle in err and "\n" not in err
+    assert not out.exists()
+
+
+def test_last_step_ends_at_max_new_tokens(tmp_path, prompts):
+    # the drafter is the whole tiny target: every draft is accepted, 5 tokens a step, 24 = 4 x 5 + 4
+    code, out = rec(tmp_path, prompts, "--method", "sd", "--config", '{"gamma": 4}', "--limit", "1")
+    assert code == 0
+    code = record.main(["--target", "tiny", "--drafter", "layers:2", "--prompts", str(prompts), "--quiet",
+                        "--limit", "1", "--max-new-tokens", str(MAX_NEW), "--method", "sd", "--config",
+                        '{"gamma": 4}', "--out", str(tmp_path / "full.parquet")])
+    steps, _ = schema.read_trace(tmp_path / "full.parquet", "step")
+    assert steps["accepted"].tolist() == [5, 5, 5, 5, 4]
+
+
+def test_output_steps_cut_at_eos():
+    from traces.engine import Generation, StepRecord
+
+    def step(i, accepted):
+        return StepRecord(i, 10, 1, 0.0, 2, 0.0, 0.0, accepted, [True], [0.5])
+
+    # the engine committed 5 + 5 + 5 tokens, but EOS was the 12th: the output keeps 12
+    out = Generation(prompt_len=3, tokens=list(range(12)), steps=[step(0, 5), step(1, 5), step(2, 5), step(3, 1)],
+                     seconds=0.0)
+    assert [a for _, a in record.output_steps(out)] == [5, 5, 2]

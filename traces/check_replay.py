@@ -1,0 +1,195 @@
+"""`python -m traces.check_replay`: does exact replay from a TokenTrace match real engine runs?
+
+For every prompt: one teacher-forced pass (`traces.record.teacher_forced_pass`) gives the token
+table; then every configuration runs for real in the engine. Each real step, starting at output
+position p, is compared with the replayed accepted length of a step starting at p
+(`traces.replay.accept_lengths`), so one disagreement never shifts the comparison of later steps.
+
+Every mismatch is explained from the recorded margins:
+- `output diverged`: the real run's output left the teacher-forced greedy output before the end
+  of the step (a target near-tie decided differently by the tree/incremental forward than by the
+  plain one); the target's top-2 probability gap there is given;
+- `drafter near-tie`: at the first position where the real and the replayed step disagree, the
+  drafter's top-2 (or rank-k / rank-k+1) probability gap in the parallel pass is tiny, so the
+  incremental drafter forward ranked the tokens differently;
+- `unexplained`: neither; this would be a bug in the engine or in the replay.
+Writes `steps.csv` (every compared step) and `report.md` to `--out`; exit code 1 when agreement
+is below `--min-agreement`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from traces import atomic, replay
+from traces.engine import Sampling, make_decoder
+from traces.engine.__main__ import load_drafter, parse_method
+from traces.errors import InputError, cli_entry
+from traces.models import load_model
+from traces.prompts import ByteTokenizer, encode_prompt, load_prompt_mix
+from traces.record import output_steps, teacher_forced_pass, token_statistics
+
+DEFAULT_METHODS = [f'sd:{{"gamma": {g}}}' for g in range(1, 9)] + [
+    'mcsd:{"k": "4x2x1"}', 'mcsd:{"k": "2x2x2x2"}', 'mcsd:{"k": "8x1x1"}']
+NEAR_TIE = 1e-3  # probability gap under which a flipped ranking is put down to numerics
+
+
+def top_gaps(logits: torch.Tensor, depth: int = 9) -> np.ndarray:
+    """[n, depth-1] probability gaps between consecutive ranks of softmax(logits) per row."""
+    probs = torch.softmax(logits.double(), dim=-1)
+    top = probs.topk(min(depth, probs.shape[-1]), dim=-1).values
+    return (top[:, :-1] - top[:, 1:]).cpu().numpy()
+
+
+class PromptRecord:
+    """The teacher-forced view of one prompt under one drafter."""
+
+    def __init__(self, prompt_id: str, tokens: list[int], table: replay.TokenTable, p_gap: np.ndarray,
+                 q_gaps: np.ndarray):
+        self.prompt_id, self.tokens, self.table = prompt_id, tokens, table
+        self.p_gap, self.q_gaps = p_gap, q_gaps
+
+
+def teacher_forced(decoder, prompt_id: str, ids: list[int], max_new_tokens: int, eos) -> PromptRecord:
+    tokens, p_logits, q_logits = teacher_forced_pass(decoder, ids, max_new_tokens, eos, seed=0)
+    stats = token_statistics(p_logits, q_logits, torch.tensor(tokens), Sampling())
+    table = replay.TokenTable.from_arrays([prompt_id], [0, len(tokens)], stats["draft_rank"], stats["draft_conf"],
+                                          tokens)
+    return PromptRecord(prompt_id, tokens, table, top_gaps(p_logits)[:, 0], top_gaps(q_logits))
+
+
+def explain(rec: PromptRecord, method: str, config: dict, pos: int, real: int, replayed: int,
+            real_tokens: list[int]) -> str:
+    """Why a real step at output position `pos` committed `real` tokens where replay says `replayed`."""
+    span = pos + max(real, replayed)
+    diverged = next((i for i, (a, b) in enumerate(zip(real_tokens, rec.tokens)) if a != b), None)
+    if diverged is not None and diverged < span:
+        return f"output diverged at token {diverged} (target top-2 gap {rec.p_gap[diverged]:.2e})"
+    level = min(real, replayed) - 1          # the first drafted level whose verdict differs
+    at = pos + level
+    if at >= len(rec.tokens):
+        return "unexplained (past the recorded output)"
+    if method == "mcsd":
+        levels = replay.parse_k_config(config["k"])
+        k = levels[min(level, len(levels) - 1)]
+        gap = rec.q_gaps[at, min(k - 1, rec.q_gaps.shape[1] - 1)]
+        what = f"rank {k - 1}/{k}"
+    else:
+        gap, what = rec.q_gaps[at, 0], "top-2"
+    if gap < NEAR_TIE:
+        return f"drafter near-tie at token {at} ({what} gap {gap:.2e})"
+    return f"unexplained (drafter {what} gap {gap:.2e} at token {at})"
+
+
+def compare(rec: PromptRecord, method: str, config: dict, out) -> list[dict]:
+    """One row per real step: real and replayed accepted length, and the explanation if they differ."""
+    lengths = replay.accept_lengths(rec.table, method, config)
+    rows, pos = [], 0
+    for step, accepted in output_steps(out):
+        replayed = int(lengths[pos]) if pos < rec.table.size else -1
+        same = replayed == accepted
+        rows.append({"prompt_id": rec.prompt_id, "method": method, "config": json.dumps(config, sort_keys=True),
+                     "step": step.step, "pos": pos, "real": accepted, "replayed": replayed, "agree": same,
+                     "why": "" if same else explain(rec, method, config, pos, accepted, replayed, out.tokens)})
+        pos += accepted
+    return rows
+
+
+def report(frame: pd.DataFrame, args: argparse.Namespace) -> str:
+    by_config = frame.groupby(["method", "config"], sort=False).agg(
+        steps=("agree", "size"), agree=("agree", "sum"), real_mean=("real", "mean"),
+        replayed_mean=("replayed", "mean")).reset_index()
+    by_config["agreement"] = by_config["agree"] / by_config["steps"]
+    overall = frame["agree"].mean()
+    lines = [
+        "# Replay vs real runs", "",
+        f"target `{args.target}`, drafter `{args.drafter}`, prompts `{args.prompts}`, "
+        f"{args.max_new_tokens} new tokens, greedy, {args.threads} thread(s).", "",
+        f"**Agreement: {frame['agree'].sum()} of {len(frame)} steps = {overall:.2%}** "
+        f"(threshold {args.min_agreement:.0%}).", "",
+        by_config.to_markdown(index=False, floatfmt=".3f") if _has_tabulate() else by_config.to_string(index=False),
+        "",
+    ]
+    bad = frame[~frame["agree"]]
+    lines += ["## Mismatches", ""]
+    if bad.empty:
+        lines.append("None.")
+    for row in bad.itertuples():
+        lines.append(f"- {row.prompt_id} {row.method} {row.config} step {row.step} (token {row.pos}): "
+                     f"real {row.real}, replayed {row.replayed}: {row.why}")
+    return "\n".join(lines) + "\n"
+
+
+def _has_tabulate() -> bool:
+    try:
+        import tabulate  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m traces.check_replay", description=__doc__.splitlines()[0])
+    p.add_argument("--target", default="smollm2", help="target model spec (default %(default)s)")
+    p.add_argument("--drafter", default="layers:4",
+                   help="draft model spec, or layers:K = the target's first K layers (default %(default)s)")
+    p.add_argument("--prompts", default="mtbench:2,humaneval:2",
+                   help="prompt sets as name:count joined by commas (default %(default)s)")
+    p.add_argument("--methods", nargs="+", default=DEFAULT_METHODS,
+                   help="configurations as method:{json}; sd, mcsd, cape, kangaroo (default: sd gamma 1..8 and "
+                        "mcsd 4x2x1, 2x2x2x2, 8x1x1)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens per prompt (default %(default)s)")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default %(default)s)")
+    p.add_argument("--min-agreement", type=float, default=0.99, help="exit 1 below this (default %(default)s)")
+    p.add_argument("--out", required=True, help="folder for steps.csv and report.md")
+    return p
+
+
+@cli_entry
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    torch.set_num_threads(max(1, args.threads))
+    if args.max_new_tokens < 1:
+        raise InputError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    methods = [parse_method(m) for m in args.methods]
+    for name, config in methods:
+        replay.normalise_config(name, config)  # only replayable methods, valid configurations
+    prompts = load_prompt_mix(args.prompts)
+    target = load_model(args.target)
+    drafter = load_drafter(args.drafter, target)
+    tokenizer = target.tokenizer or ByteTokenizer(target.vocab_size)
+    eos = getattr(target.tokenizer, "eos_token_id", None)
+    decoders = [(name, config, make_decoder(name, target.model, None if name == "kangaroo" else drafter.model,
+                                            sampling=Sampling(), **config)) for name, config in methods]
+    rows: list[dict] = []
+    from tqdm import tqdm
+
+    for prompt in tqdm(prompts, unit="prompt", desc="check replay"):
+        ids = encode_prompt(prompt, tokenizer)
+        records: dict[str, PromptRecord] = {}
+        for name, config, decoder in decoders:
+            key = "drafter" if name != "kangaroo" else json.dumps(decoder.config, sort_keys=True)
+            if key not in records:
+                records[key] = teacher_forced(decoder, prompt.prompt_id, ids, args.max_new_tokens, eos)
+            out = decoder.generate(ids, args.max_new_tokens, eos)
+            rows += compare(records[key], name, config, out)
+    frame = pd.DataFrame(rows)
+    out_dir = Path(args.out)
+    atomic.write_csv(out_dir / "steps.csv", frame)
+    text = report(frame, args)
+    atomic.write_text(out_dir / "report.md", text)
+    agreement = frame["agree"].mean()
+    print(text.split("## Mismatches")[0].strip())
+    print(f"mismatches: {int((~frame['agree']).sum())}; report: {out_dir / 'report.md'}")
+    return 0 if agreement >= args.min_agreement else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,288 @@
+"""`python -m traces.record`: run a method over a prompt set and write StepTrace (or TokenTrace) rows.
+
+Step mode (default): every prompt is decoded by the engine (`traces.engine.make_decoder`) with
+the method and configuration given; each speculation step becomes one StepTrace row. A step's
+`accepted` counts the tokens it added to the output, so the last step is truncated at
+`--max-new-tokens` / EOS exactly as the output is (and as `traces.replay` truncates).
+
+Teacher-forced mode (`--teacher-forced`): per prompt, ONE target generation (the engine's `ar`
+at the run's temperature, whose target distributions p are kept) and ONE parallel drafter pass
+over prompt + output give, for every output token: its rank in the drafter's distribution q
+(ties broken towards the lower token id, like argmax), the drafter's top-1 probability, q(token),
+alpha = sum(min(p, q)) and the target's entropy. p and q are processed as the engine processes
+them (`Sampling.probs`: temperature and top-p); at temperature 0 the decisions are argmaxes, so
+alpha = 1 exactly when the drafter's argmax is the target's token, while draft_conf, q(token) and
+the entropy come from the plain softmax. The drafter is a draft model (`--drafter`, for sd, mcsd,
+cape) or Kangaroo's shallow layers + adapter (`--method kangaroo`).
+
+Resumable: the output file is rewritten (atomically) after every prompt; a rerun with the same
+arguments skips the prompts already in it, and a file from a different run is refused. Seeded:
+the decoder of each prompt gets `--seed` plus a stable hash of the prompt id, so a prompt's
+result does not depend on which prompts ran before it.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import zlib
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+import torch
+
+from traces import schema
+from traces.engine import Generation, Sampling, StepRecord, make_decoder
+from traces.engine.__main__ import load_drafter
+from traces.engine.draft_methods import AR
+from traces.errors import InputError, cli_entry
+from traces.llama import Llama
+from traces.models import LoadedModel, load_model
+from traces.profile import git_commit
+from traces.prompts import ByteTokenizer, Prompt, encode_prompt, load_prompts
+
+SELF_DRAFTING = ("glide", "kangaroo", "coral")   # drafter = a drafter file, or built untrained
+TEACHER_FORCED_METHODS = ("sd", "mcsd", "cape", "kangaroo")
+
+
+# ----------------------------------------------------------------------------- the run
+
+class Run:
+    """Models, decoding law and identity of one recording run."""
+
+    def __init__(self, args: argparse.Namespace):
+        if args.max_new_tokens < 1:
+            raise InputError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+        self.args = args
+        self.method = args.method
+        self.config = parse_config(args.config)
+        self.sampling = Sampling(args.temperature, args.top_p)
+        if args.teacher_forced and self.method not in TEACHER_FORCED_METHODS:
+            raise InputError(f"--teacher-forced records a drafter's view: method must be one of "
+                             f"{', '.join(TEACHER_FORCED_METHODS)}, got '{self.method}'")
+        device = torch.device(args.device) if args.device else None
+        self.target = load_model(args.target, device=device, seed=args.seed)
+        self.tokenizer = self.target.tokenizer or ByteTokenizer(self.target.vocab_size)
+        self.drafter: LoadedModel | None = None
+        drafter_arg: Any = None
+        if self.method in SELF_DRAFTING:
+            drafter_arg = args.drafter
+            if drafter_arg is not None and not Path(drafter_arg).exists():
+                raise InputError(f"drafter file not found: {drafter_arg}")
+        elif args.drafter is not None:
+            self.drafter = load_drafter(args.drafter, self.target)
+            drafter_arg = self.drafter.model
+        # Validates method and configuration before any prompt runs (unknown method, gamma < 1, ...).
+        self.decoder = make_decoder(self.method, self.target.model, drafter_arg, sampling=self.sampling,
+                                    seed=args.seed, **self.config)
+        self.eos = getattr(self.target.tokenizer, "eos_token_id", None)
+        self.key = {
+            "mode": "token" if args.teacher_forced else "step", "method": self.method,
+            "config": self.decoder.config, "target": args.target, "drafter": args.drafter,
+            "temperature": args.temperature, "top_p": args.top_p, "seed": args.seed,
+            "max_new_tokens": args.max_new_tokens, "prompts": args.prompts, "turn": args.turn,
+            "chat": args.chat,
+        }
+        self.run_id = hashlib.sha1(json.dumps(self.key, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+    @property
+    def kind(self) -> str:
+        return self.key["mode"]
+
+    def metadata(self) -> schema.RunMetadata:
+        models = {"target": self.args.target}
+        if self.args.drafter is not None:
+            models["drafter"] = self.args.drafter
+        dtype = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
+                 torch.float64: "fp64"}.get(self.target.model.dtype, str(self.target.model.dtype))
+        device = self.target.model.device
+        hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+        return schema.RunMetadata(kind=self.kind, models=models, hardware=hardware, dtype=dtype,
+                                  temperature=self.args.temperature, dataset=self.args.prompts,
+                                  seed=self.args.seed, commit=git_commit(),
+                                  extra={"run_key": json.loads(json.dumps(self.key, default=str)),
+                                         "run_id": self.run_id, "threads": torch.get_num_threads()})
+
+    def prompt_seed(self, prompt_id: str) -> int:
+        return (self.args.seed + zlib.crc32(prompt_id.encode())) % 2**31
+
+    def encode(self, prompt: Prompt) -> list[int]:
+        """Prompt token ids at the requested turn; earlier turns are answered greedily by the target."""
+        chat = None if self.args.chat == "auto" else self.args.chat == "on"
+        answers: list[str] = []
+        for turn in range(1, self.args.turn):
+            ids = encode_prompt(prompt, self.tokenizer, turn=turn, previous_answers=answers, chat=chat)
+            out = make_decoder("ar", self.target.model).generate(ids, self.args.max_new_tokens, self.eos)
+            answers.append(self.tokenizer.decode(out.tokens, skip_special_tokens=True))
+        return encode_prompt(prompt, self.tokenizer, turn=self.args.turn, previous_answers=answers, chat=chat)
+
+    # -- one prompt, step mode -----------------------------------------------------------------
+    def step_rows(self, prompt: Prompt, ids: list[int]) -> list[dict]:
+        self.decoder.seed = self.prompt_seed(prompt.prompt_id)
+        out = self.decoder.generate(ids, self.args.max_new_tokens, self.eos)
+        rows = []
+        config = json.dumps(self.decoder.config, sort_keys=True, default=str)
+        for s, accepted in output_steps(out):
+            rows.append({"run_id": self.run_id, "method": self.method, "config": config,
+                         "prompt_id": prompt.prompt_id, "step": s.step, "ctx_len": s.ctx_len,
+                         "draft_forwards": s.draft_forwards, "draft_s": s.draft_s, "verify_tokens": s.verify_tokens,
+                         "verify_s": s.verify_s, "overhead_s": s.overhead_s, "accepted": accepted,
+                         "accept_mask": list(s.accept_mask), "confidences": list(s.confidences)})
+        return rows
+
+    # -- one prompt, teacher-forced mode -------------------------------------------------------
+    def token_rows(self, prompt: Prompt, ids: list[int]) -> list[dict]:
+        tokens, p_logits, q_logits = teacher_forced_pass(self.decoder, ids, self.args.max_new_tokens, self.eos,
+                                                         self.prompt_seed(prompt.prompt_id))
+        stats = token_statistics(p_logits, q_logits, torch.tensor(tokens), self.sampling)
+        return [{"run_id": self.run_id, "prompt_id": prompt.prompt_id, "pos": pos, "token": tokens[pos],
+                 **{k: v[pos] for k, v in stats.items()}} for pos in range(len(tokens))]
+
+
+def teacher_forced_pass(decoder, ids: list[int], max_new_tokens: int, eos: int | None,
+                        seed: int) -> tuple[list[int], torch.Tensor, torch.Tensor]:
+    """One target generation (engine `ar`, the decoder's sampling law) and one parallel drafter
+    pass: the output tokens, the target logits and the drafter logits at each output position."""
+    generator = RecordingAR(decoder.target, sampling=decoder.sampling, seed=seed)
+    out = generator.generate(ids, max_new_tokens, eos)
+    n = len(out.tokens)
+    p_logits = torch.stack(generator.p_logits[:n])
+    q_logits = drafter_logits(decoder, decoder.target, ids + out.tokens[:-1])[len(ids) - 1:]
+    return out.tokens, p_logits, q_logits
+
+
+def output_steps(out: Generation) -> list[tuple[StepRecord, int]]:
+    """The steps of a generation with the tokens each added to the output (the last step is cut
+    at max_new_tokens / EOS like the output; steps wholly past it are dropped)."""
+    kept, steps = 0, []
+    for s in out.steps:
+        accepted = min(s.accepted, len(out.tokens) - kept)
+        if accepted <= 0:
+            break
+        steps.append((s, accepted))
+        kept += accepted
+    return steps
+
+
+class RecordingAR(AR):
+    """The engine's plain autoregressive decoder, keeping the target logits of every position."""
+
+    def start(self, prompt: list[int]) -> None:
+        super().start(prompt)
+        self.p_logits: list[torch.Tensor] = []
+
+    def decide(self, t, logits, proposal):
+        self.p_logits.append(logits[0].detach())
+        return super().decide(t, logits, proposal)
+
+
+def drafter_logits(decoder, target: Llama, ids: list[int]) -> torch.Tensor:
+    """The drafter's logits at every position of `ids` in one parallel (causal) pass [len(ids), V]."""
+    tensor = torch.tensor([ids], dtype=torch.long, device=target.device)
+    with torch.no_grad():
+        adapter = getattr(decoder, "adapter", None)
+        if adapter is not None:  # kangaroo: the target's first layers, then the adapter
+            cache = target.new_cache(capacity=len(ids))
+            return adapter(adapter.shallow(target, tensor, cache), target, None)[0]
+        if decoder.drafter is None:
+            raise InputError(f"--teacher-forced needs a drafter for method '{decoder.method}' (--drafter)")
+        return decoder.drafter(tensor.to(decoder.drafter.device)).logits[0].to(target.device)
+
+
+def token_statistics(p_logits: torch.Tensor, q_logits: torch.Tensor, tokens: torch.Tensor,
+                     sampling: Sampling) -> dict[str, list]:
+    """Per-position TokenTrace columns from target and drafter logits [n, V] and the tokens [n]."""
+    p, q = sampling.probs(p_logits), sampling.probs(q_logits)
+    tokens = tokens.to(q.device)
+    q_tok = q.gather(1, tokens[:, None])
+    ids = torch.arange(q.shape[1], device=q.device)[None]
+    rank = ((q > q_tok) | ((q == q_tok) & (ids < tokens[:, None]))).sum(1)
+    if sampling.greedy:
+        alpha = (q.argmax(1) == p.argmax(1)).double()
+    else:
+        alpha = torch.minimum(p, q).sum(1).clamp(0.0, 1.0)
+    entropy = -(p * torch.log(p.clamp_min(1e-300))).sum(1)
+    return {"draft_rank": rank.tolist(), "draft_conf": q.max(1).values.clamp(0, 1).tolist(),
+            "draft_q_token": q_tok[:, 0].clamp(0, 1).tolist(), "alpha": alpha.tolist(),
+            "target_entropy": entropy.clamp_min(0).tolist()}
+
+
+def parse_config(text: str) -> dict[str, Any]:
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError:
+        raise InputError(f"--config is not JSON: {text!r}") from None
+    if not isinstance(config, dict):
+        raise InputError(f"--config must be a JSON object, got {text!r}")
+    return config
+
+
+def existing_rows(path: Path, run: Run) -> pd.DataFrame | None:
+    """The rows of an earlier run of the same arguments at `path`, or None; another run -> error."""
+    if not path.exists():
+        return None
+    frame, meta = schema.read_trace(path)
+    if meta.kind != run.kind or meta.extra.get("run_id") != run.run_id:
+        raise InputError(f"{path} holds a different recording run (other method, models or options); "
+                         "use another --out to start a new one")
+    return frame
+
+
+# ----------------------------------------------------------------------------- command line
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m traces.record", description=__doc__.splitlines()[0])
+    p.add_argument("--target", required=True, help="target model spec: smollm2, tiny[:seed], random:<arch>, path, hub id")
+    p.add_argument("--drafter", default=None,
+                   help="sd/mcsd/cape: a model spec or layers:K (the target's first K layers); glide/kangaroo/coral: "
+                        "a drafter file (default: an untrained drafter built from the config's drafter_seed)")
+    p.add_argument("--method", required=True, help="ar, sd, mcsd, cape, lookahead, glide, kangaroo or coral")
+    p.add_argument("--config", default="{}", help='method configuration as JSON, e.g. \'{"gamma": 4}\' or \'{"k": "4x2x1"}\'')
+    p.add_argument("--prompts", required=True, help="mtbench, humaneval, or a JSONL file")
+    p.add_argument("--field", default="prompt", help="text field of a local JSONL file (default %(default)s)")
+    p.add_argument("--limit", type=int, default=None, help="only the first N prompts of the set")
+    p.add_argument("--turn", type=int, default=1, help="user turn to record (2 = MT-Bench's second turn)")
+    p.add_argument("--chat", choices=["auto", "on", "off"], default="auto",
+                   help="apply the tokenizer's chat template (auto: when it has one)")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate per prompt (default %(default)s)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default %(default)s)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="base seed; each prompt adds a hash of its id")
+    p.add_argument("--teacher-forced", action="store_true", help="write TokenTrace rows instead of StepTrace rows")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--out", required=True, help="output parquet file (resumed if it holds this run)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+@cli_entry
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(max(1, args.threads))
+    if args.turn < 1:
+        raise InputError(f"--turn must be >= 1, got {args.turn}")
+    prompts = load_prompts(args.prompts, limit=args.limit, field=args.field)
+    run = Run(args)
+    out = Path(args.out)
+    previous = existing_rows(out, run)
+    rows: list[dict] = [] if previous is None else previous.to_dict("records")
+    done = set() if previous is None else set(previous["prompt_id"])
+    todo = [p for p in prompts if p.prompt_id not in done]
+    from tqdm import tqdm
+
+    metadata = run.metadata()
+    columns = list(schema.CONTRACTS[run.kind])
+    for prompt in tqdm(todo, disable=args.quiet, unit="prompt", desc=f"record {run.method}"):
+        ids = run.encode(prompt)
+        rows += run.token_rows(prompt, ids) if args.teacher_forced else run.step_rows(prompt, ids)
+        schema.write_trace(out, pd.DataFrame(rows, columns=columns), metadata)
+    if not args.quiet:
+        print(f"{out}: {len(done)} prompt(s) already recorded, {len(todo)} recorded now, {len(rows)} {run.kind} rows")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
