@@ -171,13 +171,17 @@ class Kangaroo(Decoder):
                 conf.append(float(q.max()))
                 feature = self._shallow(token, self.root + len(drafts))
                 features.append(feature)
-                if len(drafts) == gamma or conf[-1] <= eta:
+                if len(drafts) == gamma or self.stop_confidence(len(drafts) - 1, conf[-1]) <= eta:
                     break
                 pending = feature
         self.unseen = None
         self.features = torch.cat(features, dim=1)      # early features of the pending token and the drafts
         q_rows.append(torch.zeros_like(q_rows[0]))
         return Proposal(rules.TokenTree.chain(drafts), torch.stack(q_rows), conf, draft_forwards=forwards)
+
+    def stop_confidence(self, index: int, confidence: float) -> float:
+        """The confidence the stop rule reads for draft `index` (replayed mode substitutes a recorded one)."""
+        return confidence
 
     def verify(self, proposal: Proposal) -> tuple[rules.Verdict, int]:
         """Target layers l..N-1 over the early features (the shallow layers ran while drafting)."""
