@@ -41,6 +41,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -190,6 +191,15 @@ class TokenTable:
         toks = np.full(len(rank), -1, np.int64) if tokens is None else np.asarray(tokens, dtype=np.int64)
         return cls(tuple(prompt_ids), offs, rank, conf, toks)
 
+    @cached_property
+    def top1_run(self) -> np.ndarray:
+        """(N,) how many positions in a row from each one have draft_rank 0 (across prompt ends;
+        callers cap at the prompt's end)."""
+        positions = np.arange(self.size)
+        next_miss = np.where(self.draft_rank != 0, positions, self.size)
+        next_miss = np.minimum.accumulate(next_miss[::-1])[::-1]
+        return next_miss - positions
+
     def remaining(self) -> np.ndarray:
         """(N,) tokens left in the prompt's recorded output from each position, itself included."""
         ends = np.repeat(self.offsets[1:], np.diff(self.offsets))
@@ -198,49 +208,51 @@ class TokenTable:
 
 # ----------------------------------------------------------------------------- per-position scoring
 
-def _shifted(values: np.ndarray, depth: int, fill) -> np.ndarray:
-    """(depth, N): row l holds values[p + l] at column p, `fill` past the end of the array."""
-    out = np.full((depth, values.shape[0]), fill, dtype=values.dtype)
+def _padded(values: np.ndarray, depth: int, fill) -> np.ndarray:
+    """`values` followed by `depth` copies of `fill`: row p + l is readable for every p < N, l < depth."""
+    return np.concatenate([values, np.full(depth, fill, dtype=values.dtype)])
+
+
+def _leading(ok_at, depth: int, size: int) -> np.ndarray:
+    """(N,) how many levels l = 0, 1, ... in a row satisfy ok_at(l) (a bool (N,) array), at most depth."""
+    alive = np.ones(size, dtype=bool)
+    count = np.zeros(size, dtype=np.int64)
     for level in range(depth):
-        out[level, : values.shape[0] - level] = values[level:]
-    return out
-
-
-def _first_true(mask: np.ndarray) -> np.ndarray:
-    """Index of the first True along axis 0 of a (depth, N) mask; depth where none."""
-    depth = mask.shape[0]
-    return np.where(mask.any(axis=0), mask.argmax(axis=0), depth)
+        alive &= ok_at(level)
+        if not alive.any():
+            break
+        count += alive
+    return count
 
 
 def accept_lengths(table: TokenTable, method: str, config: Mapping[str, Any] | str) -> np.ndarray:
     """(N,) accepted length of a step of `method`/`config` that starts at each position."""
     cfg = normalise_config(method, config)
-    remaining = table.remaining()
+    n = table.size
     if method == "mcsd":
-        levels = np.array(parse_k_config(cfg["k"]), dtype=np.int64)
-        depth = len(levels)
+        levels = parse_k_config(cfg["k"])
     else:
-        levels = np.ones(cfg["gamma"], dtype=np.int64)
-        depth = cfg["gamma"]
-    # A rank past the prompt's end never hits: positions beyond the output do not exist; the cap
-    # below makes this exact, and reading the next prompt's ranks there is harmless.
-    rank = _shifted(table.draft_rank, depth, np.iinfo(np.int64).max)
-    misses = rank >= levels[:, None]
-    first_miss = _first_true(misses)                        # m
-    drafted = np.full(table.size, depth, dtype=np.int64)    # d
+        levels = (1,) * cfg["gamma"]
+    depth = len(levels)
+    # Past the end of the table a rank never hits; the cap below makes this exact, and reading the
+    # next prompt's ranks past a prompt's own end is harmless for the same reason.
+    rank = _padded(table.draft_rank, depth, np.iinfo(np.int64).max)
+    conf = _padded(table.draft_conf, depth, 0.0)
+    if max(levels) == 1:                                                             # m
+        first_miss = np.minimum(table.top1_run, depth)
+    else:
+        first_miss = _leading(lambda l: rank[l: l + n] < levels[l], depth, n)
+    drafted = np.full(n, depth, dtype=np.int64)                                     # d
     if method == "kangaroo":
-        conf = _shifted(table.draft_conf, depth, 0.0)
-        drafted = np.minimum(_first_true(conf <= cfg["eta"]) + 1, depth)
+        drafted = np.minimum(_leading(lambda l: conf[l: l + n] > cfg["eta"], depth, n) + 1, depth)
     accepted = np.where(first_miss >= drafted, drafted + 1, first_miss + 1)
     if method == "cape":
         bins = np.asarray(cfg["bins"], dtype=np.int64)
-        at_miss = np.minimum(first_miss, depth - 1)
-        cols = np.arange(table.size)
-        miss_rank = rank[at_miss, cols]
-        miss_bin = np.clip(np.floor(10.0 * _shifted(table.draft_conf, depth, 0.0)[at_miss, cols]), 0, 10)
-        caught = (first_miss < depth) & (miss_rank < bins[miss_bin.astype(np.int64)])
+        at_miss = np.arange(n) + first_miss
+        miss_bin = np.clip(np.floor(10.0 * conf[at_miss]), 0, 10).astype(np.int64)
+        caught = (first_miss < depth) & (rank[at_miss] < bins[miss_bin])
         accepted = np.where(caught, first_miss + 2, accepted)
-    return np.minimum(accepted, remaining)
+    return np.minimum(accepted, table.remaining())
 
 
 # ----------------------------------------------------------------------------- step walks
@@ -269,16 +281,16 @@ def walk(table: TokenTable, lengths: np.ndarray) -> Walk:
     starts = np.broadcast_to(table.offsets[:-1], (n_configs, len(table.prompt_ids))).copy()
     ends = np.broadcast_to(table.offsets[1:], starts.shape)
     rows = np.broadcast_to(np.arange(n_configs)[:, None], starts.shape)
-    steps = np.zeros(n_configs, dtype=np.int64)
     histogram = np.zeros((n_configs, max_len + 1), dtype=np.int64)
     active = starts < ends
+    width = max_len + 1
     while active.any():
         r, c = rows[active], starts[active]
         taken = lens[r, c]
-        np.add.at(histogram, (r, taken), 1)
-        steps += np.bincount(r, minlength=n_configs)
+        histogram += np.bincount(r * width + taken, minlength=n_configs * width).reshape(n_configs, width)
         starts[active] = c + taken
         active = starts < ends
+    steps = histogram.sum(axis=1)
     return Walk(steps=steps, tokens=table.size, histogram=histogram)
 
 
