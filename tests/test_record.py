@@ -138,3 +138,17 @@ def test_output_steps_cut_at_eos():
     out = Generation(prompt_len=3, tokens=list(range(12)), steps=[step(0, 5), step(1, 5), step(2, 5), step(3, 1)],
                      seconds=0.0)
     assert [a for _, a in record.output_steps(out)] == [5, 5, 2]
+
+
+def test_second_turn_prompts_include_the_first_answer(tmp_path):
+    path = tmp_path / "chat.jsonl"
+    path.write_text(json.dumps({"id": "c", "turns": ["first question", "and a second one"]}) + "\n")
+    common = ["--target", "tiny", "--drafter", "layers:1", "--prompts", str(path), "--quiet", "--method", "sd",
+              "--max-new-tokens", "8"]
+    assert record.main([*common, "--turn", "2", "--out", str(tmp_path / "t2.parquet")]) == 0
+    assert record.main([*common, "--out", str(tmp_path / "t1.parquet")]) == 0
+    t1, _ = schema.read_trace(tmp_path / "t1.parquet", "step")
+    t2, meta = schema.read_trace(tmp_path / "t2.parquet", "step")
+    assert meta.extra["run_key"]["turn"] == 2
+    # turn 2 sees turn 1, its 8-token answer and turn 2: a longer context than turn 1 alone
+    assert t2["ctx_len"].iloc[0] > t1["ctx_len"].iloc[0] + 8
