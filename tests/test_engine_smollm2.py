@@ -13,7 +13,7 @@ from traces.engine.__main__ import main
 def test_every_method_equals_greedy_on_smollm2(tmp_path):
     out = tmp_path / "identity.csv"
     code = main(["--target", "smollm2", "--drafter", "layers:2", "--prompts", "mtbench:2,humaneval:2",
-                 "--max-new-tokens", "64", "--out", str(out)])
+                 "--max-new-tokens", "64", "--threads", "2", "--out", str(out)])
     frame = pd.read_csv(out)
     assert code == 0, frame[~frame["identical"]].to_string()
     assert set(frame["method"]) == {"ar", "sd", "mcsd", "cape", "lookahead"}
