@@ -34,11 +34,3 @@ def with_prefix(prefix_len: int, local: torch.Tensor) -> torch.Tensor:
     """Prepend `prefix_len` fully visible key columns to a [q, k] local mask."""
     return torch.cat([torch.ones(local.shape[0], prefix_len, dtype=torch.bool), local], dim=1)
 
-
-def path_to(parents: Sequence[int], node: int) -> list[int]:
-    """Nodes from the root's child down to `node` (root excluded)."""
-    path = []
-    while node > 0:
-        path.append(node)
-        node = parents[node]
-    return path[::-1]
