@@ -39,6 +39,7 @@ from traces.engine.__main__ import load_drafter
 from traces.models import load_model
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPE_NAMES = {**{v: k for k, v in DTYPES.items()}, torch.float64: "fp64"}
 # Default grids: the GPU one is the full picture; the CPU one is thinned so that a 135M model's
 # grid (with loading) finishes in a few minutes on two cores.
 GPU_GRID = {"tokens": (1, 2, 4, 8, 16, 32, 64, 128, 256), "ctx": (0, 512, 1024, 2048, 4096), "batch": (1, 2, 4, 8)}

@@ -39,7 +39,7 @@ from traces.engine.draft_methods import AR
 from traces.errors import InputError, cli_entry
 from traces.llama import Llama
 from traces.models import LoadedModel, load_model
-from traces.profile import git_commit
+from traces.profile import DTYPE_NAMES, git_commit, hardware_name
 from traces.prompts import ByteTokenizer, Prompt, encode_prompt, load_prompts
 
 SELF_DRAFTING = ("glide", "kangaroo", "coral")   # drafter = a drafter file, or built untrained
@@ -94,11 +94,9 @@ class Run:
         models = {"target": self.args.target}
         if self.args.drafter is not None:
             models["drafter"] = self.args.drafter
-        dtype = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
-                 torch.float64: "fp64"}.get(self.target.model.dtype, str(self.target.model.dtype))
-        device = self.target.model.device
-        hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
-        return schema.RunMetadata(kind=self.kind, models=models, hardware=hardware, dtype=dtype,
+        dtype = DTYPE_NAMES.get(self.target.model.dtype, str(self.target.model.dtype))
+        return schema.RunMetadata(kind=self.kind, models=models, hardware=hardware_name(self.target.model.device),
+                                  dtype=dtype,
                                   temperature=self.args.temperature, dataset=self.args.prompts,
                                   seed=self.args.seed, commit=git_commit(),
                                   extra={"run_key": json.loads(json.dumps(self.key, default=str)),
