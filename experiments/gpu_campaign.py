@@ -1,0 +1,365 @@
+"""`python -m experiments.gpu_campaign`: the GPU calibration campaign of issue 8, in one command.
+
+Four stages, each writing into `--out` (atomically):
+1. latency profiles of the registry's real architectures (random weights), by running
+   `python -m traces.profile` once per architecture -> `latency_<arch>.parquet`;
+2. the drafters at the papers' shapes (GLIDE: one layer at the target's width with cross-attention;
+   Kangaroo: exit layer 2 plus adapter; an EAGLE layer with the 32k/128k/152k heads, with and
+   without CORAL's router) -> `drafter_latency.parquet` (LatencyTrace, role `draft`);
+3. speculative loops at real sizes in replayed-acceptance mode (`traces.replayed`): acceptance
+   from a recorded TokenTrace (`--token-trace`) and, for lookahead, a StepTrace (`--step-trace`);
+   at least 30 configurations over sd, mcsd, cape, glide, lookahead, kangaroo and coral, each
+   repeated `--repeats` times, against `ar` -> `replayed_steps.parquet`, `runs.csv`;
+4. the fidelity table: measured tokens/s next to the tokens/s predicted from the latency
+   profiles alone (fitted `calibrate.latency` table models priced over each run's own steps)
+   -> `fidelity.csv`, `report.md` (median and worst relative error, run-to-run spread).
+`--tiny` runs all four on a CPU in a few minutes with a tiny random model and, unless traces are
+given, a seeded synthetic TokenTrace (marked as such in the report).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from calibrate.latency import fit_latency
+from traces import atomic, schema
+from traces.drafters.coral import FeatureDrafter
+from traces.drafters.glide import GlideDrafter
+from traces.drafters.kangaroo import KangarooAdapter
+from traces.errors import InputError, cli_entry
+from traces.models import random_architecture, tiny_model, truncated
+from traces.profile import Timer, filled_cache, hardware_name
+from traces.replayed import (random_prompts, replayed_decoder, run_replayed, sources_from_step_trace,
+                             sources_from_token_trace, steps_frame)
+
+GPU_ARCHITECTURES = ("vicuna-7b", "vicuna-13b", "vicuna-33b", "llama-68m", "llama-160m", "mistral-7b",
+                     "llama-3-8b", "qwen2.5-7b")
+ROUTERS = {"llama-3-8b": ("16:2", "32:4"), "qwen2.5-7b": ("16:2", "32:4")}
+EAGLE_HEADS = ("vicuna-7b", "llama-3-8b", "qwen2.5-7b")   # 32k, 128k and 152k vocabularies
+KANGAROO_EXIT = 2
+
+# (method, config): 31 configurations over every method of issue 8 (+ glide)
+CONFIGS: list[tuple[str, dict[str, Any]]] = (
+    [("sd", {"gamma": g}) for g in (1, 2, 3, 4, 5, 6, 8, 10, 12)]
+    + [("mcsd", {"k": k}) for k in ("2x2", "4x2x1", "2x2x2", "4x4", "8x2", "3x2x2x1")]
+    + [("cape", {"gamma": g}) for g in (3, 5)] + [("cape", {"gamma": 4, "bins": [4] * 11})]
+    + [("glide", {"gamma": g}) for g in (3, 5)]
+    + [("lookahead", {"W": w, "N": n, "G": g}) for w, n, g in ((5, 3, 5), (7, 4, 7), (15, 5, 15))]
+    + [("kangaroo", {"gamma": 6, "eta": e, "exit_layer": KANGAROO_EXIT}) for e in (0.2, 0.4, 0.6, 0.8)]
+    + [("coral", {"gamma": g}) for g in (3, 5)]
+    + [("coral", {"gamma": 4, "router_groups": 16, "router_top_n": 2}),
+       ("coral", {"gamma": 4, "router_groups": 32, "router_top_n": 4})]
+)
+
+
+# ------------------------------------------------------------------------------ stage 1: profiles
+
+def profile_architectures(out: Path, names: Sequence[str], grid: dict[str, str], device: str, log) -> list[Path]:
+    """`python -m traces.profile` per architecture; a failure (e.g. out of memory) is logged, not fatal."""
+    written = []
+    for name in names:
+        spec = name if name == "tiny" else f"random:{name}"
+        path = out / f"latency_{name}.parquet"
+        cmd = [sys.executable, "-m", "traces.profile", "--model", spec, "--out", str(path), "--quiet",
+               "--device", device, *sum(([f"--{k}", v] for k, v in grid.items()), [])]
+        for router in ROUTERS.get(name, ()):
+            cmd += ["--router", router]
+        if name == "tiny":
+            cmd += ["--drafter", "layers:1", "--dtype", "fp32"]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            log(f"profile {name}: failed ({(done.stderr.strip().splitlines() or ['?'])[-1]})")
+            continue
+        log(f"profile {name}: {path.name}")
+        written.append(path)
+    return written
+
+
+# ----------------------------------------------------------------------- stage 2: drafter shapes
+
+def _fake_model(cache_factory, config, device):
+    """What `traces.profile.filled_cache` needs of a model: new_cache, config, device."""
+    return SimpleNamespace(new_cache=cache_factory, config=config, device=device)
+
+
+def drafter_rows(arch: str, ctxs: Sequence[int], timer: Timer, device, dtype, seed: int = 0) -> list[dict]:
+    """Latency rows of one decode-step draft forward of GLIDE / Kangaroo / EAGLE(+router) at `arch`'s shape."""
+    rows = []
+
+    def add(model: str, run, reset, ctx):
+        seconds, repeats = timer.median(run, reset)
+        rows.append(dict(model=model, role="draft", n_tokens=1, ctx_len=ctx, batch=1, seconds=seconds, repeats=repeats))
+
+    with torch.inference_mode():
+        one = random_architecture(arch, num_layers=1, seed=seed, dtype=dtype, device=device) if arch != "tiny" \
+            else tiny_model(seed, dtype=dtype, num_layers=1)
+        ids = torch.zeros(1, 1, dtype=torch.long, device=one.device)
+        glide = GlideDrafter.for_target(one, seed=seed)
+        eagle = FeatureDrafter.for_target(one, seed=seed)
+        routed = [(g, n, eagle.with_router(g, n, seed=seed)) for g, n in ((16, 2), (32, 4))
+                  if g <= one.config.vocab_size]
+        deep = random_architecture(arch, num_layers=KANGAROO_EXIT + 1, seed=seed, dtype=dtype, device=device) \
+            if arch != "tiny" else tiny_model(seed, dtype=dtype, num_layers=KANGAROO_EXIT + 1)
+        adapter = KangarooAdapter.for_target(deep, KANGAROO_EXIT, seed=seed)
+        for ctx in ctxs:
+            pos = torch.tensor([ctx], device=one.device)
+            target_cache = filled_cache(one, 1, ctx, 1, seed)
+            glide_cache = filled_cache(glide.base, 1, ctx, 1, seed)
+            add(f"glide@{arch}", lambda: glide(ids, glide.target_kv(target_cache), one.rope, cache=glide_cache,
+                                               position_ids=pos), lambda: glide_cache.crop(ctx), ctx)
+            shallow = filled_cache(deep, 1, ctx, 1, seed)
+            own = filled_cache(_fake_model(lambda batch, capacity: adapter.new_cache(batch, capacity),
+                                           adapter.attn_config, one.device), 1, ctx, 1, seed)
+
+            def kangaroo_step():
+                adapter(adapter.shallow(deep, ids, shallow, position_ids=pos), deep, own)
+
+            def kangaroo_reset():
+                shallow.crop(ctx, range(0, KANGAROO_EXIT))
+                own.crop(ctx)
+
+            add(f"kangaroo-l{KANGAROO_EXIT}@{arch}", kangaroo_step, kangaroo_reset, ctx)
+            feature = torch.zeros(1, 1, one.config.hidden_size, dtype=one.dtype, device=one.device)
+            for label, drafter in [("eagle", eagle)] + [(f"eagle-router{g}:{n}", d) for g, n, d in routed]:
+                dcache = filled_cache(_fake_model(lambda batch, capacity: drafter.new_cache(batch, capacity),
+                                                  drafter.layer_config, one.device), 1, ctx, 1, seed)
+                add(f"{label}@{arch}", lambda: drafter.logits(drafter(ids, feature, one, dcache, pos), one),
+                    lambda: dcache.crop(ctx), ctx)
+    return rows
+
+
+# -------------------------------------------------------------------------- stage 3: replayed loops
+
+def synthetic_token_trace(prompt_ids: Sequence[str], n_out: int, seed: int) -> pd.DataFrame:
+    """A seeded stand-in TokenTrace (ranks mostly 0, confidences uniform) for --tiny without traces."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for pid in prompt_ids:
+        for pos in range(n_out):
+            rows.append(dict(run_id="synthetic", prompt_id=pid, pos=pos, token=0,
+                             draft_rank=int(rng.choice([0, 0, 0, 0, 1, 2, 3, 9])),
+                             draft_conf=float(rng.uniform(0.05, 1.0)), draft_q_token=0.5, alpha=0.5,
+                             target_entropy=1.0))
+    return schema.validate(pd.DataFrame(rows), "token")
+
+
+def loop_models(tiny: bool, device, dtype):
+    """(target, sd drafter, names of their latency rows) for the replayed loops."""
+    if tiny:
+        target = tiny_model(0, dtype=dtype, num_layers=4)
+        return target, truncated(target, 1), {"target": "tiny", "draft_model": "layers:1", "arch": "tiny"}
+    target = random_architecture("vicuna-7b", dtype=dtype, device=device)
+    drafter = random_architecture("llama-68m", dtype=dtype, device=device)
+    return target, drafter, {"target": "random:vicuna-7b", "draft_model": "random:llama-68m", "arch": "vicuna-7b"}
+
+
+def run_loops(target, drafter, configs, token_sources, step_sources, prompts, look_prompts, repeats, max_new, log):
+    """Measured runs: one row per (configuration, repeat) with tokens/s, plus all replayed steps.
+    Lookahead replays `step_sources` over `look_prompts`; everything else `token_sources` over `prompts`."""
+    runs, steps = [], []
+    ar = replayed_decoder("ar", target)
+    for label, method, config in [("ar", "ar", {})] + [(f"{m}:{json.dumps(c, sort_keys=True)}", m, c) for m, c in configs]:
+        sources = step_sources if method == "lookahead" else token_sources
+        if sources is None:
+            log(f"skip {label}: no step trace for lookahead (--step-trace)")
+            continue
+        decoder = ar if method == "ar" else replayed_decoder(
+            method, target, drafter if method in ("sd", "mcsd", "cape") else None, **config)
+        for rep in range(repeats):
+            begin = time.perf_counter()
+            done = run_replayed(decoder, sources, look_prompts if method == "lookahead" else prompts,
+                                max_new_tokens=max_new)
+            seconds = time.perf_counter() - begin
+            tokens = sum(len(r.generation.tokens) for r in done)
+            runs.append(dict(label=label, method=method, config=json.dumps(config, sort_keys=True), repeat=rep,
+                             tokens=tokens, seconds=seconds, tokens_per_s=tokens / seconds,
+                             steps=sum(len(r.generation.steps) for r in done)))
+            if rep == 0:
+                steps.append(steps_frame(done, method, config, run_id=label))
+        log(f"{label}: {statistics.median(r['tokens_per_s'] for r in runs if r['label'] == label):.1f} tokens/s")
+    return pd.DataFrame(runs), pd.concat(steps, ignore_index=True)
+
+
+# ----------------------------------------------------------------------------- stage 4: fidelity
+
+def latency_models(frames: Sequence[pd.DataFrame]) -> dict[str, Any]:
+    """A fitted `calibrate.latency` table model per model name found in the LatencyTrace frames."""
+    rows = pd.concat(frames, ignore_index=True)
+    return {name: fit_latency(group, kind="table", name=name) for name, group in rows.groupby("model")
+            if group["role"].iloc[0] in ("target", "draft")}
+
+
+def predicted_seconds(steps: pd.DataFrame, method: str, config: dict, names: dict[str, str], models: dict,
+                      n_layers: int, prompt_len: int) -> float:
+    """Seconds the latency models price one configuration's replayed steps at (+ prefill per prompt)."""
+    target = models[names["target"]]
+    arch = names["arch"]
+    draft_model = {"sd": names["draft_model"], "mcsd": names["draft_model"], "cape": names["draft_model"],
+                   "glide": f"glide@{arch}", "kangaroo": f"kangaroo-l{KANGAROO_EXIT}@{arch}",
+                   "coral": (f"eagle-router{config['router_groups']}:{config['router_top_n']}@{arch}"
+                             if config.get("router_groups") else f"eagle@{arch}")}.get(method)
+    ctx = steps["ctx_len"].to_numpy(dtype=float)
+    verify_share = (n_layers - KANGAROO_EXIT) / n_layers if method == "kangaroo" else 1.0
+    total = float(np.sum(target.predict(steps["verify_tokens"].to_numpy(dtype=float), ctx))) * verify_share
+    if draft_model is not None:
+        widths = [1] * 64
+        if method == "mcsd":
+            levels = [int(k) for k in str(config["k"]).split("x")]
+            widths = [int(np.prod(levels[:i])) for i in range(len(levels))]
+        draft = models[draft_model]
+        for i in range(int(steps["draft_forwards"].max())):
+            active = steps["draft_forwards"].to_numpy() > i
+            total += float(np.sum(draft.predict(widths[min(i, len(widths) - 1)], ctx[active] + i)))
+    n_prompts = steps["prompt_id"].nunique()
+    return total + n_prompts * float(target.predict(max(prompt_len - 1, 1), 0))
+
+
+def fidelity_table(runs: pd.DataFrame, steps: pd.DataFrame, names, models, n_layers, prompt_len) -> pd.DataFrame:
+    rows = []
+    for label, group in runs.groupby("label", sort=False):
+        method, config = group["method"].iloc[0], json.loads(group["config"].iloc[0])
+        tps = group["tokens_per_s"].to_numpy()
+        measured = float(np.median(tps))
+        predicted = group["tokens"].iloc[0] / predicted_seconds(steps[steps.run_id == label], method, config, names,
+                                                               models, n_layers, prompt_len)
+        rows.append(dict(label=label, method=method, config=json.dumps(config, sort_keys=True),
+                         measured_tps=measured, predicted_tps=predicted,
+                         rel_error=(predicted - measured) / measured,
+                         spread=float((tps.max() - tps.min()) / measured), repeats=len(tps)))
+    table = pd.DataFrame(rows)
+    ar = table.loc[table.method == "ar", "measured_tps"]
+    ar_pred = table.loc[table.method == "ar", "predicted_tps"]
+    table["measured_speedup"] = table["measured_tps"] / float(ar.iloc[0])
+    table["predicted_speedup"] = table["predicted_tps"] / float(ar_pred.iloc[0])
+    return table
+
+
+def report(table: pd.DataFrame, meta: dict[str, Any]) -> str:
+    spec = table[table.method != "ar"]
+    err = spec["rel_error"].abs()
+    lines = ["# GPU campaign: replayed speculative loops, measured vs predicted", "",
+             f"hardware: {meta['hardware']}, dtype: {meta['dtype']}, acceptance: {meta['acceptance']}", "",
+             f"configurations: {len(spec)}; |relative error| of tokens/s predicted from the latency profiles: "
+             f"median {err.median():.1%}, worst {err.max():.1%} ({spec.loc[err.idxmax(), 'label']}); "
+             f"run-to-run spread (max-min over median): median {spec['spread'].median():.1%}, "
+             f"worst {spec['spread'].max():.1%}", "",
+             "| configuration | measured tok/s | predicted tok/s | error | spread | speedup (meas / pred) |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for r in table.itertuples():
+        lines.append(f"| {r.label} | {r.measured_tps:.1f} | {r.predicted_tps:.1f} | {r.rel_error:+.1%} | "
+                     f"{r.spread:.1%} | {r.measured_speedup:.2f} / {r.predicted_speedup:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------------- command line
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m experiments.gpu_campaign", description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="output directory (profiles, steps, fidelity table, report)")
+    p.add_argument("--tiny", action="store_true", help="tiny random models and grids: the whole campaign on a CPU")
+    p.add_argument("--token-trace", help="TokenTrace parquet (greedy, e.g. SmolLM2) whose ranks drive acceptance")
+    p.add_argument("--step-trace", help="lookahead StepTrace parquet whose accepted lengths drive lookahead")
+    p.add_argument("--prompts", type=int, default=None, help="prompts of the trace to replay (default 4; 2 with --tiny)")
+    p.add_argument("--prompt-len", type=int, default=None, help="random prompt length in tokens (default 128; 16 with --tiny)")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="output tokens per prompt at most (default 128; 24 with --tiny)")
+    p.add_argument("--repeats", type=int, default=None, help="timed repeats of every configuration (default 3; 2 with --tiny)")
+    p.add_argument("--skip-profiles", action="store_true", help="reuse latency_*.parquet already in --out")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    p.add_argument("--seed", type=int, default=0, help="seed of weights, prompts and synthetic acceptance")
+    return p.parse_args(argv)
+
+
+@cli_entry
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    for name, full, tiny in (("prompts", 4, 2), ("prompt_len", 128, 16), ("max_new_tokens", 128, 24), ("repeats", 3, 2)):
+        if getattr(args, name) is None:
+            setattr(args, name, tiny if args.tiny else full)
+    if min(args.prompts, args.prompt_len, args.max_new_tokens, args.repeats) < 1:
+        raise InputError("--prompts, --prompt-len, --max-new-tokens and --repeats must be >= 1")
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda asked for, but no CUDA device is available")
+    if not args.tiny and device.type != "cuda":
+        raise InputError("the full campaign needs a GPU; use --tiny to run it at tiny shapes on a CPU")
+    if not args.tiny and not args.token_trace:
+        raise InputError("--token-trace is required outside --tiny (record one with python -m traces.record --teacher-forced)")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = lambda msg: print(msg, flush=True)  # noqa: E731
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    names = GPU_ARCHITECTURES if not args.tiny else ("tiny",)
+    grid = ({"tokens": "1,4,16,64,256", "ctx": "0,64", "batch": "1", "repeats": "2"} if args.tiny else {})
+    hardware = hardware_name(device)
+
+    # 1. latency profiles
+    paths = sorted(out.glob("latency_*.parquet")) if args.skip_profiles else \
+        profile_architectures(out, names, grid, str(device), log)
+    frames = [schema.read_trace(p, "latency")[0] for p in paths]
+    # 2. drafter shapes
+    timer = Timer(device, warmup=1, repeats=2 if args.tiny else 10)
+    ctxs = (0, 64) if args.tiny else (0, 512, 1024, 2048, 4096)
+    drows = []
+    for arch in (("tiny",) if args.tiny else EAGLE_HEADS):
+        drows += drafter_rows(arch, ctxs, timer, device, dtype, args.seed)
+    dframe = pd.DataFrame(drows).assign(hardware=hardware, dtype="bf16" if device.type == "cuda" else "fp32")
+    schema.write_trace(out / "drafter_latency.parquet", dframe[list(schema.LATENCY_COLUMNS)],
+                       schema.RunMetadata(kind="latency", hardware=hardware, dtype=str(dframe["dtype"].iloc[0]),
+                                          seed=args.seed, extra={"stage": "drafter shapes"}))
+    log(f"drafter shapes: {len(dframe)} rows")
+    # 3. replayed loops
+    target, drafter, model_names = loop_models(args.tiny, device, dtype)
+    if args.token_trace:
+        token_frame, _ = schema.read_trace(args.token_trace, "token")
+        acceptance = f"TokenTrace {args.token_trace}"
+    else:
+        token_frame = synthetic_token_trace([f"p{i}" for i in range(args.prompts)], args.max_new_tokens, args.seed)
+        acceptance = "synthetic TokenTrace (seeded; --tiny without --token-trace)"
+    token_sources = sources_from_token_trace(token_frame)
+    chosen = sorted(token_sources)[: args.prompts]
+    token_sources = {pid: token_sources[pid] for pid in chosen}
+    step_sources = None
+    if args.step_trace:
+        step_frame, _ = schema.read_trace(args.step_trace, "step")
+        step_sources = sources_from_step_trace(step_frame[step_frame.method == "lookahead"])
+        step_sources = {pid: step_sources[pid] for pid in sorted(step_sources)[: args.prompts]}
+    elif args.tiny:
+        step_sources = {pid: sources_from_step_trace(pd.DataFrame(
+            {"prompt_id": pid, "step": range(args.max_new_tokens), "accepted": [1 + (i % 3 == 0) for i in range(args.max_new_tokens)]}))[pid]
+            for pid in chosen}
+    prompts = random_prompts(chosen, args.prompt_len, target.config.vocab_size, args.seed)
+    look_prompts = random_prompts(sorted(step_sources or {}), args.prompt_len, target.config.vocab_size, args.seed)
+    runs, steps = run_loops(target, drafter, CONFIGS, token_sources, step_sources, prompts, look_prompts,
+                            args.repeats, args.max_new_tokens, log)
+    atomic.write_csv(out / "runs.csv", runs)
+    schema.write_trace(out / "replayed_steps.parquet", steps,
+                       schema.RunMetadata(kind="step", models={"target": model_names["target"],
+                                                               "draft": model_names["draft_model"]},
+                                          hardware=hardware, dtype=str(dtype).replace("torch.", ""), seed=args.seed,
+                                          extra={"mode": "replayed acceptance", "acceptance": acceptance}))
+    # 4. fidelity
+    models = latency_models(frames + [dframe])
+    table = fidelity_table(runs, steps, model_names, models, target.config.num_layers, args.prompt_len)
+    atomic.write_csv(out / "fidelity.csv", table)
+    meta = {"hardware": hardware, "dtype": str(dtype).replace("torch.", ""), "acceptance": acceptance}
+    atomic.write_text(out / "report.md", report(table, meta))
+    spec = table[table.method != "ar"]
+    log(f"{len(spec)} configurations; |error| median {spec.rel_error.abs().median():.1%}, "
+        f"worst {spec.rel_error.abs().max():.1%}; wrote {out / 'report.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
