@@ -19,38 +19,33 @@ from typing import Any
 
 import torch
 
+from costmodel.params import get_arch
 from traces.errors import InputError
 from traces.llama import Llama, LlamaConfig, from_hf
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
-# The papers' architectures (numbers from the models' published configs). Keys follow HF names.
-ARCHITECTURES: dict[str, dict[str, Any]] = {
-    "vicuna-7b": dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
-                      num_attention_heads=32, num_key_value_heads=32, rope_theta=10000.0, rms_norm_eps=1e-6),
-    "vicuna-13b": dict(vocab_size=32000, hidden_size=5120, intermediate_size=13824, num_hidden_layers=40,
-                       num_attention_heads=40, num_key_value_heads=40, rope_theta=10000.0, rms_norm_eps=1e-6),
-    "vicuna-33b": dict(vocab_size=32000, hidden_size=6656, intermediate_size=17920, num_hidden_layers=60,
-                       num_attention_heads=52, num_key_value_heads=52, rope_theta=10000.0, rms_norm_eps=1e-6),
-    "llama-68m": dict(vocab_size=32000, hidden_size=768, intermediate_size=3072, num_hidden_layers=2,
-                      num_attention_heads=12, num_key_value_heads=12, rope_theta=10000.0, rms_norm_eps=1e-6),
-    "llama-160m": dict(vocab_size=32000, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
-                       num_attention_heads=12, num_key_value_heads=12, rope_theta=10000.0, rms_norm_eps=1e-6),
-    "llama-2-7b": dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
-                       num_attention_heads=32, num_key_value_heads=32, rope_theta=10000.0, rms_norm_eps=1e-5),
-    "llama-2-13b": dict(vocab_size=32000, hidden_size=5120, intermediate_size=13824, num_hidden_layers=40,
-                        num_attention_heads=40, num_key_value_heads=40, rope_theta=10000.0, rms_norm_eps=1e-5),
-    "mistral-7b": dict(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                       num_attention_heads=32, num_key_value_heads=8, rope_theta=10000.0, rms_norm_eps=1e-5),
-    "llama-3-8b": dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                       num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0, rms_norm_eps=1e-5),
-    "qwen2.5-7b": dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-                       num_attention_heads=28, num_key_value_heads=4, rope_theta=1000000.0, rms_norm_eps=1e-6,
-                       qkv_bias=True),
-    "smollm2-135m": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                         num_attention_heads=9, num_key_value_heads=3, rope_theta=100000.0, rms_norm_eps=1e-5,
-                         tie_word_embeddings=True),
+# The papers' architectures: the shapes live once in `costmodel.params.ARCHITECTURES` (a leaf module
+# that imports nothing of ours); only the numbers that do not change a forward's cost are kept here.
+ROPE_AND_NORM: dict[str, tuple[float, float]] = {   # name -> (rope_theta, rms_norm_eps), HF configs
+    "vicuna-7b": (10000.0, 1e-6), "vicuna-13b": (10000.0, 1e-6), "vicuna-33b": (10000.0, 1e-6),
+    "llama-68m": (10000.0, 1e-6), "llama-160m": (10000.0, 1e-6),
+    "llama-2-7b": (10000.0, 1e-5), "llama-2-13b": (10000.0, 1e-5), "mistral-7b": (10000.0, 1e-5),
+    "llama-3-8b": (500000.0, 1e-5), "qwen2.5-7b": (1000000.0, 1e-6), "smollm2-135m": (100000.0, 1e-5),
 }
+
+
+def _hf_config(name: str) -> dict[str, Any]:
+    """HF config.json names for a registry architecture: costmodel's shape plus RoPE and norm."""
+    a = get_arch(name)
+    theta, eps = ROPE_AND_NORM[name]
+    return dict(vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.intermediate,
+                num_hidden_layers=a.n_layers, num_attention_heads=a.n_heads, num_key_value_heads=a.n_kv_heads,
+                head_dim=a.dim_head, tie_word_embeddings=a.tie_embeddings, attention_bias=a.qkv_bias,
+                rope_theta=theta, rms_norm_eps=eps)
+
+
+ARCHITECTURES: dict[str, dict[str, Any]] = {name: _hf_config(name) for name in ROPE_AND_NORM}
 
 
 @dataclass
@@ -67,7 +62,7 @@ class LoadedModel:
 
 
 def architecture_config(name: str) -> LlamaConfig:
-    """The LlamaConfig of a registered architecture (see `ARCHITECTURES`)."""
+    """The LlamaConfig of a registered architecture (shapes from `costmodel.params`)."""
     key = name.lower()
     if key not in ARCHITECTURES:
         raise InputError(f"unknown architecture '{name}' (known: {', '.join(ARCHITECTURES)})")
@@ -75,8 +70,8 @@ def architecture_config(name: str) -> LlamaConfig:
     return LlamaConfig(
         vocab_size=a["vocab_size"], hidden_size=a["hidden_size"], intermediate_size=a["intermediate_size"],
         num_layers=a["num_hidden_layers"], num_heads=a["num_attention_heads"],
-        num_kv_heads=a["num_key_value_heads"], rope_theta=a["rope_theta"], rms_eps=a["rms_norm_eps"],
-        tie_embeddings=a.get("tie_word_embeddings", False), qkv_bias=a.get("qkv_bias", False),
+        num_kv_heads=a["num_key_value_heads"], head_dim=a["head_dim"], rope_theta=a["rope_theta"],
+        rms_eps=a["rms_norm_eps"], tie_embeddings=a["tie_word_embeddings"], qkv_bias=a["attention_bias"],
     )
 
 
