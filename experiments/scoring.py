@@ -261,10 +261,10 @@ def _score_mcsd(profile, base, frame, lat, acc):
     k the profile did not record is the acceptance model's interpolation (flat past the largest)."""
     from costmodel.leviathan import expected_tokens_by_position
     from costmodel.trees import alpha_at_k_lookup
-    from experiments.spaces import parse_k_matrix
+    from experiments.spaces import level_matrix
 
     depth = frame["gamma"].to_numpy(np.int64)
-    kmat = parse_k_matrix(frame["k"], depth)
+    kmat = level_matrix(frame)
     repl = frame["replacement"].to_numpy(bool)
     k_axis = np.arange(1, max(MCSD_K_MAX, int(kmat.max())) + 1)
     beta = np.empty(kmat.shape)

@@ -77,7 +77,8 @@ def mcsd_space(budget: int = DEFAULT_BUDGET, max_depth: int = MCSD_MAX_DEPTH, re
                choices=MCSD_K_CHOICES) -> pd.DataFrame:
     """Multi-candidate trees: k-configurations up to `budget`, each with and without replacement.
 
-    Columns: `k` (text "4x2x1"; `parse_k_matrix` reads it back), `gamma` (depth), `budget` (prod k), `tree_tokens` (nodes of the tree,
+    Columns: `k` (text "4x2x1"), `k1`..`k<max_depth>` (the levels, 0 past the depth; `level_matrix`
+    reads them back), `gamma` (depth), `budget` (prod k), `tree_tokens` (nodes of the tree,
     sum over depths of the running product), `monotone` (non-increasing k), `replacement`.
     """
     ks = k_configurations(budget, choices=choices, max_depth=max_depth)
@@ -89,6 +90,7 @@ def mcsd_space(budget: int = DEFAULT_BUDGET, max_depth: int = MCSD_MAX_DEPTH, re
     nodes = (running * used).sum(axis=1)
     mono = np.all(np.diff(kmat, axis=1) <= 0, axis=1)   # padding with 1 never breaks the order
     labels = ["x".join(map(str, k)) for k in ks]
+    levels = {f"k{i + 1}": np.where(used[:, i], kmat[:, i], 0) for i in range(kmat.shape[1])}
     frames = []
     for repl in replacement:
         frames.append(
@@ -101,6 +103,7 @@ def mcsd_space(budget: int = DEFAULT_BUDGET, max_depth: int = MCSD_MAX_DEPTH, re
                     "monotone": mono,
                     "replacement": bool(repl),
                     "config": [f"{lab} {'w/' if repl else 'w/o'} repl" for lab in labels],
+                    **levels,
                 }
             )
         )
@@ -117,9 +120,12 @@ def k_matrix(ks: list[tuple[int, ...]], depth: np.ndarray | None = None) -> np.n
     return matrix
 
 
-def parse_k_matrix(labels, depth=None) -> np.ndarray:
-    """k_matrix of "4x2x1"-style labels (as the mcsd space stores them)."""
-    return k_matrix([tuple(map(int, lab.split("x"))) for lab in labels], depth)
+def level_matrix(frame: pd.DataFrame) -> np.ndarray:
+    """k_matrix of an mcsd space (or a slice of one) from its k1.. columns, padded with 1."""
+    cols = sorted((c for c in frame.columns if c[:1] == "k" and c[1:].isdigit()), key=lambda c: int(c[1:]))
+    levels = frame[cols].to_numpy(np.int64)
+    depth = int(frame["gamma"].max())
+    return np.where(levels[:, :depth] > 0, levels[:, :depth], 1)
 
 
 def nonincreasing_arrays(length: int = CAPE_BINS, values=CAPE_VALUES) -> np.ndarray:

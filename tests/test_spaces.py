@@ -32,6 +32,8 @@ def test_mcsd_space_columns_and_both_replacement_modes():
     row = frame[frame.config == "4x2 w/ repl"].iloc[0]
     assert row.k == "4x2" and row.gamma == 2 and row.budget == 8 and row.tree_tokens == 4 + 8 and row.monotone
     assert not frame[frame.config == "2x4 w/o repl"].iloc[0].monotone
+    assert (row.k1, row.k2, row.k3) == (4, 2, 0)
+    np.testing.assert_array_equal(spaces.level_matrix(frame[frame.k == "4x2"]), [[4, 2]] * 2)
     with pytest.raises(InputError, match="budget"):
         spaces.mcsd_space(budget=0)
 
@@ -47,8 +49,9 @@ def test_cape_arrays_are_every_nonincreasing_array():
 
 
 def test_lookahead_kangaroo_coral_spaces():
-    la = spaces.lookahead_space()
+    la = spaces.lookahead_space(prompt_ngrams=(False, True))
     assert {(15, 5, 15, False), (10, 5, 10, True)} <= set(map(tuple, la[["W", "N", "G", "prompt_ngrams"]].values.tolist()))
+    assert not spaces.lookahead_space().prompt_ngrams.any()
     assert (la.tokens_per_forward == (la.W + la.G) * (la.N - 1) + 1).all()
     ka = spaces.kangaroo_space(exit_layers=(2, 3))
     assert len(ka) == 2 * len(spaces.KANGAROO_STEPS) * len(spaces.KANGAROO_ETA)

@@ -1,0 +1,73 @@
+"""Benchmark: configurations scored per second by the sweep's vectorised scorers.
+
+    python -m experiments.bench_sweep [--profile P.json] [--repeats 5]
+
+For each method the profile supports, the method's whole space is scored in this process (no
+executor, so the figure is the scorer's own speed) after one warm-up, `--repeats` times; the
+median wall time gives configurations per second. Printed as a table, also written as JSON
+with `--out`.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from calibrate.profile import Profile
+from experiments import scoring, spaces
+from experiments.sweep import BUNDLED_PROFILES, SweepOptions, _space
+from traces import atomic
+from traces.errors import InputError, cli_entry
+
+DEFAULT_PROFILES = ("mcsd-vicuna-33b-a6000.json", "glide-vicuna-7b-h800.json", "lookahead-llama-2-7b-a100.json",
+                    "kangaroo-vicuna-7b-v100.json", "coral-llama-3-8b-a6000.json")
+
+
+def bench(profiles: list[Profile], repeats: int) -> pd.DataFrame:
+    rows = []
+    setting = scoring.Setting()
+    for profile in profiles:
+        for method in spaces.METHODS:
+            found, reason = scoring.setups(profile, method, setting)
+            if reason:
+                continue
+            base = found[0]
+            space = _space(method, SweepOptions(), profile, base)
+            scoring.score(profile, method, base, space, setting)          # warm-up (imports, caches)
+            times = []
+            for _ in range(repeats):
+                t = time.perf_counter()
+                scoring.score(profile, method, base, space, setting)
+                times.append(time.perf_counter() - t)
+            median = float(np.median(times))
+            rows.append({"profile": profile.name, "method": method, "configurations": len(space),
+                         "median_s": median, "configs_per_s": len(space) / median})
+    return pd.DataFrame(rows)
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m experiments.bench_sweep", description=__doc__.split("\n\n")[0])
+    p.add_argument("--profile", action="append", help="profile JSON (repeatable); default: one bundled per method")
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats after one warm-up (default 5)")
+    p.add_argument("--out", default=None, help="also write the figures as JSON to this file")
+    args = p.parse_args(argv)
+    if args.repeats < 1:
+        raise InputError(f"--repeats must be at least 1, got {args.repeats}")
+    paths = args.profile or [str(BUNDLED_PROFILES / name) for name in DEFAULT_PROFILES]
+    table = bench([Profile.load(path) for path in paths], args.repeats)
+    total = table.configurations.sum() / table.median_s.sum()
+    print(table.to_string(index=False, float_format=lambda v: f"{v:,.4g}"))
+    print(f"\nall methods: {table.configurations.sum():,} configurations in {table.median_s.sum():.3f} s "
+          f"= {total:,.0f} configurations/s (median of {args.repeats}, one process)")
+    if args.out:
+        atomic.write_json(Path(args.out), {"rows": table.to_dict("records"), "configs_per_s": total})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
