@@ -32,3 +32,10 @@ def materialise(build: Callable[[], nn.Module], target: Llama, seed: int, std: f
                 else:
                     param.normal_(0.0, std, generator=gen)
     return module.eval()
+
+
+def positions(position_ids: torch.Tensor | None, past: int, batch: int, q: int, device) -> torch.Tensor:
+    """Position ids [batch, q]: given ones broadcast over the batch, else past + arange(q) (as Llama.forward)."""
+    if position_ids is None:
+        return torch.arange(past, past + q, device=device)[None].expand(batch, q)
+    return position_ids[None].expand(batch, q) if position_ids.dim() == 1 else position_ids

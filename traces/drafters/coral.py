@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from traces.drafters.common import materialise
+from traces.drafters.common import materialise, positions
 from traces.drafters.router import LMHeadRouter
 from traces.errors import InputError
 from traces.llama import DecoderLayer, KVCache, Llama, LlamaConfig
@@ -96,10 +96,7 @@ class FeatureDrafter(nn.Module):
         """Output features [batch, q, hidden] for tokens [batch, q] and the features one position earlier."""
         b, q = input_ids.shape
         past = cache.length if cache is not None else 0
-        if position_ids is None:
-            position_ids = torch.arange(past, past + q, device=input_ids.device)[None].expand(b, q)
-        elif position_ids.dim() == 1:
-            position_ids = position_ids[None].expand(b, q)
+        position_ids = positions(position_ids, past, b, q, input_ids.device)
         cos, sin = target.rope(position_ids)
         attn_mask = Llama._attention_mask(mask, past, q, input_ids.device)
         x = self.fc(torch.cat([target.embed_tokens(input_ids), prev_features], dim=-1))

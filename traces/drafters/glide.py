@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from traces.drafters.common import materialise
+from traces.drafters.common import materialise, positions
 from traces.errors import InputError
 from traces.llama import ForwardOutput, KVCache, Llama, LlamaConfig, RMSNorm, rotate_half
 
@@ -162,10 +162,7 @@ class GlideDrafter(nn.Module):
         base = self.base
         b, q = input_ids.shape
         past = cache.length if cache is not None else 0
-        if position_ids is None:
-            position_ids = torch.arange(past, past + q, device=input_ids.device)[None].expand(b, q)
-        elif position_ids.dim() == 1:
-            position_ids = position_ids[None].expand(b, q)
+        position_ids = positions(position_ids, past, b, q, input_ids.device)
         if len(target_kv) != self.config.num_layers:
             raise ValueError(f"GLIDE needs {self.config.num_layers} target (k, v) pairs, got {len(target_kv)}")
         n_keys = target_kv[0][0].shape[2]

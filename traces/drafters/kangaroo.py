@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from traces.drafters.common import materialise
+from traces.drafters.common import materialise, positions
 from traces.errors import InputError
 from traces.llama import Attention, KVCache, Llama, LlamaConfig, RMSNorm
 
@@ -91,10 +91,7 @@ class KangarooAdapter(nn.Module):
         """Draft logits [batch, q, V] from early features [batch, q, hidden] (the adapter cache grows by q)."""
         b, q, _ = features.shape
         past = cache.length if cache is not None else 0
-        if position_ids is None:
-            position_ids = torch.arange(past, past + q, device=features.device)[None].expand(b, q)
-        elif position_ids.dim() == 1:
-            position_ids = position_ids[None].expand(b, q)
+        position_ids = positions(position_ids, past, b, q, features.device)
         cos, sin = target.rope(position_ids)
         attn_mask = Llama._attention_mask(mask, past, q, features.device)
         h = features + self.attn(self.norm_in(features), cos, sin, attn_mask, cache, 0)
