@@ -14,6 +14,7 @@ and `stdout_table(result)` is the short table the command prints.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,7 @@ def write_outputs(result: Any, out_dir: Path) -> dict[str, Path]:
     """Write every table, plot and the report of a SweepResult into `out_dir`; return the paths."""
     out_dir = Path(out_dir)
     written: dict[str, Path] = {}
+    started = time.perf_counter()
     for method, frame in result.tables.items():
         plain = _plain_columns(frame)
         written[f"csv:{method}"] = _write_csv(out_dir / "tables" / f"{method}.csv", plain)
@@ -77,6 +79,7 @@ def write_outputs(result: Any, out_dir: Path) -> dict[str, Path]:
     written["best"] = _write_csv(out_dir / "best.csv", _plain_columns(result.best))
     if result.paper_choices is not None and not result.paper_choices.empty:
         written["paper_choices"] = atomic.write_csv(out_dir / "paper_choices.csv", result.paper_choices)
+    result.timings["write"] = time.perf_counter() - started
     written["run"] = atomic.write_json(out_dir / "run.json", {"options": result.options, "timings_s": result.timings,
                                                               "skipped": result.skipped})
     written["report"] = atomic.write_text(out_dir / "report.md", markdown_report(result, written, out_dir))

@@ -43,9 +43,9 @@ class SweepOptions:
     budget: int = spaces.DEFAULT_BUDGET
     ctx_len: int = 512
     seed: int = 0
-    rescore: int = 3          # best configurations per (profile, method) re-scored in the simulator
-    sim_tokens: int = 512     # tokens generated per simulated run
-    sim_repeats: int = 8      # seeded simulated runs per configuration
+    rescore: int = 2          # best configurations per (profile, method) re-scored in the simulator
+    sim_tokens: int = 256     # tokens generated per simulated run
+    sim_repeats: int = 5      # seeded simulated runs per configuration
     token_trace: str | None = None
 
 
@@ -188,10 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token-trace", default=None, metavar="PARQUET",
                    help="a TokenTrace (traces.schema) of the profile's drafter: sd, mcsd, cape and kangaroo are then "
                         "scored by exact greedy replay of it instead of the closed forms (temperature 0 only)")
-    p.add_argument("--rescore", type=int, default=3,
-                   help="best configurations per (profile, method) re-scored in the simulator (default 3; 0 = none)")
-    p.add_argument("--sim-tokens", type=int, default=512, help="tokens generated per simulated run (default 512)")
-    p.add_argument("--sim-repeats", type=int, default=8,
+    p.add_argument("--rescore", type=int, default=2,
+                   help="best configurations per (profile, method) re-scored in the simulator (default 2; 0 = none)")
+    p.add_argument("--sim-tokens", type=int, default=256, help="tokens generated per simulated run (default 256)")
+    p.add_argument("--sim-repeats", type=int, default=5,
                    help="seeded simulated runs per configuration, for the spread (default 8)")
     p.add_argument("--out", default="out/sweep", help="output directory (default out/sweep)")
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice, the simulator's included (default 0)")
@@ -234,9 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     with make_executor(args.executor, workers=args.workers, address=args.scheduler,
                        progress=not args.no_progress) as executor:
         result = run_sweep(profiles, opts, executor)
-    t = time.perf_counter()
     written = write_outputs(result, Path(args.out))
-    result.timings["write"] = time.perf_counter() - t
     n = sum(len(f) for f in result.tables.values())
     print(stdout_table(result))
     if result.skipped:
