@@ -41,9 +41,12 @@ def _save(fig, path: Path) -> Path:
 
 
 def _one_profile(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
-    """Heatmaps show one profile: the one whose best configuration is fastest."""
-    best = frame.groupby("profile").speedup.max().idxmax()
-    return frame[frame.profile == best], best
+    """Heatmaps show one setup: the (profile, drafter) whose best configuration is fastest."""
+    keys = [c for c in ("profile", "drafter") if c in frame]
+    best = frame.groupby(keys).speedup.max().idxmax()
+    best = best if isinstance(best, tuple) else (best,)
+    mask = np.logical_and.reduce([frame[k] == v for k, v in zip(keys, best)])
+    return frame[mask], " / ".join(map(str, best))
 
 
 def plot_sd(frame: pd.DataFrame, path: Path) -> Path | None:
@@ -51,7 +54,9 @@ def plot_sd(frame: pd.DataFrame, path: Path) -> Path | None:
         return None
     plt, sns = _plt()
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    sns.lineplot(data=frame, x="gamma", y="speedup", hue="profile", marker="o", ax=ax)
+    frame = frame.assign(setup=frame.profile + " / " + frame.drafter.astype(str)) if "drafter" in frame else \
+        frame.assign(setup=frame.profile)
+    sns.lineplot(data=frame, x="gamma", y="speedup", hue="setup", marker="o", ax=ax)
     ax.set(xlabel="draft length gamma", ylabel="predicted speedup", title="Chain SD: speedup against gamma")
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.legend(fontsize=6, loc="best")
@@ -68,13 +73,16 @@ def plot_mcsd(frame: pd.DataFrame, path: Path, depth: int = 2) -> Path | None:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     sub = sub.assign(budget_label=sub.budget.astype(int).astype(str),
                      order=np.where(sub.monotone, "non-increasing", "increasing somewhere"))
-    sns.scatterplot(data=sub, x="tokens_per_step", y="speedup", hue="budget_label", style="order", ax=axes[0], s=40)
+    order = [str(b) for b in sorted(sub.budget.astype(int).unique())]
+    sns.scatterplot(data=sub, x="tokens_per_step", y="speedup", hue="budget_label", hue_order=order, style="order",
+                    ax=axes[0], s=40)
     axes[0].set(xlabel="block efficiency tau (tokens per step)", ylabel="predicted speedup",
                 title=f"k-configurations, gamma={depth}")
     axes[0].legend(fontsize=6, title="budget", title_fontsize=7)
     top = sub.sort_values("speedup", ascending=False).head(16)
-    sns.barplot(data=top, y="config", x="speedup", hue="budget_label", dodge=False, ax=axes[1])
-    axes[1].set(xlabel="predicted speedup", ylabel="", title="best k-configurations")
+    sns.barplot(data=top, y="config", x="speedup", hue="budget_label", hue_order=order, dodge=False, ax=axes[1])
+    axes[1].set(xlabel="predicted speedup", ylabel="", title="best k-configurations",
+                xlim=(0.97 * top.speedup.min(), 1.01 * top.speedup.max()))
     axes[1].tick_params(axis="y", labelsize=6)
     axes[1].legend(fontsize=6, title="budget", title_fontsize=7)
     fig.suptitle(profile, fontsize=8)
