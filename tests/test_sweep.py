@@ -197,3 +197,24 @@ def test_dask_cluster_gives_the_local_results(toy):
     for method in local.tables:
         pd.testing.assert_frame_equal(local.tables[method], dask.tables[method])
     pd.testing.assert_frame_equal(local.best, dask.best)
+
+
+def test_token_trace_switches_to_exact_replay(tmp_path, toy):
+    from traces.schema import RunMetadata, write_trace
+
+    rng = np.random.default_rng(0)
+    n = 200
+    frame = pd.DataFrame({"run_id": "r", "prompt_id": np.repeat(["a", "b"], n // 2), "pos": np.tile(np.arange(n // 2), 2),
+                          "token": rng.integers(0, 100, n), "draft_rank": rng.choice([0, 0, 0, 1, 3], n),
+                          "draft_conf": rng.uniform(0, 1, n), "draft_q_token": rng.uniform(0, 1, n),
+                          "alpha": rng.uniform(0, 1, n), "target_entropy": rng.uniform(0, 2, n)})
+    path = write_trace(tmp_path / "tokens.parquet", frame, RunMetadata(kind="token"))
+    opts = sweep.SweepOptions(methods=["sd", "mcsd", "cape", "kangaroo"], budget=4, rescore=0, token_trace=str(path))
+    result = sweep.run_sweep([toy], opts, LocalExecutor(workers=1, progress=False))
+    for method, table in result.tables.items():
+        assert (table.scored_by == "trace replay").all(), method
+    assert result.tables["mcsd"].monotone.all()                 # replay keeps MCSD's monotonic rule
+    sd = result.tables["sd"].set_index("gamma")
+    from traces.replay import TokenTable, replay_summary
+    want = replay_summary(TokenTable.from_frame(frame), "sd", [{"gamma": 3}])["mean_accepted"].iloc[0]
+    assert sd.loc[3, "tokens_per_step"] == pytest.approx(want)
