@@ -13,6 +13,7 @@ It is the optional extra `cluster`; it is imported only when `--executor dask` i
 """
 from __future__ import annotations
 
+import logging
 import os
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable, Sequence
@@ -108,7 +109,7 @@ class DaskExecutor:
             n = max(1, int(workers or os.cpu_count() or 1))
             self._own_cluster = distributed.LocalCluster(
                 n_workers=n, threads_per_worker=1, processes=processes, dashboard_address=None,
-                silence_logs="error",
+                silence_logs=logging.ERROR,
             )
             self.client = distributed.Client(self._own_cluster)
             self._own_client = True

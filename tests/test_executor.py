@@ -35,3 +35,10 @@ def test_dask_local_cluster_equals_local_run():
     pytest.importorskip("distributed")
     with DaskExecutor(workers=2, processes=False, progress=False) as ex:
         assert ex.map(_seeded_sum, TASKS) == EXPECTED
+
+
+@pytest.mark.cluster
+def test_dask_worker_processes_start_and_match():
+    pytest.importorskip("distributed")
+    with make_executor("dask", workers=1, progress=False) as ex:   # what `--executor dask` starts
+        assert ex.map(_seeded_sum, TASKS[:3]) == EXPECTED[:3]
