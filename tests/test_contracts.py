@@ -75,3 +75,17 @@ def test_cli_entry_exit_code(capsys):
 
     assert main() == 2
     assert capsys.readouterr().err.strip() == "error: gamma must be >= 1, got 0"
+
+
+def test_atomic_write_uses_normal_file_mode(tmp_path):
+    import os
+    import stat
+
+    from traces import atomic
+
+    mask = os.umask(0o022)
+    try:
+        path = atomic.write_text(tmp_path / "r.md", "x")
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
