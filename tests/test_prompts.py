@@ -92,3 +92,14 @@ def test_chat_template_applied_for_instruct_tokenizers_only():
         chat_messages(prompt, turn=2)
     with pytest.raises(InputError, match="has 2 turn"):
         chat_messages(prompt, turn=3, previous_answers=["a", "b"])
+
+
+def test_prompt_mix_takes_counts_per_set(tmp_path):
+    from traces.prompts import load_prompt_mix
+
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"p{i}"}) + "\n" for i in range(3)))
+    ids = [p.prompt_id for p in load_prompt_mix(f"mtbench:2, humaneval:1,{path}")]
+    assert ids == ["mtbench/81", "mtbench/82", "HumanEval/0", "m/1", "m/2", "m/3"]
+    with pytest.raises(InputError, match="limit"):
+        load_prompt_mix("mtbench:0")

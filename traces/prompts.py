@@ -174,8 +174,10 @@ def load_prompt_mix(spec: str, field: str = "prompt") -> list[Prompt]:
     """`mtbench:2,humaneval:2` -> the first 2 prompts of each set, in that order (no count = all)."""
     prompts: list[Prompt] = []
     for part in (p.strip() for p in spec.split(",") if p.strip()):
-        name, sep, count = part.rpartition(":") if ":" in part and part.rsplit(":", 1)[1].isdigit() else (part, "", "")
-        prompts += load_prompts(name, limit=int(count) if sep else None, field=field)
+        name, _, count = part.rpartition(":")
+        if not count.isdigit():  # no count (a path may hold a colon too)
+            name, count = part, ""
+        prompts += load_prompts(name, limit=int(count) if count else None, field=field)
     if not prompts:
         raise InputError(f"no prompts in '{spec}'")
     return prompts
