@@ -5,7 +5,9 @@ Four stages, each writing into `--out` (atomically):
    `python -m traces.profile` once per architecture -> `latency_<arch>.parquet`;
 2. the drafters at the papers' shapes (GLIDE: one layer at the target's width with cross-attention;
    Kangaroo: exit layer 2 plus adapter; an EAGLE layer with the 32k/128k/152k heads, with and
-   without CORAL's router) -> `drafter_latency.parquet` (LatencyTrace, role `draft`);
+   without CORAL's router) -> `drafter_latency.parquet` (LatencyTrace, role `draft`); from both,
+   decode cost coefficients c = drafter / target latency and each target's fraction of the
+   bandwidth bound (costmodel weights + KV bytes over the datasheet bandwidth) -> `coefficients.csv`;
 3. speculative loops at real sizes in replayed-acceptance mode (`traces.replayed`): acceptance
    from a recorded TokenTrace (`--token-trace`) and, for lookahead, a StepTrace (`--step-trace`);
    at least 30 configurations over sd, mcsd, cape, glide, lookahead, kangaroo and coral, each
@@ -191,6 +193,46 @@ def run_loops(target, drafter, configs, token_sources, step_sources, prompts, lo
     return pd.DataFrame(runs), pd.concat(steps, ignore_index=True)
 
 
+# ------------------------------------------------------------------ stage 2b: coefficients, roofline
+
+# (drafter rows, target rows) whose decode-latency ratio is a cost coefficient c (GLIDE Table 1, CORAL Table 1)
+def coefficient_pairs(tiny: bool) -> list[tuple[str, str]]:
+    if tiny:
+        return [(d, "tiny") for d in ("layers:1", "glide@tiny", f"kangaroo-l{KANGAROO_EXIT}@tiny", "eagle@tiny",
+                                      "eagle-router16:2@tiny")]
+    pairs = [("random:llama-68m", f"random:{t}") for t in ("vicuna-7b", "vicuna-13b", "vicuna-33b")]
+    pairs += [("random:llama-160m", f"random:{t}") for t in ("vicuna-7b", "vicuna-13b", "vicuna-33b")]
+    for arch in EAGLE_HEADS:
+        for d in ("glide", f"kangaroo-l{KANGAROO_EXIT}", "eagle", "eagle-router16:2", "eagle-router32:4"):
+            pairs.append((f"{d}@{arch}", f"random:{arch}"))
+    return pairs
+
+
+def coefficients(rows: pd.DataFrame, pairs, hardware: str, dtype: str) -> pd.DataFrame:
+    """Decode (1 token, batch 1) latency ratios per context, and each target's fraction of the
+    bandwidth bound: (forward weights + KV cache read) bytes / datasheet bandwidth / measured time."""
+    from costmodel.hardware import dtype_bytes, get_hardware
+    from costmodel.params import forward_params, get_arch, kv_bytes_per_token
+
+    decode = rows[(rows.n_tokens == 1) & (rows.batch == 1)].groupby(["model", "ctx_len"])["seconds"].median()
+    out = []
+    for drafter, target in pairs:
+        for ctx in sorted(set(decode.get(drafter, pd.Series(dtype=float)).index) &
+                          set(decode.get(target, pd.Series(dtype=float)).index)):
+            row = dict(drafter=drafter, target=target, ctx_len=ctx, draft_s=decode[drafter][ctx],
+                       target_s=decode[target][ctx], c=decode[drafter][ctx] / decode[target][ctx],
+                       bandwidth_fraction=float("nan"))
+            try:
+                arch, hw = get_arch(target.split(":", 1)[-1]), get_hardware(hardware)
+                size = dtype_bytes(dtype)
+                bound = (forward_params(arch) * size + kv_bytes_per_token(arch, size) * ctx) / hw.bandwidth
+                row["bandwidth_fraction"] = bound / decode[target][ctx]
+            except ValueError:      # an architecture or hardware the costmodel registry does not know
+                pass
+            out.append(row)
+    return pd.DataFrame(out)
+
+
 # ----------------------------------------------------------------------------- stage 4: fidelity
 
 def latency_models(frames: Sequence[pd.DataFrame]) -> dict[str, Any]:
@@ -245,7 +287,7 @@ def fidelity_table(runs: pd.DataFrame, steps: pd.DataFrame, names, models, n_lay
     return table
 
 
-def report(table: pd.DataFrame, meta: dict[str, Any]) -> str:
+def report(table: pd.DataFrame, meta: dict[str, Any], coeffs: pd.DataFrame) -> str:
     spec = table[table.method != "ar"]
     err = spec["rel_error"].abs()
     lines = ["# GPU campaign: replayed speculative loops, measured vs predicted", "",
@@ -259,6 +301,10 @@ def report(table: pd.DataFrame, meta: dict[str, Any]) -> str:
     for r in table.itertuples():
         lines.append(f"| {r.label} | {r.measured_tps:.1f} | {r.predicted_tps:.1f} | {r.rel_error:+.1%} | "
                      f"{r.spread:.1%} | {r.measured_speedup:.2f} / {r.predicted_speedup:.2f} |")
+    lines += ["", "## Cost coefficients (decode, batch 1) and fraction of the bandwidth bound", "",
+              "| drafter | target | ctx | c | target decode s | target bandwidth fraction |", "| --- | --- | --- | --- | --- | --- |"]
+    for r in coeffs.itertuples():
+        lines.append(f"| {r.drafter} | {r.target} | {r.ctx_len} | {r.c:.4f} | {r.target_s:.5f} | {r.bandwidth_fraction:.1%} |")
     return "\n".join(lines) + "\n"
 
 
@@ -351,10 +397,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                                           extra={"mode": "replayed acceptance", "acceptance": acceptance}))
     # 4. fidelity
     models = latency_models(frames + [dframe])
+    coeffs = coefficients(pd.concat(frames + [dframe], ignore_index=True), coefficient_pairs(args.tiny),
+                          hardware, "bf16" if device.type == "cuda" else "fp32")
+    atomic.write_csv(out / "coefficients.csv", coeffs)
     table = fidelity_table(runs, steps, model_names, models, target.config.num_layers, args.prompt_len)
     atomic.write_csv(out / "fidelity.csv", table)
     meta = {"hardware": hardware, "dtype": str(dtype).replace("torch.", ""), "acceptance": acceptance}
-    atomic.write_text(out / "report.md", report(table, meta))
+    atomic.write_text(out / "report.md", report(table, meta, coeffs))
     spec = table[table.method != "ar"]
     log(f"{len(spec)} configurations; |error| median {spec.rel_error.abs().median():.1%}, "
         f"worst {spec.rel_error.abs().max():.1%}; wrote {out / 'report.md'}")

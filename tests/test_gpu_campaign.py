@@ -41,3 +41,6 @@ def test_tiny_campaign_runs_end_to_end(tmp_path):
     assert ISSUE_8_METHODS <= set(table.method)
     assert (table.measured_tps > 0).all() and (table.predicted_tps > 0).all() and (table.repeats == 2).all()
     assert "median" in (out / "report.md").read_text()
+    coeffs = pd.read_csv(out / "coefficients.csv")
+    assert {"layers:1", "glide@tiny", "eagle-router16:2@tiny"} <= set(coeffs.drafter)
+    assert (coeffs.c > 0).all() and coeffs.bandwidth_fraction.isna().all()   # tiny is no registry architecture

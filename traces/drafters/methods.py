@@ -57,6 +57,19 @@ def _std_option(method: str, value: Any) -> float:
     return float(value)
 
 
+def start_keeping_prefill(decoder: Decoder, prompt: list[int], **forward_options: Any):
+    """`Decoder.start`, but with the prefill forward run here so that its output (hidden states,
+    features) is kept: the base start gets the first token only (no prefill), then the prompt minus
+    its pending last token goes through the target once. Returns that ForwardOutput (None for a
+    one-token prompt)."""
+    Decoder.start(decoder, prompt[:1])
+    decoder.tokens = list(prompt)
+    if len(prompt) == 1:
+        return None
+    with torch.no_grad():
+        return decoder.target(decoder._ids(prompt[:-1]), decoder.target_cache, logits=False, **forward_options)
+
+
 # ------------------------------------------------------------------------------------------ glide
 
 class GlideState(DrafterState):
@@ -138,15 +151,10 @@ class Kangaroo(Decoder):
                 "drafter_std": _std_option("kangaroo", drafter_std)}
 
     def start(self, prompt: list[int]) -> None:
-        super().start(prompt)
+        out = start_keeping_prefill(self, prompt, output_hidden_states=True)
         self.adapter_cache = self.adapter.new_cache(capacity=len(prompt) + 64)
-        # Early features of the committed tokens the adapter has not seen yet (prompt prefix here).
-        if len(prompt) > 1:
-            with torch.no_grad():
-                probe = self.target.new_cache(capacity=len(prompt))
-                self.unseen = self.adapter.shallow(self.target, self._ids(prompt[:-1]), probe)
-        else:
-            self.unseen = None
+        # early features (input of layer l) of the committed tokens the adapter has not seen yet
+        self.unseen = None if out is None else out.hidden_states[self.config["exit_layer"]]
 
     def _shallow(self, token: int, position: int) -> torch.Tensor:
         pos = torch.tensor([position], device=self.target.device)
@@ -240,17 +248,11 @@ class Coral(Decoder):
                 "drafter_std": _std_option("coral", drafter_std)}
 
     def start(self, prompt: list[int]) -> None:
-        """Prefill the target keeping its features f_0..f_{n-2} (EAGLE reads f_{s-1} at position s)."""
-        if not prompt:
-            raise InputError("prompt is empty")
-        self.rng = rules.NumpySource(self.seed)
-        self.tokens = list(prompt)
-        self.target_cache = self.target.new_cache(capacity=len(prompt) + 64)
+        """Prefill keeping the target's features f_0..f_{n-2} (EAGLE reads f_{s-1} at position s)."""
+        out = start_keeping_prefill(self, prompt)
         hidden = self.target.config.hidden_size
         self.features = torch.zeros(1, 1, hidden, dtype=self.target.dtype, device=self.target.device)  # f_{-1} = 0
-        if len(prompt) > 1:
-            with torch.no_grad():
-                out = self.target(self._ids(prompt[:-1]), self.target_cache, logits=False)
+        if out is not None:
             self.features = torch.cat([self.features, out.hidden], dim=1)
         self.draft_cache = self.feature_drafter.new_cache(capacity=len(prompt) + 64)
 
