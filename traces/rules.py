@@ -31,9 +31,13 @@ Rules (all raise `InputError` naming the vector or token on bad input):
         are rejected the endpoint token is drawn from the final p^. k = 1 is speculative sampling.
     mcns(candidates, p, rng) -> Step
         Naive multi-candidate sampling: x ~ p; accept the first candidate equal to x, else return x.
+    mcss_one_hot(candidates, p, rng) -> Step
+        Deterministic candidates (one-hot drafts: CAPE sets, lookahead n-grams), see below.
     verify_tree(tree, p_rows, q_rows, rng, replacement=True) -> Verdict
         MCSS over each node's children, walking down the accepted path; the bonus token after a
         fully accepted path is drawn from p at the leaf.
+    verify_tree_one_hot(tree, p_rows, rng) -> Verdict
+        `mcss_one_hot` over each node's children, walking down the accepted path (no q rows).
     speculative_chain(drafts, p_rows, q_rows, rng) -> Verdict
         Speculative sampling of one chain (gamma drafts, gamma + 1 p rows, gamma q rows).
     greedy_tree(tree, p_rows) -> Verdict; greedy_chain(drafts, p_rows) -> Verdict
@@ -42,6 +46,17 @@ Rules (all raise `InputError` naming the vector or token on bad input):
     draft_candidates(q, k, rng, replacement=True) -> list[int]
         The drafting side: k i.i.d. draws from q, or k sequential draws without replacement
         (fewer when q's support has fewer than k tokens).
+
+Deterministic candidates (`mcss_one_hot`): candidates fixed before verification and drawn from
+no q (top-k drafter ranks, pool n-grams) are one-hot drafts, q_i = delta(x_i). MCSS without
+replacement with those q: accept x_i when u < p^(x_i) (min(1, p^/q) = p^), else p^ := p^ with
+x_i zeroed and renormalised (= norm(max(0, p^ - delta(x_i)))); all rejected: endpoint ~ p^.
+Lossless: before x_i is tested, p^ is p restricted to the tokens outside R = {x_1..x_{i-1}} and
+renormalised, and the walk reaches x_i with probability 1 - p(R); so x_i (first occurrence) is
+emitted with probability (1 - p(R)) p(x_i) / (1 - p(R)) = p(x_i), a repeat with probability 0,
+and a token t outside all candidates with (1 - p(R_k)) p(t) / (1 - p(R_k)) = p(t). Any token is
+emitted with probability p(token), and P(accept) = p(set of candidates), the most any lossless
+rule reaches with one-hot drafts. `u < p^` (not <=) never accepts a token with p^ = 0.
 
 All-zero residual: max(0, p^ - q^) has no mass only when p^ = q^, where rejection has
 probability zero; a float rejection there comes from rounding. The rule then keeps p^ as the
@@ -57,7 +72,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -306,24 +321,49 @@ def _check_rows(rows: Sequence, tree: TokenTree, name: str, leaves_optional: boo
             raise InputError(f"{name}[{node}] is missing but node {node} has children")
 
 
-def verify_tree(tree: TokenTree, p_rows: Sequence[Sequence[Number]], q_rows: Sequence[Sequence[Number] | None],
-                rng: RandomSource, replacement: bool = True) -> Verdict:
-    """MCSS over each node's children, walking down the accepted path; bonus from p at the leaf."""
-    _check_rows(p_rows, tree, "p_rows", leaves_optional=False)
-    _check_rows(q_rows, tree, "q_rows", leaves_optional=True)
+def _walk_tree(tree: TokenTree, p_rows: Sequence[Sequence[Number]], rng: RandomSource,
+               decide: Callable[[int, list[int]], Step]) -> Verdict:
+    """Walk down the accepted path: `decide(node, child tokens)` at inner nodes, bonus from p at the leaf."""
     node, tokens, path = 0, [], []
     while True:
         children = tree.children(node)
         if not children:
             bonus = rng.categorical(check_distribution(p_rows[node], f"p_rows[{node}]"))
             return Verdict(tuple(tokens + [bonus]), len(path), tuple(path), True)
-        step = mcss([tree.tokens[c] for c in children], p_rows[node], q_rows[node], rng,
-                    replacement=replacement, name=f"tree node {node}")
+        step = decide(node, [tree.tokens[c] for c in children])
         if not step.accepted:
             return Verdict(tuple(tokens + [step.token]), len(path), tuple(path), False)
         node = children[step.candidate]
         tokens.append(step.token)
         path.append(node)
+
+
+def verify_tree(tree: TokenTree, p_rows: Sequence[Sequence[Number]], q_rows: Sequence[Sequence[Number] | None],
+                rng: RandomSource, replacement: bool = True) -> Verdict:
+    """MCSS over each node's children, walking down the accepted path; bonus from p at the leaf."""
+    _check_rows(p_rows, tree, "p_rows", leaves_optional=False)
+    _check_rows(q_rows, tree, "q_rows", leaves_optional=True)
+    return _walk_tree(tree, p_rows, rng, lambda node, kids: mcss(
+        kids, p_rows[node], q_rows[node], rng, replacement=replacement, name=f"tree node {node}"))
+
+
+def mcss_one_hot(candidates: Sequence[int], p: Sequence[Number], rng: RandomSource, name: str = "") -> Step:
+    """MCSS without replacement for deterministic candidates (one-hot drafts); see the module doc."""
+    where = f" at {name}" if name else ""
+    p_hat = check_distribution(p, f"p{where}")
+    for i, raw in enumerate(candidates):
+        x = _check_token(raw, len(p_hat), f"candidate {i}{where}")
+        if rng.uniform() < p_hat[x]:
+            return Step(True, x, i)
+        p_hat = remove_token(p_hat, x)
+    return Step(False, rng.categorical(p_hat), None)
+
+
+def verify_tree_one_hot(tree: TokenTree, p_rows: Sequence[Sequence[Number]], rng: RandomSource) -> Verdict:
+    """`mcss_one_hot` over each node's children (CAPE sets, lookahead tries), walking down the accepted path."""
+    _check_rows(p_rows, tree, "p_rows", leaves_optional=False)
+    return _walk_tree(tree, p_rows, rng, lambda node, kids: mcss_one_hot(
+        kids, p_rows[node], rng, name=f"tree node {node}"))
 
 
 def speculative_chain(drafts: Sequence[int], p_rows: Sequence[Sequence[Number]],

@@ -303,3 +303,67 @@ def greedy_chain(drafts: torch.Tensor, p: torch.Tensor) -> VerdictBatch:
     rows, gamma = drafts.shape
     tokens = torch.cat([torch.full((rows, 1), -1, dtype=torch.long, device=drafts.device), drafts.long()], 1)
     return greedy_tree(tuple(range(-1, gamma)), tokens, p)
+
+
+# --- deterministic candidates (one-hot drafts) and drafting -----------------------------------
+
+def verify_tree_one_hot(parents: Sequence[int], tokens: torch.Tensor, p: torch.Tensor, accept_u: torch.Tensor,
+                        draw_u: torch.Tensor) -> VerdictBatch:
+    """Batched `rules.verify_tree_one_hot` (CAPE sets, lookahead tries): no q; per candidate one
+    uniform, accepted when u < p^(x), else p^ loses x and is renormalised; uniforms as `verify_tree`."""
+    if p.dim() != 3:
+        raise InputError(f"p must be [B, N+1, V], got shape {tuple(p.shape)}")
+    rows, size, _ = p.shape
+    _check_uniforms(accept_u, "accept_u", (rows, size - 1))
+    _check_uniforms(draw_u, "draw_u", (rows,))
+    check_probs(p, "p")
+    arange = torch.arange(rows, device=p.device)
+    u_pos = torch.zeros(rows, dtype=torch.long, device=p.device)
+
+    def step(node, kid_nodes, kid_tokens, live):
+        nonlocal u_pos
+        p_hat = p[arange, node]  # advanced indexing: a copy, edited in place below
+        cands = torch.where(live.unsqueeze(1), kid_tokens, torch.full_like(kid_tokens, -1))
+        accepted = torch.zeros(rows, dtype=torch.bool, device=p.device)
+        chosen = torch.full((rows,), -1, dtype=torch.long, device=p.device)
+        for j in range(cands.shape[1]):
+            x = cands[:, j]
+            active = (x >= 0) & ~accepted
+            if not active.any():
+                continue
+            idx = active.nonzero().squeeze(-1)
+            ok = accept_u[idx, u_pos[idx]].to(p.dtype) < p_hat[idx, x[idx]]
+            accepted[idx[ok]] = True
+            chosen[idx[ok]] = j
+            rej = idx[~ok]
+            if rej.numel():
+                p_hat[rej] = remove_token(p_hat[rej], x[rej])
+            u_pos = u_pos + active.long()
+        endpoint = torch.full_like(chosen, -1)  # drawn only where the walk stops
+        stop = ~accepted
+        if stop.any():
+            endpoint[stop] = inverse_cdf(p_hat[stop], draw_u[stop])
+        return accepted, chosen, endpoint
+
+    return _walk(parents, tokens, p, step)
+
+
+def draft_candidates(q: torch.Tensor, k: int, draw_u: torch.Tensor, replacement: bool = True) -> torch.Tensor:
+    """`rules.draft_candidates` on one row q [V]: draw j by inverse CDF with draw_u[j]; without
+    replacement q loses each drawn token (fewer than k tokens when its support is smaller)."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise InputError(f"k is {k!r}, must be a positive integer")
+    if q.dim() != 1:
+        raise InputError(f"q must be [V], got shape {tuple(q.shape)}")
+    _check_uniforms(draw_u, "draw_u", (k,))
+    check_probs(q.unsqueeze(0), "q")
+    if replacement:
+        return inverse_cdf(q.unsqueeze(0).expand(k, -1), draw_u)
+    drawn, q_bar = [], q.unsqueeze(0)
+    for j in range(k):
+        if not (q_bar > 0).any():
+            break
+        x = inverse_cdf(q_bar, draw_u[j:j + 1])
+        drawn.append(x)
+        q_bar = remove_token(q_bar, x)
+    return torch.cat(drawn)

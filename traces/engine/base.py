@@ -23,7 +23,7 @@ import torch
 
 from traces import rules
 from traces.engine import tree as tree_geo
-from traces.engine.verify import Sampling, greedy_verdict, sampled_verdict
+from traces.engine.verify import Sampling, TorchSource, greedy_verdict, sampled_verdict
 from traces.errors import InputError
 from traces.llama import Llama
 
@@ -34,7 +34,7 @@ class Proposal:
     q_rows: torch.Tensor | None = None      # [nodes, vocab] processed drafter distributions (sampled drafts)
     confidences: list[float] = field(default_factory=list)  # drafter top-1 prob per drafted position
     draft_forwards: int = 0
-    naive: bool = False                     # candidates not drawn from q (CAPE sets, n-grams): MCNS
+    naive: bool = False                     # candidates not drawn from q (CAPE sets, n-grams): one-hot drafts
 
 
 @dataclass
@@ -116,7 +116,7 @@ class Decoder:
         """Reset all state and prefill the target with the prompt minus its last (pending) token."""
         if not prompt:
             raise InputError("prompt is empty")
-        self.rng = rules.NumpySource(self.seed)
+        self.rng = TorchSource(self.seed)
         self.tokens = list(prompt)
         self.target_cache = self.target.new_cache(capacity=len(prompt) + 64)
         if len(prompt) > 1:

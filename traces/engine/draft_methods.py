@@ -10,9 +10,10 @@ from typing import Any
 
 import torch
 
-from traces import rules
+from traces import rules, rules_torch
 from traces.engine import tree as tree_geo
 from traces.engine.base import Decoder, Proposal
+from traces.engine.verify import uniforms
 from traces.errors import InputError
 from traces.llama import Llama
 from traces.replay import PAPER_CAPE_BINS, normalise_config, parse_bins, parse_k_config
@@ -67,12 +68,12 @@ class DraftModelDecoder(Decoder):
         self.draft.rollback(len(self.tokens) - 1)
 
     def draw(self, logits: torch.Tensor, k: int, replacement: bool) -> tuple[list[int], torch.Tensor]:
-        """k draft tokens from the drafter's logits (top-k when greedy; rules.draft_candidates when
-        sampling) and the processed distribution q they come from."""
+        """k draft tokens from the drafter's logits (top-k when greedy; when sampling, the torch twin
+        of `rules.draft_candidates`) and the processed distribution q they come from."""
         q = self.sampling.probs(logits)
         if self.sampling.greedy:
             return q.topk(min(k, q.numel())).indices.tolist(), q
-        return rules.draft_candidates(q.tolist(), k, self.rng, replacement=replacement), q
+        return rules_torch.draft_candidates(q, k, uniforms(self.rng, k, q.device), replacement).tolist(), q
 
 
 class SD(DraftModelDecoder):

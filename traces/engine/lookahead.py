@@ -4,9 +4,9 @@ Window: up to N-1 levels of W guess tokens; token (l, j) sits at relative positi
 the pending token and sees the pending token, level-0 tokens of earlier columns and the tokens of
 its own column up to level l, so column j is a chain whose last output extends an n-gram.
 Verification branch: at most G pool n-grams that start with the pending token, merged into a trie
-(shared prefixes verified once) and checked by the rules (greedy, or MCNS with one-hot drafts
-when sampling). The two branches do not see each other. New tokens of the window are always the
-target's argmax (the paper's one-hot drafts), so sampling stays lossless.
+(shared prefixes verified once) and checked by the rules (greedy, or `verify_tree_one_hot`, the
+rule for one-hot drafts, when sampling). The two branches do not see each other. New tokens of
+the window are always the target's argmax (the paper's one-hot drafts), so sampling stays lossless.
 """
 from __future__ import annotations
 

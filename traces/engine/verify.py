@@ -1,11 +1,13 @@
-"""The engine's thin call site into `traces.rules`: distributions in, a rules Verdict out.
+"""The engine's thin call site into the rules: distributions in, a `rules.Verdict` out.
 
-The rules work on plain vectors; a vocabulary of 50k entries makes their Python loops slow, so
-rows are restricted to the tokens that can matter before the call, which changes no decision:
-- greedy: each row is replaced by a one-hot over a small local vocabulary (the row's argmax,
-  computed once here with `torch.argmax`, whose ties go to the lowest index like `rules.argmax`);
-- sampling: rows are restricted to the union of the supports of all p and q rows (zero entries are
-  never drawn and do not move any cumulative sum, so every draw is the one the full rows give).
+- greedy: `rules.greedy_tree` with each row replaced by a one-hot over a small local vocabulary
+  (the row's argmax, computed once here with `torch.argmax`, whose ties go to the lowest index
+  like `rules.argmax`);
+- sampling: the batched torch twins on the full rows (`rules_torch.verify_tree` when the drafts
+  were drawn from q rows, `rules_torch.verify_tree_one_hot` for deterministic candidates such as
+  CAPE sets and lookahead n-grams, and for trees without q). Their uniforms come from the
+  decoder's `TorchSource` (a seeded `torch.Generator`); the twins are tested to decide exactly
+  as the reference rules do on the same uniforms.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from traces import rules
+from traces import rules, rules_torch
 from traces.errors import InputError
 
 
@@ -65,43 +67,45 @@ def greedy_verdict(tree: rules.TokenTree, p_logits: torch.Tensor) -> rules.Verdi
     return rules.Verdict(tuple(inverse[t] for t in v.tokens), v.n_accepted, v.path, v.bonus)
 
 
-def _restrict(p_rows: torch.Tensor, q_rows: torch.Tensor | None, tokens) -> tuple[torch.Tensor, list[int]]:
-    support = p_rows.sum(0) > 0
-    if q_rows is not None:
-        support |= q_rows.sum(0) > 0
-    idx = torch.nonzero(support).flatten()
-    keep = set(idx.tolist())
-    extra = [t for t in tokens if t >= 0 and t not in keep]
-    if extra:
-        idx = torch.cat([idx, torch.tensor(extra, dtype=idx.dtype)]).sort().values
-    return idx, idx.tolist()
+class TorchSource:
+    """The engine's seeded random source: a `torch.Generator` (CPU) behind the `rules.RandomSource`
+    protocol, plus `uniforms(n)` for the batched rules; all draws are float64 in [0, 1)."""
+
+    def __init__(self, seed: int = 0):
+        self.generator = torch.Generator().manual_seed(int(seed))
+
+    def uniforms(self, n: int) -> torch.Tensor:
+        return torch.rand(n, generator=self.generator, dtype=torch.float64)
+
+    def uniform(self) -> float:
+        return float(self.uniforms(1)[0])
+
+    def categorical(self, weights) -> int:
+        return rules.inverse_cdf(weights, self.uniform())
+
+
+def uniforms(rng: rules.RandomSource, n: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """n uniforms [n] (float64) from any random source: one batched draw from a `TorchSource`."""
+    if isinstance(rng, TorchSource):
+        values = rng.uniforms(n)
+    else:
+        values = torch.tensor([float(rng.uniform()) for _ in range(n)], dtype=torch.float64)
+    return values.to(device)
 
 
 def sampled_verdict(tree: rules.TokenTree, p_rows: torch.Tensor, q_rows: torch.Tensor | None,
                     rng: rules.RandomSource, replacement: bool = True, naive: bool = False) -> rules.Verdict:
-    """Verify a sampled tree with the rules: MCSS (`verify_tree`) when the drafts were drawn from
-    q_rows, else (`naive`, deterministic candidates such as CAPE sets or lookahead n-grams, i.e.
-    one-hot drafts) MCNS at every node along the accepted path."""
-    idx, vocab = _restrict(p_rows, q_rows, tree.tokens[1:])
-    local = {t: i for i, t in enumerate(vocab)}
-    ltree = rules.TokenTree(tree.parents, (-1, *(local[t] for t in tree.tokens[1:])))
-    p_local = p_rows[:, idx].tolist()
-    if not naive:
-        q_local = [None if not ltree.children(n) else row for n, row in enumerate(q_rows[:, idx].tolist())]
-        v = rules.verify_tree(ltree, p_local, q_local, rng, replacement=replacement)
+    """Verify a sampled tree on the full rows [nodes, vocab] with the batched rules: MCSS
+    (`verify_tree`) when the drafts were drawn from q_rows, else (`naive`: deterministic candidates,
+    i.e. one-hot drafts; or no q rows at all) `verify_tree_one_hot`. Takes `tree.size` uniforms."""
+    u = uniforms(rng, tree.size, p_rows.device)
+    accept_u, draw_u = u[None, : tree.size - 1], u[tree.size - 1:]
+    tokens = torch.tensor([tree.tokens], dtype=torch.long, device=p_rows.device)
+    if naive or q_rows is None:
+        batch = rules_torch.verify_tree_one_hot(tree.parents, tokens, p_rows[None], accept_u, draw_u)
     else:
-        v = _naive_tree(ltree, p_local, rng)
-    return rules.Verdict(tuple(vocab[t] for t in v.tokens), v.n_accepted, v.path, v.bonus)
-
-
-def _naive_tree(tree: rules.TokenTree, p_rows, rng: rules.RandomSource) -> rules.Verdict:
-    """MCNS down the tree (lossless for candidates chosen without q). To move into traces.rules."""
-    node, tokens, path = 0, [], []
-    while True:
-        children = tree.children(node)
-        step = rules.mcns([tree.tokens[c] for c in children], p_rows[node], rng, name=f"tree node {node}")
-        if not step.accepted:
-            return rules.Verdict(tuple(tokens + [step.token]), len(path), tuple(path), not children)
-        node = children[step.candidate]
-        tokens.append(step.token)
-        path.append(node)
+        batch = rules_torch.verify_tree(tree.parents, tokens, p_rows[None], q_rows[None].to(p_rows.device),
+                                        accept_u, draw_u, replacement=replacement)
+    n = int(batch.n_accepted[0])
+    return rules.Verdict(tuple(batch.tokens[0, : n + 1].tolist()), n, tuple(batch.path[0, :n].tolist()),
+                         bool(batch.bonus[0]))

@@ -9,8 +9,10 @@ A case is what a sampler `(case, rng) -> outcome` is run on:
 `shape` is an MCSD k-configuration (children per depth); (1,) * gamma is a chain.
 
 Samplers (built on `traces.rules`, used by the verifier, the CLI and the tests):
-    RULES: name -> Rule(sampler, kind, target) for sd, mcss_with, mcss_without, mcns (position)
-    and chain, tree_with, tree_without, greedy_chain (sequence).
+    RULES: name -> Rule(sampler, kind, target) for sd, mcss_with, mcss_without, mcns, one_hot
+    (position) and chain, tree_with, tree_without, greedy_chain, tree_one_hot (sequence);
+    one_hot / tree_one_hot verify deterministic candidates (`ranked_candidates`) with
+    `rules.mcss_one_hot` / `rules.verify_tree_one_hot`.
 """
 from __future__ import annotations
 
@@ -219,6 +221,35 @@ def sample_greedy_chain(case: SequenceCase, rng) -> tuple:
     return decode_sequence(chain, rng, verify=greedy)
 
 
+def ranked_candidates(q: Sequence, k: int) -> list[int]:
+    """Deterministic candidates (one-hot drafts): the k highest-q tokens, ties to the lowest id;
+    past q's support they include tokens with q = 0 (and possibly p = 0), as top-k expansions do."""
+    return sorted(range(len(q)), key=lambda t: (-q[t], t))[:k]
+
+
+def sample_one_hot(case: PositionCase, rng) -> int:
+    return rules.mcss_one_hot(ranked_candidates(case.q, case.k), case.p, rng).token
+
+
+def sample_tree_one_hot(case: SequenceCase, rng) -> tuple:
+    """CAPE / lookahead style: a k-configuration tree of ranked candidates, `verify_tree_one_hot`."""
+    committed: tuple = ()
+    while len(committed) < case.length:
+        parents, tokens, contexts, frontier = [-1], [-1], [committed], [0]
+        for width in case.shape:
+            nxt = []
+            for node in frontier:
+                for token in ranked_candidates(case.q_at(contexts[node]), width):
+                    parents.append(node)
+                    tokens.append(token)
+                    contexts.append(contexts[node] + (token,))
+                    nxt.append(len(parents) - 1)
+            frontier = nxt
+        tree = rules.TokenTree(tuple(parents), tuple(tokens))
+        committed += rules.verify_tree_one_hot(tree, [case.p_at(c) for c in contexts], rng).tokens
+    return committed[: case.length]
+
+
 @dataclass(frozen=True)
 class Rule:
     """A sampler with the kind of case it runs on and how its target law is read from the case."""
@@ -237,4 +268,6 @@ RULES: dict[str, Rule] = {
     "tree_with": Rule(sample_tree_with, "sequence"),
     "tree_without": Rule(sample_tree_without, "sequence"),
     "greedy_chain": Rule(sample_greedy_chain, "sequence", target=lambda case: case.greedy_target()),
+    "one_hot": Rule(sample_one_hot, "position"),
+    "tree_one_hot": Rule(sample_tree_one_hot, "sequence"),
 }
