@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 
 from traces import atomic
 from traces.errors import InputError, cli_entry
@@ -50,9 +52,11 @@ def _exact_one(args) -> dict:
             "note": error[:80]}
 
 
-def run_exact(cases: int, seed: int, workers: int) -> list[dict]:
+def run_exact(cases: int, seed: int, workers: int, max_length: int | None = None) -> list[dict]:
+    """All rules and mutants by exact enumeration; `max_length` caps the sequence cases' lengths."""
     positions = _position_cases(cases, seed)
-    sequences = [SequenceCase(v, L, shape, seed + i, name=f"sequence {i}") for i, (v, L, shape) in enumerate(SEQUENCE_CASES)]
+    sequences = [SequenceCase(v, min(L, max_length or L), shape, seed + i, name=f"sequence {i}")
+                 for i, (v, L, shape) in enumerate(SEQUENCE_CASES)]
     jobs = []
     for kind, table in (("rule", RULES), ("mutant", MUTANTS)):
         for name, rule in table.items():
@@ -87,25 +91,39 @@ def run_exact(cases: int, seed: int, workers: int) -> list[dict]:
     return rows
 
 
-def run_statistical(vocab: int, alpha: float, beta: float, delta: float, seed: int) -> list[dict]:
-    from traces.verifier.batched import BATCHED_MUTANTS, BATCHED_RULES
-    from traces.verifier.statistical import statistical_check
+def _cpu_seconds() -> float:
+    """CPU time of this process and its finished children (the exact-mode workers)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
-    checks = [("rule", n, s, m) for n, (s, m) in BATCHED_RULES.items()]
-    checks += [("mutant", n, s, m) for n, (s, m) in BATCHED_MUTANTS.items()]
+
+def run_statistical(vocab: int, alpha: float, beta: float, delta: float, seed: int, threads: int = 1) -> list[dict]:
+    """Every batched rule must pass and every batched mutant must fail, with Bonferroni over all checks.
+    Each mutant's case is chosen so its exact TV (`true_tv`) is at least MUTANT_MIN_TV; `detectable_tv`
+    is the TV the chosen sample size catches with miss probability beta."""
+    from traces.verifier.batched import MUTANT_CHECKS, MUTANT_MIN_TV, RULE_CHECKS
+    from traces.verifier.statistical import detectable_tv, statistical_check
+
+    torch.set_num_threads(threads)
+    checks = [("rule", n, c) for n, c in RULE_CHECKS.items()] + [("mutant", n, c) for n, c in MUTANT_CHECKS.items()]
     rows = []
-    for i, (kind, name, sampler, make_case) in enumerate(checks):
-        case = make_case(vocab, seed + i)
-        accept = case.accept_rate() if name in ("sd", "argmax_draft", "topk_draft_raw_q") else None
-        result = statistical_check(sampler, case, case.target(), alpha=alpha, beta=beta, delta=delta,
+    for i, (kind, name, check) in enumerate(checks):
+        case, true_tv = check.build(vocab, seed + 100 * i, MUTANT_MIN_TV if kind == "mutant" else 0.0)
+        accept = case.accept_rate() if check.single_draft else None
+        cpu = time.process_time()
+        result = statistical_check(check.sampler, case, case.target(), alpha=alpha, beta=beta, delta=delta,
                                    tests=len(checks), seed=seed + i, batched=True, accept_rate=accept)
+        cpu = time.process_time() - cpu
         ok = result.passed if kind == "rule" else not result.passed
         rows.append({"mode": "statistical", "kind": kind, "name": name, "cases": 1,
                      "failed_cases": int(not result.passed), "max_tv": round(result.tv_hat, 5),
-                     "n_or_paths": result.n, "seconds": round(result.seconds, 3),
+                     "true_tv": round(true_tv, 5), "detectable_tv": round(detectable_tv(result.n, max(result.cells, 2),
+                                                                                        result.level, beta), 5),
+                     "n_or_paths": result.n, "seconds": round(result.seconds, 3), "cpu_seconds": round(cpu, 3),
                      "throughput": round(result.n / result.seconds, 1) if result.seconds else 0.0,
                      "verdict": "ok" if ok else "WRONG",
                      "note": (f"TV <= {result.tv_bound:.4f} (eps {result.eps:.4f}); cells {result.cells}; p {result.p_value:.3g}"
+                              + (f"; accept {result.accept_rate:.4f} vs {accept:.4f}" if accept is not None else "")
                               + (f"; {result.reason}" if result.reason else ""))})
     return rows
 
@@ -139,6 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--beta", type=float, default=1e-6, help="miss probability for a TV distance of --delta")
     parser.add_argument("--delta", type=float, default=0.01, help="TV distance the statistical tests must catch")
     parser.add_argument("--seed", type=int, default=0, help="seed of the cases and the samplers")
+    parser.add_argument("--max-length", type=int, default=None,
+                        help="cap the length of the fixed sequence cases in exact mode (default: no cap, lengths 2-3); "
+                             "2 keeps every sequence mutant caught and runs in a few seconds")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads in statistical mode (default 1)")
     parser.add_argument("--workers", type=int, default=2, help="processes for exact mode (default 2)")
     parser.add_argument("--out", type=Path, default=Path("out/verify_lossless"), help="folder for report.md and results.csv")
     return parser
@@ -147,25 +169,31 @@ def build_parser() -> argparse.ArgumentParser:
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.cases < 1 or args.vocab < 2 or args.workers < 1:
-        raise InputError("--cases and --workers must be >= 1 and --vocab >= 2")
+    if args.cases < 1 or args.vocab < 2 or args.workers < 1 or args.threads < 1:
+        raise InputError("--cases, --workers and --threads must be >= 1 and --vocab >= 2")
+    if args.max_length is not None and args.max_length < 1:
+        raise InputError(f"--max-length is {args.max_length}, must be >= 1")
     if not 0 < args.delta <= 1 or not 0 < args.alpha < 1 or not 0 < args.beta < 1:
         raise InputError("--alpha and --beta must lie in (0, 1) and --delta in (0, 1]")
-    rows = []
+    rows, wall, cpu = [], time.perf_counter(), _cpu_seconds()
     if args.mode in ("exact", "both"):
-        rows += run_exact(args.cases, args.seed, args.workers)
+        rows += run_exact(args.cases, args.seed, args.workers, args.max_length)
     if args.mode in ("statistical", "both"):
-        rows += run_statistical(args.vocab, args.alpha, args.beta, args.delta, args.seed)
+        rows += run_statistical(args.vocab, args.alpha, args.beta, args.delta, args.seed, args.threads)
     frame = pd.DataFrame(rows)
-    print(frame[["mode", "kind", "name", "cases", "failed_cases", "max_tv", "n_or_paths", "seconds", "throughput", "verdict"]]
-          .to_string(index=False))
+    columns = ["mode", "kind", "name", "cases", "failed_cases", "max_tv", "true_tv", "detectable_tv", "n_or_paths",
+               "seconds", "throughput", "verdict"]
+    print(frame[[c for c in columns if c in frame]].to_string(index=False, na_rep=""))
     for mode, part in frame.groupby("mode"):
         unit = "paths/s" if mode == "exact" else "samples/s"
         total = part["n_or_paths"].sum() / max(part["seconds"].sum(), 1e-9)
         print(f"{mode}: {part['n_or_paths'].sum()} {'paths' if mode == 'exact' else 'samples'} in "
               f"{part['seconds'].sum():.1f} s of work, {total:.0f} {unit}")
     if "statistical" in set(frame["mode"]):
-        print(f"statistical sample size per check: {int(frame.loc[frame['mode'] == 'statistical', 'n_or_paths'].max())}")
+        stat = frame[frame["mode"] == "statistical"]
+        print(f"statistical sample size per check: {int(stat['n_or_paths'].max())} (alpha {args.alpha} / {len(stat)} "
+              f"checks, beta {args.beta}, delta {args.delta}, vocab {args.vocab})")
+    print(f"run time: {time.perf_counter() - wall:.1f} s wall, {_cpu_seconds() - cpu:.1f} s CPU (with the exact-mode workers)")
     atomic.write_csv(args.out / "results.csv", frame)
     atomic.write_text(args.out / "report.md", _report(rows, args))
     wrong = frame[frame["verdict"] != "ok"]

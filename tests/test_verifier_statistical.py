@@ -68,15 +68,18 @@ def test_a_sampler_the_verifier_has_never_seen():
 
 @pytest.mark.slow
 def test_batched_rule_at_vocab_32000_seeded():
+    """rules_torch.mcss without replacement at 32k tokens passes; the q-not-updated mutant, on a case
+    where its exact TV is >= MUTANT_MIN_TV, is caught with the same sample size. delta = 0.1 keeps it
+    to ~41k samples (~1 minute of one core: every sample runs the rule over 32k-token rows)."""
     from traces.verifier import batched
 
-    sampler, make_case = batched.BATCHED_RULES["mcss_without"]
-    case = make_case(32_000, 5)
-    result = statistical.statistical_check(sampler, case, case.target(), alpha=1e-3, beta=1e-3, delta=0.05,
-                                           batched=True, seed=5)
+    rule = batched.RULE_CHECKS["mcss_without"]
+    case, _ = rule.build(32_000, 5)
+    result = statistical.statistical_check(rule.sampler, case, case.target(), alpha=1e-3, beta=1e-3, delta=0.1,
+                                           batched=True, seed=5, tests=2)
     assert result.passed, result
-    mutant, make_mutant_case = batched.BATCHED_MUTANTS["q_not_updated"]
-    mcase = make_mutant_case(32_000, 5)
-    caught = statistical.statistical_check(mutant, mcase, mcase.target(), alpha=1e-3, beta=1e-3, delta=0.05,
-                                           batched=True, seed=5, n=result.n)
-    assert not caught.passed
+    mutant = batched.MUTANT_CHECKS["q_not_updated"]
+    mcase, true_tv = mutant.build(32_000, 5, batched.MUTANT_MIN_TV)
+    caught = statistical.statistical_check(mutant.sampler, mcase, mcase.target(), alpha=1e-3, beta=1e-3, delta=0.1,
+                                           batched=True, seed=5, n=result.n, tests=2)
+    assert true_tv > statistical.detectable_tv(result.n, caught.cells, 1e-3 / 2, 1e-3) and not caught.passed

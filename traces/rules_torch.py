@@ -46,21 +46,22 @@ def check_probs(t: torch.Tensor, name: str, rows: torch.Tensor | None = None) ->
     """InputError naming `name` unless every (selected) row of `t` is a probability vector."""
     if not isinstance(t, torch.Tensor) or not t.is_floating_point():
         raise InputError(f"{name} must be a floating-point tensor")
-    if t.dim() == 2 and t.stride(0) == 0 and rows is None:
-        flat = t[:1]  # one row broadcast to every batch row: check it once
-    else:
-        flat = t.reshape(-1, t.shape[-1])
+    if t.dim() >= 2 and t.stride(0) == 0:  # one block broadcast to every batch item: check it once
+        t = t[:1]
+        rows = None if rows is None else rows.any(0, keepdim=True)
+    flat = t.reshape(-1, t.shape[-1])
     if rows is not None:
         flat = flat[rows.reshape(-1)]
     if flat.numel() == 0:
         return
-    bad_nan = torch.isnan(flat).any(-1)
+    lowest = flat.amin(-1)                   # NaN when the row holds NaN
+    sums = flat.sum(-1, dtype=torch.float64)  # inf when the row holds +inf (-inf is the lowest)
+    bad_nan = torch.isnan(lowest)
     if bad_nan.any():
         raise InputError(f"{name} row {int(bad_nan.nonzero()[0])} holds NaN")
-    bad_neg = (flat < 0).any(-1) | torch.isinf(flat).any(-1)
+    bad_neg = (lowest < 0) | torch.isinf(sums)
     if bad_neg.any():
         raise InputError(f"{name} row {int(bad_neg.nonzero()[0])} holds a negative or infinite entry")
-    sums = flat.sum(-1, dtype=torch.float64)
     off = (sums - 1).abs() > tolerance(t.dtype)
     if off.any():
         row = int(off.nonzero()[0])
@@ -90,16 +91,18 @@ def inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """norm(max(0, p - q)) per row; rows without residual mass keep p."""
-    diff = torch.clamp(p - q, min=0)
+    diff = (p - q).clamp_(min=0)
     total = diff.cumsum(-1)[..., -1:]
-    return torch.where(total > 0, diff / torch.where(total > 0, total, torch.ones_like(total)), p)
+    has_mass = total > 0
+    out = diff.div_(torch.where(has_mass, total, torch.ones_like(total)))
+    return out if bool(has_mass.all()) else torch.where(has_mass, out, p)
 
 
 def remove_token(q: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
     """q with `token` zeroed per row and renormalised (all zeros when nothing is left)."""
     out = q.scatter(-1, token.unsqueeze(-1), 0.0)
     total = out.cumsum(-1)[..., -1:]
-    return torch.where(total > 0, out / torch.where(total > 0, total, torch.ones_like(total)), out)
+    return out.div_(torch.where(total > 0, total, torch.ones_like(total)))  # an all-zero row stays zero
 
 
 # --- results ----------------------------------------------------------------------------------
@@ -266,7 +269,11 @@ def verify_tree(parents: Sequence[int], tokens: torch.Tensor, p: torch.Tensor, q
         cands = torch.where(live.unsqueeze(1), kid_tokens, torch.full_like(kid_tokens, -1))
         accepted, chosen, p_hat, u_pos = _mcss_core(cands, p_node, q_node, accept_u, u_pos, replacement,
                                                     " at its tree node")
-        return accepted, chosen, inverse_cdf(p_hat, draw_u)
+        endpoint = torch.full_like(chosen, -1)  # drawn only where the walk stops
+        stop = ~accepted
+        if stop.any():
+            endpoint[stop] = inverse_cdf(p_hat[stop], draw_u[stop])
+        return accepted, chosen, endpoint
 
     return _walk(parents, tokens, p, step)
 
