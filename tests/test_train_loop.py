@@ -1,0 +1,71 @@
+"""traces.train.loop: schedule, objective, and the loop on a learnable synthetic task (tiny target)."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from tests.train_fixtures import tiny_data
+from traces.errors import InputError
+from traces.train.data import SignalSpec
+from traces.train.loop import LoopConfig, distill_loss, lr_at, top1_agreement, train
+from traces.train.vanilla import VanillaTrainee, load_vanilla
+
+
+def test_schedule_warms_up_then_decays_by_cosine_to_the_floor():
+    c = LoopConfig(steps=110, lr=1.0, warmup_steps=10, min_lr_ratio=0.1)
+    assert [lr_at(s, 110, c) for s in (0, 4, 9)] == pytest.approx([0.1, 0.5, 1.0])
+    assert lr_at(10, 110, c) == pytest.approx(1.0)
+    assert lr_at(60, 110, c) == pytest.approx(0.55)
+    assert lr_at(110, 110, c) == pytest.approx(0.1)
+    assert all(lr_at(s, 110, c) >= lr_at(s + 1, 110, c) for s in range(10, 110))
+
+
+def test_distill_loss_is_cross_entropy_to_the_renormalised_top_k():
+    logits = torch.randn(3, 5, 11, generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(0, 11, (3, 5, 1), generator=torch.Generator().manual_seed(1))
+    ce = torch.nn.functional.cross_entropy(logits.view(-1, 11), ids.view(-1))
+    assert float(distill_loss(logits, ids, torch.zeros(3, 5, 1))) == pytest.approx(float(ce))
+    p = torch.tensor([0.7, 0.2, 0.1])
+    top_ids = torch.tensor([2, 0, 1]).expand(1, 1, 3)
+    best = torch.full((1, 1, 11), -1e9)
+    best[0, 0, :3] = torch.log(torch.tensor([0.2, 0.1, 0.7]))   # the drafter equals the target
+    entropy = float(-(p * p.log()).sum())
+    assert float(distill_loss(best, top_ids, p.log().expand(1, 1, 3))) == pytest.approx(entropy, rel=1e-5)
+    assert top1_agreement(best, top_ids) == (1.0, 1)
+
+
+def test_loop_learns_beats_untrained_and_reproduces_exactly(tmp_path):
+    target, data = tiny_data(SignalSpec(topk=8))
+    config = LoopConfig(steps=60, lr=3e-3, eval_every=20, batch_size=8, seed=3)
+    summary = train(VanillaTrainee(target.model), data, config, tmp_path / "a", log=lambda *_: None)
+    untrained, final = summary["untrained"], summary["final"]
+    assert final["eval_loss"] < untrained["eval_loss"] - 0.1
+    assert final["eval_top1"] > untrained["eval_top1"] + 0.05
+    assert summary["history"][0]["train_loss"] > summary["history"][-1]["train_loss"]
+    assert [row["step"] for row in summary["history"]] == [20, 40, 60]
+    written = json.loads((tmp_path / "a" / "training.json").read_text())
+    assert written["final"] == final and written["steps"] == 60
+    again = train(VanillaTrainee(target.model), data, config, tmp_path / "b", log=lambda *_: None)
+    assert again["final"] == final
+    a, b = (load_vanilla(tmp_path / d / "vanilla.safetensors", target.model) for d in "ab")
+    assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
+
+
+def test_time_budget_sets_the_step_count_and_records_it():
+    target, data = tiny_data(SignalSpec(topk=8))
+    summary = train(VanillaTrainee(target.model), data, LoopConfig(minutes=0.05, warmup_steps=3, eval_every=1000),
+                    None, log=lambda *_: None)
+    assert summary["steps"] == summary["planned_steps"] >= 4
+    assert summary["reproduce"].endswith(f"--steps {summary['steps']} --seed 0")
+    assert summary["seconds"] < 0.05 * 60 * 1.15 + 5
+    assert math.isfinite(summary["final"]["eval_loss"])
+
+
+def test_bad_loop_config_is_input_error():
+    with pytest.raises(InputError, match="steps"):
+        LoopConfig(steps=0)
+    with pytest.raises(InputError, match="minutes"):
+        LoopConfig(minutes=0)
