@@ -21,7 +21,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from calibrate.profile import Profile
@@ -101,7 +100,16 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor) -> SweepRes
     setting = scoring.Setting(temperature=opts.temperature, batch=opts.batch, ctx_len=opts.ctx_len,
                               dataset=opts.dataset, token_trace=opts.token_trace)
     t0 = time.perf_counter()
-    profiles = [scoring.retarget(p, opts.hardware) for p in profiles] if opts.hardware else profiles
+    if opts.hardware:  # measured-table profiles (e.g. a CPU recording) cannot move: skipped, said so
+        moved = []
+        for p in profiles:
+            try:
+                moved.append(scoring.retarget(p, opts.hardware))
+            except InputError as exc:
+                skipped.append(f"{p.name}: {exc}")
+        if not moved:
+            raise InputError(skipped[0])
+        profiles = moved
     tasks: list[scoring.ScoreTask] = []
     for profile in profiles:
         for method in opts.methods:

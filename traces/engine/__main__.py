@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 
 import pandas as pd
 import torch
@@ -37,9 +36,14 @@ def parse_method(text: str) -> tuple[str, dict]:
 
 
 def load_drafter(spec: str, target: LoadedModel) -> LoadedModel:
-    """`layers:<n>`: the target's first n layers; anything else: `load_model(spec)`."""
+    """`layers:<n>`: the target's first n layers; a `.safetensors` file: a trained vanilla drafter
+    (`python -m traces.train vanilla`) on the target's embeddings and head; anything else: `load_model(spec)`."""
     if spec.startswith("layers:"):
         return LoadedModel(truncated(target.model, int(spec.split(":", 1)[1])), target.tokenizer, spec)
+    if spec.endswith(".safetensors"):
+        from traces.train.vanilla import load_vanilla
+
+        return LoadedModel(load_vanilla(spec, target.model), target.tokenizer, spec)
     drafter = load_model(spec)
     check_same_vocabulary(target, drafter)
     return drafter

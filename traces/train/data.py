@@ -81,11 +81,11 @@ STDLIB_MODULES = (
 class CorpusConfig:
     """What the corpus holds; every field enters the cache key."""
 
-    n_generated: int = 64           # instruction + code prompts answered by the target
+    n_generated: int = 192          # instruction + code prompts answered by the target
     code_fraction: float = 0.5      # share of the generated prompts that are about stdlib functions
-    max_new_tokens: int = 96
+    max_new_tokens: int = 128
     gen_batch: int = 16
-    n_source: int = 48              # standard-library source windows
+    n_source: int = 160             # standard-library source windows (one per file; 3.11 has 168 files)
     chunk_tokens: int = 128
     eval_fraction: float = 0.1      # documents held out (by document, seeded)
     leak_words: int = 8             # run length of the evaluation-prompt leak check

@@ -1,0 +1,259 @@
+"""`python -m experiments.smollm2_cpu`: re-record the project's own SmolLM2 data on this CPU (issue 7).
+
+Stages (`--stages`, default all; each recording skips what its output file already holds):
+1. `latency`: `traces.profile` of SmolLM2-135M-Instruct, of the vanilla drafter's shape (the
+   target's first layer: latency does not depend on weights) and of the LM head with and without
+   CORAL's 16:2 router; then one decode-step draft forward of the GLIDE, Kangaroo (exit layer 2)
+   and EAGLE/CORAL (plain, 16:2 router) drafters at SmolLM2's shape
+   (`experiments.gpu_campaign.drafter_rows`) -> `latency.parquet`, `drafter_latency.parquet`;
+2. `tokens`: teacher-forced TokenTraces of the trained vanilla drafter and Kangaroo adapter;
+3. `steps`: real greedy StepTraces of every method with the trained drafters (`RUNS`);
+4. `profile`: everything calibrated into one Profile (`--profile`), the sweep's default data;
+5. `tables`: the acceptance table (GLIDE Table 1's shape: c, alpha, expected speedup), the checks
+   of the papers' qualitative claims, and measured-vs-predicted speedups (closed form and
+   simulator from the Profile against the StepTraces' own wall clock) -> `--report` folder.
+The drafters come from `python -m traces.train KIND` (`--drafters`, default artifacts/drafters).
+Greedy decoding (temperature 0) throughout; MT-Bench first turns and HumanEval, the first
+`--limit` prompts of each (a documented subset: a full run does not fit a 2-core session).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from traces.errors import InputError, cli_entry
+
+STAGES = ("latency", "tokens", "steps", "profile", "tables")
+DATASETS = {"mt-bench": "mtbench", "humaneval": "humaneval"}   # profile name -> traces.prompts name
+TARGET_ARCH = "smollm2-135m"
+KANGAROO_EXIT = 2
+ROUTER = (16, 2)
+# drafter name in the Profile -> (trained file under --drafters, Profile drafter spec, latency model)
+DRAFTERS: dict[str, tuple[str | None, dict[str, Any]]] = {
+    "vanilla": ("vanilla/vanilla.safetensors", {"kind": "draft_model", "model": "vanilla-1l"}),
+    "glide": ("glide/glide.safetensors", {"kind": "glide", "model": f"glide@{TARGET_ARCH}"}),
+    "kangaroo": ("kangaroo/kangaroo.safetensors",
+                 {"kind": "kangaroo", "exit_layer": KANGAROO_EXIT, "model": f"kangaroo-l{KANGAROO_EXIT}@{TARGET_ARCH}"}),
+    "coral": ("coral/coral.safetensors", {"kind": "coral", "model": f"eagle@{TARGET_ARCH}"}),
+    "coral-router": ("router/coral_router.safetensors",
+                     {"kind": "coral", "model": f"eagle-router{ROUTER[0]}:{ROUTER[1]}@{TARGET_ARCH}",
+                      "router": {"groups": ROUTER[0], "top_n": ROUTER[1]}}),
+    "lookahead": (None, {"kind": "lookahead"}),
+}
+# (label, engine method, engine config, drafter): the StepTraces recorded for every dataset
+RUNS: list[tuple[str, str, dict[str, Any], str | None]] = [
+    ("ar", "ar", {}, None),
+    ("sd g4", "sd", {"gamma": 4}, "vanilla"),
+    ("mcsd 2x2x1", "mcsd", {"k": "2x2x1"}, "vanilla"),
+    ("cape g4", "cape", {"gamma": 4}, "vanilla"),
+    ("glide g4", "glide", {"gamma": 4}, "glide"),
+    ("lookahead W5 N3 G5", "lookahead", {"W": 5, "N": 3, "G": 5}, None),
+    ("lookahead W7 N4 G7", "lookahead", {"W": 7, "N": 4, "G": 7}, None),
+    ("kangaroo g6 eta0.6", "kangaroo", {"gamma": 6, "eta": 0.6, "exit_layer": KANGAROO_EXIT}, "kangaroo"),
+    ("coral g4", "coral", {"gamma": 4}, "coral"),
+    ("coral g4 router16:2", "coral", {"gamma": 4, "router_groups": ROUTER[0], "router_top_n": ROUTER[1]},
+     "coral-router"),
+]
+TOKEN_DRAFTERS = {"vanilla": "sd", "kangaroo": "kangaroo"}       # teacher-forced TokenTraces
+
+
+def slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in text).strip("-")
+
+
+def drafter_file(args, name: str) -> str:
+    path = args.drafters / DRAFTERS[name][0]
+    if not path.is_file():
+        raise InputError(f"trained drafter '{name}' not found at {path}: run python -m traces.train "
+                         f"{'router' if name == 'coral-router' else name}")
+    return str(path)
+
+
+def run_module(module: str, argv: list[str], log) -> None:
+    """One project CLI in a fresh process (its own torch threads and memory); its failure is ours."""
+    log(f"$ python -m {module} {' '.join(argv)}")
+    done = subprocess.run([sys.executable, "-m", module, *argv])
+    if done.returncode != 0:
+        raise InputError(f"python -m {module} exited with {done.returncode}")
+
+
+# ------------------------------------------------------------------------------------ recording
+
+def stage_latency(args, log) -> None:
+    out = args.out / "latency.parquet"
+    if not out.exists():
+        run_module("traces.profile", ["--model", "smollm2", "--drafter", "layers:1", "--router", f"{ROUTER[0]}:{ROUTER[1]}",
+                                      "--threads", str(args.threads), "--out", str(out), "--quiet"], log)
+    out = args.out / "drafter_latency.parquet"
+    if out.exists():
+        return
+    import torch
+
+    from experiments.gpu_campaign import drafter_rows
+    from traces import schema
+    from traces.profile import Timer, git_commit, hardware_name
+
+    torch.set_num_threads(args.threads)
+    device = torch.device("cpu")
+    timer = Timer(device, 1, 5, 3, 2.0)
+    rows = drafter_rows(TARGET_ARCH, (0, 512, 1024), timer, device, torch.float32)
+    frame = pd.DataFrame([{**r, "hardware": hardware_name(device), "dtype": "fp32"} for r in rows],
+                         columns=list(schema.LATENCY_COLUMNS))
+    meta = schema.RunMetadata(kind="latency", models={"target": TARGET_ARCH}, hardware=hardware_name(device),
+                              dtype="fp32", seed=0, commit=git_commit(), extra={"threads": args.threads})
+    schema.write_trace(out, frame, meta)
+    log(f"wrote {len(frame)} drafter latency rows to {out}")
+
+
+def _record(args, method: str, config: dict, drafter: str | None, dataset: str, out: Path, log,
+            teacher_forced: bool = False) -> None:
+    argv = ["--target", "smollm2", "--method", method, "--config", json.dumps(config), "--prompts", DATASETS[dataset],
+            "--limit", str(args.limit), "--max-new-tokens", str(args.max_new_tokens), "--threads", str(args.threads),
+            "--out", str(out), "--quiet"]
+    if drafter is not None:
+        argv += ["--drafter", drafter_file(args, drafter)]
+    run_module("traces.record", argv + (["--teacher-forced"] if teacher_forced else []), log)
+
+
+def token_path(args, drafter: str, dataset: str) -> Path:
+    return args.out / f"tokens_{drafter}_{dataset}.parquet"
+
+
+def step_path(args, label: str, dataset: str) -> Path:
+    return args.out / f"steps_{slug(label)}_{dataset}.parquet"
+
+
+def stage_tokens(args, log) -> None:
+    for drafter, method in TOKEN_DRAFTERS.items():
+        config = {"exit_layer": KANGAROO_EXIT} if method == "kangaroo" else {}
+        for dataset in DATASETS:
+            _record(args, method, config, drafter, dataset, token_path(args, drafter, dataset), log, teacher_forced=True)
+
+
+def stage_steps(args, log) -> None:
+    for dataset in DATASETS:
+        for label, method, config, drafter in RUNS:
+            _record(args, method, config, drafter, dataset, step_path(args, label, dataset), log)
+
+
+# ------------------------------------------------------------------------------------ calibration
+
+LATENCY_NAMES = {"smollm2": TARGET_ARCH, "layers:1": "vanilla-1l"}
+
+
+def latency_rows(args) -> pd.DataFrame:
+    from traces.schema import read_trace
+
+    frames = [read_trace(args.out / name, kind="latency")[0] for name in ("latency.parquet", "drafter_latency.parquet")]
+    rows = pd.concat(frames, ignore_index=True)
+    rows["model"] = rows["model"].replace(LATENCY_NAMES)
+    return rows
+
+
+def stage_profile(args, log) -> None:
+    """Latency tables per model, acceptance per (drafter, dataset), drafters with their kinds."""
+    import datetime as dt
+
+    from calibrate.fit_acceptance import fit_lookahead, fit_step_acceptance, fit_token_acceptance
+    from calibrate.latency import fit_latency
+    from calibrate.paper_profiles import git_commit
+    from calibrate.profile import Profile
+    from costmodel.params import get_arch
+    from traces.schema import read_trace
+
+    rows = latency_rows(args)
+    latency = {}
+    for model, group in rows[rows["role"].isin(["target", "draft"])].groupby("model"):
+        fitted = fit_latency(group, "table", arch=None, hardware="CPU", dtype="fp32", name=model).to_dict()
+        fitted["fit"] = {k: v for k, v in fitted["fit"].items() if not (isinstance(v, float) and np.isnan(v))}
+        latency[model] = fitted
+    acceptance, sources = {}, []
+    for dataset in DATASETS:
+        for drafter in TOKEN_DRAFTERS:
+            path = token_path(args, drafter, dataset)
+            frame, _ = read_trace(path, kind="token")
+            acceptance[f"{drafter}/{dataset}/T0"] = fit_token_acceptance(
+                frame, drafter=drafter, dataset=dataset, temperature=0.0, source=f"token trace {path.name}")
+            sources.append(path)
+        for label, method, _config, drafter in RUNS:
+            if method not in ("glide", "coral"):
+                continue
+            path = step_path(args, label, dataset)
+            frame, _ = read_trace(path, kind="step")
+            acceptance[f"{drafter}/{dataset}/T0/steps"] = fit_step_acceptance(
+                frame, drafter=drafter, dataset=dataset, temperature=0.0, source=f"step trace {path.name}")
+            sources.append(path)
+        paths = [step_path(args, label, dataset) for label, method, _c, _d in RUNS if method == "lookahead"]
+        look = fit_lookahead(pd.concat([read_trace(p, kind="step")[0] for p in paths], ignore_index=True),
+                             source="step traces " + ", ".join(p.name for p in paths))
+        acceptance[f"lookahead/{dataset}"] = {
+            "drafter": "lookahead", "temperature": 0.0, "dataset": dataset, "alpha": look["alpha"],
+            "lookahead": {"alpha": look["alpha"], "f": look["f"]}, "source": look.get("source", "step traces")}
+        sources += paths
+    profile = Profile(
+        name="smollm2-135m on this CPU (project recordings)", hardware="CPU", dtype="fp32", target=TARGET_ARCH,
+        models={TARGET_ARCH: get_arch(TARGET_ARCH).to_dict()}, latency=latency, acceptance=acceptance,
+        drafters={name: dict(spec) for name, (_f, spec) in DRAFTERS.items()},
+        provenance={"built_by": "python -m experiments.smollm2_cpu", "commit": git_commit(),
+                    "created": dt.datetime.now(dt.timezone.utc).isoformat(),
+                    "sources": [str(p) for p in [args.out / "latency.parquet", args.out / "drafter_latency.parquet",
+                                                  *sources]],
+                    "assumptions": [f"greedy decoding; first {args.limit} prompts of MT-Bench (turn 1) and HumanEval, "
+                                    f"{args.max_new_tokens} new tokens", "latency: measured tables (fp32, 2 threads); "
+                                    "drafters timed at one token per forward", "drafters trained by python -m traces.train"]})
+    profile.save(args.profile)
+    log(f"wrote {args.profile}")
+
+
+def stage_tables(args, log) -> None:
+    from experiments.smollm2_report import write_report
+
+    write_report(args, log)
+
+
+# ------------------------------------------------------------------------------------ CLI
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m experiments.smollm2_cpu", description=__doc__.splitlines()[0])
+    p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {', '.join(STAGES)}")
+    p.add_argument("--drafters", type=Path, default=Path("artifacts/drafters"), help="trained drafters' folder")
+    p.add_argument("--out", type=Path, default=Path("data/traces/smollm2-cpu"), help="trace folder")
+    p.add_argument("--profile", type=Path, default=Path("data/profiles/smollm2-135m-cpu.json"), help="Profile to write")
+    p.add_argument("--report", type=Path, default=Path("examples/smollm2_cpu"), help="tables and report folder")
+    p.add_argument("--limit", type=int, default=8, help="prompts per dataset (default 8)")
+    p.add_argument("--max-new-tokens", type=int, default=96, help="tokens per prompt (default 96)")
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+    p.add_argument("--sim-tokens", type=int, default=512, help="tokens per simulated run (default 512)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the simulator runs")
+    return p
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    unknown = sorted(set(stages) - set(STAGES))
+    if unknown:
+        raise InputError(f"unknown stage '{unknown[0]}' (known: {', '.join(STAGES)})")
+    if args.limit < 1 or args.max_new_tokens < 1 or args.threads < 1 or args.sim_tokens < 1:
+        raise InputError("--limit, --max-new-tokens, --threads and --sim-tokens must be >= 1")
+    args.out.mkdir(parents=True, exist_ok=True)
+    log = lambda m: print(m, flush=True)
+    for stage in STAGES:
+        if stage in stages:
+            started = time.perf_counter()
+            globals()[f"stage_{stage}"](args, log)
+            log(f"stage {stage}: {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
