@@ -9,7 +9,9 @@ Stages (`--stages`, default all; each recording skips what its output file alrea
 2. `tokens`: teacher-forced TokenTraces of the trained vanilla drafter and Kangaroo adapter;
 3. `steps`: real greedy StepTraces of every method with the trained drafters (`RUNS`);
 4. `profile`: everything calibrated into one Profile (`--profile`), the sweep's default data;
-5. `tables`: the acceptance table (GLIDE Table 1's shape: c, alpha, expected speedup), the checks
+5. `best`: the sweep on that Profile picks each method's best configuration per dataset
+   (`best_runs.json`), and those are recorded too, so the best are measured, not only predicted;
+6. `tables`: the acceptance table (GLIDE Table 1's shape: c, alpha, expected speedup), the checks
    of the papers' qualitative claims, and measured-vs-predicted speedups (closed form and
    simulator from the Profile against the StepTraces' own wall clock) -> `--report` folder.
 The drafters come from `python -m traces.train KIND` (`--drafters`, default artifacts/drafters).
@@ -31,7 +33,7 @@ import pandas as pd
 
 from traces.errors import InputError, cli_entry
 
-STAGES = ("latency", "tokens", "steps", "profile", "tables")
+STAGES = ("latency", "tokens", "steps", "profile", "best", "tables")
 DATASETS = {"mt-bench": "mtbench", "humaneval": "humaneval"}   # profile name -> traces.prompts name
 TARGET_ARCH = "smollm2-135m"
 KANGAROO_EXIT = 2
@@ -180,8 +182,9 @@ def stage_profile(args, log) -> None:
         for drafter in TOKEN_DRAFTERS:
             path = token_path(args, drafter, dataset)
             frame, _ = read_trace(path, kind="token")
-            acceptance[f"{drafter}/{dataset}/T0"] = fit_token_acceptance(
-                frame, drafter=drafter, dataset=dataset, temperature=0.0, source=f"token trace {path.name}")
+            acceptance[f"{drafter}/{dataset}/T0"] = fit_token_acceptance(  # K = 6 too: CAPE's paper bins use it
+                frame, drafter=drafter, dataset=dataset, temperature=0.0, conf_ks=(1, 2, 4, 6, 8),
+                source=f"token trace {path.name}")
             sources.append(path)
         for label, method, _config, drafter in RUNS:
             if method not in ("glide", "coral"):
@@ -213,6 +216,62 @@ def stage_profile(args, log) -> None:
     log(f"wrote {args.profile}")
 
 
+def engine_run(row: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
+    """A scored sweep row (experiments.scoring columns) as (engine method, engine config, drafter)."""
+    method, drafter = row["method"], row.get("drafter")
+    if method == "sd":
+        return "sd", {"gamma": int(row["gamma"])}, drafter
+    if method == "mcsd":
+        return "mcsd", {"k": str(row["k"])}, drafter
+    if method == "cape":
+        return "cape", {"gamma": int(row["gamma"]), "bins": [int(b) for b in row["bins"]]}, drafter
+    if method == "lookahead":
+        return "lookahead", {"W": int(row["W"]), "N": int(row["N"]), "G": int(row["G"])}, None
+    if method == "kangaroo":
+        return "kangaroo", {"gamma": int(row["gamma"]), "eta": float(row["eta"]), "exit_layer": int(row["exit_layer"])}, drafter
+    if method == "coral":
+        router = DRAFTERS[drafter][1].get("router")
+        config = {"gamma": int(row["gamma"])}
+        if router:
+            config.update(router_groups=router["groups"], router_top_n=router["top_n"])
+        elif int(row.get("groups") or 0):
+            raise InputError(f"coral with an untrained router ({row['config']}) cannot be recorded")
+        return "coral", config, drafter
+    raise InputError(f"no engine run for sweep method '{method}'")
+
+
+def best_runs_path(args) -> Path:
+    return args.out / "best_runs.json"
+
+
+def best_runs(args) -> dict[str, list[dict[str, Any]]]:
+    """dataset -> the runs stage `best` chose: label, method, config, drafter, sweep method and label."""
+    path = best_runs_path(args)
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def stage_best(args, log) -> None:
+    from calibrate.profile import Profile
+    from experiments.smollm2_report import ar_context, sweep_result
+    from traces import atomic
+
+    profile = Profile.load(args.profile)
+    chosen: dict[str, list[dict[str, Any]]] = {}
+    for dataset in DATASETS:
+        best = sweep_result(profile, dataset, ar_context(args, dataset), args.sim_tokens, args.seed).best
+        chosen[dataset] = []
+        for row in best.to_dict("records"):
+            method, config, drafter = engine_run(row)
+            chosen[dataset].append({"label": f"best {row['method']}: {row['config']}", "method": method,
+                                    "config": config, "drafter": drafter, "sweep_method": row["method"],
+                                    "sweep_config": row["config"]})
+    atomic.write_json(best_runs_path(args), chosen)
+    for dataset, runs in chosen.items():
+        for run in runs:
+            _record(args, run["method"], run["config"], run["drafter"], dataset,
+                    step_path(args, run["label"], dataset), log)
+
+
 def stage_tables(args, log) -> None:
     from experiments.smollm2_report import write_report
 
@@ -228,8 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("data/traces/smollm2-cpu"), help="trace folder")
     p.add_argument("--profile", type=Path, default=Path("data/profiles/smollm2-135m-cpu.json"), help="Profile to write")
     p.add_argument("--report", type=Path, default=Path("examples/smollm2_cpu"), help="tables and report folder")
-    p.add_argument("--limit", type=int, default=8, help="prompts per dataset (default 8)")
-    p.add_argument("--max-new-tokens", type=int, default=96, help="tokens per prompt (default 96)")
+    p.add_argument("--limit", type=int, default=6, help="prompts per dataset (default 6)")
+    p.add_argument("--max-new-tokens", type=int, default=80, help="tokens per prompt (default 80)")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     p.add_argument("--sim-tokens", type=int, default=512, help="tokens per simulated run (default 512)")
     p.add_argument("--seed", type=int, default=0, help="seed of the simulator runs")

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from experiments.smollm2_cpu import (DATASETS, DRAFTERS, ROUTER, RUNS, TARGET_ARCH, latency_rows, step_path)
+from experiments.smollm2_cpu import (DATASETS, DRAFTERS, ROUTER, RUNS, TARGET_ARCH, best_runs, latency_rows,
+                                      step_path)
 from traces.errors import InputError
 
 
@@ -26,11 +27,24 @@ def decode_rate(frame: pd.DataFrame) -> tuple[float, float, float]:
     return seconds / tokens, tokens / len(frame), float(frame["ctx_len"].mean())
 
 
+def all_runs(args, dataset: str) -> list[tuple[str, str, dict[str, Any], str | None]]:
+    """The fixed RUNS, then the sweep's best of stage `best` (when it ran)."""
+    best = [(r["label"], r["method"], r["config"], r["drafter"]) for r in best_runs(args).get(dataset, [])]
+    return list(RUNS) + best
+
+
+def ar_context(args, dataset: str) -> float:
+    """Mean context of the plain decoding steps: where the predictions are priced."""
+    from traces.schema import read_trace
+
+    return float(read_trace(step_path(args, "ar", dataset), kind="step")[0]["ctx_len"].mean())
+
+
 def measured_runs(args, dataset: str) -> pd.DataFrame:
     from traces.schema import read_trace
 
     rows = []
-    for label, method, config, drafter in RUNS:
+    for label, method, config, drafter in all_runs(args, dataset):
         frame, _ = read_trace(step_path(args, label, dataset), kind="step")
         per_token, per_step, ctx = decode_rate(frame)
         rows.append({"dataset": dataset, "run": label, "method": method, "drafter": drafter or "-",
@@ -70,21 +84,30 @@ def _pick(table: pd.DataFrame, drafter: str | None, want: dict[str, Any]) -> pd.
     return rows.iloc[0]
 
 
-def predictions(profile, dataset: str, ctx_len: float, sim_tokens: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per recorded run: closed-form and simulated speedup; the sweep's best per method)."""
-    from experiments import scoring, spaces
+def sweep_result(profile, dataset: str, ctx_len: float, sim_tokens: int, seed: int):
+    """The sweep on `profile` alone at greedy decoding, `dataset`, priced at `ctx_len` (one process)."""
     from experiments.executor import LocalExecutor
     from experiments.sweep import SweepOptions, run_sweep
 
     opts = SweepOptions(temperature=0.0, dataset=dataset, ctx_len=int(round(ctx_len)), seed=seed,
                         sim_tokens=sim_tokens, rescore=1)
-    result = run_sweep([profile], opts, LocalExecutor(workers=1, progress=False))
+    return run_sweep([profile], opts, LocalExecutor(workers=1, progress=False))
+
+
+def predictions(profile, dataset: str, ctx_len: float, sim_tokens: int, seed: int,
+                best: list[dict[str, Any]]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per recorded run: closed-form and simulated speedup; the sweep's best per method)."""
+    from experiments import scoring, spaces
+
+    result = sweep_result(profile, dataset, ctx_len, sim_tokens, seed)
     setting = scoring.Setting(temperature=0.0, ctx_len=int(round(ctx_len)), dataset=dataset)
     tables = dict(result.tables)
     glide_key = next(k for k, a in profile.acceptance.items() if a["drafter"] == "glide" and a["dataset"] == dataset)
     tables["glide"] = scoring.score(profile, "sd", {"drafter": "glide", "acceptance": glide_key}, spaces.sd_space(), setting)
+    wanted = dict(PREDICT)
+    wanted.update({r["label"]: (r["sweep_method"], r["drafter"], {"config": r["sweep_config"]}) for r in best})
     rows = []
-    for i, (label, (method, drafter, want)) in enumerate(PREDICT.items()):
+    for i, (label, (method, drafter, want)) in enumerate(wanted.items()):
         row = _pick(tables["glide" if drafter == "glide" else method], drafter, want).to_dict()
         sim_method = "glide" if drafter == "glide" else method
         sim = scoring.simulate_task(scoring.SimTask(profile.to_dict(), sim_method, scoring.sim_config(method, row), setting,
@@ -160,6 +183,20 @@ def claims(args, profile, acc: pd.DataFrame) -> list[str]:
     return lines
 
 
+def training_table(drafters) -> pd.DataFrame:
+    """The final numbers of each drafter's `training.json` (python -m traces.train), with the command
+    that repeats the run exactly."""
+    rows = []
+    for path in sorted(drafters.glob("*/training.json")):
+        info = json.loads(path.read_text())
+        rows.append({"drafter": info["kind"], "steps": info["steps"], "minutes": info["seconds"] / 60,
+                     "untrained_eval_loss": info["untrained"]["eval_loss"],
+                     "untrained_eval_top1": info["untrained"]["eval_top1"],
+                     "final_train_loss": info["final"]["train_loss"], "final_eval_loss": info["final"]["eval_loss"],
+                     "final_eval_top1": info["final"]["eval_top1"], "reproduce": f"`{info['reproduce']}`"})
+    return pd.DataFrame(rows)
+
+
 def _md(frame: pd.DataFrame, digits: int = 3) -> str:
     cols = list(frame.columns)
     fmt = lambda v: f"{v:.{digits}f}" if isinstance(v, float) else str(v)
@@ -175,8 +212,8 @@ def write_report(args, log) -> None:
     measured = pd.concat([measured_runs(args, d) for d in DATASETS], ignore_index=True)
     preds, bests = [], []
     for dataset in DATASETS:
-        ctx = float(measured.loc[measured["dataset"] == dataset, "ctx_len"].mean())
-        p, b = predictions(profile, dataset, ctx, args.sim_tokens, args.seed)
+        ctx = ar_context(args, dataset)
+        p, b = predictions(profile, dataset, ctx, args.sim_tokens, args.seed, best_runs(args).get(dataset, []))
         preds.append(p)
         bests.append(b)
     table = measured.merge(pd.concat(preds), on=["dataset", "run"], how="left")
@@ -197,11 +234,16 @@ def write_report(args, log) -> None:
                f"worst {100 * errs['simulator_error'].max():.1f}%")
     show = table[["dataset", "run", "measured_tokens_per_step", "predicted_tokens_per_step", "measured_speedup",
                   "predicted_speedup", "simulated_speedup", "closed_form_error", "simulator_error"]]
+    trained = training_table(args.drafters)
+    atomic.write_csv(out / "training.csv", trained)
     text = "\n\n".join([
         "# SmolLM2-135M-Instruct on this CPU: acceptance and measured vs predicted speedups",
         f"Regenerate: `python -m experiments.smollm2_cpu` (drafters from `python -m traces.train KIND`). Greedy, "
         f"first {args.limit} prompts of MT-Bench (turn 1) and HumanEval, {args.max_new_tokens} new tokens, fp32, "
         f"{args.threads} threads. Profile: `{args.profile}`.",
+        "## The drafters (python -m traces.train, 2 CPU cores)\nHeld-out numbers are on 41 windows of the "
+        "training corpus (top-1 = agreement with the target's argmax; coral/router: the first draft after the "
+        "root; router losses are its own group cross-entropy).\n\n" + _md(trained),
         "## Acceptance (GLIDE Table 1's shape)\nc = drafter / target forward latency at one token and the mean "
         f"context ({ctx_all:.0f}); alpha = per-token acceptance; expected speedup = Leviathan's at gamma 5.\n\n"
         + _md(acc),
@@ -210,7 +252,8 @@ def write_report(args, log) -> None:
         "token) against `ar` on the same prompts. Predicted from the Profile alone: the sweep's closed form and the "
         "simulator (mean of 5 seeded runs). The acceptance models were fitted on these same runs (in-sample), so "
         f"the errors measure the latency and step models.\n\n{summary}\n\n" + _md(show),
-        "## The sweep's best configuration per method on this Profile (predicted)\n" + _md(best),
+        "## The sweep's best configuration per method on this Profile\nPredicted here; stage `best` recorded "
+        "each of them for real: the `best ...` rows of the table above are their measured speedups.\n\n" + _md(best),
     ])
     atomic.write_text(out / "README.md", text + "\n")
     print(text)

@@ -1,5 +1,7 @@
 """experiments.smollm2_cpu: the SmolLM2 campaign's CLI checks and the pieces of its tables."""
-import numpy as np
+import json
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -10,7 +12,7 @@ from traces.errors import InputError
 
 def test_unknown_stage_and_bad_numbers_are_one_line_exit_2(capsys, tmp_path):
     assert smollm2_cpu.main(["--stages", "latency,nope", "--out", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.strip() == "error: unknown stage 'nope' (known: latency, tokens, steps, profile, tables)"
+    assert capsys.readouterr().err.strip() == "error: unknown stage 'nope' (known: latency, tokens, steps, profile, best, tables)"
     assert smollm2_cpu.main(["--limit", "0", "--out", str(tmp_path)]) == 2
 
 
@@ -45,3 +47,40 @@ def test_pick_matches_tuples_floats_and_drafters():
     assert _pick(table, "b", {"eta": 0.6})["speedup"] == 3.0
     with pytest.raises(InputError, match="no scored configuration"):
         _pick(table, "a", {"gamma": 5})
+
+
+BUNDLED_TRACES = Path("data/traces/smollm2-cpu")
+BUNDLED_PROFILE = Path("data/profiles/smollm2-135m-cpu.json")
+BUNDLED_REPORT = Path("examples/smollm2_cpu")
+
+
+@pytest.mark.skipif(not BUNDLED_PROFILE.exists(), reason="no bundled SmolLM2 recording")
+def test_bundled_profile_and_tables_follow_from_the_bundled_traces(tmp_path):
+    """Re-running the profile and tables stages on the committed traces gives the committed Profile
+    (provenance aside) and the committed measured/predicted tables."""
+    profile, report = tmp_path / "p.json", tmp_path / "report"
+    assert smollm2_cpu.main(["--stages", "profile,tables", "--out", str(BUNDLED_TRACES), "--profile", str(profile),
+                             "--report", str(report)]) == 0
+    fresh, bundled = json.loads(profile.read_text()), json.loads(BUNDLED_PROFILE.read_text())
+    fresh.pop("provenance"), bundled.pop("provenance")
+    assert fresh.keys() == bundled.keys() and fresh["acceptance"].keys() == bundled["acceptance"].keys()
+    for key in fresh["acceptance"]:
+        assert fresh["acceptance"][key]["alpha"] == pytest.approx(bundled["acceptance"][key]["alpha"], rel=1e-9)
+    for name in ("measured_vs_predicted.csv", "acceptance.csv"):
+        got, want = pd.read_csv(report / name), pd.read_csv(BUNDLED_REPORT / name)
+        pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=1e-6)
+    table = pd.read_csv(BUNDLED_REPORT / "measured_vs_predicted.csv")
+    assert {label for label, *_ in smollm2_cpu.RUNS} <= set(table["run"])
+    assert table.loc[table["method"] != "ar", "simulator_error"].notna().all()
+
+
+def test_sweep_rows_become_engine_runs():
+    run = smollm2_cpu.engine_run
+    assert run({"method": "cape", "drafter": "vanilla", "gamma": 1, "bins": (8, 6, 1)}) == \
+        ("cape", {"gamma": 1, "bins": [8, 6, 1]}, "vanilla")
+    assert run({"method": "coral", "drafter": "coral-router", "gamma": 2, "groups": 0}) == \
+        ("coral", {"gamma": 2, "router_groups": 16, "router_top_n": 2}, "coral-router")
+    assert run({"method": "lookahead", "drafter": "-", "W": 4, "N": 2, "G": 8}) == \
+        ("lookahead", {"W": 4, "N": 2, "G": 8}, None)
+    with pytest.raises(InputError, match="untrained router"):
+        run({"method": "coral", "drafter": "coral", "gamma": 2, "groups": 8, "config": "N=8 top-2 gamma=2"})

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -21,7 +22,9 @@ from traces.errors import InputError, cli_entry
 from traces.models import LoadedModel, check_same_vocabulary, load_model, truncated
 
 DEFAULT_METHODS = ['ar', 'sd:{"gamma": 4}', 'mcsd:{"k": "4x2x1"}', 'cape:{"gamma": 4}',
-                   'lookahead:{"W": 5, "N": 3, "G": 5}']
+                   'lookahead:{"W": 5, "N": 3, "G": 5}', 'glide:{"gamma": 4}', 'kangaroo:{"gamma": 4}',
+                   'coral:{"gamma": 4}']
+SELF_DRAFTING = ("glide", "kangaroo", "coral")  # own drafter: config "drafter" (a trained file) or untrained
 
 
 def parse_method(text: str) -> tuple[str, dict]:
@@ -66,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default="smollm2", help="target model spec (see traces.models.load_model)")
     p.add_argument("--drafter", default="layers:2", help="drafter spec, or layers:<n> = the target's first n layers")
     p.add_argument("--prompts", default="mtbench:2,humaneval:2", help="prompt sets, name:count joined by commas")
-    p.add_argument("--methods", nargs="+", default=DEFAULT_METHODS, help='methods as name or name:{json config}')
+    p.add_argument("--methods", nargs="+", default=DEFAULT_METHODS,
+                   help='methods as name or name:{json config}; glide/kangaroo/coral take {"drafter": FILE} '
+                        '(a trained drafter; default an untrained one, which keeps greedy identity)')
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate per prompt")
     p.add_argument("--temperature", type=float, default=0.0,
                    help="sampling temperature; 0 = greedy with the identity check against ar")
@@ -91,7 +96,11 @@ def main(argv: list[str] | None = None) -> int:
         pid: make_decoder("ar", target.model).generate(ids, args.max_new_tokens, eos).tokens for pid, ids in prompts}
     rows, failures = [], 0
     for name, config in methods:
-        decoder = make_decoder(name, target.model, drafter.model, sampling=sampling, seed=args.seed, **config)
+        own = config.pop("drafter", None) if name in SELF_DRAFTING else None
+        if own is not None and not Path(own).is_file():
+            raise InputError(f"{name}: drafter file not found: {own}")
+        decoder = make_decoder(name, target.model, own if name in SELF_DRAFTING else drafter.model,
+                               sampling=sampling, seed=args.seed, **config)
         decoder.generate(prompts[0][1], 8, eos)  # warm-up
         for pid, ids in prompts:
             out = decoder.generate(ids, args.max_new_tokens, eos)
