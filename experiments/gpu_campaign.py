@@ -41,7 +41,7 @@ from traces.drafters.glide import GlideDrafter
 from traces.drafters.kangaroo import KangarooAdapter
 from traces.errors import InputError, cli_entry
 from traces.models import random_architecture, tiny_model, truncated
-from traces.profile import Timer, filled_cache, hardware_name
+from traces.profile import Timer, filled_cache, git_commit, hardware_name
 from traces.replayed import (random_prompts, replayed_decoder, run_replayed, sources_from_step_trace,
                              sources_from_token_trace, steps_frame)
 
@@ -139,6 +139,17 @@ def drafter_rows(arch: str, ctxs: Sequence[int], timer: Timer, device, dtype, se
                 add(f"{label}@{arch}", lambda: drafter.logits(drafter(ids, feature, one, dcache, pos), one),
                     lambda: dcache.crop(ctx), ctx)
     return rows
+
+
+def write_drafter_latency(path: Path, archs: Sequence[str], ctxs: Sequence[int], timer: Timer, device, dtype,
+                          seed: int = 0) -> pd.DataFrame:
+    """`drafter_rows` of every architecture, written as one LatencyTrace (role `draft`) at `path`."""
+    rows = [r for arch in archs for r in drafter_rows(arch, ctxs, timer, device, dtype, seed)]
+    dtype_name = "bf16" if dtype == torch.bfloat16 else "fp16" if dtype == torch.float16 else "fp32"
+    frame = pd.DataFrame(rows).assign(hardware=hardware_name(device), dtype=dtype_name)[list(schema.LATENCY_COLUMNS)]
+    schema.write_trace(path, frame, schema.RunMetadata(kind="latency", hardware=hardware_name(device), dtype=dtype_name,
+                                                       seed=seed, commit=git_commit(), extra={"stage": "drafter shapes"}))
+    return frame
 
 
 # -------------------------------------------------------------------------- stage 3: replayed loops
@@ -357,13 +368,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # 2. drafter shapes
     timer = Timer(device, warmup=1, repeats=2 if args.tiny else 10)
     ctxs = (0, 64) if args.tiny else (0, 512, 1024, 2048, 4096)
-    drows = []
-    for arch in (("tiny",) if args.tiny else EAGLE_HEADS):
-        drows += drafter_rows(arch, ctxs, timer, device, dtype, args.seed)
-    dframe = pd.DataFrame(drows).assign(hardware=hardware, dtype="bf16" if device.type == "cuda" else "fp32")
-    schema.write_trace(out / "drafter_latency.parquet", dframe[list(schema.LATENCY_COLUMNS)],
-                       schema.RunMetadata(kind="latency", hardware=hardware, dtype=str(dframe["dtype"].iloc[0]),
-                                          seed=args.seed, extra={"stage": "drafter shapes"}))
+    dframe = write_drafter_latency(out / "drafter_latency.parquet", ("tiny",) if args.tiny else EAGLE_HEADS, ctxs,
+                                   timer, device, dtype, args.seed)
     log(f"drafter shapes: {len(dframe)} rows")
     # 3. replayed loops
     target, drafter, model_names = loop_models(args.tiny, device, dtype)

@@ -31,12 +31,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from experiments.gpu_campaign import KANGAROO_EXIT  # the exit layer its drafter_rows times
 from traces.errors import InputError, cli_entry
 
 STAGES = ("latency", "tokens", "steps", "profile", "best", "tables")
 DATASETS = {"mt-bench": "mtbench", "humaneval": "humaneval"}   # profile name -> traces.prompts name
 TARGET_ARCH = "smollm2-135m"
-KANGAROO_EXIT = 2
 ROUTER = (16, 2)
 # drafter name in the Profile -> (trained file under --drafters, Profile drafter spec, latency model)
 DRAFTERS: dict[str, tuple[str | None, dict[str, Any]]] = {
@@ -99,19 +99,12 @@ def stage_latency(args, log) -> None:
         return
     import torch
 
-    from experiments.gpu_campaign import drafter_rows
-    from traces import schema
-    from traces.profile import Timer, git_commit, hardware_name
+    from experiments.gpu_campaign import write_drafter_latency
+    from traces.profile import Timer
 
     torch.set_num_threads(args.threads)
     device = torch.device("cpu")
-    timer = Timer(device, 1, 5, 3, 2.0)
-    rows = drafter_rows(TARGET_ARCH, (0, 512, 1024), timer, device, torch.float32)
-    frame = pd.DataFrame([{**r, "hardware": hardware_name(device), "dtype": "fp32"} for r in rows],
-                         columns=list(schema.LATENCY_COLUMNS))
-    meta = schema.RunMetadata(kind="latency", models={"target": TARGET_ARCH}, hardware=hardware_name(device),
-                              dtype="fp32", seed=0, commit=git_commit(), extra={"threads": args.threads})
-    schema.write_trace(out, frame, meta)
+    frame = write_drafter_latency(out, (TARGET_ARCH,), (0, 512, 1024), Timer(device, 1, 5, 3, 2.0), device, torch.float32)
     log(f"wrote {len(frame)} drafter latency rows to {out}")
 
 
@@ -166,9 +159,9 @@ def stage_profile(args, log) -> None:
 
     from calibrate.fit_acceptance import fit_lookahead, fit_step_acceptance, fit_token_acceptance
     from calibrate.latency import fit_latency
-    from calibrate.paper_profiles import git_commit
     from calibrate.profile import Profile
     from costmodel.params import get_arch
+    from traces.profile import git_commit
     from traces.schema import read_trace
 
     rows = latency_rows(args)

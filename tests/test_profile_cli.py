@@ -55,7 +55,7 @@ def test_filled_cache_has_length_and_room():
     (["--router", "x"], "GROUPS:TOP_N"),
     (["--drafter", "layers:9"], "truncated drafter"),
     (["--drafter", "random:llama-68m"], "vocabulary size"),
-    (["--model", "/no/such/model"], "model path not found"),
+    (["--model", "./no/such/model"], "model path not found"),
     (["--repeats", "0"], "--repeats"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, extra, needle):

@@ -102,7 +102,7 @@ def test_check_replay_agrees_on_tiny_models(tmp_path, prompts, capsys):
     (["--method", "mcsd", "--config", '{"k": "abc"}'], "bad k-configuration"),
     (["--method", "sd", "--config", '{"gamma": 0}'], "gamma must be"),
     (["--method", "sd", "--config", "gamma=3"], "--config is not JSON"),
-    (["--method", "sd", "--target", "/no/such/model"], "model path not found"),
+    (["--method", "sd", "--target", "./no/such/model"], "model path not found"),
     (["--method", "sd", "--drafter", "random:llama-68m"], "vocabulary size"),
     (["--method", "lookahead", "--teacher-forced"], "--teacher-forced"),
     (["--method", "sd", "--prompts", "NOTJSONL"], "is not JSON"),

@@ -34,7 +34,7 @@ import torch
 
 from traces import schema
 from traces.engine import Generation, Sampling, StepRecord, make_decoder
-from traces.engine.__main__ import load_drafter
+from traces.engine.__main__ import SELF_DRAFTING, load_drafter
 from traces.engine.draft_methods import AR
 from traces.errors import InputError, cli_entry
 from traces.llama import Llama
@@ -42,7 +42,6 @@ from traces.models import LoadedModel, load_model
 from traces.profile import DTYPE_NAMES, git_commit, hardware_name
 from traces.prompts import ByteTokenizer, Prompt, encode_prompt, load_prompts
 
-SELF_DRAFTING = ("glide", "kangaroo", "coral")   # drafter = a drafter file, or built untrained
 TEACHER_FORCED_METHODS = ("sd", "mcsd", "cape", "kangaroo")
 
 
