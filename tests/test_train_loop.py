@@ -55,9 +55,18 @@ def test_loop_learns_beats_untrained_and_reproduces_exactly(tmp_path):
 
 
 def test_time_budget_sets_the_step_count_and_records_it():
+    """On a simulated clock (each loss evaluation costs 0.05 s), so a loaded machine cannot make it flaky."""
     target, data = tiny_data(SignalSpec(topk=8))
-    summary = train(VanillaTrainee(target.model), data, LoopConfig(minutes=0.05, warmup_steps=3, eval_every=1000),
-                    None, log=lambda *_: None)
+    trainee, now = VanillaTrainee(target.model), [0.0]
+    real_loss = trainee.loss
+
+    def timed_loss(batch):
+        now[0] += 0.05
+        return real_loss(batch)
+
+    trainee.loss = timed_loss
+    summary = train(trainee, data, LoopConfig(minutes=0.05, warmup_steps=3, eval_every=1000),
+                    None, log=lambda *_: None, clock=lambda: now[0])
     assert summary["steps"] == summary["planned_steps"] >= 4
     assert summary["reproduce"].endswith(f"--steps {summary['steps']} --seed 0")
     assert summary["seconds"] < 0.05 * 60 * 1.15 + 5

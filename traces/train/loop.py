@@ -32,10 +32,9 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import torch
-import torch.nn.functional as F
 
 from traces import atomic
 from traces.errors import InputError
@@ -149,8 +148,9 @@ def _optimizer(params: list[torch.nn.Parameter], config: LoopConfig) -> torch.op
 
 
 def train(trainee: Trainee, data: TrainingData, config: LoopConfig, out_dir: str | Path | None = None,
-          *, device=None, log=print) -> dict[str, Any]:
-    """Train `trainee` on `data`; write weights and training.json to `out_dir` (if given); return the summary."""
+          *, device=None, log=print, clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
+    """Train `trainee` on `data`; write weights and training.json to `out_dir` (if given); return the summary.
+    `clock` (seconds) drives the time budget; tests pass a simulated one."""
     params = [p for p in trainee.parameters() if p.requires_grad]
     if not params:
         raise InputError(f"{trainee.kind}: no trainable parameters")
@@ -159,9 +159,9 @@ def train(trainee: Trainee, data: TrainingData, config: LoopConfig, out_dir: str
     gen = torch.Generator().manual_seed(config.seed)
     opt = _optimizer(params, config)
     n_train = data.train["ids"].shape[0]
-    started = time.perf_counter()
+    started = clock()
     initial = evaluate(trainee, data.eval, config.batch_size, device)
-    eval_s = time.perf_counter() - started
+    eval_s = clock() - started
     log(f"{trainee.kind}: untrained eval loss {initial['eval_loss']:.3f} top-1 {initial['eval_top1']:.3f}")
     total = config.steps or max(config.warmup_steps + 1, 10 ** 9)
     budget_s = config.minutes * 60.0
@@ -169,7 +169,7 @@ def train(trainee: Trainee, data: TrainingData, config: LoopConfig, out_dir: str
     history, window = [], []
     step = 0
     while step < total:
-        t0 = time.perf_counter()
+        t0 = clock()
         index = torch.randint(0, n_train, (config.batch_size,), generator=gen)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, total, config)
@@ -180,13 +180,13 @@ def train(trainee: Trainee, data: TrainingData, config: LoopConfig, out_dir: str
         opt.step()
         window.append((float(out.loss.detach()), out.agree / max(1, out.count), grad_norm))
         step += 1
-        step_times.append(time.perf_counter() - t0)
+        step_times.append(clock() - t0)
         if config.steps is None and step == max(1, config.warmup_steps) and total >= 10 ** 9:
             per_step = statistics.median(step_times) + eval_s / config.eval_every
-            total = max(step + 1, int((budget_s - (time.perf_counter() - started)) / per_step) + step)
+            total = max(step + 1, int((budget_s - (clock() - started)) / per_step) + step)
             log(f"{trainee.kind}: {statistics.median(step_times):.2f} s/step -> {total} steps in {config.minutes} min")
         if step % config.eval_every == 0 or step == total:
-            row = {"step": step, "seconds": round(time.perf_counter() - started, 1),
+            row = {"step": step, "seconds": round(clock() - started, 1),
                    "lr": lr_at(step - 1, total, config),
                    "train_loss": statistics.fmean(w[0] for w in window),
                    "train_top1": statistics.fmean(w[1] for w in window),
@@ -196,18 +196,18 @@ def train(trainee: Trainee, data: TrainingData, config: LoopConfig, out_dir: str
             window = []
             log(f"{trainee.kind}: step {step}/{total} train {row['train_loss']:.3f} eval {row['eval_loss']:.3f} "
                 f"top-1 {row['eval_top1']:.3f} ({row['seconds']:.0f} s)")
-        if config.steps is None and time.perf_counter() - started > 1.15 * budget_s and step < total:
+        if config.steps is None and clock() - started > 1.15 * budget_s and step < total:
             log(f"{trainee.kind}: wall-clock limit reached at step {step} of {total}")
             break
     if not history or history[-1]["step"] != step:
-        history.append({"step": step, "seconds": round(time.perf_counter() - started, 1),
+        history.append({"step": step, "seconds": round(clock() - started, 1),
                         "lr": lr_at(step - 1, total, config),
                         "train_loss": statistics.fmean(w[0] for w in window) if window else float("nan"),
                         "train_top1": statistics.fmean(w[1] for w in window) if window else float("nan"),
                         **evaluate(trainee, data.eval, config.batch_size, device)})
     final = history[-1]
     summary = {"kind": trainee.kind, "drafter": trainee.describe(), "loop": asdict(config),
-               "steps": step, "planned_steps": total, "seconds": round(time.perf_counter() - started, 1),
+               "steps": step, "planned_steps": total, "seconds": round(clock() - started, 1),
                "median_step_s": round(statistics.median(step_times), 4),
                "untrained": initial, "final": {k: final[k] for k in ("train_loss", "train_top1", "eval_loss", "eval_top1")},
                "data": data.meta, "history": history,
