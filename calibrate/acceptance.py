@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from traces.errors import InputError
+from common.errors import InputError
 
 N_CONF_BINS = 11
 

@@ -22,7 +22,7 @@ from calibrate.paper_profiles import git_commit
 from calibrate.profile import Profile
 from costmodel.hardware import get_hardware
 from costmodel.params import Arch, get_arch
-from traces.errors import InputError, cli_entry
+from common.errors import InputError, cli_entry
 from traces.schema import read_trace
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from calibrate.acceptance import N_CONF_BINS, AcceptanceModel
-from traces.errors import InputError
+from common.errors import InputError
 from traces.replay import TokenTable, replay_steps
 
 DEFAULT_KS = (1, 2, 4, 8, 16, 32)

@@ -25,7 +25,7 @@ import pandas as pd
 from costmodel.hardware import get_hardware
 from costmodel.latency import ForwardShape, forward_bytes_flops, roofline_seconds
 from costmodel.params import Arch, as_arch
-from traces.errors import InputError
+from common.errors import InputError
 
 AXES = ("n_tokens", "ctx_len", "batch")
 

@@ -29,7 +29,7 @@ from costmodel.hardware import get_hardware
 from costmodel.latency import ForwardShape, roofline_seconds
 from costmodel.leviathan import alpha_from_expected_tokens
 from costmodel.params import arch_dict, drafter_arch, get_arch
-from traces.errors import cli_entry
+from common.errors import cli_entry
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "data" / "profiles"
 DTYPE = "fp16"

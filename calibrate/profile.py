@@ -13,7 +13,7 @@ Layout (schema_version 1)::
       "hardware": "A100-80G",              # a costmodel.hardware name
       "dtype": "fp16",
       "target": "vicuna-7b",               # a key of "models"
-      "models": {                           # name -> architecture numbers (traces.models registry form)
+      "models": {                           # name -> architecture numbers (runtime.models registry form)
         "vicuna-7b": {"n_layers": 32, "hidden": 4096, "intermediate": 11008, "n_heads": 32,
                       "n_kv_heads": 32, "vocab": 32000, "params": 6.74e9, ...}, ...},
       "latency": {                          # name -> latency model (calibrate.latency), seconds per forward
@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traces import atomic
-from traces.errors import InputError
+from common import atomic
+from common.errors import InputError
 
 PROFILE_SCHEMA_VERSION = 1
 REQUIRED_FIELDS = ("schema_version", "name", "hardware", "dtype", "target", "models", "latency", "acceptance")

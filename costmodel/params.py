@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 ARCH_REQUIRED = ("n_layers", "hidden", "intermediate", "n_heads", "n_kv_heads", "vocab")
-# Hugging Face config.json names -> ours, so that a model's config (or traces.models' registry) reads directly
+# Hugging Face config.json names -> ours, so that a model's config (or runtime.models' registry) reads directly
 HF_KEYS = {"num_hidden_layers": "n_layers", "hidden_size": "hidden", "intermediate_size": "intermediate",
            "num_attention_heads": "n_heads", "num_key_value_heads": "n_kv_heads", "vocab_size": "vocab",
            "tie_word_embeddings": "tie_embeddings", "attention_bias": "qkv_bias"}

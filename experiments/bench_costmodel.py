@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from costmodel import leviathan, multiseq
-from traces.errors import InputError, cli_entry
+from common.errors import InputError, cli_entry
 
 
 def _rate(fn, n: int, repeats: int) -> tuple[float, float]:

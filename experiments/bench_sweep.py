@@ -20,8 +20,8 @@ import pandas as pd
 from calibrate.profile import Profile
 from experiments import scoring, spaces
 from experiments.sweep import BUNDLED_PROFILES, SweepOptions, _space
-from traces import atomic
-from traces.errors import InputError, cli_entry
+from common import atomic
+from common.errors import InputError, cli_entry
 
 DEFAULT_PROFILES = ("mcsd-vicuna-33b-a6000.json", "glide-vicuna-7b-h800.json", "lookahead-llama-2-7b-a100.json",
                     "kangaroo-vicuna-7b-v100.json", "coral-llama-3-8b-a6000.json")

@@ -38,8 +38,8 @@ from calibrate.profile import Profile
 from experiments import scoring, spaces
 from experiments.executor import EXECUTORS, make_executor
 from experiments.sweep import BUNDLED_PROFILES, SweepOptions, run_sweep
-from traces import atomic
-from traces.errors import InputError, cli_entry
+from common import atomic
+from common.errors import InputError, cli_entry
 
 DEFAULT_PROFILE = BUNDLED_PROFILES / "glide-vicuna-7b-h800.json"
 EXAMPLE_DIR = "examples/capacity_vicuna7b_h100"

@@ -18,7 +18,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable, Sequence
 
-from traces.errors import InputError
+from common.errors import InputError
 
 EXECUTORS = ("local", "dask")
 PROGRESS_MIN_TASKS = 2           # fewer tasks than this never show a bar

@@ -2,7 +2,7 @@
 
 Four stages, each writing into `--out` (atomically):
 1. latency profiles of the registry's real architectures (random weights), by running
-   `python -m traces.profile` once per architecture -> `latency_<arch>.parquet`;
+   `python -m traces.timing` once per architecture -> `latency_<arch>.parquet`;
 2. the drafters at the papers' shapes (GLIDE: one layer at the target's width with cross-attention;
    Kangaroo: exit layer 2 plus adapter; an EAGLE layer with the 32k/128k/152k heads, with and
    without CORAL's router) -> `drafter_latency.parquet` (LatencyTrace, role `draft`); from both,
@@ -35,13 +35,14 @@ import pandas as pd
 import torch
 
 from calibrate.latency import fit_latency
-from traces import atomic, schema
-from traces.drafters.coral import FeatureDrafter
-from traces.drafters.glide import GlideDrafter
-from traces.drafters.kangaroo import KangarooAdapter
-from traces.errors import InputError, cli_entry
-from traces.models import random_architecture, tiny_model, truncated
-from traces.profile import Timer, filled_cache, git_commit, hardware_name
+from common import atomic
+from traces import schema
+from runtime.drafters.coral import FeatureDrafter
+from runtime.drafters.glide import GlideDrafter
+from runtime.drafters.kangaroo import KangarooAdapter
+from common.errors import InputError, cli_entry
+from runtime.models import random_architecture, tiny_model, truncated
+from traces.timing import Timer, filled_cache, git_commit, hardware_name
 from traces.replayed import (random_prompts, replayed_decoder, run_replayed, sources_from_step_trace,
                              sources_from_token_trace, steps_frame)
 
@@ -68,12 +69,12 @@ CONFIGS: list[tuple[str, dict[str, Any]]] = (
 # ------------------------------------------------------------------------------ stage 1: profiles
 
 def profile_architectures(out: Path, names: Sequence[str], grid: dict[str, str], device: str, log) -> list[Path]:
-    """`python -m traces.profile` per architecture; a failure (e.g. out of memory) is logged, not fatal."""
+    """`python -m traces.timing` per architecture; a failure (e.g. out of memory) is logged, not fatal."""
     written = []
     for name in names:
         spec = name if name == "tiny" else f"random:{name}"
         path = out / f"latency_{name}.parquet"
-        cmd = [sys.executable, "-m", "traces.profile", "--model", spec, "--out", str(path), "--quiet",
+        cmd = [sys.executable, "-m", "traces.timing", "--model", spec, "--out", str(path), "--quiet",
                "--device", device, *sum(([f"--{k}", v] for k, v in grid.items()), [])]
         for router in ROUTERS.get(name, ()):
             cmd += ["--router", router]
@@ -91,7 +92,7 @@ def profile_architectures(out: Path, names: Sequence[str], grid: dict[str, str],
 # ----------------------------------------------------------------------- stage 2: drafter shapes
 
 def _fake_model(cache_factory, config, device):
-    """What `traces.profile.filled_cache` needs of a model: new_cache, config, device."""
+    """What `traces.timing.filled_cache` needs of a model: new_cache, config, device."""
     return SimpleNamespace(new_cache=cache_factory, config=config, device=device)
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from traces import atomic
+from common import atomic
 
 
 def _plt():

@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from experiments.plots import PLOTTERS
-from traces import atomic
+from common import atomic
 
 SHOWN_COLUMNS = ["profile", "method", "drafter", "dataset", "config", "speedup", "tokens_per_step",
                  "verified_per_step", "draft_cost"]

@@ -22,8 +22,8 @@ import pandas as pd
 from costmodel import coral, kangaroo, leviathan, lookahead, papers, trees
 from costmodel.params import get_arch, layer_params, lm_head_params, non_embedding_params
 from experiments.report import _fmt_table
-from traces import atomic
-from traces.errors import cli_entry
+from common import atomic
+from common.errors import cli_entry
 
 MAIN = "paper inputs"
 

@@ -25,7 +25,7 @@ import pandas as pd
 
 from calibrate.profile import Profile
 from experiments.scorers import SCORERS, Latency
-from traces.errors import InputError
+from common.errors import InputError
 
 SCORE_COLUMNS = ["speedup", "tokens_per_step", "verified_per_step", "draft_cost", "draft_forwards",
                  "step_s", "tokens_per_s", "scored_by"]

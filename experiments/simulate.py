@@ -24,8 +24,8 @@ from simulator import Cluster, Parallelism, Workload, simulate_serving, simulate
 from simulator.methods import METHODS, load_profile, parse_config
 from simulator.replay import prompt_ids, replay_draws
 from simulator.report import batch_crossover, write_crossover_report, write_run
-from traces import atomic
-from traces.errors import InputError, cli_entry
+from common import atomic
+from common.errors import InputError, cli_entry
 
 
 def _rates(text: str) -> list[float]:

@@ -1,7 +1,7 @@
 """`python -m experiments.smollm2_cpu`: re-record the project's own SmolLM2 data on this CPU (issue 7).
 
 Stages (`--stages`, default all; each recording skips what its output file already holds):
-1. `latency`: `traces.profile` of SmolLM2-135M-Instruct, of the vanilla drafter's shape (the
+1. `latency`: `traces.timing` of SmolLM2-135M-Instruct, of the vanilla drafter's shape (the
    target's first layer: latency does not depend on weights) and of the LM head with and without
    CORAL's 16:2 router; then one decode-step draft forward of the GLIDE, Kangaroo (exit layer 2)
    and EAGLE/CORAL (plain, 16:2 router) drafters at SmolLM2's shape
@@ -14,7 +14,7 @@ Stages (`--stages`, default all; each recording skips what its output file alrea
 6. `tables`: the acceptance table (GLIDE Table 1's shape: c, alpha, expected speedup), the checks
    of the papers' qualitative claims, and measured-vs-predicted speedups (closed form and
    simulator from the Profile against the StepTraces' own wall clock) -> `--report` folder.
-The drafters come from `python -m traces.train KIND` (`--drafters`, default artifacts/drafters).
+The drafters come from `python -m training KIND` (`--drafters`, default artifacts/drafters).
 Greedy decoding (temperature 0) throughout; MT-Bench first turns and HumanEval, the first
 `--limit` prompts of each (a documented subset: a full run does not fit a 2-core session).
 """
@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.gpu_campaign import KANGAROO_EXIT  # the exit layer its drafter_rows times
-from traces.errors import InputError, cli_entry
+from common.errors import InputError, cli_entry
 
 STAGES = ("latency", "tokens", "steps", "profile", "best", "tables")
 DATASETS = {"mt-bench": "mtbench", "humaneval": "humaneval"}   # profile name -> traces.prompts name
@@ -74,7 +74,7 @@ def slug(text: str) -> str:
 def drafter_file(args, name: str) -> str:
     path = args.drafters / DRAFTERS[name][0]
     if not path.is_file():
-        raise InputError(f"trained drafter '{name}' not found at {path}: run python -m traces.train "
+        raise InputError(f"trained drafter '{name}' not found at {path}: run python -m training "
                          f"{'router' if name == 'coral-router' else name}")
     return str(path)
 
@@ -92,7 +92,7 @@ def run_module(module: str, argv: list[str], log) -> None:
 def stage_latency(args, log) -> None:
     out = args.out / "latency.parquet"
     if not out.exists():
-        run_module("traces.profile", ["--model", "smollm2", "--drafter", "layers:1", "--router", f"{ROUTER[0]}:{ROUTER[1]}",
+        run_module("traces.timing", ["--model", "smollm2", "--drafter", "layers:1", "--router", f"{ROUTER[0]}:{ROUTER[1]}",
                                       "--threads", str(args.threads), "--out", str(out), "--quiet"], log)
     out = args.out / "drafter_latency.parquet"
     if out.exists():
@@ -100,7 +100,7 @@ def stage_latency(args, log) -> None:
     import torch
 
     from experiments.gpu_campaign import write_drafter_latency
-    from traces.profile import Timer
+    from traces.timing import Timer
 
     torch.set_num_threads(args.threads)
     device = torch.device("cpu")
@@ -161,7 +161,7 @@ def stage_profile(args, log) -> None:
     from calibrate.latency import fit_latency
     from calibrate.profile import Profile
     from costmodel.params import get_arch
-    from traces.profile import git_commit
+    from traces.timing import git_commit
     from traces.schema import read_trace
 
     rows = latency_rows(args)
@@ -204,7 +204,7 @@ def stage_profile(args, log) -> None:
                                                   *sources]],
                     "assumptions": [f"greedy decoding; first {args.limit} prompts of MT-Bench (turn 1) and HumanEval, "
                                     f"{args.max_new_tokens} new tokens", "latency: measured tables (fp32, 2 threads); "
-                                    "drafters timed at one token per forward", "drafters trained by python -m traces.train"]})
+                                    "drafters timed at one token per forward", "drafters trained by python -m training"]})
     profile.save(args.profile)
     log(f"wrote {args.profile}")
 
@@ -246,7 +246,7 @@ def best_runs(args) -> dict[str, list[dict[str, Any]]]:
 def stage_best(args, log) -> None:
     from calibrate.profile import Profile
     from experiments.smollm2_report import ar_context, sweep_result
-    from traces import atomic
+    from common import atomic
 
     profile = Profile.load(args.profile)
     chosen: dict[str, list[dict[str, Any]]] = {}

@@ -17,7 +17,7 @@ import pandas as pd
 
 from experiments.smollm2_cpu import (DATASETS, DRAFTERS, ROUTER, RUNS, TARGET_ARCH, best_runs, latency_rows,
                                       step_path)
-from traces.errors import InputError
+from common.errors import InputError
 
 
 def decode_rate(frame: pd.DataFrame) -> tuple[float, float, float]:
@@ -184,7 +184,7 @@ def claims(args, profile, acc: pd.DataFrame) -> list[str]:
 
 
 def training_table(drafters) -> pd.DataFrame:
-    """The final numbers of each drafter's `training.json` (python -m traces.train), with the command
+    """The final numbers of each drafter's `training.json` (python -m training), with the command
     that repeats the run exactly."""
     rows = []
     for path in sorted(drafters.glob("*/training.json")):
@@ -206,7 +206,7 @@ def _md(frame: pd.DataFrame, digits: int = 3) -> str:
 
 def write_report(args, log) -> None:
     from calibrate.profile import Profile
-    from traces import atomic
+    from common import atomic
 
     profile = Profile.load(args.profile)
     measured = pd.concat([measured_runs(args, d) for d in DATASETS], ignore_index=True)
@@ -238,10 +238,10 @@ def write_report(args, log) -> None:
     atomic.write_csv(out / "training.csv", trained)
     text = "\n\n".join([
         "# SmolLM2-135M-Instruct on this CPU: acceptance and measured vs predicted speedups",
-        f"Regenerate: `python -m experiments.smollm2_cpu` (drafters from `python -m traces.train KIND`). Greedy, "
+        f"Regenerate: `python -m experiments.smollm2_cpu` (drafters from `python -m training KIND`). Greedy, "
         f"first {args.limit} prompts of MT-Bench (turn 1) and HumanEval, {args.max_new_tokens} new tokens, fp32, "
         f"{args.threads} threads. Profile: `{args.profile}`.",
-        "## The drafters (python -m traces.train, 2 CPU cores)\nHeld-out numbers are on 41 windows of the "
+        "## The drafters (python -m training, 2 CPU cores)\nHeld-out numbers are on 41 windows of the "
         "training corpus (top-1 = agreement with the target's argmax; coral/router: the first draft after the "
         "root; router losses are its own group cross-entropy).\n\n" + _md(trained),
         "## Acceptance (GLIDE Table 1's shape)\nc = drafter / target forward latency at one token and the mean "

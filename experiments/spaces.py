@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from traces.errors import InputError
+from common.errors import InputError
 
 METHODS = ("sd", "mcsd", "cape", "lookahead", "kangaroo", "coral")
 

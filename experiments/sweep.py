@@ -26,7 +26,7 @@ import pandas as pd
 from calibrate.profile import Profile
 from experiments import scoring, spaces
 from experiments.executor import EXECUTORS, make_executor
-from traces.errors import InputError, cli_entry
+from common.errors import InputError, cli_entry
 
 BUNDLED_PROFILES = Path(__file__).resolve().parents[1] / "data" / "profiles"
 CHUNK_ROWS = 25_000          # configurations per executor task

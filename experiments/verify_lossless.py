@@ -2,7 +2,7 @@
 
 Exact mode enumerates every random choice on `--cases` random small position cases (vocab 2-5,
 k 1-4, integer weights) and a few context-dependent sequence cases; statistical mode checks the
-batched torch rules (`traces.rules_torch`) and the batched mutants at `--vocab` with the sample
+batched torch rules (`verification.rules_torch`) and the batched mutants at `--vocab` with the sample
 size derived from --alpha/--beta/--delta (Bonferroni over all statistical checks). Exit 0 only
 when every rule passes and every mutant is caught. Writes report.md and results.csv to --out.
 """
@@ -19,11 +19,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from traces import atomic
-from traces.errors import InputError, cli_entry
-from traces.verifier.cases import RULES, SequenceCase, random_position_case
-from traces.verifier.exact import exact_check
-from traces.verifier.mutants import MUTANTS
+from common import atomic
+from common.errors import InputError, cli_entry
+from verification.cases import RULES, SequenceCase, random_position_case
+from verification.exact import exact_check
+from verification.mutants import MUTANTS
 
 SEQUENCE_CASES = ((3, 3, (1, 1)), (3, 2, (2,)), (2, 3, (2, 1)))
 
@@ -101,8 +101,8 @@ def run_statistical(vocab: int, alpha: float, beta: float, delta: float, seed: i
     """Every batched rule must pass and every batched mutant must fail, with Bonferroni over all checks.
     Each mutant's case is chosen so its exact TV (`true_tv`) is at least MUTANT_MIN_TV; `detectable_tv`
     is the TV the chosen sample size catches with miss probability beta."""
-    from traces.verifier.batched import MUTANT_CHECKS, MUTANT_MIN_TV, RULE_CHECKS
-    from traces.verifier.statistical import detectable_tv, statistical_check
+    from verification.batched import MUTANT_CHECKS, MUTANT_MIN_TV, RULE_CHECKS
+    from verification.statistical import detectable_tv, statistical_check
 
     torch.set_num_threads(threads)
     checks = [("rule", n, c) for n, c in RULE_CHECKS.items()] + [("mutant", n, c) for n, c in MUTANT_CHECKS.items()]

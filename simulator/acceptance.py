@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from traces.errors import InputError
+from common.errors import InputError
 
 N_CONF_BINS = 11  # floor(10 * confidence), confidence in [0, 1]
 

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from simulator.methods import StepModel
-from traces.errors import InputError
+from common.errors import InputError
 
 
 class FixedLatency:

@@ -14,7 +14,7 @@ from costmodel.hardware import dtype_bytes, get_hardware
 from costmodel.params import as_arch, kv_bytes_per_token, total_params
 from simulator.costs import Parallelism
 from simulator.methods import StepModel
-from traces.errors import InputError
+from common.errors import InputError
 
 
 @dataclass

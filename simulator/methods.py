@@ -23,7 +23,7 @@ import numpy as np
 
 from calibrate.profile import Profile
 from simulator import acceptance as acc
-from traces.errors import InputError
+from common.errors import InputError
 from traces.replay import parse_k_config
 
 METHODS = ("ar", "sd", "mcsd", "cape", "glide", "lookahead", "kangaroo", "coral")

@@ -16,7 +16,7 @@ from simulator.acceptance import StepDraws
 from simulator.methods import parse_config
 from traces import replay as trace_replay
 from traces.schema import read_trace, validate
-from traces.errors import InputError
+from common.errors import InputError
 
 # simulator method -> method name in traces.replay
 REPLAYABLE = {"sd": "sd", "mcsd": "mcsd", "cape": "cape", "glide": "sd", "kangaroo": "kangaroo"}

@@ -1,7 +1,7 @@
 """Simulator outputs: per-request / per-step CSV, summary JSON, seaborn plots, and the batch-size
 crossover study (at which batch size speculative decoding stops paying).
 
-Every file goes through `traces.atomic`.
+Every file goes through `common.atomic`.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pandas as pd
 
 from simulator.serving import Cluster, simulate_serving
 from simulator.workload import Workload
-from traces import atomic
+from common import atomic
 
 
 def _plt():

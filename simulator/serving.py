@@ -26,7 +26,7 @@ from simulator.memory import replica_memory
 from simulator.methods import build_step_model, load_profile
 from simulator.stream import step_costs_for
 from simulator.workload import Workload, make_requests
-from traces.errors import InputError
+from common.errors import InputError
 
 ROUTING = ("round_robin", "least_loaded")
 

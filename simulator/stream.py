@@ -21,7 +21,7 @@ import simpy
 from simulator.acceptance import StepDraws, draw_stream
 from simulator.costs import Parallelism, StepCosts, predictors_for
 from simulator.methods import build_step_model, load_profile
-from traces.errors import InputError
+from common.errors import InputError
 
 ENGINES = ("fast", "simpy")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from traces.errors import InputError
+from common.errors import InputError
 
 ARRIVALS = ("poisson", "gamma", "trace")
 TRACE_COLUMNS = ("arrival_s",)  # optional: prompt_len, output_len

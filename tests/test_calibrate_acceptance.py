@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from calibrate.acceptance import AcceptanceModel, MarkovAcceptance
-from traces.errors import InputError
+from common.errors import InputError
 
 FULL = {
     "drafter": "llama-68m", "temperature": 0.0, "dataset": "alpaca",

@@ -14,7 +14,7 @@ from calibrate.synthetic import (
     synthetic_chain_steps, synthetic_latency_trace, synthetic_lookahead_steps, synthetic_token_trace,
 )
 from costmodel.params import arch_dict
-from traces.errors import InputError
+from common.errors import InputError
 from traces.schema import write_trace
 
 P_AA, P_RA, RATIO = 0.8, 0.4, 0.7

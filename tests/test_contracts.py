@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from calibrate.profile import Profile
-from traces.errors import InputError, cli_entry
+from common.errors import InputError, cli_entry
 from traces.schema import RunMetadata, read_trace, write_trace
 
 
@@ -81,7 +81,7 @@ def test_atomic_write_uses_normal_file_mode(tmp_path):
     import os
     import stat
 
-    from traces import atomic
+    from common import atomic
 
     mask = os.umask(0o022)
     try:

@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from traces.drafters.coral import FeatureDrafter
-from traces.drafters.glide import GlideDrafter, block_cross_mask, causal_cross_mask
-from traces.drafters.io import load_drafter, save_drafter
-from traces.drafters.kangaroo import KangarooAdapter
-from traces.drafters.router import LMHeadRouter
-from traces.engine import Sampling, make_decoder
-from traces.errors import InputError
-from traces.models import tiny_model
+from runtime.drafters.coral import FeatureDrafter
+from runtime.drafters.glide import GlideDrafter, block_cross_mask, causal_cross_mask
+from runtime.drafters.io import load_drafter, save_drafter
+from runtime.drafters.kangaroo import KangarooAdapter
+from runtime.drafters.router import LMHeadRouter
+from runtime.engine import Sampling, make_decoder
+from common.errors import InputError
+from runtime.models import tiny_model
 
 PROMPT = [1, 5, 3, 2, 0]
 NEW = 24
@@ -219,7 +219,7 @@ def _two_token_law(model, temperature):
     ("coral", dict(gamma=2, router_groups=3, router_top_n=2, drafter_std=0.3)),
 ])
 def test_sampling_output_law_is_the_targets(target, method, config):
-    from traces.verifier.statistical import statistical_check
+    from verification.statistical import statistical_check
 
     temperature = 0.8
     law = _two_token_law(target, temperature)

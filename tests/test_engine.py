@@ -1,11 +1,11 @@
-"""traces.engine: greedy identity of every method, step records, bad configurations, output law."""
+"""runtime.engine: greedy identity of every method, step records, bad configurations, output law."""
 import numpy as np
 import pytest
 import torch
 
-from traces.engine import METHODS, Sampling, make_decoder
-from traces.errors import InputError
-from traces.models import tiny_model, truncated
+from runtime.engine import METHODS, Sampling, make_decoder
+from common.errors import InputError
+from runtime.models import tiny_model, truncated
 
 PROMPT = [3, 7, 1, 9, 12, 5, 3, 7, 1, 9]
 NEW = 40
@@ -124,7 +124,7 @@ def _two_token_law(model, prompt, sampling):
     ("cape", {"gamma": 2, "bins": [3] * 11}), ("lookahead", {"W": 2, "N": 2, "G": 2}),
 ])
 def test_sampled_law_of_first_two_tokens(method, config):
-    from traces.verifier.statistical import statistical_check
+    from verification.statistical import statistical_check
 
     target = tiny_model(2, vocab_size=VOCAB, num_layers=1, std=0.8)
     drafter = tiny_model(3, vocab_size=VOCAB, num_layers=1, std=0.8)

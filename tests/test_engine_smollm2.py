@@ -7,7 +7,7 @@ with 1 when any method's output differs from plain greedy ar.
 import pandas as pd
 import pytest
 
-from traces.engine.__main__ import main
+from runtime.engine.__main__ import main
 
 
 @pytest.mark.slow

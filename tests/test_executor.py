@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from experiments.executor import DaskExecutor, LocalExecutor, make_executor
-from traces.errors import InputError
+from common.errors import InputError
 
 
 def _seeded_sum(task):

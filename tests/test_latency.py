@@ -7,7 +7,7 @@ from calibrate.synthetic import synthetic_latency_trace
 from costmodel.hardware import get_hardware
 from costmodel.latency import ForwardShape, forward_bytes_flops, kv_capacity_tokens, ridge_tokens, roofline_seconds
 from costmodel.params import arch_dict, forward_params, get_arch
-from traces.errors import InputError
+from common.errors import InputError
 
 A100 = get_hardware("A100-80G")
 

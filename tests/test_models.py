@@ -1,10 +1,10 @@
-"""traces.llama and traces.models: our forward matches HF's, the cache edits are exact, loaders."""
+"""runtime.llama and runtime.models: our forward matches HF's, the cache edits are exact, loaders."""
 import pytest
 import torch
 
-from traces.errors import InputError
-from traces.llama import causal_mask, from_hf
-from traces.models import (
+from common.errors import InputError
+from runtime.llama import causal_mask, from_hf
+from runtime.models import (
     ARCHITECTURES, LoadedModel, architecture_config, check_same_vocabulary, load_model, random_architecture,
     tiny_model, truncated,
 )
@@ -137,7 +137,7 @@ def test_loader_errors():
 def test_smollm2_matches_hf():
     from transformers import AutoModelForCausalLM
 
-    from traces.models import smollm2_gguf_path
+    from runtime.models import smollm2_gguf_path
 
     path = smollm2_gguf_path()
     hf = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()

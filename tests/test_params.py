@@ -58,8 +58,8 @@ def test_bad_architectures_name_the_field():
 
 
 def test_engine_registry_agrees_with_costmodel_registry():
-    """traces.models keeps HF-named copies of the same architectures: they must not drift apart."""
-    models = pytest.importorskip("traces.models")
+    """runtime.models keeps HF-named copies of the same architectures: they must not drift apart."""
+    models = pytest.importorskip("runtime.models")
     for name, config in models.ARCHITECTURES.items():
         ours = get_arch(name)
         theirs = Arch.from_dict(config, name)

@@ -10,7 +10,7 @@ import pytest
 from calibrate import paper_profiles
 from calibrate.profile import Profile
 from costmodel import papers
-from traces.errors import InputError
+from common.errors import InputError
 
 BUNDLED = sorted(paper_profiles.DEFAULT_OUT.glob("*.json"))
 PAPER_BUILT = [p for p in BUNDLED if json.loads(p.read_text())["provenance"].get("built_by") == "python -m calibrate.paper_profiles"]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from traces.errors import InputError
+from common.errors import InputError
 from traces.prompts import Prompt, chat_messages, encode_prompt, load_prompts
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from traces import check_replay, record, replay, schema
-from traces.engine import Sampling
+from runtime.engine import Sampling
 
 MAX_NEW = 24
 
@@ -129,7 +129,7 @@ def test_last_step_ends_at_max_new_tokens(tmp_path, prompts):
 
 
 def test_output_steps_cut_at_eos():
-    from traces.engine import Generation, StepRecord
+    from runtime.engine import Generation, StepRecord
 
     def step(i, accepted):
         return StepRecord(i, 10, 1, 0.0, 2, 0.0, 0.0, accepted, [True], [0.5])

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from traces.errors import InputError
+from common.errors import InputError
 from traces import replay
 from traces.replay import TokenTable
 

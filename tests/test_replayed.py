@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from traces.errors import InputError
-from traces.models import tiny_model, truncated
+from common.errors import InputError
+from runtime.models import tiny_model, truncated
 from traces.replay import TokenTable, replay_steps
 from traces.replayed import (LengthReplay, RankReplay, random_prompts, replayed_decoder, run_replayed,
                              sources_from_step_trace, sources_from_token_trace, steps_frame)

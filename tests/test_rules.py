@@ -1,10 +1,10 @@
-"""Reference verification rules (traces.rules): input checks, conventions, edge cases."""
+"""Reference verification rules (verification.rules): input checks, conventions, edge cases."""
 from fractions import Fraction as F
 
 import pytest
 
-from traces import rules
-from traces.errors import InputError
+from verification import rules
+from common.errors import InputError
 
 
 def test_bad_vectors_name_the_vector():

@@ -8,10 +8,10 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from traces import rules, rules_torch
-from traces.errors import InputError
-from traces.verifier import exact
-from traces.verifier.cases import RULES, PositionCase, SequenceCase, normalise_weights
+from verification import rules, rules_torch
+from common.errors import InputError
+from verification import exact
+from verification.cases import RULES, PositionCase, SequenceCase, normalise_weights
 
 
 @st.composite

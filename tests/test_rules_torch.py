@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from traces import rules, rules_torch
-from traces.errors import InputError
+from verification import rules, rules_torch
+from common.errors import InputError
 
 
 def random_dist(rng, vocab, min_support=1):

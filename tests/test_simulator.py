@@ -11,7 +11,7 @@ from simulator.methods import build_step_model
 from simulator.replay import replay_draws
 from tests.simulator_fixtures import CASES, DRAFT_S, FIXED, LINEAR, FREQ, TARGET_S, TOPK, profile_dict
 from traces import replay as trace_replay
-from traces.errors import InputError
+from common.errors import InputError
 
 N = 40_001  # output tokens per stream: 40,000 decode tokens
 

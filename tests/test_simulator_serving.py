@@ -8,7 +8,7 @@ from simulator.memory import replica_memory, static_batch_fits
 from simulator.methods import build_step_model, load_profile
 from simulator.workload import make_requests
 from tests.simulator_fixtures import LINEAR, profile_dict, roofline_profile
-from traces.errors import InputError
+from common.errors import InputError
 from costmodel.params import arch_dict
 
 

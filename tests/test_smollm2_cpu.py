@@ -7,7 +7,7 @@ import pytest
 
 from experiments import smollm2_cpu
 from experiments.smollm2_report import _pick, decode_rate
-from traces.errors import InputError
+from common.errors import InputError
 
 
 def test_unknown_stage_and_bad_numbers_are_one_line_exit_2(capsys, tmp_path):
@@ -18,9 +18,9 @@ def test_unknown_stage_and_bad_numbers_are_one_line_exit_2(capsys, tmp_path):
 
 def test_a_missing_drafter_names_the_training_command(tmp_path):
     args = smollm2_cpu.build_parser().parse_args(["--drafters", str(tmp_path)])
-    with pytest.raises(InputError, match="python -m traces.train router"):
+    with pytest.raises(InputError, match="python -m training router"):
         smollm2_cpu.drafter_file(args, "coral-router")
-    with pytest.raises(InputError, match="python -m traces.train glide"):
+    with pytest.raises(InputError, match="python -m training glide"):
         smollm2_cpu.drafter_file(args, "glide")
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from experiments import spaces
-from traces.errors import InputError
+from common.errors import InputError
 
 
 @pytest.mark.parametrize("budget,depth", [(8, 4), (16, 3), (64, 5)])

@@ -1,4 +1,4 @@
-"""traces.train.data: prompts, leak check, batched generation, corpus cache, target signals."""
+"""training.data: prompts, leak check, batched generation, corpus cache, target signals."""
 from __future__ import annotations
 
 import json
@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from tests.train_fixtures import TINY_CORPUS, tiny_target
-from traces.errors import InputError
-from traces.train import data as D
+from common.errors import InputError
+from training import data as D
 
 
 def test_prompts_are_seeded_distinct_and_mixed():

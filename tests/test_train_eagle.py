@@ -1,18 +1,18 @@
-"""EAGLE/CORAL feature-drafter training (traces.train.eagle): HASS replay, CSRA loss, learning."""
+"""EAGLE/CORAL feature-drafter training (training.eagle): HASS replay, CSRA loss, learning."""
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from traces.drafters.coral import FeatureDrafter
-from traces.drafters.io import load_drafter
-from traces.engine import make_decoder
-from traces.errors import InputError
-from traces.models import LoadedModel, tiny_model
-from traces.train.eagle import (EagleLossConfig, EagleTrainee, csra_loss, csra_positions, hass_mask, make_trainee,
+from runtime.drafters.coral import FeatureDrafter
+from runtime.drafters.io import load_drafter
+from runtime.engine import make_decoder
+from common.errors import InputError
+from runtime.models import LoadedModel, tiny_model
+from training.eagle import (EagleLossConfig, EagleTrainee, csra_loss, csra_positions, hass_mask, make_trainee,
                                 multi_step_features)
-from traces.train.loop import LoopConfig, train
+from training.loop import LoopConfig, train
 from tests.test_train_kangaroo import tiny_data
 
 

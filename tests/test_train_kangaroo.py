@@ -1,17 +1,17 @@
-"""Kangaroo adapter training (traces.train.kangaroo) on a tiny random target, through the shared loop."""
+"""Kangaroo adapter training (training.kangaroo) on a tiny random target, through the shared loop."""
 import json
 
 import pytest
 import torch
 
-from traces.drafters.io import load_drafter
-from traces.drafters.kangaroo import KangarooAdapter
-from traces.engine import make_decoder
-from traces.errors import InputError
-from traces.models import LoadedModel, tiny_model
-from traces.train.data import SignalSpec, TrainingData, compute_signals
-from traces.train.kangaroo import KangarooTrainee, feature_spec, make_trainee
-from traces.train.loop import LoopConfig, evaluate, train
+from runtime.drafters.io import load_drafter
+from runtime.drafters.kangaroo import KangarooAdapter
+from runtime.engine import make_decoder
+from common.errors import InputError
+from runtime.models import LoadedModel, tiny_model
+from training.data import SignalSpec, TrainingData, compute_signals
+from training.kangaroo import KangarooTrainee, feature_spec, make_trainee
+from training.loop import LoopConfig, evaluate, train
 
 
 def tiny_data(target, spec: SignalSpec, n_train=48, n_eval=16, length=24) -> TrainingData:

@@ -1,4 +1,4 @@
-"""traces.train.loop: schedule, objective, and the loop on a learnable synthetic task (tiny target)."""
+"""training.loop: schedule, objective, and the loop on a learnable synthetic task (tiny target)."""
 from __future__ import annotations
 
 import json
@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from tests.train_fixtures import tiny_data
-from traces.errors import InputError
-from traces.train.data import SignalSpec
-from traces.train.loop import LoopConfig, distill_loss, lr_at, top1_agreement, train
-from traces.train.vanilla import VanillaTrainee, load_vanilla
+from common.errors import InputError
+from training.data import SignalSpec
+from training.loop import LoopConfig, distill_loss, lr_at, top1_agreement, train
+from training.vanilla import VanillaTrainee, load_vanilla
 
 
 def test_schedule_warms_up_then_decays_by_cosine_to_the_floor():

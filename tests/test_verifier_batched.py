@@ -5,10 +5,10 @@ from fractions import Fraction as F
 import numpy as np
 import pytest
 
-from traces.verifier import batched, laws, statistical
-from traces.verifier.cases import PositionCase, RULES, random_position_case
-from traces.verifier.exact import exact_law
-from traces.verifier.mutants import MUTANTS
+from verification import batched, laws, statistical
+from verification.cases import PositionCase, RULES, random_position_case
+from verification.exact import exact_law
+from verification.mutants import MUTANTS
 
 LAW_OF = {  # name -> keyword arguments of laws.position_law that state the sampler's algorithm
     "sd": {}, "mcss_with": {}, "mcss_without": dict(draft_replacement=False, verify_replacement=False),

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from traces.errors import InputError
-from traces.verifier import exact
-from traces.verifier.cases import RULES, PositionCase, SequenceCase, normalise_weights, random_position_case
-from traces.verifier.mutants import MUTANTS
+from common.errors import InputError
+from verification import exact
+from verification.cases import RULES, PositionCase, SequenceCase, normalise_weights, random_position_case
+from verification.mutants import MUTANTS
 
 POSITION_RULES = [name for name, rule in RULES.items() if rule.kind == "position"]
 SEQUENCE_RULES = [name for name, rule in RULES.items() if rule.kind == "sequence"]

@@ -5,9 +5,9 @@ from fractions import Fraction as F
 import numpy as np
 import pytest
 
-from traces.errors import InputError
-from traces.verifier import exact, statistical
-from traces.verifier.cases import PositionCase
+from common.errors import InputError
+from verification import exact, statistical
+from verification.cases import PositionCase
 
 
 def test_sample_size_and_detectable_tv_are_inverse():
@@ -71,7 +71,7 @@ def test_batched_rule_at_vocab_32000_seeded():
     """rules_torch.mcss without replacement at 32k tokens passes; the q-not-updated mutant, on a case
     where its exact TV is >= MUTANT_MIN_TV, is caught with the same sample size. delta = 0.1 keeps it
     to ~41k samples (~1 minute of one core: every sample runs the rule over 32k-token rows)."""
-    from traces.verifier import batched
+    from verification import batched
 
     rule = batched.RULE_CHECKS["mcss_without"]
     case, _ = rule.build(32_000, 5)

@@ -5,8 +5,8 @@ import functools
 
 import torch
 
-from traces.models import LoadedModel, tiny_model
-from traces.train.data import CorpusConfig, SignalSpec, TrainingData, training_data
+from runtime.models import LoadedModel, tiny_model
+from training.data import CorpusConfig, SignalSpec, TrainingData, training_data
 
 TINY_CORPUS = CorpusConfig(n_generated=12, max_new_tokens=24, gen_batch=6, n_source=12, chunk_tokens=96,
                            eval_fraction=0.25, seed=0)

@@ -28,11 +28,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from traces import atomic, replay
-from traces.engine import Sampling, make_decoder
-from traces.engine.__main__ import load_drafter, parse_method
-from traces.errors import InputError, cli_entry
-from traces.models import load_model
+from common import atomic
+from traces import replay
+from runtime.engine import Sampling, make_decoder
+from runtime.engine.__main__ import load_drafter, parse_method
+from common.errors import InputError, cli_entry
+from runtime.models import load_model
 from traces.prompts import ByteTokenizer, encode_prompt, load_prompt_mix
 from traces.record import output_steps, teacher_forced_pass, token_statistics
 

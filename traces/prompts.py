@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from traces.errors import InputError
+from common.errors import InputError
 
 BUILTIN_SETS = ("mtbench", "humaneval")
 ID_FIELDS = ("id", "question_id", "task_id", "prompt_id")

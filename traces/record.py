@@ -1,6 +1,6 @@
 """`python -m traces.record`: run a method over a prompt set and write StepTrace (or TokenTrace) rows.
 
-Step mode (default): every prompt is decoded by the engine (`traces.engine.make_decoder`) with
+Step mode (default): every prompt is decoded by the engine (`runtime.engine.make_decoder`) with
 the method and configuration given; each speculation step becomes one StepTrace row. A step's
 `accepted` counts the tokens it added to the output, so the last step is truncated at
 `--max-new-tokens` / EOS exactly as the output is (and as `traces.replay` truncates).
@@ -33,13 +33,13 @@ import pandas as pd
 import torch
 
 from traces import schema
-from traces.engine import Generation, Sampling, StepRecord, make_decoder
-from traces.engine.__main__ import SELF_DRAFTING, load_drafter
-from traces.engine.draft_methods import AR
-from traces.errors import InputError, cli_entry
-from traces.llama import Llama
-from traces.models import LoadedModel, load_model
-from traces.profile import DTYPE_NAMES, git_commit, hardware_name
+from runtime.engine import Generation, Sampling, StepRecord, make_decoder
+from runtime.engine.__main__ import SELF_DRAFTING, load_drafter
+from runtime.engine.draft_methods import AR
+from common.errors import InputError, cli_entry
+from runtime.llama import Llama
+from runtime.models import LoadedModel, load_model
+from traces.timing import DTYPE_NAMES, git_commit, hardware_name
 from traces.prompts import ByteTokenizer, Prompt, encode_prompt, load_prompts
 
 TEACHER_FORCED_METHODS = ("sd", "mcsd", "cape", "kangaroo")

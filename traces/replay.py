@@ -47,7 +47,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from traces.errors import InputError
+from common.errors import InputError
 
 METHODS = ("sd", "mcsd", "cape", "kangaroo")
 CAPE_BINS = 11                                  # floor(10 * conf) takes values 0..10

@@ -29,10 +29,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from traces import rules
-from traces.engine import Sampling, make_decoder
-from traces.engine.base import Decoder, Generation
-from traces.errors import InputError
+from verification import rules
+from runtime.engine import Sampling, make_decoder
+from runtime.engine.base import Decoder, Generation
+from common.errors import InputError
 from traces.replay import TokenTable
 
 

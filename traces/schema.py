@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traces import atomic
-from traces.errors import InputError
+from common import atomic
+from common.errors import InputError
 
 TRACE_SCHEMA_VERSION = 1
 METADATA_KEY = "specsim"

@@ -1,0 +1,5 @@
+"""Drafters that read the target's internals: GLIDE (target KV cache), Kangaroo (early exit
+adapter) and CORAL/EAGLE (target features, LM-head router). Plain nn.Modules, trainable, saved
+as safetensors with their configuration (`runtime.drafters.io`)."""
+
+from runtime.drafters import methods  # noqa: E402,F401  (registers glide, kangaroo, coral in the engine)

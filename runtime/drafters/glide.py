@@ -1,0 +1,183 @@
+"""GLIDE: a small decoder whose layers also cross-attend to the target's KV cache (GLIDE §4.1).
+
+Each drafter layer is self-attention -> cross-attention -> MLP (pre-norm, residual). The
+cross-attention projects the drafter's hidden states into one query per *target* attention
+head (head_dim of the target), rotates them with the target's RoPE at their own positions (the
+cached target keys are rotated already) and attends to the keys/values that the target cached
+in its last verification; drafter layer m (0-based) reads target layer N_T - N_D + m. Its output
+is projected back to the drafter width (W^O).
+
+Which cached target positions a query may see is the `cross_mask`: at inference every query of
+a round lies after the whole cache (the delayed cache of the paper), and the prompt is processed
+with `causal_cross_mask` (key k visible to a query at position j iff k < j). Training (issue 7)
+passes `block_cross_mask` (block length 5 in the paper), which reproduces that delay.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from runtime.drafters.common import materialise, positions
+from common.errors import InputError
+from runtime.llama import ForwardOutput, KVCache, Llama, LlamaConfig, RMSNorm, rotate_half
+
+
+@dataclass
+class GlideConfig:
+    """Drafter shape; the target_* numbers fix the cross-attention's query heads and layer map."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    target_layers: int
+    target_heads: int
+    target_kv_heads: int
+    target_head_dim: int
+    rope_theta: float = 10000.0
+    rms_eps: float = 1e-5
+
+    @classmethod
+    def for_target(cls, target: LlamaConfig, *, num_layers: int = 1, hidden_size: int | None = None,
+                   intermediate_size: int | None = None, num_heads: int | None = None) -> "GlideConfig":
+        """A GLIDE shape for `target`: by default one layer at the target's width (the paper's choice)."""
+        hidden = hidden_size or target.hidden_size
+        heads = num_heads or max(1, hidden // (target.head_dim or 64))
+        if hidden % heads:
+            raise InputError(f"GLIDE hidden size {hidden} is not a multiple of its {heads} heads")
+        if not 1 <= num_layers <= target.num_layers:
+            raise InputError(f"GLIDE needs 1..{target.num_layers} layers (the target's depth), got {num_layers}")
+        return cls(vocab_size=target.vocab_size, hidden_size=hidden,
+                   intermediate_size=intermediate_size or (target.intermediate_size * hidden) // target.hidden_size,
+                   num_layers=num_layers, num_heads=heads, num_kv_heads=heads,
+                   target_layers=target.num_layers, target_heads=target.num_heads,
+                   target_kv_heads=target.num_kv_heads, target_head_dim=target.head_dim,
+                   rope_theta=target.rope_theta, rms_eps=target.rms_eps)
+
+    def llama_config(self) -> LlamaConfig:
+        """The drafter's own decoder stack (self-attention, MLP, norms, embeddings, head)."""
+        return LlamaConfig(vocab_size=self.vocab_size, hidden_size=self.hidden_size,
+                           intermediate_size=self.intermediate_size, num_layers=self.num_layers,
+                           num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
+                           rope_theta=self.rope_theta, rms_eps=self.rms_eps)
+
+    def target_layer(self, m: int) -> int:
+        """The target layer (0-based) that drafter layer m (0-based) reads: N_T - N_D + m."""
+        return self.target_layers - self.num_layers + m
+
+
+class CrossAttention(nn.Module):
+    """Queries from the drafter, keys/values from one target layer's cache (GQA allowed)."""
+
+    def __init__(self, c: GlideConfig):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = c.target_heads, c.target_kv_heads, c.target_head_dim
+        self.q_proj = nn.Linear(c.hidden_size, c.target_heads * c.target_head_dim, bias=False)
+        self.o_proj = nn.Linear(c.target_heads * c.target_head_dim, c.hidden_size, bias=False)
+
+    def forward(self, x, cos, sin, keys, values, mask) -> torch.Tensor:
+        b, q, _ = x.shape
+        if keys.shape[2] == 0:
+            return torch.zeros_like(x)
+        qs = self.q_proj(x).view(b, q, self.heads, self.head_dim).transpose(1, 2)
+        qs = qs * cos + rotate_half(qs) * sin
+        out = F.scaled_dot_product_attention(qs, keys, values, attn_mask=mask,
+                                             enable_gqa=self.kv_heads != self.heads)
+        if mask is not None:  # a query that may see no cached key reads nothing (not NaN)
+            out = torch.where(mask.any(-1, keepdim=True), out, torch.zeros((), dtype=out.dtype))
+        return self.o_proj(out.transpose(1, 2).reshape(b, q, -1))
+
+
+def causal_cross_mask(position_ids: torch.Tensor, n_keys: int) -> torch.Tensor:
+    """[batch, 1, q, n_keys]: cached target position k is visible to a query at position j iff k < j."""
+    pos = position_ids if position_ids.dim() == 2 else position_ids[None]
+    keys = torch.arange(n_keys, device=pos.device)
+    return (keys[None, None, :] < pos[:, :, None])[:, None]
+
+
+def block_cross_mask(seq_len: int, block: int = 5, device="cpu") -> torch.Tensor:
+    """[seq_len, seq_len] training mask of GLIDE §4.1: query j sees key k iff block(j) > block(k)."""
+    if block < 1:
+        raise InputError(f"GLIDE block length must be >= 1, got {block}")
+    idx = torch.arange(seq_len, device=device) // block
+    return idx[:, None] > idx[None, :]
+
+
+class GlideDrafter(nn.Module):
+    """GLIDE drafter. Owns a `Llama` stack (embeddings, layers, head) plus one cross-attention per layer."""
+
+    kind = "glide"
+
+    def __init__(self, config: GlideConfig):
+        super().__init__()
+        self.config = config
+        self.base = Llama(config.llama_config())
+        self.cross_norms = nn.ModuleList(RMSNorm(config.hidden_size, config.rms_eps) for _ in range(config.num_layers))
+        self.cross_attn = nn.ModuleList(CrossAttention(config) for _ in range(config.num_layers))
+
+    # -- configuration / persistence
+    def config_dict(self) -> dict:
+        return asdict(self.config)
+
+    @classmethod
+    def from_config_dict(cls, config: dict, target: Llama) -> "GlideDrafter":
+        c = GlideConfig(**config)
+        if (c.vocab_size, c.target_layers, c.target_heads, c.target_head_dim) != (
+                target.config.vocab_size, target.config.num_layers, target.config.num_heads, target.config.head_dim):
+            raise InputError("GLIDE drafter was built for a target of another shape (vocabulary, layers or heads)")
+        return cls(c)
+
+    @classmethod
+    def for_target(cls, target: Llama, *, seed: int = 0, std: float = 0.02, **shape) -> "GlideDrafter":
+        """An untrained drafter for `target` with seeded N(0, std) weights (norms at one)."""
+        config = GlideConfig.for_target(target.config, **shape)
+        drafter = materialise(lambda: cls(config), target, seed, std)
+        drafter.base.inv_freq = config.llama_config().inv_freq.to(target.device)  # built off the meta device
+        return drafter
+
+    def new_cache(self, batch: int = 1, capacity: int = 256) -> KVCache:
+        return self.base.new_cache(batch, capacity)
+
+    def target_kv(self, cache: KVCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The target layers' cached (k, v) that drafter layers 0..N_D-1 read."""
+        return [cache.layer_kv(self.config.target_layer(m)) for m in range(self.config.num_layers)]
+
+    # -- forward
+    def forward(self, input_ids: torch.Tensor, target_kv: list[tuple[torch.Tensor, torch.Tensor]],
+                target_rope, *, cache: KVCache | None = None, position_ids: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None, cross_mask: torch.Tensor | None = None,
+                logits: bool = True) -> ForwardOutput:
+        """Draft logits for `input_ids` [batch, q].
+
+        target_kv: one (keys, values) per drafter layer, [batch, kv_heads, T, head_dim], as cached by
+        the target (see `target_kv`). target_rope: the target's `rope(position_ids)` (its RoPE for
+        the queries). mask: self-attention mask as in `Llama.forward` (default causal).
+        cross_mask: boolean [q, T] / [batch, 1, q, T]; default `causal_cross_mask` (k < position).
+        """
+        base = self.base
+        b, q = input_ids.shape
+        past = cache.length if cache is not None else 0
+        position_ids = positions(position_ids, past, b, q, input_ids.device)
+        if len(target_kv) != self.config.num_layers:
+            raise ValueError(f"GLIDE needs {self.config.num_layers} target (k, v) pairs, got {len(target_kv)}")
+        n_keys = target_kv[0][0].shape[2]
+        if cross_mask is None:
+            cross_mask = causal_cross_mask(position_ids, n_keys)
+        while cross_mask.dim() < 4:
+            cross_mask = cross_mask.unsqueeze(0) if cross_mask.dim() == 2 else cross_mask.unsqueeze(1)
+        cos, sin = base.rope(position_ids)
+        tcos, tsin = target_rope(position_ids)
+        attn_mask = base._attention_mask(mask, past, q, input_ids.device)
+        x = base.embed_tokens(input_ids)
+        for m, layer in enumerate(base.layers):
+            x = x + layer.self_attn(layer.input_layernorm(x), cos, sin, attn_mask, cache, m)
+            keys, values = target_kv[m]
+            x = x + self.cross_attn[m](self.cross_norms[m](x), tcos, tsin, keys, values, cross_mask)
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        return ForwardOutput(base.head(x) if logits else None, x)
+

@@ -1,0 +1,67 @@
+"""Save and load a drafter as one safetensors file: its own weights plus its config as JSON.
+
+Weights shared with the target (embeddings, LM head, shallow layers) are not stored; the target
+is given again at load time. Every drafter class offers `config_dict()` and a classmethod
+`from_config_dict(config, target)`; the kind name selects the class.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from common import atomic
+from common.errors import InputError
+
+CONFIG_KEY = "specsim_drafter"
+
+
+def _kinds() -> dict:
+    from runtime.drafters.coral import FeatureDrafter
+    from runtime.drafters.glide import GlideDrafter
+    from runtime.drafters.kangaroo import KangarooAdapter
+
+    return {"glide": GlideDrafter, "kangaroo": KangarooAdapter, "coral": FeatureDrafter}
+
+
+def own_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The drafter's trainable state (contiguous copies; safetensors rejects shared storage)."""
+    return {k: v.detach().contiguous().clone() for k, v in module.state_dict().items()}
+
+
+def save_drafter(path: str | Path, drafter: torch.nn.Module) -> Path:
+    """Write `drafter` (weights + `kind` + config) atomically."""
+    from safetensors.torch import save_file
+
+    meta = {CONFIG_KEY: json.dumps({"kind": drafter.kind, "config": drafter.config_dict()}, sort_keys=True)}
+    with atomic.atomic_path(path) as tmp:
+        save_file(own_state(drafter), str(tmp), metadata=meta)
+    return Path(path)
+
+
+def load_drafter(path: str | Path, target, *, device=None, dtype=None) -> torch.nn.Module:
+    """Rebuild a drafter saved by `save_drafter` for `target` (a runtime.llama.Llama)."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"drafter file not found: {p}")
+    try:
+        with safe_open(str(p), framework="pt") as fh:
+            raw = (fh.metadata() or {}).get(CONFIG_KEY)
+    except Exception as exc:  # safetensors raises its own error types for non-safetensors input
+        raise InputError(f"{p}: not a safetensors drafter file ({type(exc).__name__})") from None
+    if raw is None:
+        raise InputError(f"{p}: no specsim drafter configuration in the file")
+    info = json.loads(raw)
+    kinds = _kinds()
+    if info.get("kind") not in kinds:
+        raise InputError(f"{p}: unknown drafter kind {info.get('kind')!r} (known: {', '.join(kinds)})")
+    state = load_file(str(p))
+    drafter = kinds[info["kind"]].from_config_dict(info["config"], target)
+    if state:  # load at the file's precision, then convert (no rounding through fp32)
+        drafter = drafter.to(dtype=next(iter(state.values())).dtype)
+    drafter.load_state_dict(state, strict=True)
+    return drafter.to(device=device or target.device, dtype=dtype or target.dtype).eval()

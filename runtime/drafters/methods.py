@@ -1,0 +1,295 @@
+"""The engine methods `glide`, `kangaroo` and `coral`, registered in `runtime.engine.METHODS`.
+
+All three verify with the engine's own path (`Decoder.decide` -> `verification.rules`), so the output
+is the target's greedy sequence at temperature 0 and the target's law when sampling, whatever the
+drafter's weights. The drafter argument of `make_decoder` may be a drafter module, the path of a
+safetensors file (`runtime.drafters.io`), or None for an untrained drafter seeded by
+`drafter_seed` (weights N(0, drafter_std)).
+
+- glide: the draft-model chain of `sd` (or, given `bins`, the expansion sets of `cape`) with a
+  GLIDE drafter; its cross-attention reads the target cache as left by the last verification.
+- kangaroo: drafts through the target's layers 0..l-1 (`exit_layer`) and the adapter, at most
+  `gamma` tokens, stopping after the first with top-1 confidence <= `eta`; verification runs
+  layers l..N-1 over the drafted tokens' early features.
+- coral: the EAGLE-style feature drafter drafts a chain of `gamma` from the target's features;
+  `router_groups`/`router_top_n` (N, top-n) switch on CORAL's LM-head router.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from verification import rules
+from runtime.drafters.coral import FeatureDrafter
+from runtime.drafters.glide import GlideDrafter
+from runtime.drafters.io import load_drafter
+from runtime.drafters.kangaroo import KangarooAdapter
+from runtime.engine import register
+from runtime.engine.base import Decoder, Proposal
+from runtime.engine.draft_methods import CAPE, SD, DrafterState
+from common.errors import InputError
+from runtime.llama import Llama
+from traces.replay import normalise_config, parse_bins
+
+
+def resolve_drafter(kind: type, drafter: Any, target: Llama, build) -> Any:
+    """A drafter module of class `kind`: given, loaded from a file, or built untrained by `build()`."""
+    if drafter is None:
+        return build()
+    if isinstance(drafter, (str, Path)):
+        drafter = load_drafter(drafter, target)
+    if not isinstance(drafter, kind):
+        raise InputError(f"expected a {kind.kind} drafter, got {type(drafter).__name__}")
+    return drafter
+
+
+def _int_option(method: str, name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise InputError(f"{method}: {name} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def _std_option(method: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise InputError(f"{method}: drafter_std must be a positive number, got {value!r}")
+    return float(value)
+
+
+def start_keeping_prefill(decoder: Decoder, prompt: list[int], **forward_options: Any):
+    """`Decoder.start`, but with the prefill forward run here so that its output (hidden states,
+    features) is kept: the base start gets the first token only (no prefill), then the prompt minus
+    its pending last token goes through the target once. Returns that ForwardOutput (None for a
+    one-token prompt)."""
+    Decoder.start(decoder, prompt[:1])
+    decoder.tokens = list(prompt)
+    if len(prompt) == 1:
+        return None
+    with torch.no_grad():
+        return decoder.target(decoder._ids(prompt[:-1]), decoder.target_cache, logits=False, **forward_options)
+
+
+# ------------------------------------------------------------------------------------------ glide
+
+class GlideState(DrafterState):
+    """`DrafterState` for a GLIDE drafter: every forward also reads the target's current cache."""
+
+    def __init__(self, model: GlideDrafter, decoder: Decoder, capacity: int):
+        super().__init__(model, capacity)
+        self.decoder = decoder
+
+    def feed(self, tokens: list[int], positions: torch.Tensor | None = None,
+             mask: torch.Tensor | None = None) -> torch.Tensor:
+        target = self.decoder.target
+        ids = torch.tensor([tokens], dtype=torch.long, device=target.device)
+        with torch.no_grad():
+            out = self.model(ids, self.model.target_kv(self.decoder.target_cache), target.rope,
+                             cache=self.cache, position_ids=positions, mask=mask)
+        return out.logits[0]
+
+
+@register("glide")
+class Glide(CAPE):
+    """GLIDE drafter; a chain like `sd`, or CAPE's expansion sets when `bins` is given."""
+
+    method = "glide"
+    needs_drafter = False
+
+    def __init__(self, target: Llama, drafter: Any = None, *, sampling=None, seed: int = 0, **config: Any):
+        super().__init__(target, None, sampling=sampling, seed=seed, **config)
+        c = self.config
+        self.drafter = resolve_drafter(GlideDrafter, drafter, target, lambda: GlideDrafter.for_target(
+            target, seed=c["drafter_seed"], std=c["drafter_std"], num_layers=c["layers"], hidden_size=c["hidden"]))
+        if self.drafter.config.vocab_size != target.config.vocab_size:
+            raise InputError(f"GLIDE drafter vocabulary size {self.drafter.config.vocab_size} differs from the "
+                             f"target's {target.config.vocab_size}")
+
+    def check_config(self, gamma: int = 4, bins: Any = None, layers: int = 1, hidden: int | None = None,
+                     drafter_seed: int = 0, drafter_std: float = 0.02, **rest: Any) -> dict[str, Any]:
+        Decoder.check_config(self, **rest)
+        return {"gamma": normalise_config("cape", {"gamma": gamma})["gamma"],
+                "bins": None if bins is None else parse_bins(bins),
+                "layers": _int_option("glide", "layers", layers, 1),
+                "hidden": None if hidden is None else _int_option("glide", "hidden", hidden, 1),
+                "drafter_seed": _int_option("glide", "drafter_seed", drafter_seed, 0),
+                "drafter_std": _std_option("glide", drafter_std)}
+
+    def start_drafter(self, prompt: list[int]) -> None:
+        self.draft = GlideState(self.drafter, self, capacity=len(prompt) + 64)
+
+    def propose(self) -> Proposal:
+        return SD.propose(self) if self.config["bins"] is None else CAPE.propose(self)
+
+
+# -------------------------------------------------------------------------------------- kangaroo
+
+@register("kangaroo")
+class Kangaroo(Decoder):
+    """Early-exit self-drafting (Kangaroo); the target cache's shallow layers run ahead while drafting."""
+
+    method = "kangaroo"
+
+    def __init__(self, target: Llama, drafter: Any = None, *, sampling=None, seed: int = 0, **config: Any):
+        super().__init__(target, None, sampling=sampling, seed=seed, **config)
+        c = self.config
+        self.adapter = resolve_drafter(KangarooAdapter, drafter, target, lambda: KangarooAdapter.for_target(
+            target, c["exit_layer"], seed=c["drafter_seed"], std=c["drafter_std"]))
+        if self.adapter.exit_layer != c["exit_layer"]:
+            raise InputError(f"kangaroo: the adapter exits at layer {self.adapter.exit_layer}, "
+                             f"the configuration asks for {c['exit_layer']}")
+
+    def check_config(self, gamma: int = 6, eta: float = 0.6, exit_layer: int = 2, drafter_seed: int = 0,
+                     drafter_std: float = 0.02, **rest: Any) -> dict[str, Any]:
+        super().check_config(**rest)
+        checked = normalise_config("kangaroo", {"gamma": gamma, "eta": eta})
+        depth = self.target.config.num_layers
+        if isinstance(exit_layer, bool) or not isinstance(exit_layer, int) or not 1 <= exit_layer < depth:
+            raise InputError(f"kangaroo: exit_layer must be an integer in 1..{depth - 1}, got {exit_layer!r}")
+        return {**checked, "exit_layer": exit_layer,
+                "drafter_seed": _int_option("kangaroo", "drafter_seed", drafter_seed, 0),
+                "drafter_std": _std_option("kangaroo", drafter_std)}
+
+    def start(self, prompt: list[int]) -> None:
+        out = start_keeping_prefill(self, prompt, output_hidden_states=True)
+        self.adapter_cache = self.adapter.new_cache(capacity=len(prompt) + 64)
+        # early features (input of layer l) of the committed tokens the adapter has not seen yet
+        self.unseen = None if out is None else out.hidden_states[self.config["exit_layer"]]
+
+    def _shallow(self, token: int, position: int) -> torch.Tensor:
+        pos = torch.tensor([position], device=self.target.device)
+        return self.adapter.shallow(self.target, self._ids([token]), self.target_cache, position_ids=pos)
+
+    def propose(self) -> Proposal:
+        gamma, eta = self.config["gamma"], self.config["eta"]
+        self.root = self.target_cache.length           # position of the pending token
+        with torch.no_grad():
+            feature = self._shallow(self.tokens[-1], self.root)
+            features = [feature]
+            pending = feature if self.unseen is None else torch.cat([self.unseen, feature], dim=1)
+            drafts, q_rows, conf = [], [], []
+            forwards = 0
+            while True:
+                logits = self.adapter(pending, self.target, self.adapter_cache)[0, -1]
+                forwards += 1
+                q = self.sampling.probs(logits)
+                token = int(q.argmax()) if self.sampling.greedy else rules.draft_candidates(q.tolist(), 1, self.rng)[0]
+                drafts.append(token)
+                q_rows.append(q)
+                conf.append(float(q.max()))
+                feature = self._shallow(token, self.root + len(drafts))
+                features.append(feature)
+                if len(drafts) == gamma or self.stop_confidence(len(drafts) - 1, conf[-1]) <= eta:
+                    break
+                pending = feature
+        self.unseen = None
+        self.features = torch.cat(features, dim=1)      # early features of the pending token and the drafts
+        q_rows.append(torch.zeros_like(q_rows[0]))
+        return Proposal(rules.TokenTree.chain(drafts), torch.stack(q_rows), conf, draft_forwards=forwards)
+
+    def stop_confidence(self, index: int, confidence: float) -> float:
+        """The confidence the stop rule reads for draft `index` (replayed mode substitutes a recorded one)."""
+        return confidence
+
+    def verify(self, proposal: Proposal) -> tuple[rules.Verdict, int]:
+        """Target layers l..N-1 over the early features (the shallow layers ran while drafting)."""
+        positions = torch.arange(self.root, self.root + proposal.tree.size, device=self.target.device)
+        with self.timer.region("verify"), torch.no_grad():
+            logits = self.target(hidden=self.features, cache=self.target_cache, position_ids=positions,
+                                 layers=range(self.config["exit_layer"], self.target.config.num_layers)).logits[0]
+        return self.decide(proposal.tree, logits, proposal), proposal.tree.size
+
+    def commit(self, proposal: Proposal, verdict: rules.Verdict) -> None:
+        kept = self.root + 1 + verdict.n_accepted       # pending token + accepted drafts
+        self.target_cache.crop(kept)
+        self.adapter_cache.crop(min(kept, self.adapter_cache.length))
+        lag = kept - self.adapter_cache.length           # committed early features the adapter lacks
+        self.unseen = self.features[:, verdict.n_accepted + 1 - lag: verdict.n_accepted + 1] if lag else None
+        self.tokens.extend(verdict.tokens)
+
+
+# ----------------------------------------------------------------------------------------- coral
+
+@register("coral")
+class Coral(Decoder):
+    """EAGLE-style feature drafter (chain of `gamma`) with CORAL's optional LM-head router."""
+
+    method = "coral"
+
+    def __init__(self, target: Llama, drafter: Any = None, *, sampling=None, seed: int = 0, **config: Any):
+        super().__init__(target, None, sampling=sampling, seed=seed, **config)
+        c = self.config
+        groups, top_n = c["router_groups"], c["router_top_n"]
+        self.feature_drafter = resolve_drafter(FeatureDrafter, drafter, target, lambda: FeatureDrafter.for_target(
+            target, router_groups=groups, router_top_n=top_n, seed=c["drafter_seed"], std=c["drafter_std"]))
+        have = self.feature_drafter.config
+        if drafter is not None and (have.router_groups, have.router_top_n) != (groups, top_n):
+            if have.router_groups == groups and groups:   # same trained router, another top-n
+                self.feature_drafter.router.top_n = top_n
+            elif groups == 0 or have.router_groups == 0:
+                self.feature_drafter = self.feature_drafter.with_router(groups, top_n, seed=c["drafter_seed"])
+            else:
+                raise InputError(f"coral: the drafter's router has {have.router_groups} groups, "
+                                 f"the configuration asks for {groups}")
+
+    def check_config(self, gamma: int = 4, router_groups: int = 0, router_top_n: int = 0, drafter_seed: int = 0,
+                     drafter_std: float = 0.02, **rest: Any) -> dict[str, Any]:
+        super().check_config(**rest)
+        vocab = self.target.config.vocab_size
+        groups = _int_option("coral", "router_groups", router_groups, 0)
+        if groups > vocab:
+            raise InputError(f"coral: router_groups must be at most the vocabulary size {vocab}, got {groups}")
+        top_n = _int_option("coral", "router_top_n", router_top_n or groups, 0)
+        if groups and not 1 <= top_n <= groups:
+            raise InputError(f"coral: router_top_n must lie in 1..{groups}, got {router_top_n!r}")
+        return {"gamma": normalise_config("sd", {"gamma": gamma})["gamma"], "router_groups": groups,
+                "router_top_n": top_n if groups else 0,
+                "drafter_seed": _int_option("coral", "drafter_seed", drafter_seed, 0),
+                "drafter_std": _std_option("coral", drafter_std)}
+
+    def start(self, prompt: list[int]) -> None:
+        """Prefill keeping the target's features f_0..f_{n-2} (EAGLE reads f_{s-1} at position s)."""
+        out = start_keeping_prefill(self, prompt)
+        hidden = self.target.config.hidden_size
+        self.features = torch.zeros(1, 1, hidden, dtype=self.target.dtype, device=self.target.device)  # f_{-1} = 0
+        if out is not None:
+            self.features = torch.cat([self.features, out.hidden], dim=1)
+        self.draft_cache = self.feature_drafter.new_cache(capacity=len(prompt) + 64)
+
+    def _draft(self, tokens: list[int], prev_features: torch.Tensor, start: int) -> torch.Tensor:
+        positions = torch.arange(start, start + len(tokens), device=self.target.device)
+        return self.feature_drafter(self._ids(tokens), prev_features, self.target, self.draft_cache, positions)
+
+    def propose(self) -> Proposal:
+        gamma = self.config["gamma"]
+        self.root = self.target_cache.length
+        done = self.draft_cache.length                    # positions the drafter has with true features
+        drafts, q_rows, conf = [], [], []
+        with torch.no_grad():
+            # features[:, s] holds f_{s-1}: catch up positions done..root with the target's features
+            out = self._draft(self.tokens[done:self.root + 1], self.features[:, done:self.root + 1], done)[:, -1:]
+            for i in range(gamma):
+                q = self.sampling.probs(self.feature_drafter.logits(out, self.target)[0, -1])
+                token = int(q.argmax()) if self.sampling.greedy else rules.draft_candidates(q.tolist(), 1, self.rng)[0]
+                drafts.append(token)
+                q_rows.append(q)
+                conf.append(float(q.max()))
+                if i + 1 < gamma:
+                    out = self._draft([token], out, self.root + 1 + i)
+        q_rows.append(torch.zeros_like(q_rows[0]))
+        return Proposal(rules.TokenTree.chain(drafts), torch.stack(q_rows), conf, draft_forwards=gamma)
+
+    def verify(self, proposal: Proposal) -> tuple[rules.Verdict, int]:
+        """The target's chain forward, keeping its last hidden states as the next features."""
+        tokens = [self.tokens[-1], *proposal.tree.tokens[1:]]
+        with self.timer.region("verify"), torch.no_grad():
+            out = self.target(self._ids(tokens), self.target_cache)
+        self.verified = out.hidden
+        return self.decide(proposal.tree, out.logits[0], proposal), proposal.tree.size
+
+    def commit(self, proposal: Proposal, verdict: rules.Verdict) -> None:
+        kept = self.root + 1 + verdict.n_accepted
+        self.target_cache.crop(kept)
+        self.draft_cache.crop(self.root + 1)              # drop entries made from drafted features
+        self.features = torch.cat([self.features, self.verified[:, : verdict.n_accepted + 1]], dim=1)
+        self.tokens.extend(verdict.tokens)

@@ -1,0 +1,198 @@
+"""The engine's one interface: propose -> verify -> commit, with KV-cache rollback and step timing.
+
+State of a decoder between steps: `tokens` (prompt + generated, all committed); the target cache
+holds every committed token except the last one, the *pending* token, which the next verification
+forward takes as the root of the draft tree. A step:
+  1. `propose()` -> `Proposal`: a token tree (rules.TokenTree) hanging off the pending token, q rows
+     when the drafts were sampled from a drafter, the drafter confidences and forward count;
+  2. `verify(proposal)` -> (`Verdict`, p logits): one target forward over [pending] + tree nodes with
+     the ancestor mask and positions root + depth, then the rules (`engine.verify`);
+  3. `commit(proposal, verdict)`: keep the prefix and the accepted path in the target cache
+     (`KVCache.keep`), append the verdict's tokens; methods roll their own drafter state back.
+Timing: draft (propose) and verify (the target forward) are timed regions, overhead is the rest
+of the step (sampling, tree building, cache edits). On a GPU the timer synchronises only at the
+borders of timed regions, so nothing else is serialised.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from verification import rules
+from runtime.engine import tree as tree_geo
+from runtime.engine.verify import Sampling, TorchSource, greedy_verdict, sampled_verdict
+from common.errors import InputError
+from runtime.llama import Llama
+
+
+@dataclass
+class Proposal:
+    tree: rules.TokenTree
+    q_rows: torch.Tensor | None = None      # [nodes, vocab] processed drafter distributions (sampled drafts)
+    confidences: list[float] = field(default_factory=list)  # drafter top-1 prob per drafted position
+    draft_forwards: int = 0
+    naive: bool = False                     # candidates not drawn from q (CAPE sets, n-grams): one-hot drafts
+
+
+@dataclass
+class StepRecord:
+    """One speculation step; the StepTrace fields that belong to a step (see traces.schema)."""
+
+    step: int
+    ctx_len: int
+    draft_forwards: int
+    draft_s: float
+    verify_tokens: int
+    verify_s: float
+    overhead_s: float
+    accepted: int
+    accept_mask: list[bool]
+    confidences: list[float]
+
+
+@dataclass
+class Generation:
+    prompt_len: int
+    tokens: list[int]                       # generated tokens only
+    steps: list[StepRecord]
+    seconds: float
+
+
+class StepTimer:
+    """Wall-clock regions of one step; synchronises the GPU at region borders only."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.totals: dict[str, float] = {}
+
+    def _sync(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def region(self, name: str):
+        timer = self
+
+        class _Region:
+            def __enter__(self):
+                timer._sync()
+                self.start = time.perf_counter()
+
+            def __exit__(self, *exc):
+                timer._sync()
+                timer.totals[name] = timer.totals.get(name, 0.0) + time.perf_counter() - self.start
+
+        return _Region()
+
+
+class Decoder:
+    """Base class of every method. Subclasses set `method`, `needs_drafter` and write `propose`."""
+
+    method = "base"
+    needs_drafter = False
+
+    def __init__(self, target: Llama, drafter: Llama | None = None, *, sampling: Sampling | None = None,
+                 seed: int = 0, **config: Any):
+        if self.needs_drafter and drafter is None:
+            raise InputError(f"method '{self.method}' needs a drafter model")
+        if drafter is not None and drafter.config.vocab_size != target.config.vocab_size:
+            raise InputError(f"drafter vocabulary size {drafter.config.vocab_size} differs from the target's "
+                             f"{target.config.vocab_size}")
+        self.target, self.drafter = target, drafter
+        self.sampling = sampling or Sampling()
+        self.seed = seed
+        self.config = self.check_config(**config)
+
+    # -- configuration ---------------------------------------------------------------------------
+    def check_config(self, **config: Any) -> dict[str, Any]:
+        if config:
+            raise InputError(f"method '{self.method}' takes no option(s) {', '.join(sorted(config))}")
+        return {}
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self, prompt: list[int]) -> None:
+        """Reset all state and prefill the target with the prompt minus its last (pending) token."""
+        if not prompt:
+            raise InputError("prompt is empty")
+        self.rng = TorchSource(self.seed)
+        self.tokens = list(prompt)
+        self.target_cache = self.target.new_cache(capacity=len(prompt) + 64)
+        if len(prompt) > 1:
+            with torch.no_grad():
+                self.target(self._ids(prompt[:-1]), self.target_cache, logits=False)
+        self.start_drafter(prompt)
+
+    def start_drafter(self, prompt: list[int]) -> None:
+        """Methods with a drafter set up its state here (default: nothing)."""
+
+    def _ids(self, tokens: list[int]) -> torch.Tensor:
+        return torch.tensor([tokens], dtype=torch.long, device=self.target.device)
+
+    # -- one step --------------------------------------------------------------------------------
+    def propose(self) -> Proposal:
+        raise NotImplementedError
+
+    def verify(self, proposal: Proposal) -> tuple[rules.Verdict, int]:
+        """One target forward over the pending token and the tree; return the verdict and query count."""
+        t = proposal.tree
+        past = self.target_cache.length
+        with self.timer.region("verify"), torch.no_grad():
+            local = tree_geo.ancestor_mask(t.parents)
+            positions = torch.tensor([past + d for d in tree_geo.depths(t.parents)], device=self.target.device)
+            logits = self.target(self._ids([self.tokens[-1], *t.tokens[1:]]), self.target_cache,
+                                  position_ids=positions, mask=tree_geo.with_prefix(past, local)).logits[0]
+        return self.decide(t, logits, proposal), t.size
+
+    def decide(self, t: rules.TokenTree, logits: torch.Tensor, proposal: Proposal) -> rules.Verdict:
+        if self.sampling.greedy:
+            return greedy_verdict(t, logits)
+        return sampled_verdict(t, self.sampling.probs(logits), proposal.q_rows, self.rng,
+                               replacement=self.config.get("replacement", True), naive=proposal.naive)
+
+    def commit(self, proposal: Proposal, verdict: rules.Verdict) -> None:
+        """Keep the pending token and the accepted path in the target cache; append the tokens."""
+        start = self.root_index  # cache index of the pending token's entry
+        self.target_cache.keep(start + 1, [start + node for node in verdict.path])
+        self.tokens.extend(verdict.tokens)
+        self.after_commit(proposal, verdict)
+
+    def after_commit(self, proposal: Proposal, verdict: rules.Verdict) -> None:
+        """Methods roll their drafter state back here (default: nothing)."""
+
+    def step(self, index: int) -> StepRecord:
+        self.timer = StepTimer(self.target.device)
+        ctx_len = len(self.tokens)
+        begin = time.perf_counter()
+        with self.timer.region("draft"):
+            proposal = self.propose()
+        self.root_index = self.target_cache.length
+        verdict, verify_tokens = self.verify(proposal)
+        self.commit(proposal, verdict)
+        total = time.perf_counter() - begin
+        draft_s, verify_s = self.timer.totals.get("draft", 0.0), self.timer.totals.get("verify", 0.0)
+        depth = max(tree_geo.depths(proposal.tree.parents))
+        mask = [i < verdict.n_accepted for i in range(depth)]
+        return StepRecord(index, ctx_len, proposal.draft_forwards, draft_s, verify_tokens, verify_s,
+                          max(total - draft_s - verify_s, 0.0), len(verdict.tokens), mask,
+                          [float(c) for c in proposal.confidences])
+
+    def generate(self, prompt: list[int], max_new_tokens: int, eos_token_id: int | None = None) -> Generation:
+        """Decode up to `max_new_tokens` tokens (stopping after `eos_token_id`)."""
+        if max_new_tokens < 1:
+            raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        begin = time.perf_counter()
+        self.start(prompt)
+        steps: list[StepRecord] = []
+        while len(self.tokens) - len(prompt) < max_new_tokens:
+            steps.append(self.step(len(steps)))
+            if eos_token_id is not None and eos_token_id in self.tokens[len(prompt):]:
+                break
+        out = self.tokens[len(prompt):][:max_new_tokens]
+        if eos_token_id is not None and eos_token_id in out:
+            out = out[: out.index(eos_token_id) + 1]
+        overshoot = len(self.tokens) - len(prompt) - len(out)
+        if overshoot:  # the last step's tokens past the limit are not part of the output
+            steps[-1].accepted -= overshoot
+        return Generation(len(prompt), out, steps, time.perf_counter() - begin)

@@ -1,0 +1,65 @@
+"""`python -m traces.timing`: a LatencyTrace over the grid, every role, one-line bad input."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from traces import schema, timing
+
+
+def run(tmp_path, *extra):
+    out = tmp_path / "lat.parquet"
+    code = timing.main(["--model", "tiny", "--tokens", "1,3", "--ctx", "0,5", "--batch", "1,2",
+                         "--warmup", "0", "--repeats", "2", "--min-repeats", "1", "--quiet", "--out", str(out),
+                         "--device", "cpu", "--threads", "1", *extra])
+    return code, out
+
+
+def test_grid_rows_roles_and_metadata(tmp_path):
+    code, out = run(tmp_path, "--drafter", "layers:1", "--router", "4:1", "--router", "4:4")
+    assert code == 0
+    frame, meta = schema.read_trace(out, "latency")
+    counts = frame.groupby("role").size().to_dict()
+    assert counts == {"target": 8, "draft": 8, "lm_head": 4, "router_head": 8}
+    target = frame[frame.role == "target"]
+    assert sorted(set(zip(target.n_tokens, target.ctx_len, target.batch))) == \
+        [(n, c, b) for n in (1, 3) for c in (0, 5) for b in (1, 2)]
+    assert (frame.seconds > 0).all() and frame.repeats.between(1, 2).all()
+    assert set(frame[frame.role == "router_head"].model) == {"tiny:router4:1", "tiny:router4:4"}
+    assert (frame[frame.role.isin(["lm_head", "router_head"])].ctx_len == 0).all()
+    assert meta.hardware == "CPU" and meta.dtype == "fp32" and meta.extra["tokens"] == [1, 3]
+
+
+def test_timer_median_and_budget():
+    calls = []
+    timer = timing.Timer(torch.device("cpu"), warmup=2, repeats=5, min_repeats=2, point_seconds=0.0)
+    seconds, repeats = timer.median(lambda: calls.append("run"), lambda: calls.append("reset"))
+    assert repeats == 2 and len(calls) == 2 * (2 + 2) and seconds >= 0
+    timer = timing.Timer(torch.device("cpu"), warmup=0, repeats=3)
+    assert timer.median(lambda: None, lambda: None)[1] == 3
+
+
+def test_filled_cache_has_length_and_room():
+    from runtime.models import tiny_model
+
+    model = tiny_model()
+    cache = timing.filled_cache(model, batch=2, ctx_len=7, extra=3, seed=0)
+    assert cache.length == 7 and cache.keys[0].shape[0] == 2 and cache.keys[0].shape[2] == 10
+    assert cache.keys[0][:, :, :7].abs().sum() > 0
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--tokens", "0"], "--tokens needs integers >= 1"),
+    (["--batch", "a,b"], "--batch must be comma-separated"),
+    (["--router", "4:8"], "top-n <= groups"),
+    (["--router", "x"], "GROUPS:TOP_N"),
+    (["--drafter", "layers:9"], "truncated drafter"),
+    (["--drafter", "random:llama-68m"], "vocabulary size"),
+    (["--model", "./no/such/model"], "model path not found"),
+    (["--repeats", "0"], "--repeats"),
+])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, extra, needle):
+    code, out = run(tmp_path, *extra)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("error: ") and needle in err and "\n" not in err
+    assert not out.exists() and not list(tmp_path.iterdir())

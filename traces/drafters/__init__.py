@@ -1,5 +1,0 @@
-"""Drafters that read the target's internals: GLIDE (target KV cache), Kangaroo (early exit
-adapter) and CORAL/EAGLE (target features, LM-head router). Plain nn.Modules, trainable, saved
-as safetensors with their configuration (`traces.drafters.io`)."""
-
-from traces.drafters import methods  # noqa: E402,F401  (registers glide, kangaroo, coral in the engine)

@@ -1,0 +1,315 @@
+"""`python -m traces.timing`: time model forwards over a grid and write LatencyTrace rows.
+
+Latency does not depend on the weights, so every forward here runs on whatever the loader gives
+(trained, GGUF, or a real architecture with random weights, `random:vicuna-7b`). The grid is
+tokens per forward (query tokens per sequence) x context length (tokens already in the KV cache)
+x batch size. The cache is filled with random keys/values of the right length instead of a
+prefill (its contents do not change the time), and cropped back after every timed forward.
+
+What is timed, per role:
+- `target`: the model's full forward over n new tokens with logits at every position (what a
+  verification forward computes);
+- `draft`: each `--drafter`: another model spec (same loader), or `layers:K`, the target's first K
+  layers with its head (a cheap same-vocabulary drafter);
+- `lm_head` / `router_head`: the target's final norm + LM head on n x batch hidden states, plain
+  and through CORAL's LM-head router with N groups, top-n active (`--router N:n`); no attention,
+  so these are timed at context 0 only.
+
+Each point: `--warmup` untimed runs, then timed runs: `--repeats` of them, or fewer (never below
+`--min-repeats`) once the point has used `--point-seconds`; the row holds the median and the
+number of timed runs. On a GPU each run is timed with CUDA events around the forward alone (no
+host synchronisation inside it); on a CPU with perf_counter.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import pandas as pd
+import torch
+
+from traces import schema
+from runtime.drafters.router import LMHeadRouter
+from common.errors import InputError, cli_entry
+from runtime.llama import KVCache, Llama
+from runtime.engine.__main__ import load_drafter
+from runtime.models import load_model
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPE_NAMES = {**{v: k for k, v in DTYPES.items()}, torch.float64: "fp64"}
+# Default grids: the GPU one is the full picture; the CPU one is thinned so that a 135M model's
+# grid (with loading) finishes in a few minutes on two cores.
+GPU_GRID = {"tokens": (1, 2, 4, 8, 16, 32, 64, 128, 256), "ctx": (0, 512, 1024, 2048, 4096), "batch": (1, 2, 4, 8)}
+CPU_GRID = {"tokens": (1, 4, 16, 64, 256), "ctx": (0, 1024, 4096), "batch": (1, 2)}
+
+
+def int_list(text: str, name: str, minimum: int) -> tuple[int, ...]:
+    """`1,2,4` -> (1, 2, 4); every value >= minimum."""
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise InputError(f"--{name} must be comma-separated integers, got '{text}'") from None
+    if not values or min(values) < minimum:
+        raise InputError(f"--{name} needs integers >= {minimum}, got '{text}'")
+    return tuple(sorted(set(values)))
+
+
+def parse_router(text: str) -> tuple[int, int]:
+    """`16:4` -> (16 groups, top-4 active)."""
+    parts = text.split(":")
+    try:
+        groups, top_n = (int(p) for p in parts)
+    except ValueError:
+        raise InputError(f"--router takes GROUPS:TOP_N like 16:4, got '{text}'") from None
+    if not 1 <= top_n <= groups:
+        raise InputError(f"--router {text}: need 1 <= top-n <= groups")
+    return groups, top_n
+
+
+def hardware_name(device: torch.device) -> str:
+    """A hardware name in the costmodel's vocabulary (H100, H200, A100-80G, ...; CPU)."""
+    if device.type != "cuda":
+        return "CPU"
+    name = torch.cuda.get_device_name(device).upper()
+    for known in ("H200", "H100", "H800", "A6000", "V100", "L40S", "L4", "A10"):
+        if known in name:
+            return known
+    if "A100" in name:
+        gib = torch.cuda.get_device_properties(device).total_memory / 2**30
+        return "A100-80G" if gib > 60 else "A100-40G"
+    return name.replace("NVIDIA ", "").replace(" ", "-")
+
+
+# ----------------------------------------------------------------------------- timing
+
+class Timer:
+    """Median seconds of a callable: warm-up runs, then timed repeats (CUDA events on a GPU)."""
+
+    def __init__(self, device: torch.device, warmup: int, repeats: int, min_repeats: int | None = None,
+                 point_seconds: float = float("inf")):
+        self.cuda = device.type == "cuda"
+        self.warmup, self.repeats = warmup, repeats
+        self.min_repeats = repeats if min_repeats is None else min(min_repeats, repeats)
+        self.point_seconds = point_seconds
+
+    def median(self, run: Callable[[], None], reset: Callable[[], None]) -> tuple[float, int]:
+        """(median seconds, timed runs)."""
+        begin = time.perf_counter()
+        for _ in range(self.warmup):
+            run()
+            reset()
+        samples: list[float] = []
+        while len(samples) < self.repeats:
+            if len(samples) >= self.min_repeats and time.perf_counter() - begin > self.point_seconds:
+                break
+            if self.cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                run()
+                end.record()
+                end.synchronize()
+                samples.append(start.elapsed_time(end) / 1000.0)
+            else:
+                begin = time.perf_counter()
+                run()
+                samples.append(time.perf_counter() - begin)
+            reset()
+            if self.cuda:
+                torch.cuda.synchronize()
+        return statistics.median(samples), len(samples)
+
+
+def filled_cache(model: Llama, batch: int, ctx_len: int, extra: int, seed: int) -> KVCache:
+    """A KV cache holding `ctx_len` random entries, with room for `extra` more."""
+    cache = model.new_cache(batch=batch, capacity=ctx_len + extra)
+    gen = torch.Generator(device=model.device).manual_seed(seed)
+    for layer in range(model.config.num_layers):
+        for store in (cache.keys, cache.values):
+            store[layer][:, :, :ctx_len].normal_(generator=gen)
+    cache.lengths = [ctx_len] * model.config.num_layers
+    return cache
+
+
+@dataclass
+class Grid:
+    tokens: tuple[int, ...]
+    ctx: tuple[int, ...]
+    batch: tuple[int, ...]
+
+    def points(self, with_context: bool = True) -> list[tuple[int, int, int]]:
+        contexts = self.ctx if with_context else (0,)
+        return [(n, c, b) for b in self.batch for c in contexts for n in self.tokens]
+
+
+def profile_model(model: Llama, grid: Grid, timer: Timer, seed: int, progress=None) -> list[dict]:
+    """Rows (n_tokens, ctx_len, batch, seconds) for full forwards of `model` over the grid."""
+    rows = []
+    gen = torch.Generator().manual_seed(seed)
+    with torch.inference_mode():
+        for batch in grid.batch:
+            for ctx_len in grid.ctx:
+                cache = filled_cache(model, batch, ctx_len, max(grid.tokens), seed)
+                for n in grid.tokens:
+                    ids = torch.randint(0, model.config.vocab_size, (batch, n), generator=gen).to(model.device)
+                    seconds, repeats = timer.median(lambda: model(ids, cache), lambda: cache.crop(ctx_len))
+                    rows.append({"n_tokens": n, "ctx_len": ctx_len, "batch": batch, "seconds": seconds,
+                                 "repeats": repeats})
+                    if progress is not None:
+                        progress.update(1)
+                del cache
+    return rows
+
+
+def profile_head(model: Llama, router: LMHeadRouter | None, grid: Grid, timer: Timer, seed: int,
+                 progress=None) -> list[dict]:
+    """Rows for the final norm + LM head (plain, or routed) on n x batch hidden states."""
+    rows = []
+    gen = torch.Generator().manual_seed(seed)
+    weight = model.lm_head.weight
+    with torch.inference_mode():
+        for n, _, batch in grid.points(with_context=False):
+            hidden = torch.randn(batch, n, model.config.hidden_size, generator=gen).to(weight)
+            if router is None:
+                run = lambda: model.head(hidden)
+            else:
+                run = lambda: router.routed_logits(model.norm(hidden), weight)
+            seconds, repeats = timer.median(run, lambda: None)
+            rows.append({"n_tokens": n, "ctx_len": 0, "batch": batch, "seconds": seconds, "repeats": repeats})
+            if progress is not None:
+                progress.update(1)
+    return rows
+
+
+def build_router(model: Llama, groups: int, top_n: int, seed: int) -> LMHeadRouter:
+    """CORAL's router head at the target's width and vocabulary, seeded random weights."""
+    router = LMHeadRouter(model.config.hidden_size, model.config.vocab_size, groups, top_n)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in router.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
+    return router.to(device=model.device, dtype=model.dtype).eval()
+
+
+# ----------------------------------------------------------------------------- command line
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m traces.timing", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True,
+                        help="target: smollm2, tiny[:seed], random:<architecture>, a .gguf file, a local path or hub id")
+    parser.add_argument("--drafter", action="append", default=[],
+                        help="drafter to time as role 'draft' (repeatable): a model spec, or layers:K for the "
+                             "target's first K layers")
+    parser.add_argument("--router", action="append", default=[],
+                        help="CORAL LM-head router variant GROUPS:TOP_N to time as role 'router_head' (repeatable); "
+                             "the plain head is then timed too as role 'lm_head'")
+    parser.add_argument("--no-target", action="store_true", help="skip the target's own forwards")
+    def grid_help(axis: str) -> str:
+        return f"(default {','.join(map(str, GPU_GRID[axis]))} on a GPU, {','.join(map(str, CPU_GRID[axis]))} on a CPU)"
+
+    parser.add_argument("--tokens", default=None,
+                        help="query tokens per sequence per forward, comma-separated " + grid_help("tokens"))
+    parser.add_argument("--ctx", default=None,
+                        help="context lengths already in the KV cache, comma-separated " + grid_help("ctx"))
+    parser.add_argument("--batch", default=None, help="batch sizes, comma-separated " + grid_help("batch"))
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs before each point (default %(default)s)")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="timed runs per point at most; the median is kept (default %(default)s)")
+    parser.add_argument("--min-repeats", type=int, default=3,
+                        help="timed runs per point at least (default %(default)s)")
+    parser.add_argument("--point-seconds", type=float, default=None,
+                        help="stop repeating a point (after --min-repeats) once it used this many seconds "
+                             "(default 2 on a CPU, unlimited on a GPU)")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default=None,
+                        help="weights and activations dtype (default bf16 on a GPU, fp32 on a CPU)")
+    parser.add_argument("--device", default=None, help="cpu or cuda[:i] (default: cuda if available)")
+    parser.add_argument("--hardware", default=None, help="hardware name written to the rows (default: detected)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of random weights, inputs and cache contents")
+    parser.add_argument("--out", required=True, help="output LatencyTrace parquet file")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser.parse_args(argv)
+
+
+@cli_entry
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        device = torch.device(args.device) if args.device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    except RuntimeError:
+        raise InputError(f"--device '{args.device}' is not a torch device (cpu, cuda, cuda:1)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda asked for, but no CUDA device is available")
+    defaults = GPU_GRID if device.type == "cuda" else CPU_GRID
+    grid = Grid(*(int_list(getattr(args, axis) or ",".join(map(str, defaults[axis])), axis, 0 if axis == "ctx" else 1)
+                  for axis in ("tokens", "ctx", "batch")))
+    if args.warmup < 0 or args.repeats < 1 or args.min_repeats < 1:
+        raise InputError("--warmup must be >= 0, --repeats and --min-repeats >= 1")
+    point_seconds = args.point_seconds if args.point_seconds is not None else (
+        float("inf") if device.type == "cuda" else 2.0)
+    routers = [parse_router(r) for r in args.router]
+    if args.threads is not None:
+        torch.set_num_threads(max(1, args.threads))
+    dtype_name = args.dtype or ("bf16" if device.type == "cuda" else "fp32")
+    dtype = DTYPES[dtype_name]
+    hardware = args.hardware or hardware_name(device)
+
+    target = load_model(args.model, dtype=dtype, device=device, seed=args.seed)
+    model = target.model.to(device=device, dtype=dtype)
+    units: list[tuple[str, str, Llama | LMHeadRouter | None, bool]] = []  # name, role, module, is_head
+    if not args.no_target:
+        units.append((target.name, "target", model, False))
+    for spec in args.drafter:
+        drafter = load_drafter(spec, target)  # layers:K, or a model with the target's vocabulary
+        units.append((drafter.name, "draft", drafter.model.to(device=device, dtype=dtype), False))
+    if routers:
+        units.append((f"{target.name}:lm_head", "lm_head", None, True))
+        for groups, top_n in routers:
+            units.append((f"{target.name}:router{groups}:{top_n}", "router_head",
+                          build_router(model, groups, top_n, args.seed), True))
+    if not units:
+        raise InputError("nothing to profile: --no-target without --drafter or --router")
+
+    total = sum(len(grid.points(with_context=not head)) for _, _, _, head in units)
+    timer = Timer(device, args.warmup, args.repeats, args.min_repeats, point_seconds)
+    from tqdm import tqdm
+
+    rows: list[dict] = []
+    with tqdm(total=total, disable=args.quiet, unit="point", desc="profile") as progress:
+        for name, role, module, is_head in units:
+            progress.set_postfix_str(f"{role} {name}")
+            found = (profile_head(model, module, grid, timer, args.seed, progress) if is_head
+                     else profile_model(module, grid, timer, args.seed, progress))
+            rows += [{"model": name, "hardware": hardware, "dtype": dtype_name, "role": role, **r} for r in found]
+    frame = pd.DataFrame(rows, columns=list(schema.LATENCY_COLUMNS))
+    metadata = schema.RunMetadata(
+        kind="latency", models={"target": target.name, **{f"draft{i}": s for i, s in enumerate(args.drafter)}},
+        hardware=hardware, dtype=dtype_name, seed=args.seed, commit=git_commit(),
+        extra={"device": str(device), "threads": torch.get_num_threads(), "warmup": args.warmup,
+               "point_seconds": None if point_seconds == float("inf") else point_seconds,
+               "tokens": list(grid.tokens), "ctx": list(grid.ctx), "batch": list(grid.batch),
+               "routers": [f"{g}:{n}" for g, n in routers], "torch": torch.__version__},
+    )
+    schema.write_trace(args.out, frame, metadata)
+    if not args.quiet:
+        print(f"wrote {len(frame)} latency rows to {args.out}")
+    return 0
+
+
+def git_commit() -> str:
+    """The checkout's commit (short), or '' outside a git checkout."""
+    import subprocess
+    from pathlib import Path
+
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parent,
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,416 @@
+"""Offline training data for the drafters: a self-distillation corpus and the target's signals on it.
+
+Corpus (`build_corpus`): documents of token ids, each either
+- `generated`: an instruction or code prompt built from templates (generic instructions over a
+  fixed topic list; Python standard-library functions with the first line of their docstring),
+  in the target's chat format, followed by the target's own greedy continuation (batched
+  generation with the KV cache, at most `max_new_tokens`);
+- `source`: a seeded window of `chunk_tokens` tokens from a Python standard-library source file.
+Nothing comes from MT-Bench or HumanEval: `find_leaks` looks for any `leak_words`-word run of an
+evaluation prompt in every document, leaking documents are dropped (counted in `meta`) and the
+check is repeated on what is kept. Documents are split train/eval by a seeded permutation.
+
+Target signals (`target_signals`): the frozen target is run once over fixed-length windows of the
+corpus and what the drafter losses need is kept, so several drafters never rerun the target:
+    ids [N, L] (long); topk_ids [N, L, k] (long), topk_logp [N, L, k] (the target's full-softmax
+    log-probabilities of its top k next tokens, best first); hidden.<i> [N, L, H] (the input of
+    layer i, i = num_layers is the last layer's output before the final norm, `ForwardOutput.hidden`);
+    k.<i>, v.<i> [N, kv_heads, L, head_dim] (layer i's cached keys, rotated, and values).
+Requested by `SignalSpec`. Everything is deterministic given the seed and cached under
+`.cache/specsim/train/` in files named by a content hash of every input (config, model
+fingerprint, Python version, spec); the corpus also records the hash of its own contents.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import importlib
+import json
+import re
+import sys
+import sysconfig
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from common import atomic
+from common.errors import InputError
+from runtime.llama import Llama, causal_mask
+from runtime.models import LoadedModel
+from traces.prompts import ByteTokenizer, Prompt, encode_prompt, load_prompts
+
+DEFAULT_CACHE = Path(".cache/specsim/train")
+FORMAT_VERSION = "1"
+
+GENERIC_TEMPLATES = (
+    "Write a short paragraph about {topic}.",
+    "Give three practical tips about {topic}.",
+    "Explain {topic} to a beginner in simple words.",
+    "Write a short note to a friend about {topic}.",
+    "List some advantages and disadvantages of {topic}.",
+    "Describe a typical day that involves {topic}.",
+)
+TOPICS = (
+    "keeping a vegetable garden", "learning to play the guitar", "saving money each month", "the water cycle",
+    "recycling household waste", "riding a bicycle to work", "baking bread at home", "reading before sleep",
+    "training a puppy", "visiting a public library", "keeping a daily journal", "organising a small office",
+    "drinking enough water", "planning a weekend hike", "learning a second language", "writing clear emails",
+    "taking care of houseplants", "cooking with seasonal vegetables", "working from home", "volunteering locally",
+    "repairing a flat tyre", "the phases of the moon", "how bees make honey", "painting with watercolours",
+    "running a first five kilometres", "preparing for a job interview", "sorting old photographs",
+    "birdwatching in a park", "keeping a fish tank clean", "making a budget spreadsheet",
+)
+CODE_TEMPLATES = (
+    "Explain what the Python function `{name}` does. Its documentation starts: \"{doc}\"",
+    "Write a short Python example that calls `{name}` and explain the output.",
+    "What mistakes do people make when using `{name}` in Python? Its documentation starts: \"{doc}\"",
+    "Write a small Python function that uses `{name}` and add a docstring.",
+)
+STDLIB_MODULES = (
+    "bisect", "heapq", "itertools", "functools", "json", "re", "string", "textwrap", "math", "statistics",
+    "os.path", "shutil", "glob", "fnmatch", "csv", "difflib", "random", "datetime", "calendar", "copy",
+    "collections", "operator", "base64", "hashlib", "zlib", "urllib.parse", "html", "shlex", "fractions",
+)
+
+
+@dataclass(frozen=True)
+class CorpusConfig:
+    """What the corpus holds; every field enters the cache key."""
+
+    n_generated: int = 192          # instruction + code prompts answered by the target
+    code_fraction: float = 0.5      # share of the generated prompts that are about stdlib functions
+    max_new_tokens: int = 128
+    gen_batch: int = 16
+    n_source: int = 160             # standard-library source windows (one per file; 3.11 has 168 files)
+    chunk_tokens: int = 128
+    eval_fraction: float = 0.1      # documents held out (by document, seeded)
+    leak_words: int = 8             # run length of the evaluation-prompt leak check
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.n_generated < 0 or self.n_source < 0 or self.n_generated + self.n_source < 2:
+            raise InputError("corpus needs at least 2 documents (n_generated + n_source >= 2, both >= 0)")
+        if not 0.0 < self.eval_fraction < 1.0:
+            raise InputError(f"eval_fraction must lie in (0, 1), got {self.eval_fraction}")
+        for name in ("max_new_tokens", "gen_batch", "chunk_tokens", "leak_words"):
+            if getattr(self, name) < 1:
+                raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass
+class Corpus:
+    """Token documents, their kind (`generated`/`source`) and split (`train`/`eval`), plus metadata."""
+
+    docs: list[list[int]]
+    kinds: list[str]
+    splits: list[str]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def split(self, name: str) -> list[list[int]]:
+        return [d for d, s in zip(self.docs, self.splits) if s == name]
+
+    def content_hash(self) -> str:
+        return _sha({"docs": self.docs, "kinds": self.kinds, "splits": self.splits})
+
+
+# ----------------------------------------------------------------------------------- prompts
+
+def stdlib_functions() -> list[tuple[str, str]]:
+    """(qualified name, first docstring line) of the public functions of `STDLIB_MODULES`, sorted."""
+    out = []
+    for mod_name in STDLIB_MODULES:
+        module = importlib.import_module(mod_name)
+        for name, obj in inspect.getmembers(module, callable):
+            if name.startswith("_") or inspect.isclass(obj):
+                continue
+            doc = (inspect.getdoc(obj) or "").strip().splitlines()
+            first = doc[0].strip() if doc else ""
+            if 10 <= len(first) <= 160 and "`" not in first and '"' not in first:
+                out.append((f"{mod_name}.{name}", first))
+    return sorted(set(out))
+
+
+def instruction_prompts(n: int, code_fraction: float, seed: int) -> list[str]:
+    """n distinct prompt texts from the templates, seeded: round(n * code_fraction) about stdlib functions."""
+    rng = np.random.default_rng(seed)
+    generic = [t.format(topic=topic) for t in GENERIC_TEMPLATES for topic in TOPICS]
+    code = [t.format(name=name, doc=doc) for t in CODE_TEMPLATES for name, doc in stdlib_functions()]
+    n_code = min(round(n * code_fraction), len(code))
+    n_generic = n - n_code
+    if n_generic > len(generic):
+        raise InputError(f"only {len(generic)} generic and {len(code)} code prompts exist, {n} asked")
+    picked = [code[i] for i in rng.choice(len(code), n_code, replace=False)]
+    picked += [generic[i] for i in rng.choice(len(generic), n_generic, replace=False)]
+    return [picked[i] for i in rng.permutation(len(picked))]
+
+
+def stdlib_source_files() -> list[Path]:
+    """The top-level `.py` files of this Python's standard library, sorted by name."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    return sorted(p for p in root.glob("*.py") if p.is_file())
+
+
+# ----------------------------------------------------------------------------------- leak check
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"\S+", text.lower())
+
+
+def evaluation_texts() -> list[str]:
+    """Every user turn of MT-Bench and every HumanEval prompt: text that must never be trained on."""
+    return [turn for name in ("mtbench", "humaneval") for p in load_prompts(name) for turn in p.turns]
+
+
+def find_leaks(texts: Sequence[str], eval_texts: Sequence[str], n_words: int = 8) -> list[tuple[int, str]]:
+    """(index, the shared words) of each text that contains a run of `n_words` words of an evaluation text.
+
+    Words are whitespace-separated, lower-cased. Evaluation texts shorter than `n_words` words are
+    matched whole (as a word run) so short prompts are checked too.
+    """
+    grams: set[tuple[str, ...]] = set()
+    for text in eval_texts:
+        words = _words(text)
+        width = min(n_words, len(words))
+        grams.update(tuple(words[i:i + width]) for i in range(len(words) - width + 1))
+    widths = sorted({len(g) for g in grams})
+    leaks = []
+    for index, text in enumerate(texts):
+        words = _words(text)
+        hit = next((g for w in widths for i in range(len(words) - w + 1)
+                    if (g := tuple(words[i:i + w])) in grams), None)
+        if hit is not None:
+            leaks.append((index, " ".join(hit)))
+    return leaks
+
+
+# ----------------------------------------------------------------------------------- generation
+
+def _encode_text(tokenizer: Any, text: str) -> list[int]:
+    if isinstance(tokenizer, ByteTokenizer):
+        return tokenizer.encode(text)
+    return [int(i) for i in tokenizer.encode(text, add_special_tokens=False)]
+
+
+def generate_greedy(model: Llama, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+                    eos_token_id: int | None, pad_id: int = 0) -> list[list[int]]:
+    """Greedy continuations of several prompts at once (left padding, one shared KV cache).
+
+    Each row gets its own position ids and a mask that hides its padding; a padded query sees
+    itself only (finite values, never read). Stops at `eos_token_id` (kept) or `max_new_tokens`.
+    """
+    b, width = len(prompts), max(len(p) for p in prompts)
+    pads = torch.tensor([width - len(p) for p in prompts], device=model.device)
+    ids = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in prompts], device=model.device)
+    cols = torch.arange(width, device=model.device)
+    valid = cols[None, :] >= pads[:, None]                                   # [b, width] real keys
+    mask = (causal_mask(0, width, model.device)[None] & valid[:, None, :]) | torch.eye(
+        width, dtype=torch.bool, device=model.device)[None]
+    positions = (cols[None, :] - pads[:, None]).clamp(min=0)
+    cache = model.new_cache(batch=b, capacity=width + max_new_tokens)
+    out: list[list[int]] = [[] for _ in range(b)]
+    done = torch.zeros(b, dtype=torch.bool, device=model.device)
+    with torch.no_grad():
+        logits = model(ids, cache, positions, mask[:, None], logits_at=slice(-1, None)).logits[:, -1]
+        for step in range(max_new_tokens):
+            token = logits.argmax(-1)
+            for r in range(b):
+                if not done[r]:
+                    out[r].append(int(token[r]))
+            if eos_token_id is not None:
+                done |= token == eos_token_id
+            if bool(done.all()) or step + 1 == max_new_tokens:
+                break
+            valid = torch.cat([valid, torch.ones(b, 1, dtype=torch.bool, device=model.device)], dim=1)
+            pos = (positions[:, -1:] + 1 + step)
+            logits = model(token[:, None], cache, pos, valid[:, None, None, :]).logits[:, -1]
+    return out
+
+
+# ----------------------------------------------------------------------------------- corpus
+
+def _sha(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def model_fingerprint(loaded: LoadedModel) -> str:
+    """Name, shape and a weight checksum: a different target gives a different cache key."""
+    m = loaded.model
+    with torch.no_grad():
+        weights = [float(p.double().sum()) for p in list(m.parameters())[:4]] + [float(m.lm_head.weight.double().sum())]
+    return _sha({"name": loaded.name, "config": {k: v for k, v in m.config.__dict__.items() if k != "inv_freq"},
+                 "weights": weights})
+
+
+def _tokenizer_of(loaded: LoadedModel) -> Any:
+    return loaded.tokenizer if loaded.tokenizer is not None else ByteTokenizer(loaded.vocab_size)
+
+
+def _build_corpus(loaded: LoadedModel, config: CorpusConfig, log) -> Corpus:
+    tokenizer = _tokenizer_of(loaded)
+    eos = getattr(tokenizer, "eos_token_id", None)
+    rng = np.random.default_rng(config.seed)
+    started = time.perf_counter()
+    texts = instruction_prompts(config.n_generated, config.code_fraction, config.seed)
+    prompt_ids = [encode_prompt(Prompt(f"train/{i}", (t,), "train"), tokenizer) for i, t in enumerate(texts)]
+    docs, kinds = [], []
+    for lo in range(0, len(prompt_ids), config.gen_batch):
+        batch = prompt_ids[lo:lo + config.gen_batch]
+        for p, g in zip(batch, generate_greedy(loaded.model, batch, config.max_new_tokens, eos)):
+            docs.append(list(p) + g)
+            kinds.append("generated")
+        log(f"generated {len(docs)}/{len(prompt_ids)} answers ({time.perf_counter() - started:.0f} s)")
+    gen_seconds = time.perf_counter() - started
+    files = stdlib_source_files()
+    for i in rng.choice(len(files), min(config.n_source, len(files)), replace=False):
+        ids = _encode_text(tokenizer, files[i].read_text(encoding="utf-8", errors="replace"))
+        if len(ids) < 16:
+            continue
+        start = int(rng.integers(0, max(1, len(ids) - config.chunk_tokens)))
+        docs.append(ids[start:start + config.chunk_tokens])
+        kinds.append("source")
+    decoded = [tokenizer.decode(d, skip_special_tokens=True) for d in docs]
+    evals = evaluation_texts()
+    leaked = {i for i, _ in find_leaks(decoded, evals, config.leak_words)}
+    docs = [d for i, d in enumerate(docs) if i not in leaked]
+    kinds = [k for i, k in enumerate(kinds) if i not in leaked]
+    if find_leaks([d for i, d in enumerate(decoded) if i not in leaked], evals, config.leak_words):
+        raise RuntimeError("evaluation prompt text remains in the training corpus after filtering")
+    order = rng.permutation(len(docs))
+    n_eval = max(1, round(config.eval_fraction * len(docs)))
+    splits = ["train"] * len(docs)
+    for i in order[:n_eval]:
+        splits[int(i)] = "eval"
+    meta = {"generation_seconds": round(gen_seconds, 1), "leaked_dropped": len(leaked),
+            "tokens": int(sum(len(d) for d in docs)), "documents": len(docs),
+            "generated": kinds.count("generated"), "source": kinds.count("source")}
+    return Corpus(docs, kinds, splits, meta)
+
+
+def build_corpus(loaded: LoadedModel, config: CorpusConfig = CorpusConfig(), *,
+                 cache_dir: str | Path | None = DEFAULT_CACHE, log=print) -> Corpus:
+    """The corpus for `loaded` (target with tokenizer), from the cache when it was built before."""
+    key = _sha({"v": FORMAT_VERSION, "config": asdict(config), "model": model_fingerprint(loaded),
+                "python": sys.version_info[:2]})
+    path = Path(cache_dir) / f"corpus-{key}.json" if cache_dir is not None else None
+    if path is not None and path.is_file():
+        raw = json.loads(path.read_text())
+        corpus = Corpus(raw["docs"], raw["kinds"], raw["splits"], raw["meta"])
+        if corpus.content_hash() != raw["content_hash"]:
+            raise InputError(f"{path}: cached corpus does not match its content hash; delete the file")
+        return corpus
+    corpus = _build_corpus(loaded, config, log)
+    if path is not None:
+        atomic.write_json(path, {**asdict(corpus), "content_hash": corpus.content_hash(), "config": asdict(config)})
+    return corpus
+
+
+# ----------------------------------------------------------------------------------- target signals
+
+@dataclass(frozen=True)
+class SignalSpec:
+    """Which target signals a drafter's loss reads (see the module docstring for the keys)."""
+
+    topk: int = 8
+    hidden_layers: tuple[int, ...] = ()
+    kv_layers: tuple[int, ...] = ()
+
+    def union(self, other: "SignalSpec") -> "SignalSpec":
+        return SignalSpec(max(self.topk, other.topk), tuple(sorted({*self.hidden_layers, *other.hidden_layers})),
+                          tuple(sorted({*self.kv_layers, *other.kv_layers})))
+
+    def covers(self, other: "SignalSpec") -> bool:
+        return self.union(other) == self
+
+
+def shared_spec(n_layers: int) -> SignalSpec:
+    """What every drafter kind together reads from a target of `n_layers` layers, computed in ONE
+    target pass: top-8, the inputs of layers 1-4, 6, 8 (Kangaroo exit layers) and the last output
+    (EAGLE/CORAL features), the K/V of the two upper layers (GLIDE with 1 or 2 layers)."""
+    hidden = {i for i in (1, 2, 3, 4, 6, 8) if i < n_layers} | {n_layers}
+    return SignalSpec(8, tuple(sorted(hidden)), tuple(sorted({max(0, n_layers - 2), n_layers - 1})))
+
+
+def windows(docs: Sequence[Sequence[int]], seq_len: int) -> torch.Tensor:
+    """Documents packed end to end and cut into [N, seq_len] windows (the tail that does not fill one is dropped)."""
+    stream = [t for d in docs for t in d]
+    n = len(stream) // seq_len
+    if n == 0:
+        raise InputError(f"{len(stream)} tokens do not fill one window of {seq_len}")
+    return torch.tensor(stream[: n * seq_len], dtype=torch.long).view(n, seq_len)
+
+
+def compute_signals(target: Llama, ids: torch.Tensor, spec: SignalSpec, batch: int = 8,
+                    store_dtype: torch.dtype = torch.bfloat16) -> dict[str, torch.Tensor]:
+    """Run the frozen target over windows `ids` [N, L] and keep the signals of `spec`."""
+    n_layers = target.config.num_layers
+    for i in spec.hidden_layers:
+        if not 0 <= i <= n_layers:
+            raise InputError(f"hidden layer {i} outside 0..{n_layers}")
+    for i in spec.kv_layers:
+        if not 0 <= i < n_layers:
+            raise InputError(f"kv layer {i} outside 0..{n_layers - 1}")
+    parts: dict[str, list[torch.Tensor]] = {}
+    with torch.no_grad():
+        for lo in range(0, ids.shape[0], batch):
+            chunk = ids[lo:lo + batch].to(target.device)
+            cache = target.new_cache(batch=chunk.shape[0], capacity=chunk.shape[1]) if spec.kv_layers else None
+            out = target(chunk, cache, output_hidden_states=bool(spec.hidden_layers))
+            logp = torch.log_softmax(out.logits.float(), dim=-1)
+            top = logp.topk(spec.topk, dim=-1)
+            got = {"topk_ids": top.indices, "topk_logp": top.values}
+            for i in spec.hidden_layers:
+                got[f"hidden.{i}"] = out.hidden_states[i].to(store_dtype)
+            for i in spec.kv_layers:
+                k, v = cache.layer_kv(i)
+                got[f"k.{i}"], got[f"v.{i}"] = k.to(store_dtype), v.to(store_dtype)
+            for name, t in got.items():
+                parts.setdefault(name, []).append(t.cpu())
+    return {"ids": ids, **{name: torch.cat(ts) for name, ts in parts.items()}}
+
+
+def target_signals(loaded: LoadedModel, ids: torch.Tensor, spec: SignalSpec, *,
+                   cache_dir: str | Path | None = DEFAULT_CACHE, batch: int = 8) -> dict[str, torch.Tensor]:
+    """`compute_signals`, cached as safetensors under a hash of (model, windows, spec)."""
+    from safetensors.torch import load_file, save_file
+
+    key = _sha({"v": FORMAT_VERSION, "model": model_fingerprint(loaded), "spec": asdict(spec),
+                "ids": hashlib.sha256(ids.numpy().tobytes()).hexdigest(), "shape": list(ids.shape)})
+    path = Path(cache_dir) / f"signals-{key}.safetensors" if cache_dir is not None else None
+    if path is not None and path.is_file():
+        return load_file(str(path))
+    signals = compute_signals(loaded.model, ids, spec, batch)
+    if path is not None:
+        with atomic.atomic_path(path) as tmp:
+            save_file({k: v.contiguous() for k, v in signals.items()}, str(tmp))
+    return signals
+
+
+@dataclass
+class TrainingData:
+    """Train and held-out signals (dicts of tensors with a leading window axis) and corpus metadata."""
+
+    train: dict[str, torch.Tensor]
+    eval: dict[str, torch.Tensor]
+    meta: dict[str, Any]
+
+
+def training_data(loaded: LoadedModel, spec: SignalSpec, *, corpus_config: CorpusConfig = CorpusConfig(),
+                  seq_len: int = 128, cache_dir: str | Path | None = DEFAULT_CACHE, log=print) -> TrainingData:
+    """Corpus -> windows per split -> target signals: everything a drafter's training reads.
+
+    A spec within `shared_spec` is served from the one shared target pass (one cache file)."""
+    started = time.perf_counter()
+    shared = shared_spec(loaded.model.config.num_layers)
+    spec = shared if shared.covers(spec) else spec
+    corpus = build_corpus(loaded, corpus_config, cache_dir=cache_dir, log=log)
+    splits = {}
+    for name in ("train", "eval"):
+        splits[name] = target_signals(loaded, windows(corpus.split(name), seq_len), spec, cache_dir=cache_dir)
+    meta = {**corpus.meta, "corpus_hash": corpus.content_hash(), "seq_len": seq_len,
+            "train_windows": int(splits["train"]["ids"].shape[0]), "eval_windows": int(splits["eval"]["ids"].shape[0]),
+            "data_seconds": round(time.perf_counter() - started, 1)}
+    return TrainingData(splits["train"], splits["eval"], meta)

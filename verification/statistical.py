@@ -1,0 +1,200 @@
+"""Statistical mode: for large vocabularies and GPU code, where exact enumeration is impossible.
+
+    samples_needed(k, delta, alpha, beta) -> n
+        Smallest n such that Pearson's chi-square test over k cells at level alpha has power
+        >= 1 - beta against every law at TV distance >= delta: the noncentrality of such a law is
+        n * sum((p' - p)^2 / p) >= n * (sum |p' - p|)^2 = 4 n delta^2 (Cauchy-Schwarz), so n is
+        the noncentral chi-square (df = k - 1) power requirement divided by 4 delta^2.
+    detectable_tv(n, k, alpha, beta) -> delta, the inverse.
+    certified_eps(n, k, alpha) -> eps: with probability >= 1 - alpha the TV distance between the
+        empirical law of n samples over k outcomes and the true law is <= eps
+        (E <= sqrt((k - 1) / n) / 2, plus McDiarmid's sqrt(ln(1/alpha) / (2 n))). Every result
+        reports TV <= TV_hat + eps (two-sample: + eps of both samples).
+    statistical_check(sampler, case, target=..., reference=..., ...) -> StatResult
+
+Order of the checks: support (any sample with target probability 0 fails at once), Pearson
+chi-square with cells pooled by EXPECTED count only (never by observed counts), and for
+single-draft rules a two-sided binomial test of P(accept) = sum(min(p, q)). `tests` is the
+number of checks in the run (Bonferroni: each uses alpha / tests and the sample size for it).
+The power guarantee holds for the TV distance between the pooled laws; pooled cells only
+contain outcomes whose expected count is below `min_expected`.
+
+A sampler is `(case, rng) -> outcome` called n times with `rng = rules.NumpySource(seed)` (the
+same protocol as exact mode), or, with `batched=True`, `(case, rng: np.random.Generator, n) ->
+outcomes` (an int array), or `(outcomes, accepted)` when an acceptance rate is tested.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+from scipy import optimize, stats
+
+from verification import rules
+from common.errors import InputError
+
+MIN_EXPECTED = 5.0
+
+
+def _check_levels(alpha: float, beta: float) -> None:
+    for name, value in (("alpha", alpha), ("beta", beta)):
+        if not 0 < value < 1:
+            raise InputError(f"{name} is {value}, must lie in (0, 1)")
+
+
+def _noncentrality_needed(df: int, alpha: float, beta: float) -> float:
+    """Smallest noncentrality whose chi-square(df) test at level alpha has power 1 - beta."""
+    critical = stats.chi2.isf(alpha, df)
+    def shortfall(lam):
+        return stats.ncx2.sf(critical, df, lam) - (1 - beta)
+    hi = 1.0
+    while shortfall(hi) < 0:
+        hi *= 2
+    return optimize.brentq(shortfall, 0.0, hi, xtol=1e-9, rtol=1e-12)
+
+
+def samples_needed(k: int, delta: float, alpha: float, beta: float) -> int:
+    """Samples for a chi-square test over k cells to catch TV >= delta (false alarm alpha, miss beta)."""
+    _check_levels(alpha, beta)
+    if k < 2:
+        raise InputError(f"k is {k}, a chi-square test needs at least 2 cells")
+    if not 0 < delta <= 1:
+        raise InputError(f"delta is {delta}, must lie in (0, 1]")
+    return math.ceil(_noncentrality_needed(k - 1, alpha, beta) / (4 * delta * delta))
+
+
+def detectable_tv(n: int, k: int, alpha: float, beta: float) -> float:
+    """The TV distance that n samples over k cells catch with miss probability beta at level alpha."""
+    _check_levels(alpha, beta)
+    if n < 1 or k < 2:
+        raise InputError(f"n = {n} and k = {k} must be >= 1 and >= 2")
+    return math.sqrt(_noncentrality_needed(k - 1, alpha, beta) / (4 * n))
+
+
+def certified_eps(n: int, k: int, alpha: float) -> float:
+    """Distribution-free bound on TV(empirical law of n samples over k outcomes, true law), prob 1 - alpha."""
+    return 0.5 * math.sqrt(max(k - 1, 0) / n) + math.sqrt(math.log(1 / alpha) / (2 * n))
+
+
+def pool_by_expected(expected: np.ndarray, min_expected: float = MIN_EXPECTED) -> np.ndarray:
+    """Cell -> group id: cells sorted by expected count, the smallest merged until each group has
+    at least `min_expected` (a short last group joins the previous one). Observed counts are not read."""
+    order = np.argsort(expected, kind="stable")
+    group = np.empty(len(expected), dtype=np.int64)
+    gid, running = 0, 0.0
+    for cell in order:
+        group[cell] = gid
+        running += expected[cell]
+        if running >= min_expected:
+            gid, running = gid + 1, 0.0
+    if running > 0 and gid > 0:  # leftover cells below the minimum join the last full group
+        group[group == gid] = gid - 1
+    return group
+
+
+@dataclass
+class StatResult:
+    passed: bool
+    reason: str                  # "" when passed, else what failed
+    n: int                       # samples drawn (per sampler)
+    cells: int                   # chi-square cells after pooling
+    chi2: float
+    p_value: float
+    tv_hat: float                # TV between the empirical law and the target (or the two empirical laws)
+    eps: float                   # certified: TV <= tv_hat + eps with probability >= 1 - alpha
+    level: float                 # alpha after Bonferroni
+    accept_rate: float | None = None
+    accept_p_value: float | None = None
+    seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def tv_bound(self) -> float:
+        return self.tv_hat + self.eps
+
+
+def _draw(sampler: Callable, case: Any, n: int, seed: int, batched: bool, want_accept: bool):
+    if batched:
+        out = sampler(case, np.random.default_rng(seed), n)
+        outcomes, accepted = out if isinstance(out, tuple) else (out, None)
+        return np.asarray(outcomes), (None if accepted is None else np.asarray(accepted, dtype=bool))
+    source = rules.NumpySource(seed)
+    draws = [sampler(case, source) for _ in range(n)]
+    if want_accept:
+        return np.asarray([d[0] for d in draws]), np.asarray([bool(d[1]) for d in draws])
+    return np.asarray(draws), None
+
+
+def _target_vector(target: Mapping | np.ndarray | None, vocab: int | None) -> np.ndarray:
+    if isinstance(target, Mapping):
+        size = vocab or (max(int(k) for k in target) + 1)
+        vec = np.zeros(size)
+        for key, value in target.items():
+            vec[int(key)] = float(value)
+        return vec
+    return np.asarray(target, dtype=np.float64)
+
+
+def statistical_check(sampler: Callable, case: Any, target: Mapping | np.ndarray | None = None,
+                      reference: Callable | None = None, *, alpha: float = 1e-6, beta: float = 1e-6,
+                      delta: float = 0.01, n: int | None = None, tests: int = 1, seed: int = 0,
+                      batched: bool = False, accept_rate: float | None = None,
+                      min_expected: float = MIN_EXPECTED) -> StatResult:
+    """Check that `sampler` draws outcomes (token ids 0..V-1) from `target`, or as `reference` does."""
+    _check_levels(alpha, beta)
+    if (target is None) == (reference is None):
+        raise InputError("give exactly one of target (a law) or reference (a sampler)")
+    level = alpha / max(tests, 1)
+    start = time.perf_counter()
+    if reference is None:
+        law = _target_vector(target, None)
+        if law.min() < 0 or abs(law.sum() - 1) > rules.SUM_TOLERANCE:
+            raise InputError("target law must be >= 0 and sum to 1")
+        support = int((law > 0).sum())
+        n = n or samples_needed(max(support, 2), delta, level, beta)
+        outcomes, accepted = _draw(sampler, case, n, seed, batched, accept_rate is not None)
+        outside = (outcomes < 0) | (outcomes >= len(law))
+        bad = outcomes[outside] if outside.any() else outcomes[law[np.clip(outcomes, 0, len(law) - 1)] == 0]
+        if bad.size:
+            return StatResult(False, f"support: outcome {int(bad[0])} has target probability 0", n, 0, math.inf,
+                              0.0, 1.0, 0.0, level, seconds=time.perf_counter() - start)
+        counts = np.bincount(outcomes, minlength=len(law)).astype(np.float64)
+        cells = np.flatnonzero(law > 0)
+        group = pool_by_expected(n * law[cells], min_expected)
+        observed = np.bincount(group, weights=counts[cells])
+        expected = np.bincount(group, weights=n * law[cells])
+        chi2 = float(((observed - expected) ** 2 / expected).sum())
+        df = max(len(expected) - 1, 1)
+        tv_hat = 0.5 * float(np.abs(counts / n - law).sum())
+        eps = certified_eps(n, support, level)
+    else:
+        n = n or samples_needed(2, delta, level, beta)
+        outcomes, accepted = _draw(sampler, case, n, seed, batched, accept_rate is not None)
+        ref, _ = _draw(reference, case, n, seed + 1, batched, False)
+        size = int(max(outcomes.max(), ref.max())) + 1
+        a, b = np.bincount(outcomes, minlength=size), np.bincount(ref, minlength=size)
+        pooled = (a + b) / 2.0
+        seen = np.flatnonzero(pooled > 0)
+        group = pool_by_expected(pooled[seen], min_expected)
+        ga, gb, ge = (np.bincount(group, weights=x[seen].astype(np.float64)) for x in (a, b, pooled))
+        chi2 = float((((ga - ge) ** 2 + (gb - ge) ** 2) / ge).sum())
+        df = max(len(ge) - 1, 1)
+        tv_hat = 0.5 * float(np.abs(a - b).sum()) / n
+        eps = 2 * certified_eps(n, len(seen), level)
+    p_value = float(stats.chi2.sf(chi2, df))
+    result = StatResult(p_value >= level, "" if p_value >= level else f"chi-square p = {p_value:.3g} < {level:.3g}",
+                        n, df + 1, chi2, p_value, tv_hat, eps, level)
+    if accept_rate is not None:
+        if accepted is None:
+            raise InputError("accept_rate given but the sampler reports no acceptance flags")
+        hits = int(accepted.sum())
+        result.accept_rate = hits / n
+        result.accept_p_value = float(stats.binomtest(hits, n, accept_rate).pvalue)
+        if result.accept_p_value < level and result.passed:
+            result.passed = False
+            result.reason = f"acceptance {hits / n:.5f} vs expected {accept_rate:.5f} (binomial p = {result.accept_p_value:.3g})"
+    result.seconds = time.perf_counter() - start
+    return result
