@@ -23,8 +23,7 @@ from typing import Any
 import numpy as np
 
 from common.errors import InputError
-
-N_CONF_BINS = 11
+from costmodel.cape import N_BINS
 
 
 def _probability(value: Any, what: str) -> float:
@@ -257,14 +256,14 @@ def _temperature(value: Any, where: str) -> float:
 def _conf_bins(raw: Any, where: str) -> ConfidenceBins:
     if not isinstance(raw, dict) or "freq" not in raw or "topk_hit" not in raw:
         raise InputError(f"{where}: conf_bins needs 'freq' and 'topk_hit'")
-    freq = _probabilities(raw["freq"], f"{where}: conf_bins.freq", N_CONF_BINS)
+    freq = _probabilities(raw["freq"], f"{where}: conf_bins.freq", N_BINS)
     if abs(freq.sum() - 1.0) > 1e-3:
         raise InputError(f"{where}: conf_bins.freq sums to {freq.sum():.4f}, not 1")
     if not isinstance(raw["topk_hit"], dict) or not raw["topk_hit"]:
-        raise InputError(f"{where}: conf_bins.topk_hit must map K to 11 probabilities")
+        raise InputError(f"{where}: conf_bins.topk_hit must map K to {N_BINS} probabilities")
     hits = {}
     for key in sorted(raw["topk_hit"], key=lambda s: int(s) if str(s).isdigit() else -1):
         if not str(key).isdigit() or int(key) < 1:
             raise InputError(f"{where}: conf_bins.topk_hit has key {key!r}; keys must be positive integers")
-        hits[int(key)] = _probabilities(raw["topk_hit"][key], f"{where}: conf_bins.topk_hit[{key}]", N_CONF_BINS)
+        hits[int(key)] = _probabilities(raw["topk_hit"][key], f"{where}: conf_bins.topk_hit[{key}]", N_BINS)
     return ConfidenceBins(freq, hits)

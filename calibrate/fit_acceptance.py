@@ -14,32 +14,29 @@ Each returns a plain dict that `AcceptanceModel.from_dict` validates; `fit` reco
 """
 from __future__ import annotations
 
-import json
 from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
 
-from calibrate.acceptance import N_CONF_BINS, AcceptanceModel
+import methods
+from calibrate.acceptance import AcceptanceModel
 from common.errors import InputError
+from costmodel.cape import N_BINS, confidence_bin
 from traces.replay import TokenTable, replay_steps
 
 DEFAULT_KS = (1, 2, 4, 8, 16, 32)
 DEFAULT_CONF_KS = (1, 2, 4, 8)
 
 
-def confidence_bins(conf: np.ndarray) -> np.ndarray:
-    """floor(10 * conf) clipped to 0..10 (CAPE's bin index)."""
-    return np.clip(np.floor(10.0 * np.asarray(conf, float)), 0, N_CONF_BINS - 1).astype(int)
-
-
 def conf_bin_table(conf: np.ndarray, hit_by_k: dict[int, np.ndarray]) -> dict[str, Any]:
-    """freq per bin and P(hit within top K | bin); an empty bin takes the overall hit rate."""
-    bins = confidence_bins(conf)
-    counts = np.bincount(bins, minlength=N_CONF_BINS).astype(float)
+    """freq per bin and P(hit within top K | bin); an empty bin takes the overall hit rate. Recorded
+    confidences are clipped to [0, 1] first (float rounding of a softmax can step past 1)."""
+    bins = confidence_bin(np.clip(np.asarray(conf, float), 0.0, 1.0))
+    counts = np.bincount(bins, minlength=N_BINS).astype(float)
     table = {}
     for k, hit in hit_by_k.items():
-        hits = np.bincount(bins, weights=np.asarray(hit, float), minlength=N_CONF_BINS)
+        hits = np.bincount(bins, weights=np.asarray(hit, float), minlength=N_BINS)
         overall = float(np.mean(hit))
         table[str(k)] = np.where(counts > 0, hits / np.maximum(counts, 1), overall).tolist()
     return {"freq": (counts / counts.sum()).tolist(), "topk_hit": table, "counts": counts.astype(int).tolist()}
@@ -143,11 +140,9 @@ def fit_step_acceptance(frame: pd.DataFrame, drafter: str = "", dataset: str = "
 
 
 def _lookahead_config(text: str) -> tuple[int, int, int]:
-    try:
-        config = json.loads(text) if isinstance(text, str) else dict(text)
-        return int(config["N"]), int(config["W"]), int(config["G"])
-    except (ValueError, KeyError, TypeError):
-        raise InputError(f"lookahead step config {text!r} needs integer N, W and G") from None
+    """(N, W, G) of a lookahead step's recorded configuration (the method's own parser)."""
+    config = methods.get("lookahead").parse(text)
+    return config.N, config.W, config.G
 
 
 def fit_lookahead(frame: pd.DataFrame, source: str = "step trace") -> dict[str, Any]:

@@ -25,10 +25,12 @@ import numpy as np
 from calibrate.latency import RooflineLatency
 from calibrate.profile import Profile
 from costmodel import papers
+from costmodel.cape import N_BINS
 from costmodel.hardware import get_hardware
 from costmodel.latency import ForwardShape, roofline_seconds
 from costmodel.leviathan import alpha_from_expected_tokens
 from costmodel.params import arch_dict, drafter_arch, get_arch
+from costmodel.trees import parse_k_config
 from common.errors import cli_entry
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "data" / "profiles"
@@ -114,12 +116,12 @@ def assumed_conf_bins(alpha: float, rank_ratio: float, concentration: float = 1.
     """CAPE's bin table from a calibrated-drafter assumption, for papers that only plot it.
 
     Top-1 confidence ~ Beta(concentration * alpha, concentration * (1 - alpha)) (mean alpha),
-    binned by floor(10 * conf); P(top-1 hit | bin) = bin centre (calibration); the target token's
+    binned by costmodel.cape's bins (bin 10 holds conf == 1 alone); P(top-1 hit | bin) = bin centre (calibration); the target token's
     rank beyond 1 is geometric with ratio `rank_ratio`, so P(top-K hit | bin) = c + (1 - c)(1 - r^(K-1)).
     """
     from scipy.stats import beta as beta_dist
 
-    edges = np.linspace(0.0, 1.0, 11)
+    edges = np.linspace(0.0, 1.0, N_BINS)
     dist = beta_dist(concentration * alpha, concentration * (1.0 - alpha))
     freq = np.append(np.diff(dist.cdf(edges)), 0.0)         # bin 10 holds conf == 1 exactly: none
     centre = np.append((edges[:-1] + edges[1:]) / 2, 1.0)
@@ -209,7 +211,7 @@ def mcsd_draft_cost(table: str) -> float:
         config = papers.k_config(rec)
         if config is None:
             continue
-        gamma = len(config.split("x"))
+        gamma = len(parse_k_config(config))
         speedup = papers.value("mcsd", table, rec.row, "speedup")
         costs.append((rec.value / speedup - 1.0) / gamma)
     return float(np.median(costs))
@@ -358,7 +360,7 @@ def kangaroo_profiles() -> list[Profile]:
 
 # ---- CORAL / EAGLE (A6000) --------------------------------------------------------------------------------
 CORAL_TARGETS = {"llama-3-8b": ("L3-8B", "Llama3-8B"), "qwen2.5-7b": ("Q2.5-7B", "Qwen2.5-7B")}
-CORAL_METHODS = {"EAGLE-2": "eagle", "HASS": "hass", "CORAL": "coral", "CORAL w/ r.": "coral-router"}
+CORAL_DRAFTERS = {"EAGLE-2": "eagle", "HASS": "hass", "CORAL": "coral", "CORAL w/ r.": "coral-router"}
 
 
 def coral_profiles() -> list[Profile]:
@@ -386,10 +388,10 @@ def coral_profiles() -> list[Profile]:
         latency = {arch_name: target, f"eagle-{arch_name}": head_latency, f"coral-router-{arch_name}": router_latency}
         drafters = {d: {"kind": "coral", "model": f"{'coral-router' if d == 'coral-router' else 'eagle'}-{arch_name}",
                         **({"router": {"groups": groups, "top_n": top_n}} if d == "coral-router" else {})}
-                    for d in CORAL_METHODS.values()}
+                    for d in CORAL_DRAFTERS.values()}
         acceptance = {}
-        for method, drafter in CORAL_METHODS.items():
-            cells = t2.get(f"{short} / {method}", {})
+        for row_name, drafter in CORAL_DRAFTERS.items():
+            cells = t2.get(f"{short} / {row_name}", {})
             for column in ("MT-bench", "HumanEval", "GSM8K"):
                 for temp in (0, 1):
                     tau = cells.get(f"{column} T={temp} tau")
@@ -400,7 +402,7 @@ def coral_profiles() -> list[Profile]:
                         "alpha": float(alpha_from_expected_tokens(min(tau, depth + 1.0), depth)), "tau": tau,
                         "tree": {"depth": depth, "candidates": int(papers.value("coral", "text", "inference",
                                                                                 "candidates"))},
-                        "source": f"CORAL Table 2, row {short} / {method}, column {column} T={temp} tau = {tau}; "
+                        "source": f"CORAL Table 2, row {short} / {row_name}, column {column} T={temp} tau = {tau}; "
                                   f"alpha = chain-equivalent inverse at gamma {depth}"}
         out.append(_profile(
             f"coral-{arch_name}-a6000", "A6000", arch_name, models, latency, drafters, acceptance,

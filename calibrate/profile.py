@@ -66,7 +66,9 @@ class Profile:
     provenance: dict[str, Any] = field(default_factory=dict)
     schema_version: int = PROFILE_SCHEMA_VERSION
 
-    # ---- access -------------------------------------------------------------------------
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    # ---- typed queries (parsed once, cached) -----------------------------------------------
     def latency_model(self, model: str):
         """The fitted latency model of `model`: `.predict(n_tokens, ctx_len, batch=1)` in seconds."""
         from calibrate.latency import latency_model_from_dict
@@ -75,7 +77,10 @@ class Profile:
             raise InputError(
                 f"profile '{self.name}' has no latency model for '{model}' (has: {', '.join(sorted(self.latency)) or 'none'})"
             )
-        return latency_model_from_dict(self.latency[model], name=model)
+        key = ("latency", model)
+        if key not in self._cache:
+            self._cache[key] = latency_model_from_dict(self.latency[model], name=model)
+        return self._cache[key]
 
     def acceptance_model(self, key: str):
         """The acceptance model stored under `key` (calibrate.acceptance.AcceptanceModel)."""
@@ -85,7 +90,70 @@ class Profile:
             raise InputError(
                 f"profile '{self.name}' has no acceptance model '{key}' (has: {', '.join(sorted(self.acceptance)) or 'none'})"
             )
-        return AcceptanceModel.from_dict(self.acceptance[key], name=key)
+        cached = ("acceptance", key)
+        if cached not in self._cache:
+            self._cache[cached] = AcceptanceModel.from_dict(self.acceptance[key], name=key)
+        return self._cache[cached]
+
+    def seconds(self, model: str, n_tokens, ctx_len, batch=1):
+        """Seconds of one forward of `model` over numpy arrays (the step-cost model's latency)."""
+        import numpy as np
+
+        return np.asarray(self.latency_model(model).predict(n_tokens, ctx_len, batch), dtype=float)
+
+    def temperatures(self) -> list[float]:
+        """Temperatures with recorded acceptance, ascending."""
+        return sorted({float(s.get("temperature", 0.0)) for s in self.acceptance.values()})
+
+    def datasets(self) -> list[str]:
+        return sorted({str(s["dataset"]) for s in self.acceptance.values() if s.get("dataset")})
+
+    def drafters_of(self, *kinds: str) -> list[str]:
+        """Drafter names of the given kinds, in the Profile's order."""
+        return [name for name, spec in self.drafters.items() if spec.get("kind") in kinds]
+
+    def acceptance_for(self, drafter: str | None, *, temperature: float | None = None, dataset: str | None = None,
+                       needs: str | None = None) -> list[str]:
+        """Acceptance keys of `drafter` (None: any) at `temperature` (None: the lowest recorded),
+        of `dataset` (None: any) holding part `needs`; MT-Bench entries first."""
+        temperature = self.temperatures()[0] if temperature is None and self.acceptance else temperature
+        keys = [k for k, a in self.acceptance.items()
+                if (temperature is None or abs(float(a.get("temperature", 0.0)) - float(temperature)) < 1e-6)
+                and (drafter is None or a.get("drafter") == drafter or k == drafter or k.startswith(f"{drafter}/"))
+                and (needs is None or a.get(needs) is not None)
+                and (dataset is None or a.get("dataset") == dataset)]
+        return sorted(keys, key=lambda k: "mt-bench" not in str(self.acceptance[k].get("dataset", "")))
+
+    def setups_for(self, spec, *, temperature: float | None = None, dataset: str | None = None,
+                   drafter: str | None = None, acceptance: str | None = None, overhead_s: float = 0.0) -> list:
+        """Every (drafter, acceptance entry) method `spec` (methods.MethodSpec) can run with here:
+        one per drafter of its kinds, each with its first matching acceptance entry. InputError
+        saying what is missing when there is none."""
+        from methods.spec import Setup
+
+        if not spec.drafter_kinds and not spec.needs:          # plain decoding: the target alone
+            return [Setup(self, None, acceptance, overhead_s)]
+        if drafter is not None:
+            self.drafter(drafter)
+            drafters = [drafter]
+        else:
+            drafters = self.drafters_of(*spec.drafter_kinds) if spec.drafter_kinds else [None]
+        if acceptance is not None:
+            self.acceptance_model(acceptance)
+            return [Setup(self, d, acceptance, overhead_s) for d in drafters[:1]]
+        found = []
+        for name in drafters:
+            keys = self.acceptance_for(name, temperature=temperature, dataset=dataset, needs=spec.needs)
+            if keys:
+                found.append(Setup(self, name, keys[0], overhead_s))
+        if not found:
+            kinds = "/".join(spec.drafter_kinds)
+            by = f"{kinds} drafter with " if kinds else ""
+            what = "acceptance model" + (f" with {spec.needs}" if spec.needs else "")
+            where = f" of dataset '{dataset}'" if dataset else ""
+            temp = temperature if temperature is not None else (self.temperatures() or [0.0])[0]
+            raise InputError(f"profile '{self.name}' has no {by}{what}{where} at temperature {temp:g} for method {spec.name}")
+        return found
 
     def drafter(self, name: str) -> dict[str, Any]:
         if name not in self.drafters:

@@ -7,10 +7,12 @@ it with; noise is multiplicative log-normal (latency) or the sampling noise of t
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 import pandas as pd
 
+import methods
 from traces.schema import RunMetadata, validate
 
 DEFAULT_GRID = {
@@ -64,6 +66,11 @@ def synthetic_token_trace(p_aa: float, p_ra: float, rank_ratio: float, n_prompts
     return validate(pd.concat(frames, ignore_index=True), "token", source="synthetic token trace"), meta
 
 
+def _config_json(method: str, **fields) -> str:
+    """A StepTrace's config column: the method's full configuration, as the recorder writes it."""
+    return json.dumps(methods.get(method).config(**fields).to_dict(), sort_keys=True)
+
+
 def synthetic_chain_steps(betas: list[float], n_steps: int = 5000, seed: int = 0) -> tuple[pd.DataFrame, RunMetadata]:
     """StepTrace rows of chain SD with gamma = len(betas): position i accepted with beta_i given
     1..i-1 were; positions after the first rejection are drafted but not accepted."""
@@ -74,7 +81,7 @@ def synthetic_chain_steps(betas: list[float], n_steps: int = 5000, seed: int = 0
     masks = np.arange(gamma)[None, :] < leading[:, None]
     confidences = np.where(masks, rng.beta(5, 1.5, masks.shape), rng.beta(1.5, 3, masks.shape))
     frame = pd.DataFrame({
-        "run_id": "synthetic", "method": "sd", "config": f'{{"gamma": {gamma}}}', "prompt_id": "p0",
+        "run_id": "synthetic", "method": "sd", "config": _config_json("sd", gamma=gamma), "prompt_id": "p0",
         "step": np.arange(n_steps), "ctx_len": 128 + np.arange(n_steps), "draft_forwards": gamma,
         "draft_s": 1e-3 * gamma, "verify_tokens": gamma + 1, "verify_s": 2e-2, "overhead_s": 1e-4,
         "accepted": leading + 1, "accept_mask": list(masks), "confidences": list(confidences)})
@@ -95,7 +102,7 @@ def synthetic_lookahead_steps(alpha: float, f: float, configs: list[tuple[int, i
         prefix = np.where(hits.all(axis=2), n - 1, np.argmin(hits, axis=2)).max(axis=1)
         accepted = np.where(good, 1 + prefix, 1)
         frames.append(pd.DataFrame({
-            "run_id": "synthetic", "method": "lookahead", "config": f'{{"N": {n}, "W": {w}, "G": {g}}}',
+            "run_id": "synthetic", "method": "lookahead", "config": _config_json("lookahead", N=n, W=w, G=g),
             "prompt_id": "p0", "step": np.arange(n_steps), "ctx_len": 128, "draft_forwards": 0, "draft_s": 0.0,
             "verify_tokens": (w + g) * (n - 1), "verify_s": 2e-2, "overhead_s": 1e-4, "accepted": accepted,
             "accept_mask": [[]] * n_steps, "confidences": [[]] * n_steps}))

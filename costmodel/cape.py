@@ -10,6 +10,8 @@ Positions are taken as independent with the same bin distribution.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from costmodel.leviathan import check_positive_int, check_probability
@@ -81,3 +83,33 @@ def cape_verify_tokens(bins, freq, gamma):
 def confidence_bin(confidence):
     """Bin index floor(10 * conf) in 0..10 for confidences in [0, 1]."""
     return np.minimum(np.floor(10.0 * check_probability("confidence", confidence)).astype(int), N_BINS - 1)
+
+
+PAPER_BINS = (8, 8, 8, 8, 6, 6, 6, 6, 4, 4, 2)   # GLIDE Alg. 1's S (its 12th entry, conf > 1, is unreachable)
+
+
+def parse_bins(value) -> tuple[int, ...]:
+    """A bin array: 11 integers >= 0 (or the paper's printed 12), as text ('8,8,...', or one
+    character each: '88886666442', 'a' = 10) or a sequence. The one parser of bin arrays."""
+    if isinstance(value, str):
+        text = value.strip().strip("[]")
+        parts = [p for p in re.split(r"[,\s]+", text) if p] if ("," in text or " " in text) else list(text)
+        try:
+            bins = tuple(int(p, 36) for p in parts)
+        except ValueError:
+            raise ValueError(f"bad CAPE bin array {value!r} (expected {N_BINS} integers)") from None
+    else:
+        try:
+            bins = tuple(int(v) for v in value)
+        except (TypeError, ValueError):
+            raise ValueError(f"bad CAPE bin array {value!r} (expected {N_BINS} integers)") from None
+    if len(bins) not in (N_BINS, N_BINS + 1):
+        raise ValueError(f"a CAPE bin array needs {N_BINS} entries (one per floor(10*conf)), got {len(bins)}")
+    if any(b < 0 for b in bins):
+        raise ValueError("CAPE bin array entries must be >= 0")
+    return bins[:N_BINS]
+
+
+def format_bins(bins) -> str:
+    """'88886666442': one base-36 character per bin (the inverse of parse_bins)."""
+    return "".join(np.base_repr(int(b), 36).lower() for b in bins)

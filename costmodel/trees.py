@@ -13,6 +13,7 @@ import numpy as np
 
 from costmodel.leviathan import check_positive_int, check_probability
 
+MAX_DEPTH = 64   # deepest chain or tree a configuration may ask for
 _CONFIG_RE = re.compile(r"^\s*\d+(\s*[x×*]\s*\d+)*\s*$")
 
 
@@ -32,6 +33,8 @@ def parse_k_config(config) -> tuple[int, ...]:
         factors = tuple(int(f) for f in factors)
     if not factors or any(f < 1 for f in factors):
         raise ValueError(f"k-configuration {config!r} is not a product of positive integers (factors must be >= 1)")
+    if len(factors) > MAX_DEPTH:
+        raise ValueError(f"k-configuration has {len(factors)} levels, at most {MAX_DEPTH} supported")
     return factors
 
 

@@ -1,10 +1,10 @@
-"""Benchmark: configurations scored per second by the sweep's vectorised scorers.
+"""Benchmark: configurations scored per second by the sweep's scorer (experiments.scoring.score).
 
     python -m experiments.bench_sweep [--profile P.json] [--repeats 5]
 
-For each method the profile supports, the method's whole space is scored in this process (no
-executor, so the figure is the scorer's own speed) after one warm-up, `--repeats` times; the
-median wall time gives configurations per second. Printed as a table, also written as JSON
+For each swept method (the registry, `methods`) on the first setup the profile gives it, the
+method's whole space is scored in this process (no executor, so the figure is the scorer's own
+speed) after one warm-up, `--repeats` times; the median wall time gives configurations per second. Printed as a table, also written as JSON
 with `--out`.
 """
 from __future__ import annotations
@@ -17,11 +17,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+import methods
 from calibrate.profile import Profile
-from experiments import scoring, spaces
-from experiments.sweep import BUNDLED_PROFILES, SweepOptions, _space
 from common import atomic
 from common.errors import InputError, cli_entry
+from experiments import scoring
+from experiments.sweep import BUNDLED_PROFILES, SweepOptions, _space
 
 DEFAULT_PROFILES = ("mcsd-vicuna-33b-a6000.json", "glide-vicuna-7b-h800.json", "lookahead-llama-2-7b-a100.json",
                     "kangaroo-vicuna-7b-v100.json", "coral-llama-3-8b-a6000.json")
@@ -31,17 +32,17 @@ def bench(profiles: list[Profile], repeats: int) -> pd.DataFrame:
     rows = []
     setting = scoring.Setting()
     for profile in profiles:
-        for method in spaces.METHODS:
-            found, reason = scoring.setups(profile, method, setting)
-            if reason:
+        for method in methods.names(sweep_only=True):
+            try:
+                setup = scoring.setups(profile, method, setting)[0]
+            except InputError:
                 continue
-            base = found[0]
-            space = _space(method, SweepOptions(), profile, base)
-            scoring.score(profile, method, base, space, setting)          # warm-up (imports, caches)
+            space = _space(methods.get(method), setup, SweepOptions())
+            scoring.score(setup, method, space, setting)          # warm-up (imports, caches)
             times = []
             for _ in range(repeats):
                 t = time.perf_counter()
-                scoring.score(profile, method, base, space, setting)
+                scoring.score(setup, method, space, setting)
                 times.append(time.perf_counter() - t)
             median = float(np.median(times))
             rows.append({"profile": profile.name, "method": method, "configurations": len(space),

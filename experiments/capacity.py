@@ -35,11 +35,12 @@ import numpy as np
 import pandas as pd
 
 from calibrate.profile import Profile
-from experiments import scoring, spaces
+from experiments import scoring
 from experiments.executor import EXECUTORS, make_executor
 from experiments.sweep import BUNDLED_PROFILES, SweepOptions, run_sweep
 from common import atomic
 from common.errors import InputError, cli_entry
+from methods import names as method_names, parse_methods
 
 DEFAULT_PROFILE = BUNDLED_PROFILES / "glide-vicuna-7b-h800.json"
 EXAMPLE_DIR = "examples/capacity_vicuna7b_h100"
@@ -137,7 +138,7 @@ def _passes(slo: Slo, summary: dict[str, Any]) -> bool:
 
 
 def run_task(task: RunTask) -> dict[str, Any]:
-    profile = scoring._simulable(Profile.from_dict(task.profile), task.method, task.config)
+    profile = Profile.from_dict(task.profile)
     s = _serve(profile, task.method, task.config, task.load, task.rate, task.seed, task.replicas)
     return {"label": task.label, "method": task.method, "rate": task.rate, "replicas": task.replicas, **_row(s)}
 
@@ -151,7 +152,7 @@ def _row(s: dict[str, Any]) -> dict[str, Any]:
 def max_load_task(task: LoadTask) -> dict[str, Any]:
     """From `start_rate` (the closed form's estimate), halving until a rate passes or doubling until
     one fails, then bisection between the last pass and the first failure; the highest passing rate."""
-    profile = scoring._simulable(Profile.from_dict(task.profile), task.method, task.config)
+    profile = Profile.from_dict(task.profile)
 
     def check(rate: float) -> tuple[bool, dict[str, Any]]:
         s = _serve(profile, task.method, task.config, task.load, rate, task.seed, task.replicas)
@@ -188,7 +189,7 @@ def max_load_task(task: LoadTask) -> dict[str, Any]:
 
 @dataclass
 class CapacityOptions:
-    methods: list[str] = field(default_factory=lambda: list(spaces.METHODS))
+    methods: list[str] = field(default_factory=lambda: method_names(sweep_only=True))
     hardware: str | None = None
     temperature: float | None = None
     target_rate: float = 20.0
@@ -214,12 +215,14 @@ def candidates(profile: Profile, opts: CapacityOptions, executor) -> list[tuple[
     sweep_opts = SweepOptions(methods=opts.methods, temperature=opts.temperature, batch=batch, rescore=0)
     result = run_sweep([profile], sweep_opts, executor)
     per_request = mean_length(opts.load.output_len, opts.seed)
-    ar_tok_s = batch / float(scoring.Latency(profile, scoring.Setting(batch=batch))(profile.target, 1))
+    ar_tok_s = batch / float(profile.seconds(profile.target, 1, scoring.Setting().ctx_len, batch))
     found = [("no speculation", "ar", {}, ar_tok_s / per_request)]
     for method, table in result.tables.items():
-        for row in table.head(opts.candidates).to_dict("records"):
-            label = f"{method} {'' if row['drafter'] == '-' else row['drafter'] + ' '}{row['config']}"
-            found.append((label, method, scoring.sim_config(method, row), row["tokens_per_s"] / per_request))
+        for i in range(min(opts.candidates, len(table))):
+            row = table.iloc[[i]]
+            drafter, config = row["drafter"].iloc[0], row["config"].iloc[0]
+            label = f"{method} {'' if drafter == '-' else drafter + ' '}{config}"
+            found.append((label, method, scoring.sim_config(row), float(row["tokens_per_s"].iloc[0]) / per_request))
     return found
 
 
@@ -354,7 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default=str(DEFAULT_PROFILE),
                    help="Profile JSON of the model pair (default: the bundled GLIDE Vicuna-7B profile)")
     p.add_argument("--hardware", default=None, help="move the profile's roofline latency models to this GPU (e.g. H100)")
-    p.add_argument("--methods", default="all", help=f"comma-separated methods or 'all' (known: {', '.join(spaces.METHODS)})")
+    p.add_argument("--methods", default="all", help=f"comma-separated methods or 'all' (known: {', '.join(method_names(sweep_only=True))})")
     p.add_argument("--temperature", type=float, default=None,
                    help="acceptance models at this temperature (default: the profile's lowest recorded)")
     p.add_argument("--target-rate", type=float, default=20.0, help="load to plan GPUs for, requests/s (default 20)")
@@ -393,7 +396,7 @@ def options_from_args(args) -> CapacityOptions:
     if args.hardware:
         scoring.check_hardware(args.hardware)
     return CapacityOptions(
-        methods=spaces.parse_methods(args.methods), hardware=args.hardware, temperature=args.temperature,
+        methods=parse_methods(args.methods), hardware=args.hardware, temperature=args.temperature,
         target_rate=args.target_rate, slo=Slo(**{k: (v / 1000 if v else None) for k, v in limits.items()}),
         load=LoadSpec(prompt_len=args.prompt_len, output_len=args.output_len, arrival=args.arrival, cv=args.cv,
                       trace=args.trace, duration_s=args.duration, max_batch=args.max_batch),

@@ -13,7 +13,8 @@ Four stages, each writing into `--out` (atomically):
    at least 30 configurations over sd, mcsd, cape, glide, lookahead, kangaroo and coral, each
    repeated `--repeats` times, against `ar` -> `replayed_steps.parquet`, `runs.csv`;
 4. the fidelity table: measured tokens/s next to the tokens/s predicted from the latency
-   profiles alone (fitted `calibrate.latency` table models priced over each run's own steps)
+   profiles alone: a Profile of the fitted `calibrate.latency` table models prices each run's own
+   steps through the method's step shape and `costmodel.step` (the one step-cost model)
    -> `fidelity.csv`, `report.md` (median and worst relative error, run-to-run spread).
 `--tiny` runs all four on a CPU in a few minutes with a tiny random model and, unless traces are
 given, a seeded synthetic TokenTrace (marked as such in the report).
@@ -34,8 +35,13 @@ import numpy as np
 import pandas as pd
 import torch
 
+import methods
+from calibrate.fit_acceptance import conf_bin_table
 from calibrate.latency import fit_latency
+from calibrate.profile import Profile
 from common import atomic
+from costmodel.step import draft_seconds, verify_seconds
+from methods import MethodConfig, Setup
 from traces import schema
 from runtime.drafters.coral import FeatureDrafter
 from runtime.drafters.glide import GlideDrafter
@@ -48,22 +54,52 @@ from traces.replayed import (random_prompts, replayed_decoder, run_replayed, sou
 
 GPU_ARCHITECTURES = ("vicuna-7b", "vicuna-13b", "vicuna-33b", "llama-68m", "llama-160m", "mistral-7b",
                      "llama-3-8b", "qwen2.5-7b")
-ROUTERS = {"llama-3-8b": ("16:2", "32:4"), "qwen2.5-7b": ("16:2", "32:4")}
+ROUTED = ((16, 2), (32, 4))                               # CORAL routers timed: (groups, top-n)
+ROUTERS = {arch: tuple(f"{g}:{n}" for g, n in ROUTED) for arch in ("llama-3-8b", "qwen2.5-7b")}
 EAGLE_HEADS = ("vicuna-7b", "llama-3-8b", "qwen2.5-7b")   # 32k, 128k and 152k vocabularies
 KANGAROO_EXIT = 2
 
-# (method, config): 31 configurations over every method of issue 8 (+ glide)
-CONFIGS: list[tuple[str, dict[str, Any]]] = (
-    [("sd", {"gamma": g}) for g in (1, 2, 3, 4, 5, 6, 8, 10, 12)]
-    + [("mcsd", {"k": k}) for k in ("2x2", "4x2x1", "2x2x2", "4x4", "8x2", "3x2x2x1")]
-    + [("cape", {"gamma": g}) for g in (3, 5)] + [("cape", {"gamma": 4, "bins": [4] * 11})]
-    + [("glide", {"gamma": g}) for g in (3, 5)]
-    + [("lookahead", {"W": w, "N": n, "G": g}) for w, n, g in ((5, 3, 5), (7, 4, 7), (15, 5, 15))]
-    + [("kangaroo", {"gamma": 6, "eta": e, "exit_layer": KANGAROO_EXIT}) for e in (0.2, 0.4, 0.6, 0.8)]
-    + [("coral", {"gamma": g}) for g in (3, 5)]
-    + [("coral", {"gamma": 4, "router_groups": 16, "router_top_n": 2}),
-       ("coral", {"gamma": 4, "router_groups": 32, "router_top_n": 4})]
+
+def _configs(method: str, *fields: dict[str, Any]) -> list[MethodConfig]:
+    return [methods.get(method).config(**f) for f in fields]
+
+
+BASELINE = methods.get("ar").config()
+# 31 configurations over every method of issue 8 (+ glide)
+CONFIGS: list[MethodConfig] = (
+    _configs("sd", *({"gamma": g} for g in (1, 2, 3, 4, 5, 6, 8, 10, 12)))
+    + _configs("mcsd", *({"k": k} for k in ("2x2", "4x2x1", "2x2x2", "4x4", "8x2", "3x2x2x1")))
+    + _configs("cape", {"gamma": 3}, {"gamma": 5}, {"gamma": 4, "bins": [4] * 11})
+    + _configs("glide", {"gamma": 3}, {"gamma": 5})
+    + _configs("lookahead", *({"W": w, "N": n, "G": g} for w, n, g in ((5, 3, 5), (7, 4, 7), (15, 5, 15))))
+    + _configs("kangaroo", *({"gamma": 6, "eta": e, "exit_layer": KANGAROO_EXIT} for e in (0.2, 0.4, 0.6, 0.8)))
+    + _configs("coral", {"gamma": 3}, {"gamma": 5}, *({"gamma": 4, "groups": g, "top_n": n} for g, n in ROUTED))
 )
+
+
+def router_drafter(groups: int, top_n: int) -> str:
+    """The name of an EAGLE drafter with CORAL's router (its latency rows are `<name>@<arch>`)."""
+    return f"eagle-router{groups}:{top_n}"
+
+
+# ---------------------------------------------------------------- drafters' fixed configuration
+
+def drafter_fixed(drafter_spec: dict[str, Any]) -> dict[str, Any]:
+    """Config fields a Profile drafter fixes: a trained or timed router (its spec's `router`)."""
+    return dict(drafter_spec.get("router") or {})
+
+
+def priced_config(config: MethodConfig, drafter_spec: dict[str, Any]) -> MethodConfig:
+    """The configuration a Profile prices for `config` run on this drafter: the fields the drafter
+    fixes are in its latency and acceptance already, so they take their defaults (coral's space
+    offers no router of its own on a drafter whose head routes)."""
+    defaults = type(config)()
+    return config.replace(**{k: getattr(defaults, k) for k in drafter_fixed(drafter_spec)})
+
+
+def engine_config(config: MethodConfig, drafter_spec: dict[str, Any]) -> MethodConfig:
+    """What the engine runs for a Profile configuration on this drafter (`priced_config`'s inverse)."""
+    return config.replace(**drafter_fixed(drafter_spec))
 
 
 # ------------------------------------------------------------------------------ stage 1: profiles
@@ -110,8 +146,7 @@ def drafter_rows(arch: str, ctxs: Sequence[int], timer: Timer, device, dtype, se
         ids = torch.zeros(1, 1, dtype=torch.long, device=one.device)
         glide = GlideDrafter.for_target(one, seed=seed)
         eagle = FeatureDrafter.for_target(one, seed=seed)
-        routed = [(g, n, eagle.with_router(g, n, seed=seed)) for g, n in ((16, 2), (32, 4))
-                  if g <= one.config.vocab_size]
+        routed = [(g, n, eagle.with_router(g, n, seed=seed)) for g, n in ROUTED if g <= one.config.vocab_size]
         deep = random_architecture(arch, num_layers=KANGAROO_EXIT + 1, seed=seed, dtype=dtype, device=device) \
             if arch != "tiny" else tiny_model(seed, dtype=dtype, num_layers=KANGAROO_EXIT + 1)
         adapter = KangarooAdapter.for_target(deep, KANGAROO_EXIT, seed=seed)
@@ -134,7 +169,7 @@ def drafter_rows(arch: str, ctxs: Sequence[int], timer: Timer, device, dtype, se
 
             add(f"kangaroo-l{KANGAROO_EXIT}@{arch}", kangaroo_step, kangaroo_reset, ctx)
             feature = torch.zeros(1, 1, one.config.hidden_size, dtype=one.dtype, device=one.device)
-            for label, drafter in [("eagle", eagle)] + [(f"eagle-router{g}:{n}", d) for g, n, d in routed]:
+            for label, drafter in [("eagle", eagle)] + [(router_drafter(g, n), d) for g, n, d in routed]:
                 dcache = filled_cache(_fake_model(lambda batch, capacity: drafter.new_cache(batch, capacity),
                                                   drafter.layer_config, one.device), 1, ctx, 1, seed)
                 add(f"{label}@{arch}", lambda: drafter.logits(drafter(ids, feature, one, dcache, pos), one),
@@ -179,29 +214,37 @@ def loop_models(tiny: bool, device, dtype):
 
 
 def run_loops(target, drafter, configs, token_sources, step_sources, prompts, look_prompts, repeats, max_new, log):
-    """Measured runs: one row per (configuration, repeat) with tokens/s, plus all replayed steps.
-    Lookahead replays `step_sources` over `look_prompts`; everything else `token_sources` over `prompts`."""
+    """Measured runs: one row per (configuration, repeat) with tokens/s, plus all replayed steps; the
+    `ar` baseline first. A method without a drafter has no drafter ranks: it replays `step_sources`
+    (StepTrace lengths) over `look_prompts`; the others `token_sources` over `prompts`. A method
+    that takes a draft model runs with `drafter`; the others build their own at the target's shape."""
     runs, steps = [], []
-    ar = replayed_decoder("ar", target)
-    for label, method, config in [("ar", "ar", {})] + [(f"{m}:{json.dumps(c, sort_keys=True)}", m, c) for m, c in configs]:
-        sources = step_sources if method == "lookahead" else token_sources
-        if sources is None:
-            log(f"skip {label}: no step trace for lookahead (--step-trace)")
-            continue
-        decoder = ar if method == "ar" else replayed_decoder(
-            method, target, drafter if method in ("sd", "mcsd", "cape") else None, **config)
+
+    def measure(config: MethodConfig, decoder, sources, chosen) -> None:
         for rep in range(repeats):
             begin = time.perf_counter()
-            done = run_replayed(decoder, sources, look_prompts if method == "lookahead" else prompts,
-                                max_new_tokens=max_new)
+            done = run_replayed(decoder, sources, chosen, max_new_tokens=max_new)
             seconds = time.perf_counter() - begin
             tokens = sum(len(r.generation.tokens) for r in done)
-            runs.append(dict(label=label, method=method, config=json.dumps(config, sort_keys=True), repeat=rep,
-                             tokens=tokens, seconds=seconds, tokens_per_s=tokens / seconds,
+            runs.append(dict(label=config.label, method=config.method, config=json.dumps(config.to_dict()),
+                             repeat=rep, tokens=tokens, seconds=seconds, tokens_per_s=tokens / seconds,
                              steps=sum(len(r.generation.steps) for r in done)))
             if rep == 0:
-                steps.append(steps_frame(done, method, config, run_id=label))
-        log(f"{label}: {statistics.median(r['tokens_per_s'] for r in runs if r['label'] == label):.1f} tokens/s")
+                steps.append(steps_frame(done, config.method, config, run_id=config.label))
+        log(f"{config.label}: {statistics.median(r['tokens_per_s'] for r in runs if r['label'] == config.label):.1f} "
+            "tokens/s")
+
+    measure(BASELINE, replayed_decoder(BASELINE.method, target), token_sources, prompts)
+    for config in configs:
+        spec = methods.get(config.method)
+        by_length = not spec.drafter_kinds
+        sources = step_sources if by_length else token_sources
+        if sources is None:
+            log(f"skip {config.label}: no step trace to replay a method without a drafter (--step-trace)")
+            continue
+        decoder = replayed_decoder(config.method, target, drafter if "draft_model" in spec.drafter_kinds else None,
+                                   **config.to_dict())
+        measure(config, decoder, sources, look_prompts if by_length else prompts)
     return pd.DataFrame(runs), pd.concat(steps, ignore_index=True)
 
 
@@ -211,11 +254,11 @@ def run_loops(target, drafter, configs, token_sources, step_sources, prompts, lo
 def coefficient_pairs(tiny: bool) -> list[tuple[str, str]]:
     if tiny:
         return [(d, "tiny") for d in ("layers:1", "glide@tiny", f"kangaroo-l{KANGAROO_EXIT}@tiny", "eagle@tiny",
-                                      "eagle-router16:2@tiny")]
+                                      f"{router_drafter(*ROUTED[0])}@tiny")]
     pairs = [("random:llama-68m", f"random:{t}") for t in ("vicuna-7b", "vicuna-13b", "vicuna-33b")]
     pairs += [("random:llama-160m", f"random:{t}") for t in ("vicuna-7b", "vicuna-13b", "vicuna-33b")]
     for arch in EAGLE_HEADS:
-        for d in ("glide", f"kangaroo-l{KANGAROO_EXIT}", "eagle", "eagle-router16:2", "eagle-router32:4"):
+        for d in ("glide", f"kangaroo-l{KANGAROO_EXIT}", "eagle", *(router_drafter(g, n) for g, n in ROUTED)):
             pairs.append((f"{d}@{arch}", f"random:{arch}"))
     return pairs
 
@@ -247,60 +290,98 @@ def coefficients(rows: pd.DataFrame, pairs, hardware: str, dtype: str) -> pd.Dat
 
 # ----------------------------------------------------------------------------- stage 4: fidelity
 
-def latency_models(frames: Sequence[pd.DataFrame]) -> dict[str, Any]:
-    """A fitted `calibrate.latency` table model per model name found in the LatencyTrace frames."""
-    rows = pd.concat(frames, ignore_index=True)
-    return {name: fit_latency(group, kind="table", name=name) for name, group in rows.groupby("model")
-            if group["role"].iloc[0] in ("target", "draft")}
-
-
-def predicted_seconds(steps: pd.DataFrame, method: str, config: dict, names: dict[str, str], models: dict,
-                      n_layers: int, prompt_len: int) -> float:
-    """Seconds the latency models price one configuration's replayed steps at (+ prefill per prompt)."""
-    target = models[names["target"]]
+def campaign_drafters(names: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """The loops' drafters as Profile drafters, named by their latency rows: the draft model first
+    (a method that takes one runs with it), then those the engine builds at the target's shape."""
     arch = names["arch"]
-    draft_model = {"sd": names["draft_model"], "mcsd": names["draft_model"], "cape": names["draft_model"],
-                   "glide": f"glide@{arch}", "kangaroo": f"kangaroo-l{KANGAROO_EXIT}@{arch}",
-                   "coral": (f"eagle-router{config['router_groups']}:{config['router_top_n']}@{arch}"
-                             if config.get("router_groups") else f"eagle@{arch}")}.get(method)
-    ctx = steps["ctx_len"].to_numpy(dtype=float)
-    verify_share = (n_layers - KANGAROO_EXIT) / n_layers if method == "kangaroo" else 1.0
-    total = float(np.sum(target.predict(steps["verify_tokens"].to_numpy(dtype=float), ctx))) * verify_share
-    if draft_model is not None:
-        widths = [1] * 64
-        if method == "mcsd":
-            levels = [int(k) for k in str(config["k"]).split("x")]
-            widths = [int(np.prod(levels[:i])) for i in range(len(levels))]
-        draft = models[draft_model]
-        for i in range(int(steps["draft_forwards"].max())):
-            active = steps["draft_forwards"].to_numpy() > i
-            total += float(np.sum(draft.predict(widths[min(i, len(widths) - 1)], ctx[active] + i)))
-    n_prompts = steps["prompt_id"].nunique()
-    return total + n_prompts * float(target.predict(max(prompt_len - 1, 1), 0))
+    drafters = {"draft": {"kind": "draft_model", "model": names["draft_model"]},
+                "glide": {"kind": "glide", "model": f"glide@{arch}"},
+                "kangaroo": {"kind": "kangaroo", "exit_layer": KANGAROO_EXIT,
+                             "model": f"kangaroo-l{KANGAROO_EXIT}@{arch}"},
+                "eagle": {"kind": "coral", "model": f"eagle@{arch}"}}
+    for g, n in ROUTED:
+        drafters[router_drafter(g, n)] = {"kind": "coral", "model": f"{router_drafter(g, n)}@{arch}",
+                                          "router": {"groups": g, "top_n": n}}
+    return drafters
 
 
-def fidelity_table(runs: pd.DataFrame, steps: pd.DataFrame, names, models, n_layers, prompt_len) -> pd.DataFrame:
+def replayed_acceptance(token_frame: pd.DataFrame, configs: Sequence[MethodConfig]) -> dict[str, Any]:
+    """The acceptance entry the step shapes read (CAPE's expected expansion, Kangaroo's reach): the
+    replayed TokenTrace's greedy alpha and confidence bins, a top-K row for every bin size used."""
+    rank = token_frame["draft_rank"].to_numpy()
+    ks = sorted({1} | {int(b) for c in configs for b in (getattr(c, "bins", None) or ())})
+    return {"drafter": "replayed", "temperature": 0.0, "alpha": float(np.mean(rank == 0)),
+            "conf_bins": conf_bin_table(token_frame["draft_conf"].to_numpy(), {k: rank < k for k in ks}),
+            "source": "the replayed TokenTrace"}
+
+
+def campaign_profile(frames: Sequence[pd.DataFrame], names: dict[str, str], n_layers: int, hardware: str,
+                     dtype: str, acceptance: dict[str, Any]) -> Profile:
+    """A Profile of the campaign's own measurements: a fitted `calibrate.latency` table model per
+    model of the LatencyTrace frames, the loops' drafters and the replayed acceptance."""
+    rows = pd.concat(frames, ignore_index=True)
+    latency = {name: fit_latency(group, kind="table", name=name).to_dict() for name, group in rows.groupby("model")
+               if group["role"].iloc[0] in ("target", "draft")}
+    return Profile(name="gpu campaign", hardware=hardware, dtype=dtype, target=names["target"],
+                   models={names["target"]: {"n_layers": n_layers}}, latency=latency,
+                   acceptance={"replayed": acceptance}, drafters=campaign_drafters(names))
+
+
+def setup_for(profile: Profile, config: MethodConfig) -> Setup:
+    """The Setup a loop of `config` ran as: the first drafter of the method's kinds (most fixed
+    fields first) on which the engine runs exactly `config`; no drafter for a method without one."""
+    spec = methods.get(config.method)
+    names = sorted(profile.drafters_of(*spec.drafter_kinds), key=lambda d: -len(drafter_fixed(profile.drafter(d))))
+    for name in names:
+        drafter = profile.drafter(name)
+        if engine_config(priced_config(config, drafter), drafter) == config:
+            return Setup(profile, name, "replayed")
+    if spec.drafter_kinds:
+        raise InputError(f"{config.label}: no drafter of the campaign runs it")
+    return Setup(profile, None, "replayed")
+
+
+def predicted_seconds(steps: pd.DataFrame, config: MethodConfig, setup: Setup, prompt_len: int) -> float:
+    """Seconds the Profile's latency models price one configuration's replayed steps at (+ a prefill
+    per prompt): the method's step shape priced by `costmodel.step`, each step's realised draft
+    forwards and verified tokens in place of the shape's expectations."""
+    spec = methods.get(config.method)
+    shape = spec.step_shape(setup, spec.frame_of([priced_config(config, setup.drafter_spec)]))
+    latency, ctx = setup.profile.seconds, steps["ctx_len"].to_numpy(dtype=float)
+    forwards = steps["draft_forwards"].to_numpy()
+    if forwards.max(initial=0) > shape.max_drafted:
+        raise InputError(f"{config.label}: a replayed step ran {forwards.max()} draft forwards, its step shape "
+                         f"has {shape.max_drafted}")
+    reach = forwards[:, None] > np.arange(shape.max_drafted)[None, :]
+    step_s = (draft_seconds(latency, shape, ctx, reach=reach) + shape.overhead_s
+              + verify_seconds(latency, shape, ctx, verify_tokens=steps["verify_tokens"].to_numpy(dtype=float)))
+    prefill = float(latency(setup.target, max(prompt_len - 1, 1), 0.0))
+    return float(np.sum(step_s)) + steps["prompt_id"].nunique() * prefill
+
+
+def fidelity_table(runs: pd.DataFrame, steps: pd.DataFrame, configs: Sequence[MethodConfig], profile: Profile,
+                   prompt_len: int) -> pd.DataFrame:
+    by_label = {c.label: c for c in configs}
     rows = []
     for label, group in runs.groupby("label", sort=False):
-        method, config = group["method"].iloc[0], json.loads(group["config"].iloc[0])
+        config = by_label[label]
         tps = group["tokens_per_s"].to_numpy()
         measured = float(np.median(tps))
-        predicted = group["tokens"].iloc[0] / predicted_seconds(steps[steps.run_id == label], method, config, names,
-                                                               models, n_layers, prompt_len)
-        rows.append(dict(label=label, method=method, config=json.dumps(config, sort_keys=True),
+        predicted = group["tokens"].iloc[0] / predicted_seconds(steps[steps.run_id == label], config,
+                                                               setup_for(profile, config), prompt_len)
+        rows.append(dict(label=label, method=config.method, config=json.dumps(config.to_dict()),
                          measured_tps=measured, predicted_tps=predicted,
                          rel_error=(predicted - measured) / measured,
                          spread=float((tps.max() - tps.min()) / measured), repeats=len(tps)))
     table = pd.DataFrame(rows)
-    ar = table.loc[table.method == "ar", "measured_tps"]
-    ar_pred = table.loc[table.method == "ar", "predicted_tps"]
-    table["measured_speedup"] = table["measured_tps"] / float(ar.iloc[0])
-    table["predicted_speedup"] = table["predicted_tps"] / float(ar_pred.iloc[0])
+    baseline = table.loc[table.label == BASELINE.label].iloc[0]
+    table["measured_speedup"] = table["measured_tps"] / float(baseline["measured_tps"])
+    table["predicted_speedup"] = table["predicted_tps"] / float(baseline["predicted_tps"])
     return table
 
 
 def report(table: pd.DataFrame, meta: dict[str, Any], coeffs: pd.DataFrame) -> str:
-    spec = table[table.method != "ar"]
+    spec = table[table.label != BASELINE.label]
     err = spec["rel_error"].abs()
     lines = ["# GPU campaign: replayed speculative loops, measured vs predicted", "",
              f"hardware: {meta['hardware']}, dtype: {meta['dtype']}, acceptance: {meta['acceptance']}", "",
@@ -403,15 +484,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                                           hardware=hardware, dtype=str(dtype).replace("torch.", ""), seed=args.seed,
                                           extra={"mode": "replayed acceptance", "acceptance": acceptance}))
     # 4. fidelity
-    models = latency_models(frames + [dframe])
+    dtype_name = "bf16" if device.type == "cuda" else "fp32"
+    profile = campaign_profile(frames + [dframe], model_names, target.config.num_layers, hardware, dtype_name,
+                               replayed_acceptance(token_frame, CONFIGS))
     coeffs = coefficients(pd.concat(frames + [dframe], ignore_index=True), coefficient_pairs(args.tiny),
-                          hardware, "bf16" if device.type == "cuda" else "fp32")
+                          hardware, dtype_name)
     atomic.write_csv(out / "coefficients.csv", coeffs)
-    table = fidelity_table(runs, steps, model_names, models, target.config.num_layers, args.prompt_len)
+    table = fidelity_table(runs, steps, [BASELINE, *CONFIGS], profile, args.prompt_len)
     atomic.write_csv(out / "fidelity.csv", table)
     meta = {"hardware": hardware, "dtype": str(dtype).replace("torch.", ""), "acceptance": acceptance}
     atomic.write_text(out / "report.md", report(table, meta, coeffs))
-    spec = table[table.method != "ar"]
+    spec = table[table.label != BASELINE.label]
     log(f"{len(spec)} configurations; |error| median {spec.rel_error.abs().median():.1%}, "
         f"worst {spec.rel_error.abs().max():.1%}; wrote {out / 'report.md'}")
     return 0

@@ -1,7 +1,8 @@
 """The sweep's best configurations beside the papers' own choices, with the differences explained.
 
 Where a paper names the configuration it found best, `compare(tables, best)` finds that
-configuration in the sweep's ranked table of the matching profile and reports: the paper's choice
+configuration (by its canonical label, `methods`) in the sweep's ranked table of the matching
+profile and reports: the paper's choice
 and its published speedup, where the sweep ranks it and what it predicts for it, the sweep's own
 best, and a sentence on why they differ, computed from the two rows (tokens per step, tokens
 verified, draft cost) and from what the profile records.
@@ -15,6 +16,8 @@ from __future__ import annotations
 import re
 
 import pandas as pd
+
+import methods
 
 COLUMNS = ["method", "profile", "setting", "paper_choice", "paper_speedup", "sweep_rank_of_paper_choice",
            "predicted_for_paper_choice", "sweep_best", "predicted_best", "why"]
@@ -54,14 +57,14 @@ def _mcsd(table: pd.DataFrame, profiles: dict) -> list[dict]:
                  and _norm(r.row.split("/")[3]) == _norm(f"T={temp:g}")]
         if not match or papers.k_config(match[0]) is None:
             continue
-        k = papers.k_config(match[0])
+        label = methods.parse_config("mcsd", {"k": papers.k_config(match[0]), "replacement": True}).label
         group = group.sort_values("speedup", ascending=False).reset_index(drop=True)
-        hit = group.index[(group.k == k) & group.replacement]
+        hit = group.index[group.config == label]
         paper_row = group.loc[hit[0]] if len(hit) else None
         best = group.iloc[0]
         acc = sorted(group.acceptance.unique())
         out.append(dict(
-            method="mcsd", profile=profile, setting=f"{drafter} / {dataset} / T={temp:g}", paper_choice=k,
+            method="mcsd", profile=profile, setting=f"{drafter} / {dataset} / T={temp:g}", paper_choice=label,
             paper_speedup=match[0].value, sweep_rank_of_paper_choice=int(hit[0]) + 1 if len(hit) else None,
             predicted_for_paper_choice=None if paper_row is None else paper_row.speedup,
             sweep_best=best.config, predicted_best=best.speedup,
@@ -81,13 +84,13 @@ def _lookahead(table: pd.DataFrame, profiles: dict) -> list[dict]:
         key = f"{size.group(1)}B" if size else None
         if key not in good:
             continue
-        w, n, g = (int(good[key][c]) for c in ("W", "N", "G"))
+        label = methods.parse_config("lookahead", {c: int(good[key][c]) for c in ("W", "N", "G")}).label
         group = group.sort_values("speedup", ascending=False).reset_index(drop=True)
-        hit = group.index[(group.W == w) & (group.N == n) & (group.G == g)]
+        hit = group.index[group.config == label]
         paper_row = group.loc[hit[0]] if len(hit) else None
         best = group.iloc[0]
         out.append(dict(
-            method="lookahead", profile=profile, setting=f"{key} on {profile}", paper_choice=f"W{w} N{n} G{g}",
+            method="lookahead", profile=profile, setting=f"{key} on {profile}", paper_choice=label,
             paper_speedup=None, sweep_rank_of_paper_choice=int(hit[0]) + 1 if len(hit) else None,
             predicted_for_paper_choice=None if paper_row is None else paper_row.speedup,
             sweep_best=best.config, predicted_best=best.speedup,

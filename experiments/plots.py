@@ -1,25 +1,19 @@
-"""The sweep's figures, one per method, in the spirit of the papers' own.
+"""The sweep's figures: one per method, drawn from what the method module states (`spec.plot`).
 
-Every function takes the scored table of one method (all profiles; columns from
-`experiments.scoring.SCORE_COLUMNS` plus the method's hyperparameters) and a path, draws with
-seaborn, saves atomically and returns the path, or None when the table holds nothing to draw.
-
-- sd: speedup against gamma, one line per profile (Leviathan et al., MCSD Tables 2-3).
-- mcsd: speedup against block efficiency for every k-configuration of a fixed depth, coloured by
-  budget, monotone vs not (MCSD Fig. 4).
-- cape: the best bin arrays as a heatmap, bins (confidence) across, candidates in the cells.
-- lookahead: the best speedup over G for every (W, N) (Lookahead Fig. 5 / Table 4).
-- kangaroo: speedup over (gamma, eta).
-- coral: router groups N x top-n grid of the best speedup (CORAL Table 4).
+A method's `PlotSpec` names the column `x` the speedup is drawn against, optionally the column
+`hue` giving one line per value, and optionally `y`, which turns the figure into a heatmap of the
+best speedup over (x, y). Every other hyperparameter is maximised out, so each point is the best
+configuration with those values. A line plot without `hue` draws one line per setup (profile /
+drafter); with a hue, and for heatmaps, only the setup whose best configuration is fastest is shown.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from common import atomic
+from methods.spec import MethodSpec
 
 
 def _plt():
@@ -40,115 +34,45 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def _one_profile(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
-    """Heatmaps show one setup: the (profile, drafter) whose best configuration is fastest."""
-    keys = [c for c in ("profile", "drafter") if c in frame]
-    best = frame.groupby(keys).speedup.max().idxmax()
-    best = best if isinstance(best, tuple) else (best,)
-    mask = np.logical_and.reduce([frame[k] == v for k, v in zip(keys, best)])
-    return frame[mask], " / ".join(map(str, best))
+def _setup_of(frame: pd.DataFrame) -> pd.Series:
+    """'profile / drafter' of every row (the profile alone where no drafter is used)."""
+    drafter = frame["drafter"].astype(str) if "drafter" in frame else pd.Series("-", index=frame.index)
+    return frame["profile"].astype(str).where(drafter == "-", frame["profile"].astype(str) + " / " + drafter)
 
 
-def plot_sd(frame: pd.DataFrame, path: Path) -> Path | None:
-    if frame.empty:
+def _one_setup(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The rows of the (profile, drafter) whose best configuration is fastest."""
+    setup = _setup_of(frame)
+    best = frame.groupby(setup).speedup.max().idxmax()
+    return frame[setup == best], best
+
+
+def plot_method(spec: MethodSpec, frame: pd.DataFrame, path: Path) -> Path | None:
+    """The figure of one method's scored table (all profiles); None when there is nothing to draw."""
+    plot = spec.plot
+    if plot is None or frame.empty or plot.x not in frame:
         return None
     plt, sns = _plt()
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    frame = frame.assign(setup=frame.profile + " / " + frame.drafter.astype(str)) if "drafter" in frame else \
-        frame.assign(setup=frame.profile)
-    sns.lineplot(data=frame, x="gamma", y="speedup", hue="setup", marker="o", ax=ax)
-    ax.set(xlabel="draft length gamma", ylabel="predicted speedup", title="Chain SD: speedup against gamma")
+    if plot.y is not None:
+        sub, setup = _one_setup(frame)
+        grid = sub.groupby([plot.y, plot.x]).speedup.max().unstack(plot.x)
+        fig, ax = plt.subplots(figsize=(max(5.0, 0.45 * grid.shape[1] + 2), max(3.0, 0.3 * grid.shape[0] + 1.2)))
+        sns.heatmap(grid, annot=grid.size <= 200, fmt=".2f", cmap="magma", ax=ax, annot_kws={"size": 6},
+                    cbar_kws={"label": "best predicted speedup"})
+        ax.set(xlabel=plot.x, ylabel=plot.y, title=f"{spec.name}: best speedup over ({plot.x}, {plot.y}) ({setup})")
+        return _save(fig, path)
+    if plot.hue is None:
+        data = frame.assign(setup=_setup_of(frame)).groupby(["setup", plot.x], as_index=False).speedup.max()
+        hue, title = "setup", f"{spec.name}: best speedup against {plot.x}"
+    else:
+        sub, setup = _one_setup(frame)
+        data = sub.groupby([plot.hue, plot.x], as_index=False).speedup.max()
+        hue, title = plot.hue, f"{spec.name}: best speedup against {plot.x} ({setup})"
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    numeric = pd.api.types.is_numeric_dtype(data[hue]) and data[hue].nunique() > 8
+    sns.lineplot(data=data, x=plot.x, y="speedup", hue=hue, marker=None if numeric else "o", ax=ax,
+                 palette="viridis" if numeric else None, legend="brief")
+    ax.set(xlabel=plot.x, ylabel="best predicted speedup", title=title)
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
-    ax.legend(fontsize=6, loc="best")
+    ax.legend(fontsize=6, loc="best", title=hue, title_fontsize=7)
     return _save(fig, path)
-
-
-def plot_mcsd(frame: pd.DataFrame, path: Path, depth: int = 2) -> Path | None:
-    """MCSD Fig. 4: every k-configuration of depth `depth` (the paper fixes gamma = 2)."""
-    sub = frame[(frame.gamma == depth) & frame.replacement.astype(bool)] if "replacement" in frame else frame
-    if sub.empty:
-        return None
-    sub, profile = _one_profile(sub)
-    plt, sns = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    sub = sub.assign(budget_label=sub.budget.astype(int).astype(str),
-                     order=np.where(sub.monotone, "non-increasing", "increasing somewhere"))
-    order = [str(b) for b in sorted(sub.budget.astype(int).unique())]
-    sns.scatterplot(data=sub, x="tokens_per_step", y="speedup", hue="budget_label", hue_order=order, style="order",
-                    ax=axes[0], s=40)
-    axes[0].set(xlabel="block efficiency tau (tokens per step)", ylabel="predicted speedup",
-                title=f"k-configurations, gamma={depth}")
-    axes[0].legend(fontsize=6, title="budget", title_fontsize=7)
-    top = sub.sort_values("speedup", ascending=False).head(16)
-    sns.barplot(data=top, y="config", x="speedup", hue="budget_label", hue_order=order, dodge=False, ax=axes[1])
-    axes[1].set(xlabel="predicted speedup", ylabel="", title="best k-configurations",
-                xlim=(0.97 * top.speedup.min(), 1.01 * top.speedup.max()))
-    axes[1].tick_params(axis="y", labelsize=6)
-    axes[1].legend(fontsize=6, title="budget", title_fontsize=7)
-    fig.suptitle(profile, fontsize=8)
-    return _save(fig, path)
-
-
-def plot_cape(frame: pd.DataFrame, path: Path, top: int = 20) -> Path | None:
-    if frame.empty:
-        return None
-    sub, profile = _one_profile(frame)
-    best = sub.sort_values("speedup", ascending=False).head(top)
-    grid = np.asarray([list(b) for b in best.bins])
-    plt, sns = _plt()
-    fig, ax = plt.subplots(figsize=(7, 0.28 * len(best) + 1.2))
-    labels = [f"gamma={g}  {s:.2f}x" for g, s in zip(best.gamma, best.speedup)]
-    sns.heatmap(pd.DataFrame(grid, index=labels, columns=[f"{i/10:.1f}" for i in range(grid.shape[1])]),
-                annot=True, fmt="d", cbar_kws={"label": "candidates kept"}, cmap="viridis", ax=ax)
-    ax.set(xlabel="drafter confidence bin floor(10*conf)/10", ylabel="", title=f"CAPE: best bin arrays ({profile})")
-    ax.tick_params(axis="y", labelsize=6)
-    return _save(fig, path)
-
-
-def plot_lookahead(frame: pd.DataFrame, path: Path) -> Path | None:
-    if frame.empty:
-        return None
-    sub, profile = _one_profile(frame)
-    grid = sub.groupby(["N", "W"]).speedup.max().unstack("W")
-    plt, sns = _plt()
-    fig, ax = plt.subplots(figsize=(9, 3.4))
-    sns.heatmap(grid, annot=True, fmt=".2f", cmap="magma", ax=ax, annot_kws={"size": 6},
-                cbar_kws={"label": "best speedup over G"})
-    ax.set(xlabel="window size W", ylabel="n-gram size N", title=f"Lookahead: speedup over (W, N) ({profile})")
-    return _save(fig, path)
-
-
-def plot_kangaroo(frame: pd.DataFrame, path: Path) -> Path | None:
-    if frame.empty:
-        return None
-    sub, profile = _one_profile(frame)
-    grid = sub.groupby(["gamma", "eta"]).speedup.max().unstack("eta")
-    plt, sns = _plt()
-    fig, ax = plt.subplots(figsize=(9, 3.4))
-    sns.heatmap(grid, annot=False, cmap="magma", ax=ax, cbar_kws={"label": "best speedup over exit layer"})
-    ax.set(xlabel="early-stop threshold eta", ylabel="max draft steps gamma", title=f"Kangaroo ({profile})")
-    return _save(fig, path)
-
-
-def plot_coral(frame: pd.DataFrame, path: Path) -> Path | None:
-    if frame.empty:
-        return None
-    sub, profile = _one_profile(frame)
-    grid = sub.groupby(["groups", "top_n"]).speedup.max().unstack("top_n")
-    grid.index = ["no router" if n == 0 else str(n) for n in grid.index]
-    grid.columns = [("-" if t == 0 else f"top-{t}") for t in grid.columns]
-    plt, sns = _plt()
-    fig, ax = plt.subplots(figsize=(6, 3.4))
-    sns.heatmap(grid, annot=True, fmt=".2f", cmap="magma", ax=ax, cbar_kws={"label": "best speedup over gamma"})
-    ax.set(xlabel="activated groups", ylabel="router groups N", title=f"CORAL LM-head router ({profile})")
-    return _save(fig, path)
-
-
-PLOTTERS = {
-    "sd": plot_sd,
-    "mcsd": plot_mcsd,
-    "cape": plot_cape,
-    "lookahead": plot_lookahead,
-    "kangaroo": plot_kangaroo,
-    "coral": plot_coral,
-}

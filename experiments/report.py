@@ -5,7 +5,7 @@
     out/tables/<method>.csv|.parquet   every configuration scored, ranked (one row each)
     out/best.csv                       the best configuration per (profile, method), simulator spread
     out/paper_choices.csv              the sweep's choice beside the papers' own, where they give one
-    out/plots/<method>.png             one figure per method (experiments.plots)
+    out/plots/<method>.png             one figure per method (experiments.plots, from `spec.plot`)
     out/report.md                      links the plots, explains the differences with the papers
     out/run.json                       options, profiles, timings
 
@@ -18,10 +18,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from experiments.plots import PLOTTERS
+import methods
 from common import atomic
+from experiments.plots import plot_method
 
 SHOWN_COLUMNS = ["profile", "method", "drafter", "dataset", "config", "speedup", "tokens_per_step",
                  "verified_per_step", "draft_cost"]
@@ -53,13 +55,19 @@ def _write_csv(path: Path, frame: pd.DataFrame) -> Path:
 
 
 def _plain_columns(frame: pd.DataFrame) -> pd.DataFrame:
-    """Tuples (k-configurations, bin arrays) become 'x'-joined text so CSV and parquet agree."""
+    """Tuples (k-configurations, bin arrays) become 'x'-joined text so CSV and parquet agree
+    (each distinct tuple joined once: a k column holds few distinct values in many rows)."""
     out = frame.copy()
     for col in out.columns:
-        if out[col].dtype == object and any(isinstance(v, (tuple, list)) for v in out[col].iloc[:1].tolist()
-                                             + out[col].dropna().iloc[:1].tolist()):
-            out[col] = ["x".join(map(str, v)) if isinstance(v, (tuple, list)) else v for v in out[col]]
+        if out[col].dtype == object and any(isinstance(v, tuple) for v in out[col].dropna().iloc[:1]):
+            codes, uniques = pd.factorize(out[col])
+            texts = np.asarray([_joined(v) for v in uniques] + [None], dtype=object)
+            out[col] = texts[codes]     # code -1 (missing) -> None
     return out
+
+
+def _joined(value):
+    return "x".join(map(str, value)) if isinstance(value, tuple) else value
 
 
 def write_outputs(result: Any, out_dir: Path) -> dict[str, Path]:
@@ -73,7 +81,7 @@ def write_outputs(result: Any, out_dir: Path) -> dict[str, Path]:
         written[f"parquet:{method}"] = atomic.write_parquet(
             out_dir / "tables" / f"{method}.parquet", plain, metadata={"specsim": json.dumps(result.options)}
         )
-        plot = PLOTTERS[method](frame, out_dir / "plots" / f"{method}.png")
+        plot = plot_method(methods.get(method), frame, out_dir / "plots" / f"{method}.png")
         if plot is not None:
             written[f"plot:{method}"] = plot
     written["best"] = _write_csv(out_dir / "best.csv", _plain_columns(result.best))

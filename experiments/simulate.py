@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pandas as pd
 
+import methods
 from simulator import Cluster, Parallelism, Workload, simulate_serving, simulate_stream
-from simulator.methods import METHODS, load_profile, parse_config
+from simulator.methods import SETUP_OPTIONS, build_step_model, load_profile
 from simulator.replay import prompt_ids, replay_draws
 from simulator.report import batch_crossover, write_crossover_report, write_run
 from common import atomic
@@ -55,8 +56,10 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _method(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--method", required=True, choices=METHODS, help="decoding method")
-    p.add_argument("--config", default="{}", help="method configuration as JSON, e.g. '{\"gamma\": 4, \"drafter\": \"llama-68m\"}'")
+    p.add_argument("--method", required=True, choices=methods.names(), help="decoding method")
+    p.add_argument("--config", default="{}",
+                   help="the method's config keys plus setup keys (" + ", ".join(SETUP_OPTIONS) + ") as JSON, "
+                        "e.g. '{\"gamma\": 4, \"drafter\": \"llama-68m\"}', or a label ('sd g4'); unknown keys are refused")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -107,10 +110,11 @@ def _print(frame: pd.DataFrame, columns: list[str]) -> None:
 
 def run_stream(args) -> None:
     profile = load_profile(args.profile)
+    step = build_step_model(profile, args.method, args.config)      # refuses a bad config before any run
     if args.token_trace:
         rows, steps = [], []
         for pid in prompt_ids(args.token_trace):
-            draws = replay_draws(args.token_trace, args.method, args.config, pid)
+            draws = replay_draws(args.token_trace, profile, args.method, args.config, pid)
             res = simulate_stream(profile, args.method, args.config, int(draws.accepted.sum()) + 1, args.seed,
                                   prompt_len=args.prompt_len, engine=args.engine, draws=draws, per_step=args.per_step)
             rows.append(dict(res.summary, prompt_id=pid))
@@ -128,9 +132,9 @@ def run_stream(args) -> None:
                 steps.append(res.steps.assign(seed=args.seed + i))
     table = pd.DataFrame(rows)
     out = Path(args.out)
-    atomic.write_csv(out / "streams.csv", table.drop(columns=["config"]))
+    atomic.write_csv(out / "streams.csv", table)
     atomic.write_json(out / "summary.json", {
-        "method": args.method, "config": parse_config(args.config), "streams": len(table),
+        "method": args.method, **step.describe(), "streams": len(table),
         **{f"{k}_mean": float(table[k].mean()) for k in ("ttft_s", "tpot_s", "e2e_s", "tokens_per_step", "speedup")},
         **{f"{k}_p99": float(table[k].quantile(0.99)) for k in ("tpot_s", "e2e_s")}})
     if steps:
@@ -140,6 +144,7 @@ def run_stream(args) -> None:
 
 def run_serve(args) -> None:
     profile = load_profile(args.profile)
+    build_step_model(profile, args.method, args.config)      # refuses a bad config before any run
     cluster = Cluster(replicas=args.replicas, max_batch=args.max_batch, gpu_mem_gb=args.gpu_mem_gb,
                       parallel=Parallelism(tp=args.tp, pp=args.pp, lp=args.lp, draft_on_own_gpu=args.draft_own_gpu))
     requests, summaries, iterations = [], [], []
@@ -167,8 +172,10 @@ def run_crossover(args) -> None:
         raise InputError(f"--configs is not valid JSON ({exc.msg})") from None
     if not isinstance(configs, dict) or not all(isinstance(v, list) and len(v) == 2 for v in configs.values()):
         raise InputError("--configs must be a JSON object {label: [method, config]}")
-    methods = [("ar", "ar", {})] + [(label, m, c) for label, (m, c) in configs.items()]
-    table = batch_crossover(profile, methods, _ints(args.batches, "--batches"), prompt_len=args.prompt_len,
+    runs = [("ar", "ar", {})] + [(label, m, c) for label, (m, c) in configs.items()]
+    for _, method, config in runs:
+        build_step_model(profile, method, config)      # refuses a bad config before any run
+    table = batch_crossover(profile, runs, _ints(args.batches, "--batches"), prompt_len=args.prompt_len,
                             output_len=args.output_len, seed=args.seed)
     command = "python -m experiments.simulate " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     write_crossover_report(Path(args.out), table, "ar", profile.name, command)

@@ -25,14 +25,18 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from experiments.gpu_campaign import KANGAROO_EXIT  # the exit layer its drafter_rows times
+import methods
 from common.errors import InputError, cli_entry
+from costmodel.cape import PAPER_BINS
+from experiments.gpu_campaign import KANGAROO_EXIT, drafter_fixed, engine_config, priced_config
+from methods import MethodConfig
 
 STAGES = ("latency", "tokens", "steps", "profile", "best", "tables")
 DATASETS = {"mt-bench": "mtbench", "humaneval": "humaneval"}   # profile name -> traces.prompts name
@@ -50,21 +54,52 @@ DRAFTERS: dict[str, tuple[str | None, dict[str, Any]]] = {
                       "router": {"groups": ROUTER[0], "top_n": ROUTER[1]}}),
     "lookahead": (None, {"kind": "lookahead"}),
 }
-# (label, engine method, engine config, drafter): the StepTraces recorded for every dataset
-RUNS: list[tuple[str, str, dict[str, Any], str | None]] = [
-    ("ar", "ar", {}, None),
-    ("sd g4", "sd", {"gamma": 4}, "vanilla"),
-    ("mcsd 2x2x1", "mcsd", {"k": "2x2x1"}, "vanilla"),
-    ("cape g4", "cape", {"gamma": 4}, "vanilla"),
-    ("glide g4", "glide", {"gamma": 4}, "glide"),
-    ("lookahead W5 N3 G5", "lookahead", {"W": 5, "N": 3, "G": 5}, None),
-    ("lookahead W7 N4 G7", "lookahead", {"W": 7, "N": 4, "G": 7}, None),
-    ("kangaroo g6 eta0.6", "kangaroo", {"gamma": 6, "eta": 0.6, "exit_layer": KANGAROO_EXIT}, "kangaroo"),
-    ("coral g4", "coral", {"gamma": 4}, "coral"),
-    ("coral g4 router16:2", "coral", {"gamma": 4, "router_groups": ROUTER[0], "router_top_n": ROUTER[1]},
-     "coral-router"),
+
+
+@dataclass(frozen=True)
+class Run:
+    """One recorded configuration: what the engine ran (`config`, whose label names the run) on a
+    Profile drafter (None: the method has none)."""
+
+    config: MethodConfig
+    drafter: str | None = None
+    prefix: str = ""            # "best " for the sweep's choices (stage best)
+
+    @property
+    def method(self) -> str:
+        return self.config.method
+
+    @property
+    def label(self) -> str:
+        return self.prefix + self.config.label
+
+    @property
+    def priced(self) -> MethodConfig:
+        """The configuration the Profile prices (a trained router is part of its drafter)."""
+        return priced_config(self.config, DRAFTERS[self.drafter][1]) if self.drafter else self.config
+
+
+def _run(method: str, drafter: str | None = None, **fields: Any) -> Run:
+    return Run(methods.get(method).config(**fields), drafter)
+
+
+BASELINE = _run("ar")
+# the gamma-4 chains: like-with-like acceptance of their drafters (GLIDE Table 1's shape)
+CHAIN_RUNS = {run.drafter: run for run in (
+    _run("sd", "vanilla", gamma=4), _run("glide", "glide", gamma=4), _run("coral", "coral", gamma=4),
+    _run("coral", "coral-router", gamma=4, groups=ROUTER[0], top_n=ROUTER[1]))}
+# the StepTraces recorded for every dataset (lookahead as recorded: prompt n-grams on, the engine's
+# default then)
+RUNS: list[Run] = [
+    BASELINE, CHAIN_RUNS["vanilla"], _run("mcsd", "vanilla", k="2x2x1"), _run("cape", "vanilla", gamma=4),
+    CHAIN_RUNS["glide"], _run("lookahead", W=5, N=3, G=5, prompt_ngrams=True),
+    _run("lookahead", W=7, N=4, G=7, prompt_ngrams=True),
+    _run("kangaroo", "kangaroo", gamma=6, eta=0.6, exit_layer=KANGAROO_EXIT), CHAIN_RUNS["coral"],
+    CHAIN_RUNS["coral-router"],
 ]
-TOKEN_DRAFTERS = {"vanilla": "sd", "kangaroo": "kangaroo"}       # teacher-forced TokenTraces
+# teacher-forced TokenTraces: drafter -> the configuration recorded
+TOKEN_DRAFTERS = {"vanilla": methods.get("sd").config(),
+                  "kangaroo": methods.get("kangaroo").config(exit_layer=KANGAROO_EXIT)}
 
 
 def slug(text: str) -> str:
@@ -108,9 +143,10 @@ def stage_latency(args, log) -> None:
     log(f"wrote {len(frame)} drafter latency rows to {out}")
 
 
-def _record(args, method: str, config: dict, drafter: str | None, dataset: str, out: Path, log,
+def _record(args, config: MethodConfig, drafter: str | None, dataset: str, out: Path, log,
             teacher_forced: bool = False) -> None:
-    argv = ["--target", "smollm2", "--method", method, "--config", json.dumps(config), "--prompts", DATASETS[dataset],
+    argv = ["--target", "smollm2", "--method", config.method, "--config", json.dumps(config.to_dict()),
+            "--prompts", DATASETS[dataset],
             "--limit", str(args.limit), "--max-new-tokens", str(args.max_new_tokens), "--threads", str(args.threads),
             "--out", str(out), "--quiet"]
     if drafter is not None:
@@ -127,16 +163,15 @@ def step_path(args, label: str, dataset: str) -> Path:
 
 
 def stage_tokens(args, log) -> None:
-    for drafter, method in TOKEN_DRAFTERS.items():
-        config = {"exit_layer": KANGAROO_EXIT} if method == "kangaroo" else {}
+    for drafter, config in TOKEN_DRAFTERS.items():
         for dataset in DATASETS:
-            _record(args, method, config, drafter, dataset, token_path(args, drafter, dataset), log, teacher_forced=True)
+            _record(args, config, drafter, dataset, token_path(args, drafter, dataset), log, teacher_forced=True)
 
 
 def stage_steps(args, log) -> None:
     for dataset in DATASETS:
-        for label, method, config, drafter in RUNS:
-            _record(args, method, config, drafter, dataset, step_path(args, label, dataset), log)
+        for run in RUNS:
+            _record(args, run.config, run.drafter, dataset, step_path(args, run.label, dataset), log)
 
 
 # ------------------------------------------------------------------------------------ calibration
@@ -157,7 +192,7 @@ def stage_profile(args, log) -> None:
     """Latency tables per model, acceptance per (drafter, dataset), drafters with their kinds."""
     import datetime as dt
 
-    from calibrate.fit_acceptance import fit_lookahead, fit_step_acceptance, fit_token_acceptance
+    from calibrate.fit_acceptance import DEFAULT_CONF_KS, fit_lookahead, fit_step_acceptance, fit_token_acceptance
     from calibrate.latency import fit_latency
     from calibrate.profile import Profile
     from costmodel.params import get_arch
@@ -175,19 +210,19 @@ def stage_profile(args, log) -> None:
         for drafter in TOKEN_DRAFTERS:
             path = token_path(args, drafter, dataset)
             frame, _ = read_trace(path, kind="token")
-            acceptance[f"{drafter}/{dataset}/T0"] = fit_token_acceptance(  # K = 6 too: CAPE's paper bins use it
-                frame, drafter=drafter, dataset=dataset, temperature=0.0, conf_ks=(1, 2, 4, 6, 8),
-                source=f"token trace {path.name}")
+            acceptance[f"{drafter}/{dataset}/T0"] = fit_token_acceptance(  # every K CAPE's paper bins use
+                frame, drafter=drafter, dataset=dataset, temperature=0.0,
+                conf_ks=sorted(set(DEFAULT_CONF_KS) | set(PAPER_BINS)), source=f"token trace {path.name}")
             sources.append(path)
-        for label, method, _config, drafter in RUNS:
-            if method not in ("glide", "coral"):
+        for drafter, run in CHAIN_RUNS.items():     # drafters without a teacher-forced trace
+            if drafter in TOKEN_DRAFTERS:
                 continue
-            path = step_path(args, label, dataset)
+            path = step_path(args, run.label, dataset)
             frame, _ = read_trace(path, kind="step")
             acceptance[f"{drafter}/{dataset}/T0/steps"] = fit_step_acceptance(
                 frame, drafter=drafter, dataset=dataset, temperature=0.0, source=f"step trace {path.name}")
             sources.append(path)
-        paths = [step_path(args, label, dataset) for label, method, _c, _d in RUNS if method == "lookahead"]
+        paths = [step_path(args, run.label, dataset) for run in RUNS if methods.get(run.method).needs == "lookahead"]
         look = fit_lookahead(pd.concat([read_trace(p, kind="step")[0] for p in paths], ignore_index=True),
                              source="step traces " + ", ".join(p.name for p in paths))
         acceptance[f"lookahead/{dataset}"] = {
@@ -209,38 +244,32 @@ def stage_profile(args, log) -> None:
     log(f"wrote {args.profile}")
 
 
-def engine_run(row: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
-    """A scored sweep row (experiments.scoring columns) as (engine method, engine config, drafter)."""
-    method, drafter = row["method"], row.get("drafter")
-    if method == "sd":
-        return "sd", {"gamma": int(row["gamma"])}, drafter
-    if method == "mcsd":
-        return "mcsd", {"k": str(row["k"])}, drafter
-    if method == "cape":
-        return "cape", {"gamma": int(row["gamma"]), "bins": [int(b) for b in row["bins"]]}, drafter
-    if method == "lookahead":
-        return "lookahead", {"W": int(row["W"]), "N": int(row["N"]), "G": int(row["G"])}, None
-    if method == "kangaroo":
-        return "kangaroo", {"gamma": int(row["gamma"]), "eta": float(row["eta"]), "exit_layer": int(row["exit_layer"])}, drafter
-    if method == "coral":
-        router = DRAFTERS[drafter][1].get("router")
-        config = {"gamma": int(row["gamma"])}
-        if router:
-            config.update(router_groups=router["groups"], router_top_n=router["top_n"])
-        elif int(row.get("groups") or 0):
-            raise InputError(f"coral with an untrained router ({row['config']}) cannot be recorded")
-        return "coral", config, drafter
-    raise InputError(f"no engine run for sweep method '{method}'")
+def best_run(row: pd.DataFrame) -> Run:
+    """A scored sweep row (a one-row frame of experiments.scoring columns) as the run that records
+    it: its configuration on its drafter, which adds the settings it fixes (a trained router)."""
+    config = methods.get(str(row["method"].iloc[0])).configs_of(row)[0]
+    drafter = row["drafter"].iloc[0] if "drafter" in row else None
+    drafter = None if drafter in (None, "-") else str(drafter)
+    defaults = type(config)()
+    untrained = [k for _file, spec in DRAFTERS.values() for k in drafter_fixed(spec)
+                 if getattr(config, k, None) != getattr(defaults, k, None)]
+    if untrained:
+        raise InputError(f"{config.label}: its '{untrained[0]}' needs a trained drafter's own (an untrained "
+                         "router); it cannot be recorded")
+    return Run(engine_config(config, DRAFTERS[drafter][1]) if drafter else config, drafter, "best ")
 
 
 def best_runs_path(args) -> Path:
     return args.out / "best_runs.json"
 
 
-def best_runs(args) -> dict[str, list[dict[str, Any]]]:
-    """dataset -> the runs stage `best` chose: label, method, config, drafter, sweep method and label."""
+def best_runs(args) -> dict[str, list[Run]]:
+    """dataset -> the runs stage `best` chose (best_runs.json: label, method, the engine's config,
+    drafter and the sweep's configuration label)."""
     path = best_runs_path(args)
-    return json.loads(path.read_text()) if path.is_file() else {}
+    chosen = json.loads(path.read_text()) if path.is_file() else {}
+    return {dataset: [Run(methods.parse_config(r["method"], r["config"]), r["drafter"], "best ") for r in runs]
+            for dataset, runs in chosen.items()}
 
 
 def stage_best(args, log) -> None:
@@ -249,20 +278,16 @@ def stage_best(args, log) -> None:
     from common import atomic
 
     profile = Profile.load(args.profile)
-    chosen: dict[str, list[dict[str, Any]]] = {}
+    chosen: dict[str, list[Run]] = {}
     for dataset in DATASETS:
         best = sweep_result(profile, dataset, ar_context(args, dataset), args.sim_tokens, args.seed).best
-        chosen[dataset] = []
-        for row in best.to_dict("records"):
-            method, config, drafter = engine_run(row)
-            chosen[dataset].append({"label": f"best {row['method']}: {row['config']}", "method": method,
-                                    "config": config, "drafter": drafter, "sweep_method": row["method"],
-                                    "sweep_config": row["config"]})
-    atomic.write_json(best_runs_path(args), chosen)
+        chosen[dataset] = [best_run(best.iloc[[i]]) for i in range(len(best))]
+    atomic.write_json(best_runs_path(args), {
+        dataset: [{"label": r.label, "method": r.method, "config": r.config.to_dict(), "drafter": r.drafter,
+                   "sweep_config": r.priced.label} for r in runs] for dataset, runs in chosen.items()})
     for dataset, runs in chosen.items():
         for run in runs:
-            _record(args, run["method"], run["config"], run["drafter"], dataset,
-                    step_path(args, run["label"], dataset), log)
+            _record(args, run.config, run.drafter, dataset, step_path(args, run.label, dataset), log)
 
 
 def stage_tables(args, log) -> None:

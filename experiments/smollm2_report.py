@@ -10,14 +10,13 @@ Written to `--report` as CSV files and a README.md.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from experiments.smollm2_cpu import (DATASETS, DRAFTERS, ROUTER, RUNS, TARGET_ARCH, best_runs, latency_rows,
-                                      step_path)
-from common.errors import InputError
+import methods
+from experiments.smollm2_cpu import (BASELINE, CHAIN_RUNS, DATASETS, DRAFTERS, ROUTER, RUNS, TARGET_ARCH, Run,
+                                     best_runs, latency_rows, step_path)
 
 
 def decode_rate(frame: pd.DataFrame) -> tuple[float, float, float]:
@@ -27,10 +26,9 @@ def decode_rate(frame: pd.DataFrame) -> tuple[float, float, float]:
     return seconds / tokens, tokens / len(frame), float(frame["ctx_len"].mean())
 
 
-def all_runs(args, dataset: str) -> list[tuple[str, str, dict[str, Any], str | None]]:
+def all_runs(args, dataset: str) -> list[Run]:
     """The fixed RUNS, then the sweep's best of stage `best` (when it ran)."""
-    best = [(r["label"], r["method"], r["config"], r["drafter"]) for r in best_runs(args).get(dataset, [])]
-    return list(RUNS) + best
+    return list(RUNS) + best_runs(args).get(dataset, [])
 
 
 def ar_context(args, dataset: str) -> float:
@@ -44,44 +42,17 @@ def measured_runs(args, dataset: str) -> pd.DataFrame:
     from traces.schema import read_trace
 
     rows = []
-    for label, method, config, drafter in all_runs(args, dataset):
-        frame, _ = read_trace(step_path(args, label, dataset), kind="step")
+    for run in all_runs(args, dataset):
+        frame, _ = read_trace(step_path(args, run.label, dataset), kind="step")
         per_token, per_step, ctx = decode_rate(frame)
-        rows.append({"dataset": dataset, "run": label, "method": method, "drafter": drafter or "-",
-                     "config": json.dumps(config), "prompts": frame["prompt_id"].nunique(), "steps": len(frame),
-                     "measured_tokens_per_step": per_step, "seconds_per_token": per_token, "ctx_len": ctx})
+        rows.append({"dataset": dataset, "run": run.label, "method": run.method, "drafter": run.drafter or "-",
+                     "config": json.dumps(run.config.to_dict()), "prompts": frame["prompt_id"].nunique(),
+                     "steps": len(frame), "measured_tokens_per_step": per_step, "seconds_per_token": per_token,
+                     "ctx_len": ctx})
     out = pd.DataFrame(rows)
-    ar = float(out.loc[out["method"] == "ar", "seconds_per_token"].iloc[0])
+    ar = float(out.loc[out["run"] == BASELINE.label, "seconds_per_token"].iloc[0])
     out["measured_speedup"] = ar / out["seconds_per_token"]
     return out
-
-
-# run label -> (sweep method, drafter, column filter of that method's scored table)
-PREDICT: dict[str, tuple[str, str | None, dict[str, Any]]] = {
-    "sd g4": ("sd", "vanilla", {"gamma": 4}),
-    "mcsd 2x2x1": ("mcsd", "vanilla", {"k": "2x2x1", "replacement": True}),
-    "cape g4": ("cape", "vanilla", {"gamma": 4, "bins": (8, 8, 8, 8, 6, 6, 6, 6, 4, 4, 2)}),
-    "glide g4": ("sd", "glide", {"gamma": 4}),
-    "lookahead W5 N3 G5": ("lookahead", None, {"W": 5, "N": 3, "G": 5}),
-    "lookahead W7 N4 G7": ("lookahead", None, {"W": 7, "N": 4, "G": 7}),
-    "kangaroo g6 eta0.6": ("kangaroo", "kangaroo", {"gamma": 6, "eta": 0.6}),
-    "coral g4": ("coral", "coral", {"gamma": 4, "groups": 0}),
-    "coral g4 router16:2": ("coral", "coral-router", {"gamma": 4, "router_built_in": True}),
-}
-
-
-def _pick(table: pd.DataFrame, drafter: str | None, want: dict[str, Any]) -> pd.Series:
-    rows = table if drafter is None else table[table["drafter"] == drafter]
-    for col, value in want.items():
-        if isinstance(value, tuple):
-            rows = rows[rows[col].map(lambda v: tuple(int(x) for x in v) == value)]
-        elif isinstance(value, float):
-            rows = rows[np.isclose(rows[col].astype(float), value)]
-        else:
-            rows = rows[rows[col] == value]
-    if rows.empty:
-        raise InputError(f"no scored configuration matches {drafter} {want}")
-    return rows.iloc[0]
 
 
 def sweep_result(profile, dataset: str, ctx_len: float, sim_tokens: int, seed: int):
@@ -94,27 +65,32 @@ def sweep_result(profile, dataset: str, ctx_len: float, sim_tokens: int, seed: i
     return run_sweep([profile], opts, LocalExecutor(workers=1, progress=False))
 
 
+def predict_run(profile, run: Run, setting, sim_tokens: int, seed: int) -> dict[str, float]:
+    """One recorded run priced from the Profile alone: the closed form (`experiments.scoring.score`
+    of the configuration the Profile prices, on the run's drafter and the dataset's acceptance
+    entry) and the simulator (mean of 5 seeded runs)."""
+    from experiments import scoring
+
+    spec = methods.get(run.method)
+    setup = profile.setups_for(spec, temperature=setting.temperature, dataset=setting.dataset, drafter=run.drafter)[0]
+    scored = scoring.score(setup, run.method, spec.frame_of([run.priced]), setting)
+    sim = scoring.simulate_task(scoring.SimTask(profile.to_dict(), run.method, scoring.sim_config(scored), setting,
+                                                seed, sim_tokens, 5))
+    return {"predicted_speedup": float(scored["speedup"].iloc[0]),
+            "predicted_tokens_per_step": float(scored["tokens_per_step"].iloc[0]),
+            "simulated_speedup": sim["sim_speedup"], "simulated_p05": sim["sim_p05"], "simulated_p95": sim["sim_p95"]}
+
+
 def predictions(profile, dataset: str, ctx_len: float, sim_tokens: int, seed: int,
-                best: list[dict[str, Any]]) -> tuple[pd.DataFrame, pd.DataFrame]:
+                best: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per recorded run: closed-form and simulated speedup; the sweep's best per method)."""
-    from experiments import scoring, spaces
+    from experiments import scoring
 
     result = sweep_result(profile, dataset, ctx_len, sim_tokens, seed)
     setting = scoring.Setting(temperature=0.0, ctx_len=int(round(ctx_len)), dataset=dataset)
-    tables = dict(result.tables)
-    glide_key = next(k for k, a in profile.acceptance.items() if a["drafter"] == "glide" and a["dataset"] == dataset)
-    tables["glide"] = scoring.score(profile, "sd", {"drafter": "glide", "acceptance": glide_key}, spaces.sd_space(), setting)
-    wanted = dict(PREDICT)
-    wanted.update({r["label"]: (r["sweep_method"], r["drafter"], {"config": r["sweep_config"]}) for r in best})
-    rows = []
-    for i, (label, (method, drafter, want)) in enumerate(wanted.items()):
-        row = _pick(tables["glide" if drafter == "glide" else method], drafter, want).to_dict()
-        sim_method = "glide" if drafter == "glide" else method
-        sim = scoring.simulate_task(scoring.SimTask(profile.to_dict(), sim_method, scoring.sim_config(method, row), setting,
-                                                    seed + i, sim_tokens, 5))
-        rows.append({"dataset": dataset, "run": label, "predicted_speedup": row["speedup"],
-                     "predicted_tokens_per_step": row["tokens_per_step"], "simulated_speedup": sim["sim_speedup"],
-                     "simulated_p05": sim["sim_p05"], "simulated_p95": sim["sim_p95"]})
+    runs = [run for run in RUNS if run is not BASELINE] + list(best)
+    rows = [{"dataset": dataset, "run": run.label, **predict_run(profile, run, setting, sim_tokens, seed + i)}
+            for i, run in enumerate(runs)]
     best = result.best[["method", "drafter", "config", "speedup", "tokens_per_step"]
                        + [c for c in ("sim_speedup",) if c in result.best]].copy()
     best.insert(0, "dataset", dataset)
@@ -128,16 +104,17 @@ def acceptance_table(args, profile, ctx_len: float) -> pd.DataFrame:
     from costmodel.leviathan import speedup
     from traces.schema import read_trace
 
-    target_s = float(profile.latency_model(profile.target).predict(np.array([1]), ctx_len, 1)[0])
-    chain_runs = {"vanilla": "sd g4", "glide": "glide g4", "coral": "coral g4", "coral-router": "coral g4 router16:2"}
+    target_s = float(profile.seconds(profile.target, 1, ctx_len))
     rows = []
-    for drafter in ("vanilla", "glide", "kangaroo", "coral", "coral-router"):
-        model = DRAFTERS[drafter][1]["model"]
-        c = float(profile.latency_model(model).predict(np.array([1]), ctx_len, 1)[0]) / target_s
+    for drafter, (_file, spec) in DRAFTERS.items():
+        if not spec.get("model"):
+            continue
+        c = float(profile.seconds(spec["model"], 1, ctx_len)) / target_s
         for dataset in DATASETS:
-            if drafter in chain_runs:
-                frame, _ = read_trace(step_path(args, chain_runs[drafter], dataset), kind="step")
-                alpha, source = fit_step_acceptance(frame, drafter=drafter, dataset=dataset)["alpha"], chain_runs[drafter]
+            if drafter in CHAIN_RUNS:
+                label = CHAIN_RUNS[drafter].label
+                frame, _ = read_trace(step_path(args, label, dataset), kind="step")
+                alpha, source = fit_step_acceptance(frame, drafter=drafter, dataset=dataset)["alpha"], label
             else:
                 alpha, source = profile.acceptance[f"{drafter}/{dataset}/T0"]["alpha"], "teacher-forced tokens"
             rows.append({"drafter": drafter, "dataset": dataset, "c": c, "alpha": alpha,
@@ -217,7 +194,7 @@ def write_report(args, log) -> None:
         preds.append(p)
         bests.append(b)
     table = measured.merge(pd.concat(preds), on=["dataset", "run"], how="left")
-    spec = table["method"] != "ar"
+    spec = table["run"] != BASELINE.label
     table.loc[spec, "closed_form_error"] = table["predicted_speedup"] / table["measured_speedup"] - 1
     table.loc[spec, "simulator_error"] = table["simulated_speedup"] / table["measured_speedup"] - 1
     ctx_all = float(measured["ctx_len"].mean())

@@ -4,10 +4,10 @@
     python -m experiments.sweep --profile mine.json --methods sd,mcsd --batch 4 --hardware H100
 
 Steps: load the profiles (default: every `data/profiles/*.json`), move their latency models to
-`--hardware` if asked (`experiments.scoring.retarget`), enumerate each method's space
-(`experiments.spaces`), cut it into chunks and hand the chunks to the executor (local processes
-or Dask, `experiments.executor`), which scores them with the closed forms or, given a TokenTrace,
-exact greedy replay (`experiments.scoring`). The best few configurations per (profile, method)
+`--hardware` if asked (`experiments.scoring.retarget`), enumerate each registered method's space
+on each of its setups (`methods`: `spec.space(setup)`), cut it into chunks and hand the chunks to
+the executor (local processes or Dask, `experiments.executor`), which scores them with the closed
+forms or, given a TokenTrace, exact greedy replay (`experiments.scoring`). The best few configurations per (profile, method)
 are then re-scored in the discrete-event simulator with several seeds, for their spread.
 Outputs (`experiments.report`): ranked tables, best configurations, the papers' choices beside
 the sweep's, plots and a markdown report in `--out`; a short table on stdout.
@@ -15,6 +15,7 @@ the sweep's, plots and a markdown report in `--out`; a short table on stdout.
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -23,10 +24,14 @@ from typing import Any
 
 import pandas as pd
 
+import methods
 from calibrate.profile import Profile
-from experiments import scoring, spaces
-from experiments.executor import EXECUTORS, make_executor
 from common.errors import InputError, cli_entry
+from experiments import scoring
+from experiments.executor import EXECUTORS, make_executor
+from experiments.papers import compare
+from methods.mcsd import DEFAULT_BUDGET
+from methods.spec import MethodSpec, Setup
 
 BUNDLED_PROFILES = Path(__file__).resolve().parents[1] / "data" / "profiles"
 CHUNK_ROWS = 25_000          # configurations per executor task
@@ -34,12 +39,12 @@ CHUNK_ROWS = 25_000          # configurations per executor task
 
 @dataclass
 class SweepOptions:
-    methods: list[str] = field(default_factory=lambda: list(spaces.METHODS))
+    methods: list[str] = field(default_factory=lambda: methods.names(sweep_only=True))
     temperature: float | None = None
     dataset: str | None = None
     batch: int = 1
     hardware: str | None = None
-    budget: int = spaces.DEFAULT_BUDGET
+    budget: int = DEFAULT_BUDGET      # largest k-configuration product (spaces that take `budget`)
     ctx_len: int = 512
     seed: int = 0
     rescore: int = 2          # best configurations per (profile, method) re-scored in the simulator
@@ -77,20 +82,14 @@ def _chunks(frame: pd.DataFrame, rows: int) -> list[pd.DataFrame]:
     return [frame.iloc[i:i + rows].reset_index(drop=True) for i in range(0, len(frame), rows)] or [frame]
 
 
-def _space(method: str, opts: SweepOptions, profile: Profile, base: dict[str, Any]) -> pd.DataFrame:
-    """The method's search space on this profile and drafter (what the profile can score)."""
-    if method == "mcsd":
-        space = spaces.mcsd_space(budget=opts.budget, replacement=scoring.mcsd_modes(profile, base))
-        if opts.token_trace:   # exact replay costs a pass over the trace per configuration: keep MCSD's
-            space = space[space.monotone].reset_index(drop=True)   # monotonic rule (non-increasing k)
-        return space
-    if method == "cape":
-        return spaces.cape_space(values=scoring.cape_values(profile, base))
-    if method == "kangaroo":
-        return spaces.kangaroo_space(**scoring.kangaroo_space_args(profile, base))
-    if method == "coral":
-        return spaces.coral_space(**scoring.coral_space_args(profile, base))
-    return spaces.SPACES[method]()
+def _space(spec: MethodSpec, setup: Setup, opts: SweepOptions) -> pd.DataFrame:
+    """The method's search space on `setup`, given the sweep options its `space` takes by name."""
+    offered = {"budget": opts.budget}
+    takes = inspect.signature(spec.space).parameters
+    space = spec.space(setup, **{k: v for k, v in offered.items() if k in takes})
+    if opts.token_trace and "monotone" in space:   # exact replay costs a pass over the trace per
+        space = space[space.monotone].reset_index(drop=True)   # configuration: keep MCSD's monotonic rule
+    return space
 
 
 def run_sweep(profiles: list[Profile], opts: SweepOptions, executor) -> SweepResult:
@@ -112,15 +111,17 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor) -> SweepRes
         profiles = moved
     tasks: list[scoring.ScoreTask] = []
     for profile in profiles:
+        raw = profile.to_dict()
         for method in opts.methods:
-            reason = scoring.not_applicable(profile, method, setting)
-            if reason:
-                skipped.append(f"{method} on {profile.name}: {reason}")
+            try:
+                found = scoring.setups(profile, method, setting)
+            except InputError as exc:
+                skipped.append(str(exc))
                 continue
-            raw = profile.to_dict()
-            for base in scoring.setups(profile, method, setting)[0]:
-                space = _space(method, opts, profile, base)
-                tasks += [scoring.ScoreTask(raw, method, base, chunk, setting) for chunk in _chunks(space, CHUNK_ROWS)]
+            for setup in found:
+                space = _space(methods.get(method), setup, opts)
+                tasks += [scoring.ScoreTask(raw, method, setup.base, chunk, setting)
+                          for chunk in _chunks(space, CHUNK_ROWS)]
     if not tasks:
         raise InputError("no (profile, method) pair can be scored: " + "; ".join(skipped[:3]))
     scored = executor.map(scoring.score_task, tasks, desc="scoring configurations")
@@ -131,16 +132,16 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor) -> SweepRes
     best = _top(tables, opts.rescore)
     by_name = {p.name: p.to_dict() for p in profiles}
     sim_tasks = [
-        scoring.SimTask(by_name[row["profile"]], row["method"], scoring.sim_config(row["method"], row), setting,
-                        opts.seed + i, opts.sim_tokens, opts.sim_repeats)
-        for i, row in enumerate(best.to_dict("records"))
+        scoring.SimTask(by_name[best["profile"].iat[i]], best["method"].iat[i], scoring.sim_config(best.iloc[[i]]),
+                        setting, opts.seed + i, opts.sim_tokens, opts.sim_repeats)
+        for i in range(len(best))
     ]
     sims = executor.map(scoring.simulate_task, sim_tasks, desc="simulating the best") if sim_tasks else []
     if sims:
         best = pd.concat([best.reset_index(drop=True), pd.DataFrame(sims)], axis=1)
     best_one = best.sort_values("speedup", ascending=False).groupby(["profile", "method"], sort=False).head(1)
     timings["simulate"] = time.perf_counter() - t1
-    choices = scoring.paper_choices(tables, best)
+    choices = compare(tables, best)
     return SweepResult(tables=tables, best=best_one.reset_index(drop=True), paper_choices=choices,
                        options=asdict(opts), timings=timings, skipped=skipped,
                        profile_names=[p.name for p in profiles])
@@ -152,7 +153,7 @@ def _rank(scored: list[pd.DataFrame]) -> dict[str, pd.DataFrame]:
     for frame in scored:
         by_method.setdefault(str(frame["method"].iloc[0]), []).append(frame)
     tables = {}
-    for method in spaces.METHODS:
+    for method in methods.names():
         if method not in by_method:
             continue
         frame = pd.concat(by_method[method], ignore_index=True)
@@ -167,6 +168,22 @@ def _top(tables: dict[str, pd.DataFrame], n: int) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
 
+def _replayed() -> list[str]:
+    from traces.replay import replayable
+
+    return [m for m in methods.names(sweep_only=True) if m in replayable()]
+
+
+def parse_methods(text: str) -> list[str]:
+    """`methods.parse_methods`, refusing a registered method the sweep does not search."""
+    chosen = methods.parse_methods(text)
+    searched = methods.names(sweep_only=True)
+    for name in chosen:
+        if name not in searched:
+            raise InputError(f"method '{name}' has no search space (searched: {', '.join(searched)})")
+    return chosen
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m experiments.sweep",
@@ -177,7 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a Profile JSON (calibrate.profile); repeat for several. Default: every bundled "
                         f"profile in {BUNDLED_PROFILES.relative_to(BUNDLED_PROFILES.parents[1])}/")
     p.add_argument("--methods", default="all",
-                   help=f"comma-separated methods to search, or 'all' (default). Known: {', '.join(spaces.METHODS)}")
+                   help=f"comma-separated methods to search, or 'all' (default). Known: "
+                        f"{', '.join(methods.names(sweep_only=True))}")
     p.add_argument("--temperature", type=float, default=None,
                    help="sampling temperature: scores each profile's acceptance models recorded at it "
                         "(default: each profile's lowest recorded temperature, 0 where recorded)")
@@ -189,12 +207,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hardware", default=None,
                    help="move every roofline latency model to this GPU (e.g. H100, A100-80G) keeping its fitted "
                         "efficiencies; default: the hardware each profile was measured on")
-    p.add_argument("--budget", type=int, default=spaces.DEFAULT_BUDGET,
+    p.add_argument("--budget", type=int, default=DEFAULT_BUDGET,
                    help="largest product of a k-configuration k1 x ... x kg searched for mcsd (default 64)")
     p.add_argument("--ctx-len", type=int, default=512,
                    help="context length (prompt + generated tokens) at which forwards are costed (default 512)")
     p.add_argument("--token-trace", default=None, metavar="PARQUET",
-                   help="a TokenTrace (traces.schema) of the profile's drafter: sd, mcsd, cape and kangaroo are then "
+                   help=f"a TokenTrace (traces.schema) of the profile's drafter: {', '.join(_replayed())} are then "
                         "scored by exact greedy replay of it instead of the closed forms (temperature 0 only)")
     p.add_argument("--rescore", type=int, default=2,
                    help="best configurations per (profile, method) re-scored in the simulator (default 2; 0 = none)")
@@ -224,7 +242,7 @@ def options_from_args(args: argparse.Namespace) -> SweepOptions:
         raise InputError(f"--temperature must lie in [0, 10], got {args.temperature}")
     if args.hardware:
         scoring.check_hardware(args.hardware)
-    return SweepOptions(methods=spaces.parse_methods(args.methods), temperature=args.temperature,
+    return SweepOptions(methods=parse_methods(args.methods), temperature=args.temperature,
                         dataset=args.dataset, batch=args.batch,
                         hardware=args.hardware, budget=args.budget, ctx_len=args.ctx_len, seed=args.seed,
                         rescore=args.rescore, sim_tokens=args.sim_tokens, sim_repeats=args.sim_repeats,

@@ -7,7 +7,7 @@ samplers with memory (the bursty Markov model) carry a per-sequence state array.
 
 The acceptance numbers come from a Profile's acceptance entry (`calibrate/profile.py` layout):
 alpha, alpha_by_position, alpha_at_k, conf_bins, markov, lookahead. Which numbers a method needs
-is decided in `simulator.methods`; this module only draws.
+is decided in its module (`methods/`, `MethodSpec.sampler`); this module only draws.
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.errors import InputError
-
-N_CONF_BINS = 11  # floor(10 * confidence), confidence in [0, 1]
+from costmodel.cape import N_BINS
+from costmodel.kangaroo import continue_probability
 
 
 @dataclass
@@ -164,19 +164,19 @@ class CapeSampler:
     def __init__(self, gamma: int, bins: list[int], freq, topk_hit: dict[int, np.ndarray]):
         self.gamma = int(gamma)
         self.bins = np.asarray(bins, dtype=np.int64)
-        if self.bins.size != N_CONF_BINS or (self.bins < 1).any():
-            raise InputError(f"CAPE bins need {N_CONF_BINS} entries >= 1, got {list(bins)}")
+        if self.bins.size != N_BINS or (self.bins < 1).any():
+            raise InputError(f"CAPE bins need {N_BINS} entries >= 1, got {list(bins)}")
         self.freq = np.asarray(freq, dtype=float) / float(np.sum(freq))
         self.cum = np.cumsum(self.freq)
         hit1 = np.asarray(topk_hit[1], dtype=float)
         # P(target in top-S[b] | bin b), looked up per bin at the configured expansion size
-        hit_s = np.array([_topk_hit_at(topk_hit, int(self.bins[b]), b) for b in range(N_CONF_BINS)])
+        hit_s = np.array([_topk_hit_at(topk_hit, int(self.bins[b]), b) for b in range(N_BINS)])
         self.hit1 = hit1
         self.p_exp_given_miss = np.where(hit1 < 1, (hit_s - hit1) / np.maximum(1 - hit1, 1e-12), 0.0)
 
     def draw(self, rng, n, state=None):
         g = self.gamma
-        b = np.minimum(np.searchsorted(self.cum, rng.random((n, g)), side="right"), N_CONF_BINS - 1)
+        b = np.minimum(np.searchsorted(self.cum, rng.random((n, g)), side="right"), N_BINS - 1)
         top1 = rng.random((n, g)) < self.hit1[b]
         k = first_failure(top1)
         miss_bin = b[np.arange(n), np.minimum(k, g - 1)]
@@ -196,8 +196,9 @@ def _topk_hit_at(topk_hit: dict[int, np.ndarray], k: int, b: int) -> float:
 class EarlyExitSampler:
     """Kangaroo: draft up to gamma positions, stop after the first one whose confidence <= eta.
 
-    Confidence bins come from conf_bins (freq, top-1 hit by bin). A bin's confidence is its
-    midpoint. The stopped position is still verified."""
+    Confidence bins come from conf_bins (freq, top-1 hit by bin); inside a bin the confidence is
+    uniform, so a position of bin b goes on with the share of the bin above eta, as the closed form
+    takes it (`costmodel.kangaroo.continue_probability`). The stopped position is still verified."""
 
     stateful = False
 
@@ -206,12 +207,12 @@ class EarlyExitSampler:
         self.eta = _check_prob(eta, "kangaroo eta")
         self.cum = np.cumsum(np.asarray(freq, dtype=float) / float(np.sum(freq)))
         self.hit1 = np.asarray(hit1, dtype=float)
-        self.conf = (np.arange(N_CONF_BINS) + 0.5) / 10.0
+        self.cont = continue_probability(self.eta, N_BINS)
 
     def draw(self, rng, n, state=None):
         g = self.gamma
-        b = np.minimum(np.searchsorted(self.cum, rng.random((n, g)), side="right"), N_CONF_BINS - 1)
-        confident = self.conf[b] > self.eta
+        b = np.minimum(np.searchsorted(self.cum, rng.random((n, g)), side="right"), N_BINS - 1)
+        confident = rng.random((n, g)) < self.cont[b]
         drafted = np.minimum(first_failure(confident) + 1, g)
         hits = rng.random((n, g)) < self.hit1[b]
         hits &= np.arange(g)[None, :] < drafted[:, None]

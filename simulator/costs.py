@@ -1,10 +1,13 @@
-"""Seconds per step: the Profile's fitted latency models applied to a StepModel's forwards.
+"""Seconds per step: a StepModel's shape priced by the one step-cost model (`costmodel.step`).
 
-`StepCosts` holds one predictor per model (`.predict(n_tokens, ctx_len, batch)`, from
-`Profile.latency_model`, or given directly for fixed-latency checks) and prices draft, verify
-and prefill forwards for arrays of steps at once. Parallelism (tensor parallel, lookahead
-parallel, a draft model on its own GPU) changes which forward runs where and adds the transfer
-between GPUs; the compute itself always comes from the fitted model.
+The closed-form scorers price a step with the shape's expected reach and verify tokens; the
+simulator prices each simulated step with what it realised (which draft forwards ran, how many
+query tokens the verify forward carried) through the same `costmodel.step` functions. The latency
+is a `costmodel.step` callable latency(model, n_tokens, ctx, batch): the Profile's fitted models,
+or given predictors (`.predict(n_tokens, ctx_len, batch)`, e.g. FixedLatency for closed-form
+checks). Parallelism (tensor / pipeline parallel, lookahead parallel, a draft model on its own
+GPU) wraps that callable and the verify tokens and adds the transfers between GPUs; the compute
+always comes from the latency models.
 """
 from __future__ import annotations
 
@@ -13,8 +16,10 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from simulator.methods import StepModel
 from common.errors import InputError
+from costmodel import step as step_cost
+from costmodel.step import Latency
+from simulator.methods import StepModel
 
 
 class FixedLatency:
@@ -42,6 +47,18 @@ def _vectorised(predictor) -> Callable:
     return lambda n, c, b: np.asarray(scalar(n, c, b), dtype=float)
 
 
+def latency_for(profile, step: StepModel, latencies: Mapping[str, Any] | None = None) -> Latency:
+    """The step-cost latency callable over every model the step runs: a given predictor first,
+    else the Profile's fitted model (InputError naming a model the Profile lacks)."""
+    given = dict(latencies or {})
+    fn = {m: _vectorised(given[m] if m in given else profile.latency_model(m))
+          for m in sorted(set(step.models) | {step.target})}
+
+    def seconds(model, n_tokens, ctx, batch=1):
+        return fn[model](n_tokens, ctx, batch)
+    return seconds
+
+
 @dataclass
 class Parallelism:
     """How one replica spreads a forward: tp-way tensor parallel, pp pipeline stages, lp-way
@@ -65,62 +82,78 @@ class Parallelism:
     def gpus(self) -> int:
         return self.tp * self.pp * self.lp
 
+    def wrap(self, latency: Latency, target: str, hidden: int, n_layers: int, act_bytes: int = 2) -> Latency:
+        """`latency` with the target's forward split tp-way (two all-reduces of the activations per
+        layer) and handed through pp stages; other models run on one GPU as they are."""
+        if self.tp == 1 and self.pp == 1:
+            return latency
+        tp, pp, bw, hop = self.tp, self.pp, self.link_gbps * 1e9, self.link_latency_s
+
+        def seconds(model, n_tokens, ctx, batch=1):
+            out = latency(model, n_tokens, ctx, batch)
+            if model != target:
+                return out
+            msg = np.asarray(n_tokens, float) * np.asarray(batch) * hidden * act_bytes
+            if tp > 1:
+                out = out / tp + 2 * n_layers * (2.0 * (tp - 1) / tp * msg / bw + hop)
+            if pp > 1:
+                out = out + (pp - 1) * (msg / bw + hop)
+            return out
+        return seconds
+
+    def branch_tokens(self, verify_tokens) -> np.ndarray:
+        """Query tokens of the verify forward on one of lp GPUs: its branches spread, the pending token on each."""
+        tokens = np.asarray(verify_tokens)
+        return tokens if self.lp == 1 else 1 + np.ceil((tokens - 1) / self.lp).astype(np.int64)
+
+    @property
+    def verify_transfer_s(self) -> float:
+        """Only the final tokens travel between lookahead-parallel GPUs."""
+        return self.link_latency_s if self.lp > 1 else 0.0
+
+    @property
+    def draft_transfer_s(self) -> float:
+        """Drafts out to the target's GPU and verified tokens back, when the drafter has its own."""
+        return 2 * self.link_latency_s if self.draft_on_own_gpu else 0.0
+
 
 class StepCosts:
-    """Prices the forwards of a StepModel on one replica."""
+    """Prices the forwards of a StepModel on one replica (`costmodel.step` on its shape)."""
 
-    def __init__(self, step: StepModel, predictors: Mapping[str, Any], hidden: int,
-                 parallel: Parallelism | None = None, n_layers: int = 1, act_bytes: int = 2):
-        self.step = step
+    def __init__(self, step: StepModel, latency: Latency, hidden: int, parallel: Parallelism | None = None,
+                 n_layers: int = 1, act_bytes: int = 2):
+        self.step, self.shape = step, step.shape
         self.parallel = parallel or Parallelism()
-        missing = [m for m in step.models if m not in predictors]
-        if missing:
-            raise InputError(f"no latency model for '{missing[0]}', which method {step.method} needs")
-        self.raw = dict(predictors)
-        self.fn = {m: _vectorised(p) for m, p in predictors.items()}
-        self.hidden, self.n_layers, self.act_bytes = int(hidden), int(n_layers), int(act_bytes)
+        if self.parallel.lp > 1 and (self.shape.max_drafted or np.all(np.asarray(self.shape.verify_tokens) <= 1)):
+            raise InputError(f"lookahead parallelism (lp > 1) spreads the branches of a verify forward without "
+                             f"draft forwards; {step.method}'s step has none to spread")
+        self.latency = self.parallel.wrap(latency, step.target, int(hidden), int(n_layers), int(act_bytes))
         self._cache: dict[tuple, tuple[float, float]] = {}
-        if self.parallel.lp > 1 and step.method != "lookahead":
-            raise InputError("lookahead parallelism (lp > 1) applies only to method lookahead")
 
-    # ---- one forward ----------------------------------------------------------------------
-    def forward(self, model: str, n_tokens, ctx, batch) -> np.ndarray:
-        """Seconds of one forward of `model` on this replica (tensor parallel included)."""
-        par = self.parallel
-        seconds = self.fn[model](n_tokens, ctx, batch)
-        if model == self.step.target and par.tp > 1:
-            # compute splits tp-way; two all-reduces of the activations per layer
-            msg = np.asarray(n_tokens) * np.asarray(batch) * self.hidden * self.act_bytes
-            ring = 2.0 * (par.tp - 1) / par.tp * msg / (par.link_gbps * 1e9) + par.link_latency_s
-            seconds = seconds / par.tp + 2 * self.n_layers * ring
-        if model == self.step.target and par.pp > 1:
-            msg = np.asarray(n_tokens) * np.asarray(batch) * self.hidden * self.act_bytes
-            seconds = seconds + (par.pp - 1) * (msg / (par.link_gbps * 1e9) + par.link_latency_s)
-        return seconds
+    def forward(self, model: str, n_tokens, ctx, batch=1) -> np.ndarray:
+        """Seconds of one forward of `model` on this replica (tensor / pipeline parallel included)."""
+        return self.latency(model, n_tokens, ctx, batch)
 
-    # ---- a step -----------------------------------------------------------------------------
+    # ---- a step: the realised reach and verify tokens through costmodel.step ------------------------
     def draft_seconds(self, ctx, drafted, batch=1) -> np.ndarray:
-        """Sequential draft forwards: forward i is paid where drafted > i."""
-        ctx = np.asarray(ctx)
+        """Sequential draft forwards: forward i is paid where drafted > i (reach = arange(D) < drafted)."""
         drafted = np.asarray(drafted)
-        total = np.zeros(np.broadcast(ctx, drafted).shape)
-        for i, parts in enumerate(self.step.draft_parts):
-            cost = sum(scale * self.forward(m, n, ctx + i, batch) for m, n, scale in parts)
-            total = total + np.where(drafted > i, cost, 0.0)
-        if self.parallel.draft_on_own_gpu and self.step.draft_parts:
-            total = total + 2 * self.parallel.link_latency_s  # drafts out, verified tokens back
-        return total
+        reach = np.arange(self.shape.max_drafted) < drafted[..., None]
+        seconds = step_cost.draft_seconds(self.latency, self.shape, ctx, batch, reach=reach)
+        seconds = seconds + np.where(drafted > 0, self.parallel.draft_transfer_s, 0.0)
+        return np.reshape(seconds, np.broadcast(np.asarray(ctx), drafted).shape)
+
+    def draft_forward_seconds(self, ctx: float, batch=1) -> np.ndarray:
+        """(D,) seconds of each draft forward alone (the event-by-event engine's forwards): row i of
+        an identity reach is forward i."""
+        reach = np.eye(self.shape.max_drafted, dtype=bool)
+        return step_cost.draft_seconds(self.latency, self.shape, float(ctx), batch, reach=reach).reshape(-1)
 
     def verify_seconds(self, ctx, verify_tokens, batch=1) -> np.ndarray:
-        tokens = np.asarray(verify_tokens)
-        lp = self.parallel.lp
-        if lp > 1:
-            # branches spread over lp GPUs; only the final tokens travel
-            tokens = 1 + np.ceil((tokens - 1) / lp).astype(np.int64)
-        seconds = self.step.verify_scale * self.forward(self.step.verify_model, tokens, ctx, batch)
-        if lp > 1:
-            seconds = seconds + self.parallel.link_latency_s
-        return seconds
+        tokens = self.parallel.branch_tokens(verify_tokens)
+        seconds = step_cost.verify_seconds(self.latency, self.shape, ctx, batch, verify_tokens=tokens)
+        seconds = seconds + self.parallel.verify_transfer_s
+        return np.reshape(seconds, np.broadcast(np.asarray(ctx), tokens).shape)
 
     # ---- memoised scalar pricing for the serving loop ------------------------------------------
     def step_seconds(self, ctx: float, drafted: int, verify_tokens: int, batch: int, quantum: int = 16) -> tuple[float, float]:
@@ -138,14 +171,5 @@ class StepCosts:
         """Prompt forward of the target, plus the drafter's own when it keeps a cache."""
         seconds = float(np.sum(self.forward(self.step.target, np.asarray(prompt_len), 0, batch)))
         if self.step.draft_kv_model:
-            seconds += float(np.sum(self.fn[self.step.draft_kv_model](np.asarray(prompt_len), 0, batch)))
+            seconds += float(np.sum(self.forward(self.step.draft_kv_model, np.asarray(prompt_len), 0, batch)))
         return seconds
-
-
-def predictors_for(profile, step: StepModel, latencies: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The latency model of every model the step runs: given ones first, else the Profile's."""
-    given = dict(latencies or {})
-    out = {}
-    for model in step.models:
-        out[model] = given[model] if model in given else profile.latency_model(model)
-    return out

@@ -58,5 +58,4 @@ def replica_memory(profile, step: StepModel, parallel: Parallelism | None = None
 
 def static_batch_fits(memory: KVMemory, batch: int, prompt_len: int, output_len: int, step: StepModel) -> bool:
     """A static batch (every sequence kept to the end, as in GLIDE Table 4): does it fit?"""
-    reserve = int(step.sampler.nodes + 1) if hasattr(step.sampler, "nodes") else step.max_drafted + 1
-    return batch * (prompt_len + output_len + reserve) <= memory.capacity_tokens
+    return batch * (prompt_len + output_len + step.reserve_tokens) <= memory.capacity_tokens

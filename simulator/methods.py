@@ -1,61 +1,86 @@
-"""One method-agnostic decode step: draft forwards -> verify forward -> overhead, plus acceptance.
+"""One method-agnostic decode step, read from the method registry (`methods`).
 
-`build_step_model(profile, method, config)` turns any method of the catalogue (ar, sd, mcsd,
-cape, glide, lookahead, kangaroo, coral) and its configuration into a `StepModel`:
-  * `draft_parts[i]`: what the i-th sequential draft forward runs, as (model, query tokens, cost
-    scale) parts; it is paid only when the step drafted more than i positions;
-  * `verify_model` / `verify_scale`: the model whose forward verifies (query tokens per sequence
-    come from the draws), and the share of that forward that runs (Kangaroo skips its shallow
-    layers);
-  * `sampler`: the acceptance draws (`simulator.acceptance`);
-  * `overhead_s`: fixed seconds per step (sampling, tree building, cache edits).
-Latency is always the Profile's fitted model (`profile.latency_model(name).predict`), never a
-formula of ours.
+`build_step_model(profile, method, config)` turns any registered method and its configuration into
+a `StepModel`: the method's typed config, its Setup on the Profile (target, drafter, acceptance
+entry), the step's shape (`spec.step_shape`, a one-configuration `costmodel.step.StepShape`: which
+forwards a step runs, priced by `simulator.costs` through `costmodel.step`) and its acceptance
+sampler (`spec.sampler`, `simulator.acceptance`). Nothing here is specific to one method.
+
+A config is a MethodConfig, a label ('sd g4'), or a mapping / JSON text holding the method's keys
+(strict: `spec.config.from_dict`) plus the simulator's setup options (SETUP_OPTIONS).
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import numpy as np
-
+import methods
 from calibrate.profile import Profile
-from simulator import acceptance as acc
 from common.errors import InputError
-from traces.replay import parse_k_config
+from costmodel.step import StepShape
+from methods.config import MethodConfig
+from methods.spec import Setup
 
-METHODS = ("ar", "sd", "mcsd", "cape", "glide", "lookahead", "kangaroo", "coral")
-# drafter kind each method looks for when the config names no drafter
-DEFAULT_DRAFTER_KIND = {"sd": "draft_model", "mcsd": "draft_model", "cape": "glide", "glide": "glide",
-                        "kangaroo": "kangaroo", "coral": "coral", "lookahead": "lookahead"}
+ACCEPTANCE_MODELS = ("independent", "markov")
+# the simulator's own keys beside a method's config: which setup it runs on and how it draws
+SETUP_OPTIONS = {
+    "drafter": "drafter name on the Profile (default: the first of the method's kinds with acceptance)",
+    "acceptance": "acceptance entry key (default: the drafter's, MT-Bench first)",
+    "dataset": "pick the acceptance entry of this dataset",
+    "temperature": "pick the acceptance entry at this temperature (default: the lowest recorded)",
+    "overhead_s": "fixed seconds per step (sampling, tree building, cache edits)",
+    "acceptance_model": "'independent' per-position draws or the bursty 'markov' chain",
+    "router_recall": "a router's recall, overriding the acceptance entry's",
+}
 
 
-@dataclass
+@dataclass(frozen=True)
 class StepModel:
+    """A method's step on one Profile: config, setup, the step's shape and its sampler."""
+
     method: str
-    config: dict[str, Any]
-    target: str
+    config: MethodConfig
+    setup: Setup
+    shape: StepShape
     sampler: Any
-    draft_parts: list[list[tuple[str, int, float]]] = field(default_factory=list)
-    verify_model: str = ""
-    verify_scale: float = 1.0
-    overhead_s: float = 0.0
-    drafter: str | None = None
-    draft_kv_model: str | None = None   # a drafter with its own KV cache (draft_model, coral)
+
+    @property
+    def target(self) -> str:
+        return self.setup.target
+
+    @property
+    def drafter(self) -> str | None:
+        return self.setup.drafter
 
     @property
     def models(self) -> list[str]:
         """Every model whose latency this step needs."""
-        names = {self.verify_model}
-        for parts in self.draft_parts:
-            names.update(m for m, _, _ in parts)
-        return sorted(names)
+        return self.shape.models
 
     @property
     def max_drafted(self) -> int:
-        return len(self.draft_parts)
+        return self.shape.max_drafted
+
+    @property
+    def overhead_s(self) -> float:
+        return float(self.shape.overhead_s)
+
+    @property
+    def draft_kv_model(self) -> str | None:
+        """A drafter with its own KV cache (its prefill and memory are paid too)."""
+        return self.shape.draft_kv_model
+
+    @property
+    def reserve_tokens(self) -> int:
+        """KV slots a step reserves per sequence: its tree's nodes, else its drafts, plus the pending token."""
+        return int(getattr(self.sampler, "nodes", self.max_drafted)) + 1
+
+    def describe(self) -> dict[str, Any]:
+        """The step as summary fields: the config's label and the setup it ran on."""
+        return {"config": self.config.label, "drafter": self.setup.drafter, "acceptance": self.setup.acceptance_key}
 
 
 def load_profile(profile: Profile | Mapping | str | Path) -> Profile:
@@ -67,173 +92,73 @@ def load_profile(profile: Profile | Mapping | str | Path) -> Profile:
     return Profile.load(profile)
 
 
-def parse_config(config: Mapping | str | None) -> dict[str, Any]:
-    """A method configuration from a dict or JSON text."""
+def split_config(method: str, config: MethodConfig | Mapping | str | None = None) -> tuple[MethodConfig, dict[str, Any]]:
+    """(the method's typed config, the setup options) of a config; a key that is neither: InputError."""
+    spec = methods.get(method)
+    if isinstance(config, MethodConfig):
+        return spec.parse(config), {}
+    if isinstance(config, str) and config.strip() and not config.strip().startswith("{"):
+        return spec.config.from_label(config), {}
+    raw = _mapping(config, method)
+    unknown = [k for k in raw if k not in spec.config.keys() and k not in SETUP_OPTIONS]
+    if unknown:
+        raise InputError(f"{method}: unknown config key '{unknown[0]}' (method keys: "
+                         f"{', '.join(spec.config.keys()) or 'none'}; setup keys: {', '.join(SETUP_OPTIONS)})")
+    options = {k: v for k, v in raw.items() if k in SETUP_OPTIONS}
+    return spec.config.from_dict({k: v for k, v in raw.items() if k not in SETUP_OPTIONS}), _check_options(options)
+
+
+def _mapping(config, method: str) -> dict[str, Any]:
     if config is None:
         return {}
     if isinstance(config, str):
         try:
             config = json.loads(config) if config.strip() else {}
         except json.JSONDecodeError as exc:
-            raise InputError(f"method config is not valid JSON ({exc.msg})") from None
+            raise InputError(f"{method}: config is not valid JSON ({exc.msg})") from None
     if not isinstance(config, Mapping):
-        raise InputError("method config must be a JSON object")
+        raise InputError(f"{method}: config must be a JSON object, got {type(config).__name__}")
     return dict(config)
 
 
-def _int(config: dict, key: str, default: int | None = None, low: int = 0) -> int:
-    value = config.get(key, default)
-    if value is None:
-        raise InputError(f"method config needs '{key}'")
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
-        raise InputError(f"config '{key}' must be an integer >= {low}, got {value!r}")
-    return int(value)
+def _check_options(options: dict[str, Any]) -> dict[str, Any]:
+    def number(key, low=0.0, high=math.inf):
+        value = options[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+            raise InputError(f"config '{key}' must be a number in [{low:g}, {high:g}], got {value!r}")
+        return float(value)
+
+    for key in ("overhead_s", "temperature"):
+        if key in options:
+            options[key] = number(key)
+    if "router_recall" in options and options["router_recall"] is not None:
+        options["router_recall"] = number("router_recall", high=1.0)
+    for key in ("drafter", "acceptance", "dataset"):
+        if key in options and not isinstance(options[key], str):
+            raise InputError(f"config '{key}' must be a name, got {options[key]!r}")
+    if options.get("acceptance_model", ACCEPTANCE_MODELS[0]) not in ACCEPTANCE_MODELS:
+        raise InputError(f"config 'acceptance_model' must be one of {', '.join(ACCEPTANCE_MODELS)}, "
+                         f"got {options['acceptance_model']!r}")
+    return options
 
 
-def _pick_drafter(profile: Profile, method: str, config: dict) -> tuple[str, dict]:
-    name = config.get("drafter")
-    if name is not None:
-        return name, profile.drafter(name)
-    want = DEFAULT_DRAFTER_KIND[method]
-    for name, spec in profile.drafters.items():
-        if spec.get("kind") == want:
-            return name, spec
-    raise InputError(f"profile '{profile.name}' has no drafter of kind '{want}' for method {method}; set config 'drafter'")
-
-
-def _acceptance(profile: Profile, config: dict, drafter: str):
-    """The calibrated acceptance model (calibrate.acceptance) the config or the drafter names."""
-    key = config.get("acceptance")
-    if key is None:
-        keys = [k for k, s in profile.acceptance.items()
-                if k == drafter or s.get("drafter") == drafter or k.startswith(f"{drafter}/")]
-        if "dataset" in config:
-            keys = [k for k in keys if profile.acceptance[k].get("dataset") == config["dataset"]]
-        if len(keys) > 1:
-            raise InputError(f"drafter '{drafter}' has several acceptance models ({', '.join(sorted(keys))}); "
-                             "set config 'acceptance' or 'dataset'")
-        key = keys[0] if keys else drafter
-    return key, profile.acceptance_model(key)
-
-
-def _need(model, part: str, method: str):
-    if not model.has(part):
-        raise InputError(f"acceptance model '{model.name}' lacks '{part}', which method {method} needs")
-    return getattr(model, part)
-
-
-def _chain_sampler(model, gamma: int, method: str, config: dict, scale: float = 1.0):
-    """Independent per-position draws (beta_i), or the bursty Markov chain when configured."""
-    if config.get("acceptance_model") == "markov":
-        markov = _need(model, "markov", method)
-        return acc.MarkovChainSampler(gamma, markov.p_aa, markov.p_ra)
-    return acc.ChainSampler(gamma, np.clip(model.beta(gamma) * scale, 0.0, 1.0))
-
-
-def build_step_model(profile, method: str, config: Mapping | str | None = None) -> StepModel:
-    """The step model of `method` with `config` on `profile` (see module docstring)."""
+def build_step_model(profile, method: str, config: MethodConfig | Mapping | str | None = None, **options) -> StepModel:
+    """The step model of `method` with `config` on `profile` (see the module docstring); keyword
+    `options` are setup options too and win over the config's."""
     profile = load_profile(profile)
-    config = parse_config(config)
-    if method not in METHODS:
-        raise InputError(f"unknown method '{method}' (known: {', '.join(METHODS)})")
-    target = profile.target
-    overhead = float(config.get("overhead_s", 0.0))
-    if overhead < 0:
-        raise InputError(f"config 'overhead_s' must be >= 0, got {overhead}")
-    base = dict(method=method, config=config, target=target, verify_model=target, overhead_s=overhead)
-    if method == "ar":
-        return StepModel(sampler=acc.AutoregressiveSampler(), **base)
-    if method == "lookahead":
-        return _lookahead(profile, config, base)
-    drafter, dspec = _pick_drafter(profile, method, config)
-    key, model_acc = _acceptance(profile, config, drafter)
-    gamma_default = 5 if method in ("glide", "cape") else (6 if method == "kangaroo" else 4)
-    if method == "mcsd":
-        ks = parse_k_config(config.get("k", config.get("k_config", "2x2x1")))
-        without = not config.get("replacement", True)
-        _need(model_acc, "alpha_at_k_without_replacement" if without else "alpha_at_k", method)
-        level = np.atleast_1d(model_acc.alpha_at(np.asarray(ks), without_replacement=without))
-        widths = np.concatenate([[1], np.cumprod(ks)[:-1]]).astype(int)
-        model = dspec.get("model", drafter)
-        return StepModel(sampler=acc.TreeSampler(ks, level),
-                         draft_parts=[[(model, int(w), 1.0)] for w in widths],
-                         drafter=drafter, draft_kv_model=model, **base)
-    gamma = _int(config, "gamma", gamma_default, low=1)
-    if method == "kangaroo":
-        return _kangaroo(profile, config, base, drafter, dspec, model_acc, gamma)
-    if method == "coral":
-        return _coral(config, base, drafter, dspec, model_acc, gamma)
-    model = dspec.get("model", drafter)
-    parts = [[(model, 1, 1.0)] for _ in range(gamma)]
-    own_kv = model if dspec.get("kind") == "draft_model" else None  # GLIDE reads the target's cache
-    if method == "cape" or (method == "glide" and "bins" in config):
-        bins = config.get("bins")
-        if bins is None:
-            raise InputError(f"method {method} with CAPE needs config 'bins' (11 expansion sizes)")
-        conf = _need(model_acc, "conf_bins", method)
-        sampler = acc.CapeSampler(gamma, list(bins), conf.freq, conf.topk_hit)
-    else:
-        sampler = _chain_sampler(model_acc, gamma, method, config)
-    return StepModel(sampler=sampler, draft_parts=parts, drafter=drafter, draft_kv_model=own_kv, **base)
-
-
-def _lookahead(profile: Profile, config: dict, base: dict) -> StepModel:
-    W, N, G = (_int(config, k, d, low=1) for k, d in (("W", 5), ("N", 5), ("G", 5)))
-    if N < 2:
-        raise InputError(f"lookahead N must be >= 2, got {N}")
-    key = config.get("acceptance")
-    if key is None:
-        key = next((k for k, s in profile.acceptance.items() if s.get("lookahead")), None)
-    if key is None:
-        raise InputError(f"profile '{profile.name}' has no acceptance model with 'lookahead' numbers")
-    la = _need(profile.acceptance_model(key), "lookahead", "lookahead")
-    return StepModel(sampler=acc.LookaheadSampler(W, N, G, la.alpha, la.f), **base)
-
-
-def _kangaroo(profile, config, base, drafter, dspec, model_acc, gamma) -> StepModel:
-    """Self-draft: the target's first `exit_layer` layers plus an adapter per draft position (or
-    the drafter's own `model` when the Profile prices it whole); the verify forward runs the
-    remaining layers, the target's fitted forward scaled by their share."""
-    n_layers = int(profile.models[base["target"]].get("n_layers", 0))
-    exit_layer = int(config.get("exit_layer", dspec.get("exit_layer", 0)))
-    if not 0 < exit_layer < n_layers:
-        raise InputError(f"kangaroo exit_layer must lie in 1..{n_layers - 1}, got {exit_layer}")
-    share = exit_layer / n_layers
-    if dspec.get("model"):
-        part = [(dspec["model"], 1, 1.0)]
-    else:
-        adapter = dspec.get("adapter_model")
-        part = [(base["target"], 1, share)] + ([(adapter, 1, 1.0)] if adapter else [])
-    eta = float(config.get("eta", 0.6))
-    if eta > 0:
-        conf = _need(model_acc, "conf_bins", "kangaroo")
-        sampler = acc.EarlyExitSampler(gamma, eta, conf.freq, conf.hit(1))
-    else:
-        sampler = _chain_sampler(model_acc, gamma, "kangaroo", config)
-    base = dict(base, verify_scale=1.0 - share)
-    return StepModel(sampler=sampler, draft_parts=[list(part) for _ in range(gamma)], drafter=drafter, **base)
-
-
-def _coral(config, base, drafter, dspec, model_acc, gamma) -> StepModel:
-    """Feature drafter + LM head; with a router of N groups and top-n active, the head runs n/N of
-    its vocabulary and each drafted token survives routing with the router's recall (config
-    'router_recall', or the acceptance entry's router_recall["N/n"])."""
-    model = dspec.get("model", drafter)
-    head = dspec.get("head_model")
-    share, recall = 1.0, 1.0
-    if config.get("groups") is not None:
-        groups, top_n = _int(config, "groups", low=1), _int(config, "top_n", 1, low=1)
-        if top_n > groups:
-            raise InputError(f"coral top_n ({top_n}) exceeds groups ({groups})")
-        if not head:
-            raise InputError(f"coral router needs the drafter's 'head_model' latency to price top_n/groups")
-        share = top_n / groups
-        recall = config.get("router_recall", model_acc.extra.get("router_recall", {}).get(f"{groups}/{top_n}"))
-        if recall is None:
-            raise InputError(f"acceptance model '{model_acc.name}' has no router_recall for "
-                             f"'{groups}/{top_n}'; set config 'router_recall'")
-        recall = acc._check_prob(recall, "router_recall")
-    part = [(model, 1, 1.0)] + ([(head, 1, share)] if head else [])
-    sampler = _chain_sampler(model_acc, gamma, "coral", config, scale=recall)
-    return StepModel(sampler=sampler, draft_parts=[list(part) for _ in range(gamma)], drafter=drafter,
-                     draft_kv_model=model, **base)
+    spec = methods.get(method)
+    unknown = [k for k in options if k not in SETUP_OPTIONS]
+    if unknown:
+        raise InputError(f"unknown simulator option '{unknown[0]}' (known: {', '.join(SETUP_OPTIONS)})")
+    typed, given = split_config(method, config)
+    opts = {**given, **_check_options(dict(options))}
+    setup = profile.setups_for(spec, temperature=opts.get("temperature"), dataset=opts.get("dataset"),
+                               drafter=opts.get("drafter"), acceptance=opts.get("acceptance"),
+                               overhead_s=opts.get("overhead_s", 0.0))[0]
+    try:
+        shape = spec.step_shape(setup, spec.frame_of([typed]))
+        sampler = spec.sampler(setup, typed, acceptance_model=opts.get("acceptance_model", ACCEPTANCE_MODELS[0]),
+                               router_recall=opts.get("router_recall"))
+    except ValueError as exc:     # costmodel's one-line input errors
+        raise InputError(f"{typed.label} on '{profile.name}' ({setup.acceptance_key}): {exc}") from None
+    return StepModel(method, typed, setup, shape, sampler)

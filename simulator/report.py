@@ -61,7 +61,7 @@ def write_run(out: Path, requests: pd.DataFrame, summaries: list[dict[str, Any]]
     out = Path(out)
     written = [atomic.write_csv(out / "requests.csv", requests),
                atomic.write_json(out / "summary.json", summaries),
-               atomic.write_csv(out / "summary.csv", pd.DataFrame(summaries).drop(columns=["config"], errors="ignore"))]
+               atomic.write_csv(out / "summary.csv", pd.DataFrame(summaries))]
     if steps is not None:
         written.append(atomic.write_csv(out / "steps.csv", steps))
     written.append(latency_cdf_plot(requests, out / "latency_cdf.png"))

@@ -95,7 +95,7 @@ class _Sim:
         self.preemptions = np.zeros(n, np.int64)
         self.replica_of = np.zeros(n, np.int64)
         self.state = (self.step.sampler.initial_state(n) if getattr(self.step.sampler, "stateful", False) else None)
-        self.reserve = int(getattr(self.step.sampler, "nodes", self.step.max_drafted)) + 1
+        self.reserve = self.step.reserve_tokens
         self.fixed_shape = getattr(self.step.sampler, "fixed_shape", None)
         self.replicas = [_Replica(self.env, i, self.memory.capacity_tokens) for i in range(cluster.replicas)]
         self.in_system, self.area, self.last_change = 0, 0.0, 0.0
@@ -291,7 +291,7 @@ def simulate_serving(profile, method: str, config: Mapping | str | None = None,
     span = float(np.nanmax(sim.finish) - requests["arrival_s"].min())
     horizon = float(np.nanmax(sim.finish))
     summary = {
-        "method": method, "config": sim.step.config, "seed": seed, "replicas": cluster.replicas,
+        "method": method, **sim.step.describe(), "seed": seed, "replicas": cluster.replicas,
         "max_batch": cluster.max_batch, "tp": cluster.parallel.tp, "pp": cluster.parallel.pp,
         "lp": cluster.parallel.lp, "kv_capacity_tokens": sim.memory.capacity_tokens,
         "requests": len(out), "completed": len(done), "oom": int((out["status"] == "oom").sum()),

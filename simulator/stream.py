@@ -19,7 +19,7 @@ import pandas as pd
 import simpy
 
 from simulator.acceptance import StepDraws, draw_stream
-from simulator.costs import Parallelism, StepCosts, predictors_for
+from simulator.costs import Parallelism, StepCosts, latency_for
 from simulator.methods import build_step_model, load_profile
 from common.errors import InputError
 
@@ -34,9 +34,9 @@ class StreamResult:
 
 def step_costs_for(profile, step, latencies=None, parallel: Parallelism | None = None) -> StepCosts:
     """StepCosts with the target's shape numbers (hidden size, layers) from the Profile."""
-    shape = profile.models.get(step.target, {})
-    return StepCosts(step, predictors_for(profile, step, latencies), hidden=int(shape.get("hidden", 4096)),
-                     parallel=parallel, n_layers=int(shape.get("n_layers", 1)))
+    arch = profile.models.get(step.target, {})
+    return StepCosts(step, latency_for(profile, step, latencies), hidden=int(arch.get("hidden", 4096)),
+                     parallel=parallel, n_layers=int(arch.get("n_layers", 1)))
 
 
 def time_steps_fast(costs: StepCosts, draws: StepDraws, prompt_len: int) -> pd.DataFrame:
@@ -56,22 +56,20 @@ def time_steps_simpy(costs: StepCosts, draws: StepDraws, prompt_len: int) -> tup
     """The reference: one simpy event per forward. Returns per-step timings and the end time."""
     env = simpy.Environment()
     rows: list[tuple] = []
-    step = costs.step
 
     def decode():
         ctx = prompt_len
         for i in range(draws.accepted.size):
             t0 = env.now
             drafted = int(draws.drafted[i])
-            for j in range(drafted):
-                for model, n, scale in step.draft_parts[j]:
-                    yield env.timeout(scale * float(costs.forward(model, n, ctx + j, 1)))
-            if drafted and costs.parallel.draft_on_own_gpu:
-                yield env.timeout(2 * costs.parallel.link_latency_s)
+            for seconds in costs.draft_forward_seconds(ctx)[:drafted]:
+                yield env.timeout(float(seconds))
+            if drafted and costs.parallel.draft_transfer_s:
+                yield env.timeout(costs.parallel.draft_transfer_s)
             t1 = env.now
             yield env.timeout(float(costs.verify_seconds(ctx, int(draws.verify_tokens[i]), 1)))
             t2 = env.now
-            yield env.timeout(step.overhead_s)
+            yield env.timeout(costs.step.overhead_s)
             rows.append((i, ctx, drafted, t1 - t0, int(draws.verify_tokens[i]), t2 - t1, env.now - t2,
                          int(draws.accepted[i])))
             ctx += int(draws.accepted[i])
@@ -87,6 +85,7 @@ def simulate_stream(profile, method: str, config: Mapping | str | None = None, n
                     latencies: Mapping[str, Any] | None = None, parallel: Parallelism | None = None,
                     draws: StepDraws | None = None, per_step: bool = False) -> StreamResult:
     """Simulate one request: prefill `prompt_len` tokens, then decode `n_tokens` output tokens.
+    `config`: the method's config and setup options (`simulator.methods.build_step_model`).
 
     The prefill emits the first output token; decode steps commit the remaining n_tokens - 1.
     Returns a summary (ttft_s, tpot_s, e2e_s, steps, tokens_per_step, speedup against plain
@@ -119,7 +118,7 @@ def simulate_stream(profile, method: str, config: Mapping | str | None = None, n
     n_steps = len(table)
     committed = int(table["accepted"].sum())
     summary = {
-        "method": method, "config": step.config, "engine": engine, "seed": seed,
+        "method": method, **step.describe(), "engine": engine, "seed": seed,
         "prompt_len": int(prompt_len), "n_tokens": int(n_tokens), "steps": n_steps,
         "tokens_per_step": committed / n_steps,
         "ttft_s": prefill_s, "decode_s": decode_s, "e2e_s": prefill_s + decode_s,

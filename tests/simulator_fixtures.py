@@ -10,7 +10,7 @@ from simulator.costs import FixedLatency
 
 HIT1 = [0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.97]
 FREQ = [0.02, 0.03, 0.05, 0.08, 0.1, 0.1, 0.1, 0.12, 0.12, 0.13, 0.15]
-TOPK = {"1": HIT1, "2": [min(1.0, h + 0.15) for h in HIT1], "4": [min(1.0, h + 0.25) for h in HIT1]}
+TOPK = {str(k): [min(1.0, h + extra) for h in HIT1] for k, extra in ((1, 0.0), (2, 0.15), (4, 0.25), (6, 0.3), (8, 0.33))}
 
 TARGET_S, DRAFT_S = 0.020, 0.002
 

@@ -37,7 +37,7 @@ CONFIGS = [
     ("kangaroo", dict(gamma=5, eta=0.2, exit_layer=3, drafter_std=0.3)),
     ("kangaroo", dict(gamma=3, eta=0.0, exit_layer=1, drafter_std=0.3)),
     ("coral", dict(gamma=4, drafter_std=0.3)),
-    ("coral", dict(gamma=3, router_groups=3, router_top_n=2, drafter_std=0.3)),
+    ("coral", dict(gamma=3, groups=3, top_n=2, drafter_std=0.3)),
 ]
 
 
@@ -163,7 +163,7 @@ def test_save_load_round_trip(tmp_path, target, kind):
     loaded = load_drafter(path, target)
     for (name, a), (_, b) in zip(drafter.state_dict().items(), loaded.state_dict().items()):
         assert torch.equal(a, b), name
-    config = {"glide": {}, "kangaroo": {"exit_layer": 2}, "coral": {"router_groups": 3, "router_top_n": 1}}[kind]
+    config = {"glide": {}, "kangaroo": {"exit_layer": 2}, "coral": {"groups": 3, "top_n": 1}}[kind]
     a = make_decoder(kind, target, drafter, gamma=3, **config).generate(PROMPT, 8).steps
     b = make_decoder(kind, target, str(path), gamma=3, **config).generate(PROMPT, 8).steps
     assert [s.confidences for s in a] == [s.confidences for s in b]
@@ -185,8 +185,8 @@ def test_load_rejects_bad_files(tmp_path, target):
 @pytest.mark.parametrize("method,config,needle", [
     ("kangaroo", {"exit_layer": 4}, "exit_layer"),
     ("kangaroo", {"eta": 1.5}, "eta"),
-    ("coral", {"router_groups": 3, "router_top_n": 4}, "router_top_n"),
-    ("coral", {"router_groups": 7}, "router_groups"),
+    ("coral", {"groups": 3, "top_n": 4}, "top_n"),
+    ("coral", {"groups": 7}, "groups"),
     ("glide", {"gamma": 0}, "gamma"),
     ("glide", {"layers": 9}, "layers"),
     ("glide", {"colour": "red"}, "colour"),
@@ -216,7 +216,7 @@ def _two_token_law(model, temperature):
 @pytest.mark.parametrize("method,config", [
     ("glide", dict(gamma=2, drafter_std=0.3)),
     ("kangaroo", dict(gamma=2, eta=0.1, exit_layer=2, drafter_std=0.3)),
-    ("coral", dict(gamma=2, router_groups=3, router_top_n=2, drafter_std=0.3)),
+    ("coral", dict(gamma=2, groups=3, top_n=2, drafter_std=0.3)),
 ])
 def test_sampling_output_law_is_the_targets(target, method, config):
     from verification.statistical import statistical_check

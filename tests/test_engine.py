@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from runtime.engine import METHODS, Sampling, make_decoder
+import methods
+from runtime.engine import Sampling, make_decoder
 from common.errors import InputError
 from runtime.models import tiny_model, truncated
 
@@ -78,13 +79,14 @@ def test_eos_stops_and_caps(models):
 
 @pytest.mark.parametrize("method,config,match", [
     ("beam", {}, "unknown method 'beam'"),
-    ("mcsd", {"k": "4x0"}, "every level needs k >= 1"),
-    ("mcsd", {"k": "abc"}, "bad k-configuration 'abc'"),
-    ("sd", {"gamma": 0}, "gamma must be in 1.."),
-    ("cape", {"gamma": 2, "bins": [1, 2]}, "CAPE bin array needs 11 entries"),
-    ("lookahead", {"W": 0}, "W must be an integer >= 1"),
-    ("lookahead", {"N": 1}, "N must be an integer >= 2"),
-    ("sd", {"gamma": 2, "depth": 3}, "takes no option"),
+    ("mcsd", {"k": "4x0"}, "'k'.*factors must be >= 1"),
+    ("mcsd", {"k": "abc"}, "'k'.*k-configuration 'abc'"),
+    ("sd", {"gamma": 0}, "'gamma' must be in 1.."),
+    ("cape", {"gamma": 2, "bins": [1, 2]}, "'bins'.*needs 11 entries"),
+    ("lookahead", {"W": 0}, "'W' must be in 1.."),
+    ("lookahead", {"N": 1}, "'N' must be in 2.."),
+    ("sd", {"gamma": 2, "depth": 3}, "unknown config key 'depth'"),
+    ("sd", {"gama": 8}, "unknown config key 'gama'"),
 ])
 def test_bad_configuration(models, method, config, match):
     with pytest.raises(InputError, match=match):
@@ -98,7 +100,7 @@ def test_bad_drafter_and_sampling(models):
         make_decoder("sd", models[0], None, gamma=2)
     with pytest.raises(InputError, match="top_p"):
         Sampling(1.0, top_p=0.0)
-    assert set(METHODS) >= {"ar", "sd", "mcsd", "cape", "lookahead"}
+    assert set(methods.names()) >= {"ar", "sd", "mcsd", "cape", "lookahead"}
 
 
 def test_top_p_keeps_nucleus():

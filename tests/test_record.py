@@ -98,9 +98,9 @@ def test_check_replay_agrees_on_tiny_models(tmp_path, prompts, capsys):
 
 @pytest.mark.parametrize("extra,needle", [
     (["--method", "medusa"], "unknown method"),
-    (["--method", "mcsd", "--config", '{"k": "4x0"}'], "k >= 1"),
-    (["--method", "mcsd", "--config", '{"k": "abc"}'], "bad k-configuration"),
-    (["--method", "sd", "--config", '{"gamma": 0}'], "gamma must be"),
+    (["--method", "mcsd", "--config", '{"k": "4x0"}'], "factors must be >= 1"),
+    (["--method", "mcsd", "--config", '{"k": "abc"}'], "k-configuration 'abc'"),
+    (["--method", "sd", "--config", '{"gamma": 0}'], "'gamma' must be in 1"),
     (["--method", "sd", "--config", "gamma=3"], "--config is not JSON"),
     (["--method", "sd", "--target", "./no/such/model"], "model path not found"),
     (["--method", "sd", "--drafter", "random:llama-68m"], "vocabulary size"),

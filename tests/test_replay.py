@@ -15,6 +15,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from common.errors import InputError
+from costmodel.cape import PAPER_BINS
+from costmodel.trees import format_k_config, parse_k_config
 from traces import replay
 from traces.replay import TokenTable
 
@@ -55,7 +57,7 @@ def greedy_output(models, prompt, n):
 def reference_step(models, prefix, method, cfg, remaining):
     """One real speculation step (drafts built from the drafter, verified by the target)."""
     if method == "mcsd":
-        levels = replay.parse_k_config(cfg["k"])
+        levels = parse_k_config(cfg["k"])
         # build the whole tree level by level, then let the target walk it
         tree = {(): None}
         frontier = [()]
@@ -123,7 +125,7 @@ CONFIGS = [
     ("sd", {"gamma": 1}), ("sd", {"gamma": 4}), ("sd", {"gamma": 9}),
     ("mcsd", {"k": "2x2x1"}), ("mcsd", {"k": "3x1x2x1"}), ("mcsd", {"k": "1"}),
     ("cape", {"gamma": 3, "bins": [4, 4, 4, 3, 3, 3, 2, 2, 1, 1, 1]}),
-    ("cape", {"gamma": 5, "bins": list(replay.PAPER_CAPE_BINS)}),
+    ("cape", {"gamma": 5, "bins": list(PAPER_BINS)}),
     ("kangaroo", {"gamma": 6, "eta": 0.45}), ("kangaroo", {"gamma": 4, "eta": 0.0}),
 ]
 
@@ -182,11 +184,12 @@ def test_many_configs_are_fast():
 
 
 @pytest.mark.parametrize("method,cfg,needle", [
-    ("medusa", {"gamma": 2}, "unknown replay method"),
-    ("sd", {"gamma": 0}, "gamma must be"),
-    ("sd", {}, "needs 'gamma'"),
-    ("mcsd", {"k": "4x0"}, "k >= 1"),
-    ("mcsd", {"k": "abc"}, "bad k-configuration"),
+    ("medusa", {"gamma": 2}, "unknown method 'medusa'"),
+    ("lookahead", {}, "cannot be replayed"),
+    ("sd", {"gamma": 0}, "'gamma' must be in 1"),
+    ("sd", {"gama": 3}, "unknown config key 'gama'"),
+    ("mcsd", {"k": "4x0"}, "factors must be >= 1"),
+    ("mcsd", {"k": "abc"}, "k-configuration 'abc'"),
     ("cape", {"gamma": 2, "bins": [1, 2]}, "11 entries"),
     ("kangaroo", {"gamma": 2, "eta": 1.5}, "eta"),
     ("sd", "{not json", "not valid JSON"),
@@ -212,6 +215,6 @@ def test_replay_imports_without_torch():
 
 
 def test_k_config_round_trip():
-    assert replay.parse_k_config("4x2x1") == (4, 2, 1)
-    assert replay.format_k_config([4, 2, 1]) == "4x2x1"
-    assert json.loads(replay.replay_summary(_table([0]), "mcsd", ["{\"k\": [2, 1]}"])["config"][0]) == {"k": "2x1"}
+    assert parse_k_config("4x2x1") == (4, 2, 1)
+    assert format_k_config([4, 2, 1]) == "4x2x1"
+    assert replay.replay_summary(_table([0]), "mcsd", ["{\"k\": [2, 1]}"])["config"][0] == "mcsd k2x1 repl"

@@ -7,7 +7,8 @@ from costmodel import cape as cape_cf
 from costmodel import leviathan, lookahead, trees
 from simulator import FixedLatency, simulate_stream
 from simulator.acceptance import draw_stream
-from simulator.methods import build_step_model
+from methods.sd import SDConfig
+from simulator.methods import build_step_model, split_config
 from simulator.replay import replay_draws
 from tests.simulator_fixtures import CASES, DRAFT_S, FIXED, LINEAR, FREQ, TARGET_S, TOPK, profile_dict
 from traces import replay as trace_replay
@@ -124,7 +125,7 @@ def test_token_trace_replay_reproduces_traces_replay_exactly(method, config):
     table = trace_replay.TokenTable.from_frame(frame)
     expected = trace_replay.replay_steps(table, method, {k: v for k, v in config.items() if k != "drafter"})
     for prompt_id in ("p0", "p2"):
-        draws = replay_draws(frame, method, config, prompt_id)
+        draws = replay_draws(frame, profile_dict(), method, config, prompt_id)
         res = simulate_stream(profile_dict(), method, config, int(draws.accepted.sum()) + 1, 0,
                               latencies=FIXED, draws=draws, per_step=True)
         want = expected.loc[expected["prompt_id"] == prompt_id, "accepted"].to_numpy()
@@ -134,7 +135,7 @@ def test_token_trace_replay_reproduces_traces_replay_exactly(method, config):
 def test_replay_rejects_trace_with_missing_columns():
     frame = _token_frame(1, 20).drop(columns=["draft_conf"])
     with pytest.raises(InputError, match="draft_conf"):
-        replay_draws(frame, "sd", {"gamma": 4}, "p0")
+        replay_draws(frame, profile_dict(), "sd", {"gamma": 4}, "p0")
 
 
 def test_draw_stream_commits_exactly_n_tokens():
@@ -154,6 +155,28 @@ def test_draw_stream_commits_exactly_n_tokens():
 def test_bad_method_configs_raise_one_line(method, config, match):
     with pytest.raises(InputError, match=match) as info:
         build_step_model(profile_dict(), method, config)
+    assert "\n" not in str(info.value)
+
+
+def test_config_splits_into_method_keys_and_setup_options():
+    config, options = split_config("sd", '{"gamma": 3, "drafter": "D", "acceptance_model": "markov"}')
+    assert config == SDConfig(gamma=3) and options == {"drafter": "D", "acceptance_model": "markov"}
+    assert split_config("sd", "sd g5") == (SDConfig(gamma=5), {})
+    assert split_config("sd", SDConfig(gamma=2)) == (SDConfig(gamma=2), {})
+    step = build_step_model(profile_dict(), "sd", {"gamma": 3}, overhead_s=0.001)
+    assert step.config.label == "sd g3" and step.overhead_s == 0.001 and step.shape.size == 1
+    assert step.models == ["D", "T"] and step.drafter == "D" and step.setup.acceptance_key == "D"
+
+
+@pytest.mark.parametrize("config,match", [
+    ({"gama": 8}, "unknown config key 'gama'"),
+    ({"gamma": 4, "acceptance_model": "bursty"}, "acceptance_model"),
+    ({"gamma": 4, "overhead_s": -1}, "overhead_s"),
+    ({"gamma": 4, "drafter": "nope"}, "no drafter 'nope'"),
+])
+def test_bad_setup_options_raise_one_line(config, match):
+    with pytest.raises(InputError, match=match) as info:
+        build_step_model(profile_dict(), "sd", config)
     assert "\n" not in str(info.value)
 
 

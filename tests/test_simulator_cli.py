@@ -44,6 +44,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
         ["serve", "--profile", PROFILE, "--method", "ar", "--max-batch", "0", "--out", str(tmp_path)],
         ["stream", "--profile", str(tmp_path / "missing.json"), "--method", "ar", "--out", str(tmp_path)],
         ["stream", "--profile", PROFILE, "--method", "sd", "--config", "{bad", "--out", str(tmp_path)],
+        ["serve", "--profile", PROFILE, "--method", "sd", "--config", '{"gamma": 0}', "--out", str(tmp_path)],
     ]
     for argv in cases:
         assert simulate.main(argv) == 2
@@ -66,3 +67,19 @@ def test_bench_runs_small(tmp_path, capsys):
                                  "--out", str(tmp_path / "b.json")]) == 0
     figures = json.loads((tmp_path / "b.json").read_text())
     assert figures["stream_fast_steps_per_s"] > 0 and figures["serving_requests"] > 0
+
+
+@pytest.mark.parametrize("command", ["stream", "serve"])
+def test_unknown_config_key_exits_2_naming_it(tmp_path, capsys, command):
+    assert simulate.main([command, "--profile", PROFILE, "--method", "sd", "--config", '{"gama": 8}',
+                          "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "'gama'" in err and "\n" not in err
+    assert not (tmp_path / "summary.json").exists()
+
+
+def test_stream_takes_a_label_and_writes_it(tmp_path):
+    assert simulate.main(["stream", "--profile", PROFILE, "--method", "sd", "--config", "sd g5",
+                          "--n-tokens", "64", "--repeats", "1", "--out", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["config"] == "sd g5" and summary["acceptance"]

@@ -13,7 +13,7 @@ from costmodel.params import arch_dict
 
 
 def _serve(method="sd", config=None, workload=None, cluster=None, seed=0, **kw):
-    return simulate_serving(profile_dict(), method, config or {"gamma": 4}, workload or Workload(rate=20, duration_s=20),
+    return simulate_serving(profile_dict(), method, {"gamma": 4} if config is None else config, workload or Workload(rate=20, duration_s=20),
                             cluster or Cluster(replicas=2, max_batch=16), seed, latencies=LINEAR, **kw)
 
 
@@ -159,3 +159,10 @@ def test_trace_with_missing_columns(tmp_path):
     pd.DataFrame({"time": [0.0, 1.0]}).to_csv(path, index=False)
     with pytest.raises(InputError, match="missing column"):
         make_requests(Workload(arrival="trace", trace=path))
+
+
+@pytest.mark.parametrize("method,config", [("sd", {"gamma": 4}), ("ar", {})])
+def test_lookahead_parallel_needs_branches_to_spread(method, config):
+    with pytest.raises(InputError, match="lp > 1") as info:
+        _serve(method, config, Workload(rate=1, n_requests=2), Cluster(replicas=1, parallel=Parallelism(lp=2)))
+    assert "\n" not in str(info.value)

@@ -5,8 +5,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import methods
 from experiments import smollm2_cpu
-from experiments.smollm2_report import _pick, decode_rate
+from experiments.smollm2_report import decode_rate
 from common.errors import InputError
 
 
@@ -24,12 +25,15 @@ def test_a_missing_drafter_names_the_training_command(tmp_path):
         smollm2_cpu.drafter_file(args, "glide")
 
 
-def test_every_run_has_a_prediction_and_a_known_drafter():
-    labels = {label for label, *_ in smollm2_cpu.RUNS}
-    from experiments.smollm2_report import PREDICT
-    assert set(PREDICT) == labels - {"ar"}
-    for _label, _method, _config, drafter in smollm2_cpu.RUNS:
-        assert drafter is None or drafter in smollm2_cpu.DRAFTERS
+def test_runs_are_labelled_by_their_configs_and_priced_without_a_trained_router():
+    labels = [run.label for run in smollm2_cpu.RUNS]
+    assert len(set(labels)) == len(labels) and "mcsd k2x2x1 repl" in labels and "coral g4 N16 top2" in labels
+    for run in smollm2_cpu.RUNS:
+        assert run.drafter is None or run.drafter in smollm2_cpu.DRAFTERS
+        assert methods.parse_label(run.label) == run.config
+    routed = smollm2_cpu.CHAIN_RUNS["coral-router"]
+    assert routed.priced.label == "coral g4"              # the router is part of the drafter's latency
+    assert smollm2_cpu.CHAIN_RUNS["coral"].priced == smollm2_cpu.CHAIN_RUNS["coral"].config
 
 
 def test_decode_rate_is_wall_clock_per_committed_token():
@@ -37,16 +41,6 @@ def test_decode_rate_is_wall_clock_per_committed_token():
                           "accepted": [3, 1], "ctx_len": [100, 103]})
     per_token, per_step, ctx = decode_rate(steps)
     assert per_token == pytest.approx(1.0 / 4) and per_step == 2.0 and ctx == 101.5
-
-
-def test_pick_matches_tuples_floats_and_drafters():
-    table = pd.DataFrame({"drafter": ["a", "a", "b"], "gamma": [4, 4, 4], "eta": [0.6, 0.65, 0.6],
-                          "bins": [(8, 4), (8, 2), (8, 4)], "speedup": [1.0, 2.0, 3.0]})
-    assert _pick(table, "a", {"gamma": 4, "eta": 0.6})["speedup"] == 1.0
-    assert _pick(table, "a", {"bins": (8, 2)})["speedup"] == 2.0
-    assert _pick(table, "b", {"eta": 0.6})["speedup"] == 3.0
-    with pytest.raises(InputError, match="no scored configuration"):
-        _pick(table, "a", {"gamma": 5})
 
 
 BUNDLED_TRACES = Path("data/traces/smollm2-cpu")
@@ -70,17 +64,25 @@ def test_bundled_profile_and_tables_follow_from_the_bundled_traces(tmp_path):
         got, want = pd.read_csv(report / name), pd.read_csv(BUNDLED_REPORT / name)
         pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=1e-6)
     table = pd.read_csv(BUNDLED_REPORT / "measured_vs_predicted.csv")
-    assert {label for label, *_ in smollm2_cpu.RUNS} <= set(table["run"])
-    assert table.loc[table["method"] != "ar", "simulator_error"].notna().all()
+    assert {run.label for run in smollm2_cpu.RUNS} <= set(table["run"])
+    assert table.loc[table["run"] != "ar", "simulator_error"].notna().all()
 
 
 def test_sweep_rows_become_engine_runs():
-    run = smollm2_cpu.engine_run
-    assert run({"method": "cape", "drafter": "vanilla", "gamma": 1, "bins": (8, 6, 1)}) == \
-        ("cape", {"gamma": 1, "bins": [8, 6, 1]}, "vanilla")
-    assert run({"method": "coral", "drafter": "coral-router", "gamma": 2, "groups": 0}) == \
-        ("coral", {"gamma": 2, "router_groups": 16, "router_top_n": 2}, "coral-router")
-    assert run({"method": "lookahead", "drafter": "-", "W": 4, "N": 2, "G": 8}) == \
-        ("lookahead", {"W": 4, "N": 2, "G": 8}, None)
-    with pytest.raises(InputError, match="untrained router"):
-        run({"method": "coral", "drafter": "coral", "gamma": 2, "groups": 8, "config": "N=8 top-2 gamma=2"})
+    run = lambda **row: smollm2_cpu.best_run(pd.DataFrame([row]))   # noqa: E731
+    cape = run(method="cape", drafter="vanilla", gamma=1, bins=(8,) * 11)
+    assert (cape.label, cape.drafter) == ("best cape g1 S88888888888", "vanilla")
+    coral = run(method="coral", drafter="coral-router", gamma=2, groups=0, top_n=0)
+    assert coral.config.to_dict() == {"gamma": 2, "groups": 16, "top_n": 2} and coral.priced.label == "coral g2"
+    assert run(method="lookahead", drafter="-", W=4, N=2, G=8).drafter is None
+    with pytest.raises(InputError, match="untrained"):
+        run(method="coral", drafter="coral", gamma=2, groups=8, top_n=2)
+
+
+def test_best_runs_read_back(tmp_path):
+    (tmp_path / "best_runs.json").write_text(json.dumps({"mt-bench": [
+        {"label": "best mcsd k8 repl", "method": "mcsd", "config": {"k": [8], "replacement": True},
+         "drafter": "vanilla", "sweep_config": "mcsd k8 repl"}]}))
+    args = smollm2_cpu.build_parser().parse_args(["--out", str(tmp_path)])
+    best, = smollm2_cpu.best_runs(args)["mt-bench"]
+    assert best.label == "best mcsd k8 repl" and best.config.k == (8,)

@@ -1,15 +1,18 @@
-"""The main job: scoring agrees with costmodel, the CLI writes its report, bad input is one line."""
+"""The main job: generic scoring over the method registry agrees with costmodel, labels parse back,
+the CLI writes its report, bad input is one line."""
 from __future__ import annotations
 
+import copy
 import json
 
 import numpy as np
 import pandas as pd
 import pytest
 
+import methods
 from calibrate.profile import Profile
 from costmodel.params import arch_dict, drafter_arch
-from experiments import scoring, spaces, sweep
+from experiments import scoring, sweep
 from experiments.executor import LocalExecutor
 
 FREQ = [0.02, 0.04, 0.05, 0.06, 0.07, 0.08, 0.08, 0.1, 0.12, 0.18, 0.2]
@@ -64,58 +67,103 @@ def toy():
     return toy_profile()
 
 
-def _score(profile, method, space, setting=scoring.Setting()):
-    (base, *_), reason = scoring.setups(profile, method, setting)
-    assert reason is None
-    return scoring.score(profile, method, base, space, setting)
+@pytest.fixture(scope="module")
+def small_sweep(toy):
+    """Every swept method on the toy profile, no simulator re-score."""
+    opts = sweep.SweepOptions(budget=8, rescore=0)
+    return sweep.run_sweep([toy], opts, LocalExecutor(workers=1, progress=False))
+
+
+def _score(profile, method, setting=scoring.Setting(), **space):
+    setup = scoring.setups(profile, method, setting)[0]
+    return scoring.score(setup, method, methods.get(method).space(setup, **space), setting)
 
 
 def test_sd_scores_equal_leviathan_through_the_latency_model():
     from costmodel.leviathan import expected_tokens, speedup_from_latency
 
     profile = toy_profile(latency_kind="table")
-    scored = _score(profile, "sd", spaces.sd_space())
+    scored = _score(profile, "sd")
     t = profile.latency_model("vicuna-7b")
     d = profile.latency_model("llama-68m")
     want = speedup_from_latency(expected_tokens(0.7, scored.gamma.to_numpy()), scored.gamma.to_numpy(),
                                 lambda n: d.predict(n, 0), lambda n: t.predict(n, 0))
     np.testing.assert_allclose(scored.speedup, want, rtol=1e-12)
+    np.testing.assert_allclose(scored.draft_forwards, scored.gamma)
+    np.testing.assert_allclose(scored.verified_per_step, scored.gamma + 1)
 
 
-def test_every_method_scores_its_space(toy):
-    setting = scoring.Setting()
-    for method in spaces.METHODS:
-        (base, *_), reason = scoring.setups(toy, method, setting)
-        assert reason is None, method
-        space = sweep._space(method, sweep.SweepOptions(budget=16), toy, base)
-        scored = scoring.score(toy, method, base, space, setting)
-        assert len(scored) == len(space) and scored.speedup.notna().all(), method
-        assert (scored.tokens_per_step >= 1).all() and (scored.step_s > 0).all(), method
-    coral = _score(toy, "coral", spaces.coral_space(**scoring.coral_space_args(toy, {"drafter": "eagle",
-                                                                                    "acceptance": "eagle"})))
+def test_every_method_scores_its_space(small_sweep):
+    assert list(small_sweep.tables) == methods.names(sweep_only=True)
+    for method, scored in small_sweep.tables.items():
+        assert list(scored.columns[-len(scoring.SCORE_COLUMNS) - 1:-1]) == scoring.SCORE_COLUMNS, method
+        assert scored.speedup.notna().all() and (scored.tokens_per_step >= 1).all(), method
+        assert (scored.step_s > 0).all() and (scored.draft_cost >= 0).all(), method
+    coral = small_sweep.tables["coral"]
     assert set(zip(coral.groups, coral.top_n)) == {(0, 0), (4, 1), (4, 2), (8, 2), (16, 1), (16, 2)}
+    assert (small_sweep.tables["lookahead"].draft_forwards == 0).all()
+
+
+def test_every_label_of_the_tables_parses_back_to_its_row(small_sweep):
+    for method, table in small_sweep.tables.items():
+        rows = methods.get(method).configs_of(table)
+        assert [methods.parse_label(label) for label in table.config] == rows, method
 
 
 def test_mcsd_levels_and_tree_cost(toy):
     from costmodel.trees import expected_tokens_tree
 
-    scored = _score(toy, "mcsd", spaces.mcsd_space(budget=16, max_depth=3))
+    scored = _score(toy, "mcsd", budget=16, max_depth=3)
     acc = toy.acceptance_model("llama-68m")
     for repl in (True, False):
         sub = scored[scored.replacement == repl]
-        curve = {k: acc.alpha_at(k, without_replacement=not repl) for k in spaces.MCSD_K_CHOICES}
+        curve = {k: acc.alpha_at(k, without_replacement=not repl) for k in methods.mcsd.K_CHOICES}
         np.testing.assert_allclose(sub.tokens_per_step, expected_tokens_tree(list(sub.k), curve), rtol=1e-12)
-    a, b = (scored[(scored.k == k) & scored.replacement].iloc[0] for k in ("4x2", "2x4"))
+    a, b = (scored[scored.config == label].iloc[0] for label in ("mcsd k4x2 repl", "mcsd k2x4 repl"))
     assert a.tokens_per_step > b.tokens_per_step          # MCSD's monotonic rule
     assert a.verified_per_step == 1 + 4 + 8 and b.verified_per_step == 1 + 2 + 8
+    assert a.draft_forwards == 2
+
+
+def test_tabulated_latency_gives_the_same_seconds(toy):
+    rng = np.random.default_rng(0)
+    width = rng.choice([1, 2, 4, 8, 16, 64], size=(5000, 6))
+    ctx = 512.0 + np.arange(6)
+    direct = toy.seconds("llama-68m", width, ctx, 2)
+    np.testing.assert_array_equal(scoring.tabulated(toy.seconds)("llama-68m", width, ctx, 2), direct)
+    np.testing.assert_array_equal(scoring.tabulated(toy.seconds)("llama-68m", width[:, 0], 512.0, 1),
+                                  toy.seconds("llama-68m", width[:, 0], 512.0, 1))
+    fractional = width + 0.5          # expected token counts are priced as they are
+    np.testing.assert_array_equal(scoring.tabulated(toy.seconds)("llama-68m", fractional, ctx, 1),
+                                  toy.seconds("llama-68m", fractional, ctx, 1))
 
 
 def test_trace_replay_scores_exact_greedy_steps(toy):
     from traces.replay import TokenTable
 
     table = TokenTable.from_arrays(["p"], [0, 60], np.zeros(60, int), np.full(60, 0.9))
-    tokens = scoring.replay_tokens(table, "sd", spaces.sd_space(5))
+    space = methods.get("sd").space(scoring.setups(toy, "sd", scoring.Setting())[0], gammas=range(1, 6))
+    tokens = scoring.replay_tokens(table, "sd", space)
     np.testing.assert_allclose(tokens, [60 / np.ceil(60 / (g + 1)) for g in range(1, 6)])
+
+
+def test_a_method_without_a_setup_is_listed_with_the_reason(toy):
+    raw = copy.deepcopy(toy.to_dict())
+    del raw["acceptance"]["lookahead"]
+    opts = sweep.SweepOptions(methods=["sd", "lookahead"], rescore=0)
+    result = sweep.run_sweep([Profile.from_dict(raw)], opts, LocalExecutor(workers=1, progress=False))
+    assert list(result.tables) == ["sd"]
+    assert len(result.skipped) == 1 and "with lookahead" in result.skipped[0] and "lookahead" in result.skipped[0]
+
+
+def test_sim_config_is_the_method_config_plus_the_setup(small_sweep):
+    for method, table in small_sweep.tables.items():
+        config = scoring.sim_config(table.iloc[[0]])
+        spec = methods.get(method)
+        assert spec.parse({k: v for k, v in config.items() if k not in ("drafter", "acceptance")}).label \
+            == table.config.iloc[0], method
+        assert config["acceptance"] == table.acceptance.iloc[0]
+        assert ("drafter" in config) == (table.drafter.iloc[0] != "-"), method
 
 
 def test_run_sweep_ranks_and_rescores_in_the_simulator(toy):
@@ -123,9 +171,10 @@ def test_run_sweep_ranks_and_rescores_in_the_simulator(toy):
     result = sweep.run_sweep([toy], opts, LocalExecutor(workers=1, progress=False))
     for method, frame in result.tables.items():
         assert frame["rank"].iloc[0] == 1 and frame.speedup.iloc[0] == frame.speedup.max()
-    sd = result.best[result.best.method == "sd"].iloc[0]
-    assert sd.sim_p05 <= sd.sim_speedup <= sd.sim_p95
-    assert abs(sd.sim_speedup / sd.speedup - 1) < 0.15     # simulator and closed form agree on the best
+    for method in ("sd", "mcsd", "cape"):
+        row = result.best[result.best.method == method].iloc[0]
+        assert row.sim_p05 <= row.sim_speedup <= row.sim_p95
+        assert abs(row.sim_speedup / row.speedup - 1) < 0.15, method  # simulator and closed form agree
 
 
 def test_hardware_move_through_the_roofline(toy):
@@ -137,6 +186,15 @@ def test_hardware_move_through_the_roofline(toy):
         scoring.retarget(toy, "B300")
     with pytest.raises(Exception, match="only a roofline"):
         scoring.retarget(toy_profile(latency_kind="table"), "H100")
+
+
+def test_every_method_plots_from_its_plot_spec(tmp_path, small_sweep):
+    from experiments.plots import plot_method
+
+    for method, table in small_sweep.tables.items():
+        path = plot_method(methods.get(method), table, tmp_path / f"{method}.png")
+        assert path is not None and path.stat().st_size > 0, method
+    assert plot_method(methods.get("sd"), small_sweep.tables["sd"].iloc[:0], tmp_path / "none.png") is None
 
 
 def test_cli_writes_tables_plots_and_report(tmp_path, toy, capsys):
@@ -152,12 +210,14 @@ def test_cli_writes_tables_plots_and_report(tmp_path, toy, capsys):
         assert (out / name).exists(), name
     report = (out / "report.md").read_text()
     assert "![sd](plots/sd.png)" in report and "## Best configuration overall" in report
-    assert len(pd.read_csv(out / "tables/sd.csv")) == 12
+    sd = pd.read_csv(out / "tables/sd.csv")
+    assert len(sd) == 12 and set(sd.config) == {f"sd g{g}" for g in range(1, 13)}
     assert pd.read_parquet(out / "tables/coral.parquet").speedup.notna().all()
 
 
 @pytest.mark.parametrize("args,message", [
     (["--methods", "sd,medusa"], "unknown method 'medusa'"),
+    (["--methods", "glide"], "method 'glide' has no search space"),
     (["--profile", "/nonexistent/p.json"], "profile file not found"),
     (["--hardware", "B300"], "unknown hardware 'B300' (known: V100"),
     (["--budget", "0"], "--budget must be at least 1"),
@@ -180,7 +240,7 @@ def test_papers_choices_beside_the_sweep():
     opts = sweep.SweepOptions(methods=["mcsd"], budget=16, rescore=0, temperature=0.0, dataset="alpaca")
     result = sweep.run_sweep([profile], opts, LocalExecutor(workers=1, progress=False))
     row = result.paper_choices[result.paper_choices.setting == "llama-68m / alpaca / T=0"].iloc[0]
-    assert row.paper_choice == "8x2x1x1" and row.paper_speedup == pytest.approx(2.06)
+    assert row.paper_choice == "mcsd k8x2x1x1 repl" and row.paper_speedup == pytest.approx(2.06)
     assert row.sweep_rank_of_paper_choice >= 1 and row.predicted_best >= row.predicted_for_paper_choice
     assert row.why
 
@@ -218,3 +278,8 @@ def test_token_trace_switches_to_exact_replay(tmp_path, toy):
     from traces.replay import TokenTable, replay_summary
     want = replay_summary(TokenTable.from_frame(frame), "sd", [{"gamma": 3}])["mean_accepted"].iloc[0]
     assert sd.loc[3, "tokens_per_step"] == pytest.approx(want)
+    raw = copy.deepcopy(toy.to_dict())
+    raw["acceptance"]["llama-68m"] = {**raw["acceptance"]["llama-68m"], "temperature": 1.0}
+    hot = sweep.SweepOptions(methods=["sd"], rescore=0, temperature=1.0, token_trace=str(path))
+    with pytest.raises(Exception, match="greedy only"):
+        sweep.run_sweep([Profile.from_dict(raw)], hot, LocalExecutor(workers=1, progress=False))

@@ -32,6 +32,8 @@ from common import atomic
 from traces import replay
 from runtime.engine import Sampling, make_decoder
 from runtime.engine.__main__ import load_drafter, parse_method
+from methods import get as method_spec
+from costmodel.trees import parse_k_config
 from common.errors import InputError, cli_entry
 from runtime.models import load_model
 from traces.prompts import ByteTokenizer, encode_prompt, load_prompt_mix
@@ -78,7 +80,7 @@ def explain(rec: PromptRecord, method: str, config: dict, pos: int, real: int, r
     if at >= len(rec.tokens):
         return "unexplained (past the recorded output)"
     if method == "mcsd":
-        levels = replay.parse_k_config(config["k"])
+        levels = parse_k_config(config["k"])
         k = levels[min(level, len(levels) - 1)]
         gap = rec.q_gaps[at, min(k - 1, rec.q_gaps.shape[1] - 1)]
         what = f"rank {k - 1}/{k}"
@@ -161,7 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise InputError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     methods = [parse_method(m) for m in args.methods]
     for name, config in methods:
-        replay.normalise_config(name, config)  # only replayable methods, valid configurations
+        if name not in replay.replayable():   # only replayable methods, valid configurations
+            raise InputError(f"method {name} cannot be replayed (replayable: {', '.join(replay.replayable())})")
+        method_spec(name).parse(config)
     prompts = load_prompt_mix(args.prompts)
     target = load_model(args.target)
     drafter = load_drafter(args.drafter, target)

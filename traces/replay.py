@@ -37,105 +37,15 @@ prompt at once; `walk` follows the steps of many configurations together.
 """
 from __future__ import annotations
 
-import json
-import math
-import re
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from common.errors import InputError
 
-METHODS = ("sd", "mcsd", "cape", "kangaroo")
-CAPE_BINS = 11                                  # floor(10 * conf) takes values 0..10
-PAPER_CAPE_BINS = (8, 8, 8, 8, 6, 6, 6, 6, 4, 4, 2)  # GLIDE Alg. 1 (its 12th entry is unreachable)
-MAX_DEPTH = 64                                  # deepest chain/tree a config may ask for
-_K_CONFIG = re.compile(r"^\s*\d+(\s*[xX*]\s*\d+)*\s*$")
-
-
-# ----------------------------------------------------------------------------- configurations
-
-def parse_k_config(value: str | Sequence[int]) -> tuple[int, ...]:
-    """`4x2x1` (or a list of ints) -> (4, 2, 1); every level >= 1."""
-    if isinstance(value, str):
-        if not _K_CONFIG.match(value):
-            raise InputError(f"bad k-configuration '{value}' (expected e.g. 4x2x1: positive integers joined by x)")
-        levels = tuple(int(part) for part in re.split(r"[xX*]", value.replace(" ", "")))
-    else:
-        try:
-            levels = tuple(int(v) for v in value)
-        except (TypeError, ValueError):
-            raise InputError(f"bad k-configuration {value!r} (expected e.g. 4x2x1)") from None
-    if not levels or any(k < 1 for k in levels):
-        raise InputError(f"bad k-configuration '{format_k_config(levels) if levels else value}': "
-                         "every level needs k >= 1")
-    if len(levels) > MAX_DEPTH:
-        raise InputError(f"k-configuration has {len(levels)} levels, at most {MAX_DEPTH} supported")
-    return levels
-
-
-def format_k_config(levels: Sequence[int]) -> str:
-    return "x".join(str(int(k)) for k in levels)
-
-
-def _gamma(config: Mapping[str, Any], method: str) -> int:
-    if "gamma" not in config:
-        raise InputError(f"{method} configuration needs 'gamma'")
-    try:
-        gamma = int(config["gamma"])
-    except (TypeError, ValueError):
-        raise InputError(f"{method}: gamma must be an integer, got {config['gamma']!r}") from None
-    if gamma != config["gamma"] and not isinstance(config["gamma"], str):
-        raise InputError(f"{method}: gamma must be an integer, got {config['gamma']!r}")
-    if not 1 <= gamma <= MAX_DEPTH:
-        raise InputError(f"{method}: gamma must be in 1..{MAX_DEPTH}, got {gamma}")
-    return gamma
-
-
-def parse_bins(value: str | Sequence[int]) -> tuple[int, ...]:
-    """A CAPE bin array: 11 non-negative integers (or the paper's 12), text `8,8,...` or a list."""
-    if isinstance(value, str):
-        parts = [v for v in re.split(r"[,\s]+", value.strip().strip("[]")) if v]
-    else:
-        parts = list(value)
-    try:
-        bins = tuple(int(v) for v in parts)
-    except (TypeError, ValueError):
-        raise InputError(f"bad CAPE bin array {value!r} (expected {CAPE_BINS} integers)") from None
-    if len(bins) not in (CAPE_BINS, CAPE_BINS + 1):
-        raise InputError(f"CAPE bin array needs {CAPE_BINS} entries (one per floor(10*conf)), got {len(bins)}")
-    if any(b < 0 for b in bins):
-        raise InputError("CAPE bin array entries must be >= 0")
-    return bins[:CAPE_BINS]
-
-
-def normalise_config(method: str, config: Mapping[str, Any] | str) -> dict[str, Any]:
-    """Validate a method configuration (dict or JSON text) and keep what replay needs."""
-    if method not in METHODS:
-        raise InputError(f"unknown replay method '{method}' (replayable: {', '.join(METHODS)})")
-    if isinstance(config, str):
-        try:
-            config = json.loads(config)
-        except json.JSONDecodeError:
-            raise InputError(f"{method}: configuration is not valid JSON: {config!r}") from None
-    if not isinstance(config, Mapping):
-        raise InputError(f"{method}: configuration must be a mapping, got {type(config).__name__}")
-    if method == "sd":
-        return {"gamma": _gamma(config, method)}
-    if method == "mcsd":
-        if "k" not in config:
-            raise InputError("mcsd configuration needs 'k' (e.g. 4x2x1)")
-        return {"k": format_k_config(parse_k_config(config["k"]))}
-    if method == "cape":
-        bins = parse_bins(config["bins"]) if "bins" in config else PAPER_CAPE_BINS
-        return {"gamma": _gamma(config, method), "bins": list(bins)}
-    eta = config.get("eta", 0.0)
-    if not isinstance(eta, (int, float)) or not 0.0 <= float(eta) <= 1.0 or math.isnan(float(eta)):
-        raise InputError(f"kangaroo: eta must be a number in [0, 1], got {eta!r}")
-    return {"gamma": _gamma(config, method), "eta": float(eta)}
 
 
 # ----------------------------------------------------------------------------- token tables
@@ -225,14 +135,33 @@ def _leading(ok_at, depth: int, size: int) -> np.ndarray:
     return count
 
 
-def accept_lengths(table: TokenTable, method: str, config: Mapping[str, Any] | str) -> np.ndarray:
-    """(N,) accepted length of a step of `method`/`config` that starts at each position."""
-    cfg = normalise_config(method, config)
+def accept_lengths(table: TokenTable, method: str, config: Any) -> np.ndarray:
+    """(N,) accepted length of a step of `method`/`config` (a config, mapping or label) that starts
+    at each position; the method module says how its steps replay (`MethodSpec.replay_lengths`)."""
+    import methods
+
+    spec = methods.get(method)
+    lengths = spec.replay_lengths(table, spec.parse(config))
+    if lengths is None:
+        raise InputError(f"method {method} cannot be replayed from a TokenTrace (replayable: {', '.join(replayable())})")
+    return lengths
+
+
+def replayable() -> list[str]:
+    """Methods whose greedy steps a TokenTrace decides."""
+    import methods
+
+    return [s.name for s in methods.specs() if type(s).replay_lengths is not methods.MethodSpec.replay_lengths]
+
+
+def chain_lengths(table: TokenTable, levels: Sequence[int], *, eta: float = 0.0,
+                  bins: Sequence[int] | None = None) -> np.ndarray:
+    """(N,) accepted length of a step starting at each position whose level l keeps the drafter's
+    top-levels[l] (a chain: all 1); drafting stops after the first token with conf <= eta (eta > 0);
+    with CAPE `bins`, a miss at l is caught iff its rank < bins[confidence_bin(conf)]."""
+    from costmodel.cape import confidence_bin
+
     n = table.size
-    if method == "mcsd":
-        levels = parse_k_config(cfg["k"])
-    else:
-        levels = (1,) * cfg["gamma"]
     depth = len(levels)
     # Past the end of the table a rank never hits; the cap below makes this exact, and reading the
     # next prompt's ranks past a prompt's own end is harmless for the same reason.
@@ -243,14 +172,12 @@ def accept_lengths(table: TokenTable, method: str, config: Mapping[str, Any] | s
     else:
         first_miss = _leading(lambda l: rank[l: l + n] < levels[l], depth, n)
     drafted = np.full(n, depth, dtype=np.int64)                                     # d
-    if method == "kangaroo":
-        drafted = np.minimum(_leading(lambda l: conf[l: l + n] > cfg["eta"], depth, n) + 1, depth)
+    if eta > 0:
+        drafted = np.minimum(_leading(lambda l: conf[l: l + n] > eta, depth, n) + 1, depth)
     accepted = np.where(first_miss >= drafted, drafted + 1, first_miss + 1)
-    if method == "cape":
-        bins = np.asarray(cfg["bins"], dtype=np.int64)
+    if bins is not None:
         at_miss = np.arange(n) + first_miss
-        miss_bin = np.clip(np.floor(10.0 * conf[at_miss]), 0, 10).astype(np.int64)
-        caught = (first_miss < depth) & (rank[at_miss] < bins[miss_bin])
+        caught = (first_miss < depth) & (rank[at_miss] < np.asarray(bins, dtype=np.int64)[confidence_bin(conf[at_miss])])
         accepted = np.where(caught, first_miss + 2, accepted)
     return np.minimum(accepted, table.remaining())
 
@@ -294,7 +221,7 @@ def walk(table: TokenTable, lengths: np.ndarray) -> Walk:
     return Walk(steps=steps, tokens=table.size, histogram=histogram)
 
 
-def replay_steps(table: TokenTable, method: str, config: Mapping[str, Any] | str) -> pd.DataFrame:
+def replay_steps(table: TokenTable, method: str, config: Any) -> pd.DataFrame:
     """Every replayed step of one configuration: prompt_id, step, pos (committed output tokens
     before the step) and accepted, in StepTrace order."""
     lengths = accept_lengths(table, method, config)
@@ -308,16 +235,19 @@ def replay_steps(table: TokenTable, method: str, config: Mapping[str, Any] | str
     return pd.DataFrame.from_records(records, columns=["prompt_id", "step", "pos", "accepted"])
 
 
-def replay_summary(table: TokenTable, method: str, configs: Iterable[Mapping[str, Any] | str]) -> pd.DataFrame:
+def replay_summary(table: TokenTable, method: str, configs: Iterable[Any]) -> pd.DataFrame:
     """Mean accepted length (tokens per step) of many configurations of one method."""
-    normalised = [normalise_config(method, c) for c in configs]
-    if not normalised:
+    import methods
+
+    spec = methods.get(method)
+    parsed = [spec.parse(c) for c in configs]
+    if not parsed:
         raise InputError("replay_summary needs at least one configuration")
-    lengths = np.stack([accept_lengths(table, method, c) for c in normalised])
+    lengths = np.stack([accept_lengths(table, method, c) for c in parsed])
     result = walk(table, lengths)
     return pd.DataFrame({
         "method": method,
-        "config": [json.dumps(c, sort_keys=True) for c in normalised],
+        "config": [c.label for c in parsed],
         "steps": result.steps,
         "tokens": result.tokens,
         "mean_accepted": result.mean_accepted,

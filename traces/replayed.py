@@ -10,10 +10,10 @@ Two sources of decisions:
 - `RankReplay` (from a greedy TokenTrace, one prompt's rows): the step starting at output position
   p accepts, at depth l, the child whose drafter rank equals draft_rank[p + l]. Children of a node
   are ranked in candidate order (chain: one child of rank 0; MCSD: the drafter's top-k; CAPE: the
-  chain token then its expansion set), so this is exactly `traces.replay` for sd, mcsd, cape,
-  glide, coral and kangaroo; Kangaroo's stop rule also reads the recorded draft_conf.
+  chain token then its expansion set), so this is exactly `traces.replay` for every method with a
+  drafter (a plain chain's replay for coral); Kangaroo's stop rule also reads the recorded draft_conf.
 - `LengthReplay` (from a StepTrace's `accepted` column): step i accepts accepted[i] - 1 tokens
-  along the first children; for methods without a drafter rank (lookahead).
+  along the first children; for methods without a drafter, hence no drafter rank (lookahead).
 The committed correction/bonus token is the target's own argmax at the last accepted node (the
 real sampling step); past the end of the recording nothing more is accepted.
 Known limit: CAPE's expansion sizes (engine `CAPE.propose`) come from the random drafter's own
@@ -176,14 +176,18 @@ def random_prompts(prompt_ids: Sequence[str], length: int, vocab_size: int, seed
     return {pid: rng.integers(0, vocab_size, size=length).tolist() for pid in prompt_ids}
 
 
-def steps_frame(runs: Sequence[ReplayedRun], method: str, config: dict, run_id: str) -> pd.DataFrame:
-    """StepTrace rows (traces.schema STEP_COLUMNS) of replayed runs."""
+def steps_frame(runs: Sequence[ReplayedRun], method: str, config: Any, run_id: str) -> pd.DataFrame:
+    """StepTrace rows (traces.schema STEP_COLUMNS) of replayed runs; `config` (a method config or
+    mapping) is written in full, as the method's config parses it."""
     import json
 
+    import methods
+
+    text = json.dumps(methods.get(method).parse(config).to_dict(), sort_keys=True)
     rows = []
     for run in runs:
         for s in run.generation.steps:
-            rows.append(dict(run_id=run_id, method=method, config=json.dumps(config, sort_keys=True),
+            rows.append(dict(run_id=run_id, method=method, config=text,
                              prompt_id=run.prompt_id, step=s.step, ctx_len=s.ctx_len,
                              draft_forwards=s.draft_forwards, draft_s=s.draft_s, verify_tokens=s.verify_tokens,
                              verify_s=s.verify_s, overhead_s=s.overhead_s, accepted=s.accepted,

@@ -2,4 +2,3 @@
 adapter) and CORAL/EAGLE (target features, LM-head router). Plain nn.Modules, trainable, saved
 as safetensors with their configuration (`runtime.drafters.io`)."""
 
-from runtime.drafters import methods  # noqa: E402,F401  (registers glide, kangaroo, coral in the engine)

@@ -1,4 +1,4 @@
-"""The engine methods `glide`, `kangaroo` and `coral`, registered in `runtime.engine.METHODS`.
+"""The engine decoders of `glide`, `kangaroo` and `coral` (named by methods/glide.py, kangaroo.py, coral.py).
 
 All three verify with the engine's own path (`Decoder.decide` -> `verification.rules`), so the output
 is the target's greedy sequence at temperature 0 and the target's law when sampling, whatever the
@@ -12,7 +12,7 @@ safetensors file (`runtime.drafters.io`), or None for an untrained drafter seede
   `gamma` tokens, stopping after the first with top-1 confidence <= `eta`; verification runs
   layers l..N-1 over the drafted tokens' early features.
 - coral: the EAGLE-style feature drafter drafts a chain of `gamma` from the target's features;
-  `router_groups`/`router_top_n` (N, top-n) switch on CORAL's LM-head router.
+  `groups`/`top_n` (N, top-n) switch on CORAL's LM-head router.
 """
 from __future__ import annotations
 
@@ -26,12 +26,10 @@ from runtime.drafters.coral import FeatureDrafter
 from runtime.drafters.glide import GlideDrafter
 from runtime.drafters.io import load_drafter
 from runtime.drafters.kangaroo import KangarooAdapter
-from runtime.engine import register
 from runtime.engine.base import Decoder, Proposal
 from runtime.engine.draft_methods import CAPE, SD, DrafterState
 from common.errors import InputError
 from runtime.llama import Llama
-from traces.replay import normalise_config, parse_bins
 
 
 def resolve_drafter(kind: type, drafter: Any, target: Llama, build) -> Any:
@@ -89,12 +87,12 @@ class GlideState(DrafterState):
         return out.logits[0]
 
 
-@register("glide")
 class Glide(CAPE):
     """GLIDE drafter; a chain like `sd`, or CAPE's expansion sets when `bins` is given."""
 
     method = "glide"
     needs_drafter = False
+    options = {"layers": 1, "hidden": None, "drafter_seed": 0, "drafter_std": 0.02}
 
     def __init__(self, target: Llama, drafter: Any = None, *, sampling=None, seed: int = 0, **config: Any):
         super().__init__(target, None, sampling=sampling, seed=seed, **config)
@@ -105,15 +103,12 @@ class Glide(CAPE):
             raise InputError(f"GLIDE drafter vocabulary size {self.drafter.config.vocab_size} differs from the "
                              f"target's {target.config.vocab_size}")
 
-    def check_config(self, gamma: int = 4, bins: Any = None, layers: int = 1, hidden: int | None = None,
-                     drafter_seed: int = 0, drafter_std: float = 0.02, **rest: Any) -> dict[str, Any]:
-        Decoder.check_config(self, **rest)
-        return {"gamma": normalise_config("cape", {"gamma": gamma})["gamma"],
-                "bins": None if bins is None else parse_bins(bins),
-                "layers": _int_option("glide", "layers", layers, 1),
-                "hidden": None if hidden is None else _int_option("glide", "hidden", hidden, 1),
-                "drafter_seed": _int_option("glide", "drafter_seed", drafter_seed, 0),
-                "drafter_std": _std_option("glide", drafter_std)}
+    def check_config(self) -> None:
+        c = self.config
+        c["layers"] = _int_option("glide", "layers", c["layers"], 1)
+        c["hidden"] = None if c["hidden"] is None else _int_option("glide", "hidden", c["hidden"], 1)
+        c["drafter_seed"] = _int_option("glide", "drafter_seed", c["drafter_seed"], 0)
+        c["drafter_std"] = _std_option("glide", c["drafter_std"])
 
     def start_drafter(self, prompt: list[int]) -> None:
         self.draft = GlideState(self.drafter, self, capacity=len(prompt) + 64)
@@ -124,11 +119,11 @@ class Glide(CAPE):
 
 # -------------------------------------------------------------------------------------- kangaroo
 
-@register("kangaroo")
 class Kangaroo(Decoder):
     """Early-exit self-drafting (Kangaroo); the target cache's shallow layers run ahead while drafting."""
 
     method = "kangaroo"
+    options = {"drafter_seed": 0, "drafter_std": 0.02}
 
     def __init__(self, target: Llama, drafter: Any = None, *, sampling=None, seed: int = 0, **config: Any):
         super().__init__(target, None, sampling=sampling, seed=seed, **config)
@@ -139,16 +134,12 @@ class Kangaroo(Decoder):
             raise InputError(f"kangaroo: the adapter exits at layer {self.adapter.exit_layer}, "
                              f"the configuration asks for {c['exit_layer']}")
 
-    def check_config(self, gamma: int = 6, eta: float = 0.6, exit_layer: int = 2, drafter_seed: int = 0,
-                     drafter_std: float = 0.02, **rest: Any) -> dict[str, Any]:
-        super().check_config(**rest)
-        checked = normalise_config("kangaroo", {"gamma": gamma, "eta": eta})
-        depth = self.target.config.num_layers
-        if isinstance(exit_layer, bool) or not isinstance(exit_layer, int) or not 1 <= exit_layer < depth:
-            raise InputError(f"kangaroo: exit_layer must be an integer in 1..{depth - 1}, got {exit_layer!r}")
-        return {**checked, "exit_layer": exit_layer,
-                "drafter_seed": _int_option("kangaroo", "drafter_seed", drafter_seed, 0),
-                "drafter_std": _std_option("kangaroo", drafter_std)}
+    def check_config(self) -> None:
+        c, depth = self.config, self.target.config.num_layers
+        if not 1 <= c["exit_layer"] < depth:
+            raise InputError(f"kangaroo: exit_layer must be an integer in 1..{depth - 1}, got {c['exit_layer']!r}")
+        c["drafter_seed"] = _int_option("kangaroo", "drafter_seed", c["drafter_seed"], 0)
+        c["drafter_std"] = _std_option("kangaroo", c["drafter_std"])
 
     def start(self, prompt: list[int]) -> None:
         out = start_keeping_prefill(self, prompt, output_hidden_states=True)
@@ -210,16 +201,16 @@ class Kangaroo(Decoder):
 
 # ----------------------------------------------------------------------------------------- coral
 
-@register("coral")
 class Coral(Decoder):
     """EAGLE-style feature drafter (chain of `gamma`) with CORAL's optional LM-head router."""
 
     method = "coral"
+    options = {"drafter_seed": 0, "drafter_std": 0.02}
 
     def __init__(self, target: Llama, drafter: Any = None, *, sampling=None, seed: int = 0, **config: Any):
         super().__init__(target, None, sampling=sampling, seed=seed, **config)
         c = self.config
-        groups, top_n = c["router_groups"], c["router_top_n"]
+        groups, top_n = c["groups"], c["top_n"]
         self.feature_drafter = resolve_drafter(FeatureDrafter, drafter, target, lambda: FeatureDrafter.for_target(
             target, router_groups=groups, router_top_n=top_n, seed=c["drafter_seed"], std=c["drafter_std"]))
         have = self.feature_drafter.config
@@ -232,20 +223,12 @@ class Coral(Decoder):
                 raise InputError(f"coral: the drafter's router has {have.router_groups} groups, "
                                  f"the configuration asks for {groups}")
 
-    def check_config(self, gamma: int = 4, router_groups: int = 0, router_top_n: int = 0, drafter_seed: int = 0,
-                     drafter_std: float = 0.02, **rest: Any) -> dict[str, Any]:
-        super().check_config(**rest)
-        vocab = self.target.config.vocab_size
-        groups = _int_option("coral", "router_groups", router_groups, 0)
-        if groups > vocab:
-            raise InputError(f"coral: router_groups must be at most the vocabulary size {vocab}, got {groups}")
-        top_n = _int_option("coral", "router_top_n", router_top_n or groups, 0)
-        if groups and not 1 <= top_n <= groups:
-            raise InputError(f"coral: router_top_n must lie in 1..{groups}, got {router_top_n!r}")
-        return {"gamma": normalise_config("sd", {"gamma": gamma})["gamma"], "router_groups": groups,
-                "router_top_n": top_n if groups else 0,
-                "drafter_seed": _int_option("coral", "drafter_seed", drafter_seed, 0),
-                "drafter_std": _std_option("coral", drafter_std)}
+    def check_config(self) -> None:
+        c, vocab = self.config, self.target.config.vocab_size
+        if c["groups"] > vocab:
+            raise InputError(f"coral: groups must be at most the vocabulary size {vocab}, got {c['groups']}")
+        c["drafter_seed"] = _int_option("coral", "drafter_seed", c["drafter_seed"], 0)
+        c["drafter_std"] = _std_option("coral", c["drafter_std"])
 
     def start(self, prompt: list[int]) -> None:
         """Prefill keeping the target's features f_0..f_{n-2} (EAGLE reads f_{s-1} at position s)."""

@@ -4,50 +4,27 @@
     out = decoder.generate(prompt_ids, max_new_tokens=64, eos_token_id=None)
     out.tokens, out.steps  # generated ids; one StepRecord (StepTrace fields) per step
 
-Other modules add methods with `register("name")` on a `Decoder` subclass (the drafter engineer's
-glide, kangaroo and coral). See `runtime/engine/base.py` for the step protocol.
+Which class decodes a method is the method module's `decoder` (methods registry); the config keys
+are its config class's. See `runtime/engine/base.py` for the step protocol.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from runtime.engine.base import Decoder, Generation, Proposal, StepRecord, StepTimer
 from runtime.engine.draft_methods import AR, CAPE, MCSD, SD, DrafterState
-from runtime.engine.lookahead import Lookahead
 from runtime.engine.verify import Sampling
-from common.errors import InputError
 from runtime.llama import Llama
-
-METHODS: dict[str, type[Decoder]] = {"ar": AR, "sd": SD, "mcsd": MCSD, "cape": CAPE, "lookahead": Lookahead}
-
-
-def register(name: str) -> Callable[[type[Decoder]], type[Decoder]]:
-    """Class decorator: make a Decoder subclass available to `make_decoder` under `name`."""
-
-    def add(cls: type[Decoder]) -> type[Decoder]:
-        METHODS[name] = cls
-        return cls
-
-    return add
 
 
 def make_decoder(method: str, target: Llama, drafter: Any = None, *, sampling: Sampling | None = None,
                  seed: int = 0, **config: Any) -> Decoder:
-    """A decoder for `method` with its configuration; bad method or configuration -> InputError."""
-    if method not in METHODS:
-        _load_plugins()
-    if method not in METHODS:
-        raise InputError(f"unknown method '{method}' (known: {', '.join(sorted(METHODS))})")
-    return METHODS[method](target, drafter, sampling=sampling, seed=seed, **config)
+    """A decoder for `method` (the registry's `decoder` class) with its configuration: the method's
+    config keys (one set of defaults, unknown keys refused) and the decoder's own `options`."""
+    import methods
 
-
-def _load_plugins() -> None:
-    """Import the drafter package, whose methods register themselves, if it is there."""
-    try:
-        import runtime.drafters  # noqa: F401
-    except ImportError:
-        pass
+    return methods.get(method).decoder_class()(target, drafter, sampling=sampling, seed=seed, **config)
 
 
 __all__ = ["Decoder", "Generation", "Proposal", "StepRecord", "StepTimer", "DrafterState", "Sampling",
-           "METHODS", "register", "make_decoder"]
+           "make_decoder"]

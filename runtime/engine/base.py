@@ -92,6 +92,7 @@ class Decoder:
 
     method = "base"
     needs_drafter = False
+    options: dict[str, Any] = {}   # construction options beyond the method's config (drafter seeds, sizes)
 
     def __init__(self, target: Llama, drafter: Llama | None = None, *, sampling: Sampling | None = None,
                  seed: int = 0, **config: Any):
@@ -103,13 +104,28 @@ class Decoder:
         self.target, self.drafter = target, drafter
         self.sampling = sampling or Sampling()
         self.seed = seed
-        self.config = self.check_config(**config)
+        self.method_config, self.config = self.split_config(config)
+        self.check_config()
 
     # -- configuration ---------------------------------------------------------------------------
-    def check_config(self, **config: Any) -> dict[str, Any]:
-        if config:
-            raise InputError(f"method '{self.method}' takes no option(s) {', '.join(sorted(config))}")
-        return {}
+    def split_config(self, config: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """(typed method config, the dict decoders read): the method's keys through its config class
+        (methods registry: one set of defaults, strict), the rest must be this decoder's `options`."""
+        import methods
+
+        spec = methods.get(self.method)
+        keys = spec.config.keys()
+        unknown = [k for k in config if k not in keys and k not in self.options]
+        if unknown:
+            known = ", ".join(list(keys) + list(self.options)) or "none"
+            raise InputError(f"{self.method}: unknown config key '{unknown[0]}' (known: {known})")
+        typed = spec.config.from_dict({k: v for k, v in config.items() if k in keys})
+        extra = {k: v for k, v in config.items() if k in self.options}
+        values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in typed.to_dict().items()}
+        return typed, {**self.options, **extra, **values}
+
+    def check_config(self) -> None:
+        """Checks that need the models as well as the config (override)."""
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self, prompt: list[int]) -> None:

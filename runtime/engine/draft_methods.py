@@ -5,7 +5,6 @@ configuration means the same thing to the engine and to exact replay.
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -16,7 +15,7 @@ from runtime.engine.base import Decoder, Proposal
 from runtime.engine.verify import uniforms
 from common.errors import InputError
 from runtime.llama import Llama
-from traces.replay import PAPER_CAPE_BINS, normalise_config, parse_bins, parse_k_config
+from costmodel.cape import confidence_bin
 
 
 class DrafterState:
@@ -81,10 +80,6 @@ class SD(DraftModelDecoder):
 
     method = "sd"
 
-    def check_config(self, gamma: int = 4, **rest: Any) -> dict[str, Any]:
-        super().check_config(**rest)
-        return {"gamma": normalise_config("sd", {"gamma": gamma})["gamma"]}
-
     def propose(self) -> Proposal:
         gamma = self.config["gamma"]
         logits = self.draft.catch_up(self.tokens)
@@ -105,12 +100,6 @@ class MCSD(DraftModelDecoder):
     """Multi-candidate SD: a k-configuration tree drafted level by level with a tree mask."""
 
     method = "mcsd"
-
-    def check_config(self, k: Any = "2x2", replacement: bool = True, **rest: Any) -> dict[str, Any]:
-        super().check_config(**rest)
-        if not isinstance(replacement, bool):
-            raise InputError(f"mcsd: replacement must be true or false, got {replacement!r}")
-        return {"k": parse_k_config(k), "replacement": replacement}
 
     def propose(self) -> Proposal:
         levels, replacement = self.config["k"], self.config["replacement"]
@@ -152,17 +141,13 @@ class MCSD(DraftModelDecoder):
 class CAPE(DraftModelDecoder):
     """GLIDE's CAPE: a greedy chain plus confidence-binned expansion sets (GLIDE Alg. 1-2).
 
-    Position i's set holds drafter ranks 1 .. S[b]-1, b = min(floor(10 * conf_i), 10) (S counts the
+    Position i's set holds drafter ranks 1 .. S[b]-1, b = costmodel.cape.confidence_bin(conf_i) (S counts the
     chain token, as `traces.replay`). Expansion tokens are leaves hanging off the chain node before
     them, so the ancestor mask is exactly CAPE's mask and the target's output at an accepted
     expansion token gives one more token.
     """
 
     method = "cape"
-
-    def check_config(self, gamma: int = 4, bins: Any = PAPER_CAPE_BINS, **rest: Any) -> dict[str, Any]:
-        super().check_config(**rest)
-        return {"gamma": normalise_config("cape", {"gamma": gamma})["gamma"], "bins": parse_bins(bins)}
 
     def propose(self) -> Proposal:
         gamma, bins = self.config["gamma"], self.config["bins"]
@@ -171,7 +156,7 @@ class CAPE(DraftModelDecoder):
         for i in range(gamma):
             q = self.sampling.probs(logits)
             c = float(q.max())
-            size = bins[min(int(math.floor(10 * c)), len(bins) - 1)]
+            size = bins[int(confidence_bin(c))]
             ranked = q.topk(min(max(size, 1), q.numel())).indices.tolist()
             chain.append(int(q.argmax()))
             expansions.append([t for t in ranked if t != chain[-1]][: max(size - 1, 0)])

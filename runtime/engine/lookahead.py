@@ -21,12 +21,6 @@ from runtime.engine.base import Decoder, Proposal
 from common.errors import InputError
 
 
-def _positive(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise InputError(f"lookahead: {name} must be an integer >= {low}, got {value!r}")
-    return int(value)
-
-
 def build_trie(candidates: list[tuple[int, ...]]) -> rules.TokenTree:
     """Merge n-gram continuations into a token tree rooted at the pending token."""
     parents, tokens = [-1], [-1]
@@ -45,13 +39,6 @@ def build_trie(candidates: list[tuple[int, ...]]) -> rules.TokenTree:
 
 class Lookahead(Decoder):
     method = "lookahead"
-
-    def check_config(self, W: int = 5, N: int = 3, G: int = 5, prompt_ngrams: bool = True, **rest: Any):
-        super().check_config(**rest)
-        if not isinstance(prompt_ngrams, bool):
-            raise InputError(f"lookahead: prompt_ngrams must be true or false, got {prompt_ngrams!r}")
-        return {"W": _positive("W", W, 1), "N": _positive("N", N, 2), "G": _positive("G", G, 1),
-                "prompt_ngrams": prompt_ngrams}
 
     def start_drafter(self, prompt: list[int]) -> None:
         W, N = self.config["W"], self.config["N"]

@@ -1,0 +1,120 @@
+"""One step-cost model: the seconds of one decode step of any method, from a latency model and the
+step's shape. Written once; the closed-form scorers, the simulator and the GPU campaign call it.
+
+A step runs D sequential draft forwards, then one verify forward, then fixed per-step work:
+
+    draft_s  = sum_i reach_i * sum_parts scale_p * t(model_p, width_i, ctx + i, batch)
+    verify_s = verify_scale * t(verify_model, verify_tokens, ctx, batch)
+    step_s   = draft_s + verify_s + overhead_s
+
+`StepShape` holds these for C configurations at once (arrays with a leading C axis). `reach_i` is
+the probability that draft forward i runs (1 for a fixed chain; Kangaroo's early exit makes it
+smaller); the simulator passes the realised 0/1 of each step instead, so both price a step through
+the same function. `t` is any callable latency(model, n_tokens, ctx_len, batch) -> seconds over
+numpy arrays (a Profile's fitted models, a fixed latency in tests, parallelism wrapped around one).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+Latency = Callable[[str, np.ndarray, np.ndarray, int], np.ndarray]
+
+
+@dataclass(frozen=True)
+class DraftPart:
+    """One model every draft forward runs, at `scale` of its fitted cost ((C,) or scalar)."""
+
+    model: str
+    scale: np.ndarray | float = 1.0
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """The forwards one step runs, for C configurations (see the module docstring).
+
+    draft_width[c, i]: sequences (query tokens) draft forward i runs, 0 where it does not exist;
+    draft_reach[c, i]: probability that it runs; verify_tokens[c]: query tokens per sequence of the
+    verify forward (the pending token included), an expectation where the tree size varies.
+    """
+
+    verify_model: str
+    verify_tokens: np.ndarray
+    draft_parts: tuple[DraftPart, ...] = ()
+    draft_width: np.ndarray = field(default_factory=lambda: np.zeros((1, 0)))
+    draft_reach: np.ndarray | None = None
+    verify_scale: np.ndarray | float = 1.0
+    overhead_s: float = 0.0
+    draft_kv_model: str | None = None      # a drafter with its own KV cache (its prefill is paid too)
+
+    @property
+    def size(self) -> int:
+        return int(np.asarray(self.verify_tokens).reshape(-1).shape[0])
+
+    @property
+    def max_drafted(self) -> int:
+        return int(self.draft_width.shape[-1])
+
+    @property
+    def models(self) -> list[str]:
+        """Every model whose latency the step needs."""
+        return sorted({self.verify_model} | {p.model for p in self.draft_parts})
+
+    @property
+    def drafted(self) -> np.ndarray:
+        """(C,) expected draft forwards per step."""
+        return self.reach.sum(axis=-1)
+
+    @property
+    def reach(self) -> np.ndarray:
+        ran = (self.draft_width > 0).astype(float)
+        return ran if self.draft_reach is None else ran * self.draft_reach
+
+    def select(self, rows) -> "StepShape":
+        """The shape of a subset of the configurations."""
+        def pick(x):
+            arr = np.asarray(x)
+            return arr[rows] if arr.ndim else x
+        return StepShape(self.verify_model, pick(self.verify_tokens),
+                         tuple(DraftPart(p.model, pick(p.scale)) for p in self.draft_parts),
+                         self.draft_width[rows], None if self.draft_reach is None else self.draft_reach[rows],
+                         pick(self.verify_scale), self.overhead_s, self.draft_kv_model)
+
+
+def chain_width(gamma: Sequence[int] | np.ndarray, depth: int | None = None) -> np.ndarray:
+    """(C, depth) widths of chains of `gamma` single-token draft forwards."""
+    gamma = np.atleast_1d(np.asarray(gamma, dtype=np.int64))
+    depth = int(gamma.max()) if depth is None else int(depth)
+    return (np.arange(depth)[None, :] < gamma[:, None]).astype(np.int64)
+
+
+def draft_seconds(latency: Latency, shape: StepShape, ctx, batch: int = 1, reach=None) -> np.ndarray:
+    """Draft seconds per step. `ctx` (C,) or scalar: context at the step's start; `reach` overrides
+    the shape's reach (the simulator's realised 0/1 per forward, shape (..., D))."""
+    width = shape.draft_width
+    depth = width.shape[-1]
+    ctx = np.asarray(ctx, dtype=float)
+    if depth == 0:
+        return np.zeros(np.broadcast(ctx, np.asarray(shape.verify_tokens)).shape)
+    reach = shape.reach if reach is None else np.asarray(reach, float) * (width > 0)
+    ctx_i = ctx[..., None] + np.arange(depth)
+    per_forward = 0.0
+    for part in shape.draft_parts:
+        scale = np.asarray(part.scale, dtype=float)
+        scale = scale[..., None] if scale.ndim else scale
+        per_forward = per_forward + scale * latency(part.model, np.maximum(width, 1), ctx_i, batch)
+    return np.sum(reach * per_forward, axis=-1)
+
+
+def verify_seconds(latency: Latency, shape: StepShape, ctx, batch: int = 1, verify_tokens=None) -> np.ndarray:
+    """Seconds of the verify forward (`verify_tokens` overrides the shape's expected query tokens)."""
+    tokens = shape.verify_tokens if verify_tokens is None else verify_tokens
+    tokens = np.maximum(np.asarray(tokens, dtype=float), 1.0)
+    return np.asarray(shape.verify_scale, float) * latency(shape.verify_model, tokens, np.asarray(ctx, float), batch)
+
+
+def step_seconds(latency: Latency, shape: StepShape, ctx, batch: int = 1) -> np.ndarray:
+    """Expected seconds of one step of each configuration: draft + verify + overhead."""
+    return draft_seconds(latency, shape, ctx, batch) + verify_seconds(latency, shape, ctx, batch) + shape.overhead_s

@@ -1,0 +1,241 @@
+"""Typed, frozen method configurations with one set of defaults and a label that parses back.
+
+A method's configuration is a frozen dataclass deriving from `MethodConfig`; each field declares
+its `Param` (how it is checked, written into a label and read back from one). Every layer (engine,
+replay, closed forms, simulator, sweep, reports, CLIs) builds configurations through
+`from_dict` / `from_label`, so a configuration means the same thing everywhere:
+
+    SDConfig.from_dict({"gamma": 8})          # unknown keys and bad values: one-line InputError
+    MCSDConfig().label                         # 'mcsd k2x2x1 repl'
+    parse_label("lookahead W5 N3 G5")          # LookaheadConfig(W=5, N=3, G=5, prompt_ngrams=False)
+
+A label is the method name followed by one token per field, in field order: the field's prefix
+and its value (`g4`, `k4x2x1`, `S88886666442`, `eta0.6`), or for a flag its on/off word.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Mapping
+
+import numpy as np
+
+from common.errors import InputError
+
+
+# ---- one field kind each ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Param:
+    """How one config field is checked and written in a label (`prefix` + value)."""
+
+    prefix: str
+    doc: str = ""
+    omit: Any = NotImplemented      # a value written as no token at all (a label omits it)
+
+    def check(self, name: str, value: Any) -> Any:
+        return value
+
+    def label_token(self, value: Any) -> str:
+        return "" if self.omit is not NotImplemented and value == self.omit else self.format(value)
+
+    def format(self, value: Any) -> str:
+        return f"{self.prefix}{value}"
+
+    def parse(self, token: str) -> Any | None:
+        """The value a label token holds, or None when the token is not this field's."""
+        if not token.startswith(self.prefix) or len(token) == len(self.prefix):
+            return None
+        return self._parse_value(token[len(self.prefix):])
+
+    def _parse_value(self, text: str) -> Any | None:
+        return text
+
+
+@dataclass(frozen=True)
+class Int(Param):
+    low: int = 0
+    high: int | None = None
+
+    def check(self, name, value):
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            value = int(value)
+        if isinstance(value, (float, np.floating)) and float(value).is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise InputError(f"config '{name}' must be an integer, got {value!r}")
+        value = int(value)
+        if value < self.low or (self.high is not None and value > self.high):
+            allowed = f">= {self.low}" if self.high is None else f"in {self.low}..{self.high}"
+            raise InputError(f"config '{name}' must be {allowed}, got {value}")
+        return value
+
+    def _parse_value(self, text):
+        return int(text) if text.isdigit() else None
+
+
+@dataclass(frozen=True)
+class Float(Param):
+    low: float = 0.0
+    high: float = 1.0
+
+    def check(self, name, value):
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise InputError(f"config '{name}' must be a number, got {value!r}")
+        value = float(value)
+        if math.isnan(value) or not self.low <= value <= self.high:
+            raise InputError(f"config '{name}' must be in [{self.low:g}, {self.high:g}], got {value!r}")
+        return value
+
+    def format(self, value):
+        return f"{self.prefix}{float(value):g}"
+
+    def _parse_value(self, text):
+        try:
+            return float(text)
+        except ValueError:
+            return None
+
+
+@dataclass(frozen=True)
+class Flag(Param):
+    """A boolean: the word `prefix` when true, `off` when false."""
+
+    off: str = ""
+
+    def check(self, name, value):
+        if isinstance(value, (bool, np.bool_)):
+            return bool(value)
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise InputError(f"config '{name}' must be true or false, got {value!r}")
+
+    def format(self, value):
+        return self.prefix if value else self.off
+
+    def label_token(self, value):
+        return self.format(value)
+
+    def parse(self, token):
+        return True if token == self.prefix else (False if token == self.off else None)
+
+
+@dataclass(frozen=True)
+class IntTuple(Param):
+    """A tuple of integers: `parse` turns text or a sequence into the tuple (one parser per kind),
+    `text` writes its value part of a label."""
+
+    parser: Callable[[Any], tuple[int, ...]] = tuple
+    text: Callable[[tuple[int, ...]], str] = str
+
+    def check(self, name, value):
+        if value is None and self.omit is None:
+            return None
+        try:
+            return tuple(int(v) for v in self.parser(value))
+        except InputError as exc:
+            raise InputError(f"config '{name}': {exc}") from None
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"config '{name}': {exc}") from None
+
+    def format(self, value):
+        return f"{self.prefix}{self.text(value)}"
+
+    def _parse_value(self, text):
+        try:
+            return self.parser(text)
+        except (TypeError, ValueError):
+            return None
+
+
+def param(kind: Param, default: Any) -> Any:
+    """A dataclass field with `default` and its `Param` in the metadata."""
+    return dataclasses.field(default=default, metadata={"param": kind})
+
+
+# ---- the base class ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MethodConfig:
+    """Base of every method's configuration: checked on construction, labelled, round-trippable."""
+
+    method: ClassVar[str] = ""
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, f.metadata["param"].check(f.name, getattr(self, f.name)))
+        self.validate()
+
+    def validate(self) -> None:
+        """Checks across fields (override); raise InputError naming the field."""
+
+    # -- dicts -------------------------------------------------------------------------------------
+    @classmethod
+    def keys(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any] | str | None = None) -> "MethodConfig":
+        """The configuration from a mapping (or JSON text); unknown keys and bad values are refused."""
+        raw = _as_mapping(raw, cls.method)
+        unknown = [k for k in raw if k not in cls.keys()]
+        if unknown:
+            known = ", ".join(cls.keys()) or "none"
+            raise InputError(f"{cls.method}: unknown config key '{unknown[0]}' (known: {known})")
+        return cls(**raw)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready field values (tuples as lists)."""
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
+
+    def replace(self, **changes: Any) -> "MethodConfig":
+        return dataclasses.replace(self, **changes)
+
+    # -- labels ------------------------------------------------------------------------------------
+    @property
+    def label(self) -> str:
+        tokens = [f.metadata["param"].label_token(getattr(self, f.name)) for f in dataclasses.fields(self)]
+        return " ".join([self.method] + [t for t in tokens if t])
+
+    @classmethod
+    def from_label(cls, text: str) -> "MethodConfig":
+        """The configuration a label describes (fields it omits take their defaults)."""
+        tokens = str(text).split()
+        if not tokens or tokens[0] != cls.method:
+            raise InputError(f"label {text!r} does not start with the method name '{cls.method}'")
+        values: dict[str, Any] = {}
+        fields = dataclasses.fields(cls)
+        for token in tokens[1:]:
+            for f in sorted(fields, key=lambda f: -len(f.metadata["param"].prefix)):
+                value = f.metadata["param"].parse(token)
+                if value is not None and f.name not in values:
+                    values[f.name] = value
+                    break
+            else:
+                raise InputError(f"label {text!r}: token '{token}' is no field of {cls.method} "
+                                 f"(fields: {', '.join(f.name for f in fields) or 'none'})")
+        return cls(**values)
+
+    def __str__(self) -> str:
+        return self.label
+
+
+def _as_mapping(raw: Mapping[str, Any] | str | None, method: str) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw) if raw.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{method}: config is not valid JSON ({exc.msg})") from None
+    if not isinstance(raw, Mapping):
+        raise InputError(f"{method}: config must be a JSON object, got {type(raw).__name__}")
+    return dict(raw)
+

@@ -1,0 +1,95 @@
+"""coral: an EAGLE-style feature drafter (chain of gamma) with CORAL's optional LM-head router of
+N groups, top-n active: the head runs n/N of its rows and each draft survives with the router's
+recall (costmodel.coral). groups = 0: no router (or the drafter's own built-in one)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from common.errors import InputError
+from costmodel.step import DraftPart, StepShape, chain_width
+from methods.config import Int, MethodConfig, param
+from methods.sd import MAX_DEPTH, chain_sampler, chain_tokens, drafter_model
+from methods.spec import MethodSpec, PlotSpec, register
+
+GROUPS = (4, 8, 16, 32, 64)
+TOP_N = (1, 2, 3, 4, 6, 8)
+DEPTHS = tuple(range(1, 9))
+
+
+@dataclass(frozen=True)
+class CORALConfig(MethodConfig):
+    method = "coral"
+    gamma: int = param(Int("g", "draft length", low=1, high=MAX_DEPTH), 4)
+    groups: int = param(Int("N", "router groups (0: no router)", low=0, omit=0), 0)
+    top_n: int = param(Int("top", "active router groups", low=0, omit=0), 0)
+
+    def validate(self):
+        if (self.groups == 0) != (self.top_n == 0):
+            raise InputError("coral: 'groups' and 'top_n' are both 0 (no router) or both >= 1, "
+                             f"got groups={self.groups}, top_n={self.top_n}")
+        if self.top_n > self.groups:
+            raise InputError(f"coral: top_n ({self.top_n}) exceeds groups ({self.groups})")
+
+
+def recall_of(setup, groups: int, top_n: int) -> float:
+    """The router's recall for (groups, top_n) from the acceptance entry (1 without a router)."""
+    if not groups:
+        return 1.0
+    recalls = setup.acceptance.extra.get("router_recall") or {}
+    value = recalls.get(f"{groups}/{top_n}")
+    if value is None:
+        raise InputError(f"acceptance model '{setup.acceptance_key}' has no router_recall for "
+                         f"'{groups}/{top_n}' (has: {', '.join(sorted(recalls)) or 'none'})")
+    return float(value)
+
+
+class CORAL(MethodSpec):
+    name, config, summary = "coral", CORALConfig, "EAGLE feature drafter + LM-head router"
+    drafter_kinds = ("coral",)
+    decoder = "runtime.drafters.methods:Coral"
+    plot = PlotSpec(x="gamma", hue="router")
+
+    def space(self, setup, groups=GROUPS, top_n=TOP_N, depths=DEPTHS):
+        """Depths x (no router, and each (N, top-n) with a recorded recall); a drafter whose own
+        head routes gets depths only."""
+        pairs = [(0, 0)]
+        if not setup.drafter_spec.get("router"):
+            recorded = {tuple(int(v) for v in k.split("/")) for k in (setup.acceptance.extra.get("router_recall") or {})}
+            pairs += [(n, t) for n in groups for t in top_n if t <= n // 2 and (n, t) in recorded]
+        rows = [(d, n, t) for (n, t) in pairs for d in depths]
+        frame = pd.DataFrame(rows, columns=["gamma", "groups", "top_n"]).astype(np.int64)
+        frame["router"] = [f"{n}:{t}" if n else "none" for _, n, t in rows]
+        frame["config"] = [CORALConfig(*r).label for r in rows]
+        return frame
+
+    def _router(self, setup, frame):
+        groups, top_n = frame["groups"].to_numpy(np.int64), frame["top_n"].to_numpy(np.int64)
+        pairs = {(int(n), int(t)) for n, t in zip(groups, top_n)}
+        recall = {p: recall_of(setup, *p) for p in pairs}
+        rec = np.asarray([recall[(int(n), int(t))] for n, t in zip(groups, top_n)], dtype=float)
+        share = np.where(groups > 0, top_n / np.maximum(groups, 1), 1.0)
+        return rec, share
+
+    def expected_tokens(self, setup, frame):
+        recall, _ = self._router(setup, frame)
+        return chain_tokens(setup, frame["gamma"].to_numpy(np.int64), scale=recall)
+
+    def step_shape(self, setup, frame):
+        gamma = frame["gamma"].to_numpy(np.int64)
+        _, share = self._router(setup, frame)
+        head = setup.drafter_spec.get("head_model")
+        if np.any(share < 1) and not head:
+            raise InputError("coral router needs the drafter's 'head_model' latency to price top_n/groups")
+        parts = (DraftPart(drafter_model(setup)),) + ((DraftPart(head, share),) if head else ())
+        return StepShape(setup.target, gamma + 1.0, parts, chain_width(gamma), overhead_s=setup.overhead_s,
+                         draft_kv_model=drafter_model(setup))
+
+    def sampler(self, setup, config, acceptance_model="independent", router_recall=None, **options):
+        recall = recall_of(setup, config.groups, config.top_n) if router_recall is None else float(router_recall)
+        return chain_sampler(setup, config, config.gamma, scale=recall, acceptance_model=acceptance_model)
+
+
+SPEC = register(CORAL())

@@ -1,0 +1,143 @@
+"""mcsd: multi-candidate speculative decoding (MCSD): a k1 x ... x kg tree of draft-model
+candidates, verified level by level by MCSS with or without replacement."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from costmodel.leviathan import expected_tokens_by_position
+from costmodel.step import DraftPart, StepShape
+from costmodel.trees import alpha_at_k_lookup, format_k_config, parse_k_config
+from methods.config import Flag, IntTuple, MethodConfig, param
+from methods.sd import drafter_model, own_kv
+from methods.spec import MethodSpec, PlotSpec, register
+
+K_CHOICES = (1, 2, 4, 8, 16, 32)
+MAX_DEPTH = 12              # deepest tree the sweep enumerates
+DEFAULT_BUDGET = 64         # prod(k) the sweep goes up to
+K_LOOKUP = 32               # alpha@k is read on k = 1..32 at least
+
+
+@dataclass(frozen=True)
+class MCSDConfig(MethodConfig):
+    method = "mcsd"
+    k: tuple = param(IntTuple("k", "candidates per level", parser=parse_k_config, text=format_k_config), (2, 2, 1))
+    replacement: bool = param(Flag("repl", "draft with replacement", off="norepl"), True)
+
+
+def k_configurations(budget: int = DEFAULT_BUDGET, choices=K_CHOICES, max_depth: int = MAX_DEPTH):
+    """Every (k1, ..., kg), g = 1..max_depth, ki in `choices`, prod(k) <= budget: depth by depth,
+    each in lexicographic order (a pruned depth-first product)."""
+    if budget < 1:
+        from common.errors import InputError
+        raise InputError(f"--budget must be at least 1, got {budget}")
+    choices = tuple(sorted(set(int(c) for c in choices)))
+    out: list[tuple[int, ...]] = []
+    frontier: list[tuple[tuple[int, ...], int]] = [((), 1)]
+    for _ in range(max_depth):
+        nxt = [(prefix + (k,), prod * k) for prefix, prod in frontier for k in choices if prod * k <= budget]
+        if not nxt:
+            break
+        out.extend(t for t, _ in nxt)
+        frontier = nxt
+    return out
+
+
+def k_matrix(ks, depth: np.ndarray | None = None) -> np.ndarray:
+    """(n, max depth) array of k-configurations, padded with 1 past each one's depth."""
+    depth = np.fromiter(map(len, ks), dtype=np.int64, count=len(ks)) if depth is None else np.asarray(depth)
+    matrix = np.ones((len(ks), int(depth.max()) if len(ks) else 0), dtype=np.int64)
+    for d in np.unique(depth):
+        rows = np.flatnonzero(depth == d)
+        matrix[rows, :d] = np.asarray([ks[i] for i in rows], dtype=np.int64).reshape(len(rows), d)
+    return matrix
+
+
+def level_matrix(frame: pd.DataFrame) -> np.ndarray:
+    """k_matrix of a frame: from its k1.. columns (the sweep's space) or its `k` tuples."""
+    cols = sorted((c for c in frame.columns if c[:1] == "k" and c[1:].isdigit()), key=lambda c: int(c[1:]))
+    if not cols:
+        return k_matrix([parse_k_config(k) for k in frame["k"]])
+    levels = frame[cols].to_numpy(np.int64)
+    depth = int((levels > 0).sum(axis=1).max())
+    return np.where(levels[:, :depth] > 0, levels[:, :depth], 1)
+
+
+def _depth(frame: pd.DataFrame, kmat: np.ndarray) -> np.ndarray:
+    if "gamma" in frame.columns:
+        return frame["gamma"].to_numpy(np.int64)
+    return np.fromiter((len(parse_k_config(k)) for k in frame["k"]), dtype=np.int64, count=len(frame))
+
+
+def widths(kmat: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """(C, D) sequences drafted at level i: prod(k_1..k_{i-1}); 0 past each tree's depth."""
+    out = np.ones_like(kmat)
+    out[:, 1:] = np.cumprod(kmat[:, :-1], axis=1)
+    return np.where(np.arange(kmat.shape[1])[None, :] < depth[:, None], out, 0)
+
+
+class MCSD(MethodSpec):
+    name, config, summary = "mcsd", MCSDConfig, "k1 x ... x kg candidate tree of a draft model"
+    drafter_kinds = ("draft_model",)
+    needs = "alpha_at_k"
+    decoder = "runtime.engine.draft_methods:MCSD"
+    plot = PlotSpec(x="budget", hue="gamma")
+
+    def space(self, setup, budget: int = DEFAULT_BUDGET, max_depth: int = MAX_DEPTH, choices=K_CHOICES):
+        """k-configurations up to `budget` x replacement modes the acceptance entry records.
+        Columns: k (tuple), replacement, gamma (depth), budget (prod k), tree_tokens, monotone,
+        k1..k<max_depth> (levels, 0 past the depth)."""
+        modes = (True, False) if setup.acceptance.alpha_at_k_without_replacement else (True,)
+        ks = k_configurations(budget, choices=choices, max_depth=max_depth)
+        gamma = np.fromiter(map(len, ks), dtype=np.int64, count=len(ks))
+        kmat = k_matrix(ks, gamma)
+        used = np.arange(kmat.shape[1])[None, :] < gamma[:, None]
+        running = np.cumprod(kmat, axis=1)
+        texts = [format_k_config(k) for k in ks]
+        levels = {f"k{i + 1}": np.where(used[:, i], kmat[:, i], 0) for i in range(kmat.shape[1])}
+        frames = [pd.DataFrame({"k": ks, "replacement": repl, "gamma": gamma, "budget": running[:, -1],
+                                "tree_tokens": (running * used).sum(axis=1),
+                                "monotone": np.all(np.diff(kmat, axis=1) <= 0, axis=1),
+                                "config": [f"mcsd k{t} {'repl' if repl else 'norepl'}" for t in texts], **levels})
+                  for repl in modes]
+        return pd.concat(frames, ignore_index=True)
+
+    def level_acceptance(self, setup, frame) -> np.ndarray:
+        """(C, D) alpha@k_i per level (interpolated where k was not recorded)."""
+        kmat = level_matrix(frame)
+        repl = frame["replacement"].to_numpy(bool)
+        k_axis = np.arange(1, max(K_LOOKUP, int(kmat.max())) + 1)
+        beta = np.empty(kmat.shape)
+        for mode in (True, False):
+            if np.any(repl == mode):
+                setup.need("alpha_at_k" if mode else "alpha_at_k_without_replacement", self.name)
+                curve = np.asarray(setup.acceptance.alpha_at(k_axis, without_replacement=not mode), dtype=float)
+                beta[repl == mode] = alpha_at_k_lookup(curve, kmat[repl == mode])
+        return beta
+
+    def expected_tokens(self, setup, frame):
+        """E = 1 + sum_i prod_{j<=i} alpha@k_j (costmodel.trees), whole matrix at once."""
+        kmat = level_matrix(frame)
+        return expected_tokens_by_position(self.level_acceptance(setup, frame), _depth(frame, kmat))
+
+    def step_shape(self, setup, frame):
+        kmat = level_matrix(frame)
+        depth = _depth(frame, kmat)
+        w = widths(kmat, depth)
+        tree = (np.cumprod(kmat, axis=1) * (w > 0)).sum(axis=1)
+        return StepShape(setup.target, tree + 1.0, (DraftPart(drafter_model(setup)),), w,
+                         overhead_s=setup.overhead_s, draft_kv_model=own_kv(setup))
+
+    def sampler(self, setup, config, **options):
+        from simulator.acceptance import TreeSampler
+        frame = self.frame_of([config])
+        return TreeSampler(list(config.k), self.level_acceptance(setup, frame)[0, :len(config.k)])
+
+    def replay_lengths(self, table, config):
+        from traces.replay import chain_lengths
+        return chain_lengths(table, config.k)
+
+
+SPEC = register(MCSD())

@@ -1,0 +1,82 @@
+"""sd: speculative decoding with a draft model's chain of gamma tokens (Leviathan et al.)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from costmodel.leviathan import expected_tokens_by_position
+from costmodel.step import DraftPart, StepShape, chain_width
+from methods.config import Int, MethodConfig, param
+from methods.spec import MethodSpec, PlotSpec, register
+
+MAX_DEPTH = 64
+GAMMAS = tuple(range(1, 13))          # the sweep's draft lengths
+
+
+@dataclass(frozen=True)
+class SDConfig(MethodConfig):
+    method = "sd"
+    gamma: int = param(Int("g", "draft length", low=1, high=MAX_DEPTH), 4)
+
+
+def chain_tokens(setup, gamma: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
+    """Leviathan with per-position acceptance beta_i, times a per-configuration `scale` (a
+    router's recall) when given: E = 1 + sum_i prod_{j<=i} beta_j."""
+    gamma = np.asarray(gamma, dtype=np.int64)
+    beta = setup.acceptance.beta(int(gamma.max()))
+    if scale is not None:
+        beta = np.clip(beta[None, :] * np.asarray(scale, dtype=float)[:, None], 0.0, 1.0)
+    return expected_tokens_by_position(beta, gamma)
+
+
+def chain_sampler(setup, config, gamma: int, scale: float = 1.0, acceptance_model: str = "independent"):
+    """Independent per-position draws (beta_i), or the bursty Markov chain when asked for."""
+    from simulator import acceptance as acc
+    if acceptance_model == "markov":
+        markov = setup.need("markov", config.method)
+        return acc.MarkovChainSampler(gamma, markov.p_aa, markov.p_ra)
+    return acc.ChainSampler(gamma, np.clip(setup.acceptance.beta(gamma) * scale, 0.0, 1.0))
+
+
+def drafter_model(setup) -> str:
+    return setup.drafter_spec.get("model", setup.drafter)
+
+
+def own_kv(setup) -> str | None:
+    """The draft model keeps its own KV cache (GLIDE reads the target's instead)."""
+    return drafter_model(setup) if setup.drafter_spec.get("kind") == "draft_model" else None
+
+
+def chain_replay(table, gamma: int, **rules) -> np.ndarray:
+    from traces.replay import chain_lengths
+    return chain_lengths(table, (1,) * gamma, **rules)
+
+
+class SD(MethodSpec):
+    name, config, summary = "sd", SDConfig, "draft-model chain of gamma tokens"
+    drafter_kinds = ("draft_model",)
+    decoder = "runtime.engine.draft_methods:SD"
+    plot = PlotSpec(x="gamma")
+
+    def space(self, setup, gammas=GAMMAS):
+        g = np.asarray(gammas, dtype=np.int64)
+        return pd.DataFrame({"gamma": g, "config": [f"sd g{v}" for v in g]})
+
+    def expected_tokens(self, setup, frame):
+        return chain_tokens(setup, frame["gamma"].to_numpy(np.int64))
+
+    def step_shape(self, setup, frame):
+        gamma = frame["gamma"].to_numpy(np.int64)
+        return StepShape(setup.target, gamma + 1.0, (DraftPart(drafter_model(setup)),), chain_width(gamma),
+                         overhead_s=setup.overhead_s, draft_kv_model=own_kv(setup))
+
+    def sampler(self, setup, config, acceptance_model="independent", **options):
+        return chain_sampler(setup, config, config.gamma, acceptance_model=acceptance_model)
+
+    def replay_lengths(self, table, config):
+        return chain_replay(table, config.gamma)
+
+
+SPEC = register(SD())

@@ -1,0 +1,232 @@
+"""What one speculative method tells every layer, stated once (`MethodSpec`), and the registry.
+
+Each method module (`methods/sd.py`, ...) defines its `MethodConfig` and a `MethodSpec` subclass and
+registers one instance with `register`. The layers read it instead of keeping method-keyed tables:
+
+| layer       | reads                                                                        |
+| ----------- | ---------------------------------------------------------------------------- |
+| engine      | `config`, `decoder` ("module:Class" of the runtime decoder, imported lazily)   |
+| replay      | `replay_lengths(table, config)` (exact greedy replay; None = not replayable)   |
+| closed form | `expected_tokens(setup, frame)`                                              |
+| step cost   | `step_shape(setup, frame)` -> `costmodel.step.StepShape`                     |
+| simulator   | `sampler(setup, config)`, `step_shape` of one configuration                  |
+| sweep       | `space(setup)` (a frame of configurations), `setups` (drafter + acceptance)    |
+| plots       | `plot` (which columns to draw against the speedup)                           |
+
+A *frame* is a pandas DataFrame with one row per configuration, one column per config field (the
+sweep adds its own columns); `frame_of(configs)` and `configs_of(frame)` convert. A *setup* is
+what a Profile gives the method: target, drafter and acceptance entry (`Setup`).
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from common.errors import InputError
+from methods.config import MethodConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    from calibrate.profile import Profile
+    from costmodel.step import StepShape
+
+
+@dataclass(frozen=True)
+class Setup:
+    """A method's place on a Profile: the target, the drafter it runs and the acceptance entry."""
+
+    profile: "Profile"
+    drafter: str | None = None
+    acceptance_key: str | None = None
+    overhead_s: float = 0.0
+
+    @property
+    def target(self) -> str:
+        return self.profile.target
+
+    @property
+    def drafter_spec(self) -> dict[str, Any]:
+        return self.profile.drafter(self.drafter) if self.drafter else {}
+
+    @property
+    def acceptance(self):
+        """The calibrate.acceptance.AcceptanceModel of this setup (cached by the Profile)."""
+        if self.acceptance_key is None:
+            raise InputError(f"no acceptance model chosen on profile '{self.profile.name}'")
+        return self.profile.acceptance_model(self.acceptance_key)
+
+    @property
+    def target_layers(self) -> int:
+        return int(self.profile.models[self.target].get("n_layers", 0))
+
+    def need(self, part: str, method: str):
+        """The acceptance model's `part` (alpha_at_k, conf_bins, lookahead, markov), or InputError."""
+        model = self.acceptance
+        if not model.has(part):
+            raise InputError(f"acceptance model '{model.name}' lacks '{part}', which method {method} needs")
+        return getattr(model, part)
+
+    @property
+    def base(self) -> dict[str, Any]:
+        """The setup as the sweep's columns (drafter, acceptance)."""
+        out = {"acceptance": self.acceptance_key}
+        if self.drafter:
+            out["drafter"] = self.drafter
+        return out
+
+
+@dataclass(frozen=True)
+class PlotSpec:
+    """How the sweep plots a method: speedup against `x`, one line per value of `hue`
+    (a heatmap over x and `y` when given)."""
+
+    x: str
+    hue: str | None = None
+    y: str | None = None
+
+
+class MethodSpec:
+    """Everything a method is, in one place; subclasses fill in the hooks (module docstring)."""
+
+    name: str = ""
+    config: type[MethodConfig] = MethodConfig
+    summary: str = ""
+    drafter_kinds: tuple[str, ...] = ()       # Profile drafter kinds it runs with; () = no drafter
+    needs: str | None = None                  # acceptance part it needs beyond alpha
+    decoder: str = ""                          # "module:Class" of the engine decoder
+    plot: PlotSpec | None = None
+    sweep: bool = True                         # searched by the sweep
+
+    # ---- configurations ------------------------------------------------------------------------
+    def parse(self, raw: Any = None) -> MethodConfig:
+        """A config from a config, a mapping, JSON text or a label."""
+        if isinstance(raw, self.config):
+            return raw
+        if isinstance(raw, str) and raw.strip().startswith(self.name):
+            return self.config.from_label(raw)
+        return self.config.from_dict(raw)
+
+    def frame_of(self, configs: Iterable[MethodConfig]) -> pd.DataFrame:
+        """One row per configuration, a column per field, plus `config` (the label)."""
+        configs = [self.parse(c) for c in configs]
+        rows = [c.to_dict() for c in configs]
+        frame = pd.DataFrame(rows, columns=list(self.config.keys()))
+        for key in self.config.keys():   # tuples stay tuples (hashable, as the spaces hold them)
+            if rows and isinstance(getattr(configs[0], key), tuple):
+                frame[key] = [getattr(c, key) for c in configs]
+        frame["config"] = [c.label for c in configs]
+        return frame
+
+    def configs_of(self, frame: pd.DataFrame) -> list[MethodConfig]:
+        """The configurations of a frame's rows (its field columns; other columns ignored)."""
+        keys = [k for k in self.config.keys() if k in frame.columns]
+        return [self.config(**{k: _plain(v) for k, v in row.items()}) for row in frame[keys].to_dict("records")]
+
+    # ---- the Profile ------------------------------------------------------------------------------
+    def setups(self, profile: "Profile", temperature: float | None = None, dataset: str | None = None,
+               drafter: str | None = None, acceptance: str | None = None) -> list[Setup]:
+        """Every (drafter, acceptance entry) this method can run with on `profile`; an explicit
+        drafter or acceptance key narrows it. InputError naming what is missing when none."""
+        return profile.setups_for(self, temperature=temperature, dataset=dataset, drafter=drafter,
+                                  acceptance=acceptance)
+
+    # ---- hooks -------------------------------------------------------------------------------------
+    def space(self, setup: Setup, **options: Any) -> pd.DataFrame:
+        """The sweep's configurations on `setup` (a frame; see `frame_of`)."""
+        raise NotImplementedError(f"{self.name} has no search space")
+
+    def expected_tokens(self, setup: Setup, frame: pd.DataFrame) -> np.ndarray:
+        """(C,) tokens one step commits on average (bonus included): the closed form."""
+        raise NotImplementedError
+
+    def step_shape(self, setup: Setup, frame: pd.DataFrame) -> "StepShape":
+        """The forwards one step of each configuration runs (costmodel.step)."""
+        raise NotImplementedError
+
+    def sampler(self, setup: Setup, config: MethodConfig, **options: Any):
+        """The simulator's acceptance draws for one configuration (simulator.acceptance)."""
+        raise NotImplementedError
+
+    def replay_lengths(self, table, config: MethodConfig) -> np.ndarray | None:
+        """(N,) accepted length of a step starting at each TokenTable position; None when greedy
+        replay from a TokenTrace cannot decide this method's steps."""
+        return None
+
+    def decoder_class(self):
+        """The engine's Decoder subclass (imported on first use)."""
+        module, _, attr = self.decoder.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+    def __repr__(self) -> str:
+        return f"<method {self.name}>"
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return tuple(value.tolist())
+    if isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+# ---- the registry -----------------------------------------------------------------------------------
+
+_REGISTRY: dict[str, MethodSpec] = {}
+
+
+def register(spec: MethodSpec) -> MethodSpec:
+    """Add a method (an instance of a MethodSpec subclass); its name must be new."""
+    if not spec.name or spec.name in _REGISTRY and _REGISTRY[spec.name] is not spec:
+        raise ValueError(f"method name {spec.name!r} is empty or taken")
+    if spec.config.method != spec.name:
+        raise ValueError(f"method {spec.name}: its config class says method {spec.config.method!r}")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def unregister(name: str) -> None:
+    _REGISTRY.pop(name, None)
+
+
+def get(name: str) -> MethodSpec:
+    """The registered method `name`; InputError listing the known ones."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise InputError(f"unknown method '{name}' (known: {', '.join(_REGISTRY)})") from None
+
+
+def names(sweep_only: bool = False) -> list[str]:
+    return [n for n, s in _REGISTRY.items() if s.sweep or not sweep_only]
+
+
+def specs() -> list[MethodSpec]:
+    return list(_REGISTRY.values())
+
+
+def parse_methods(text: str | Sequence[str] | None, sweep_only: bool = True) -> list[str]:
+    """'sd,mcsd' -> ['sd', 'mcsd']; None or 'all' -> every (swept) method; unknown: InputError."""
+    if text is None or (isinstance(text, str) and text.strip().lower() in ("", "all")):
+        return names(sweep_only)
+    items = text.split(",") if isinstance(text, str) else list(text)
+    chosen = [t.strip().lower() for t in items if t.strip()]
+    for name in chosen:
+        get(name)
+    return list(dict.fromkeys(chosen))
+
+
+def parse_config(method: str, raw: Any = None) -> MethodConfig:
+    return get(method).parse(raw)
+
+
+def parse_label(text: str) -> MethodConfig:
+    """Any method's configuration from its label ('mcsd k4x2x1 repl')."""
+    words = str(text).split()
+    if not words:
+        raise InputError("empty configuration label")
+    return get(words[0]).config.from_label(text)
