@@ -87,6 +87,7 @@ def test_eos_stops_and_caps(models):
     ("lookahead", {"N": 1}, "'N' must be in 2.."),
     ("sd", {"gamma": 2, "depth": 3}, "unknown config key 'depth'"),
     ("sd", {"gama": 8}, "unknown config key 'gama'"),
+    ("sd", {"drafter_seed": 1}, "unknown config key 'drafter_seed'"),   # another decoder's option
 ])
 def test_bad_configuration(models, method, config, match):
     with pytest.raises(InputError, match=match):
@@ -101,6 +102,36 @@ def test_bad_drafter_and_sampling(models):
     with pytest.raises(InputError, match="top_p"):
         Sampling(1.0, top_p=0.0)
     assert set(methods.names()) >= {"ar", "sd", "mcsd", "cape", "lookahead"}
+
+
+def test_every_method_names_its_decoder_class():
+    for spec in methods.specs():
+        assert spec.decoder_class().method == spec.name, spec.decoder
+
+
+def test_config_is_the_registry_config_and_options_are_the_decoders(models):
+    """Config keys go through the method's config class (its defaults), options stay the decoder's."""
+    mcsd = make_decoder("mcsd", models[0], models[1], k="4x2x1")
+    assert mcsd.config == methods.get("mcsd").config(k=(4, 2, 1)) and mcsd.options == {}
+    assert mcsd.config.replacement and mcsd.replacement
+    assert make_decoder("sd", models[0], models[1]).config.gamma == methods.get("sd").config().gamma
+    glide = make_decoder("glide", models[0], None, gamma=2, layers=2)
+    assert glide.config.label == "glide g2" and glide.options["layers"] == 2
+    assert glide.options["drafter_seed"] == type(glide).options["drafter_seed"]
+
+
+def test_cli_methods_as_json_or_label():
+    from runtime.engine.__main__ import parse_method
+
+    assert parse_method('mcsd:{"k": "4x2x1"}') == ("mcsd", {"k": "4x2x1"}, None)
+    assert parse_method("mcsd k4x2x1 norepl") == ("mcsd", {"k": [4, 2, 1], "replacement": False}, None)
+    assert parse_method("lookahead") == ("lookahead", methods.get("lookahead").config().to_dict(), None)
+    assert parse_method('coral:{"gamma": 3, "drafter_std": 0.1}') == ("coral", {"gamma": 3, "drafter_std": 0.1}, None)
+    for text, needle in [("beam", "unknown method 'beam'"), ('sd:{"gama": 8}', "unknown config key 'gama'"),
+                         ("sd g4 x9", "token 'x9'"), ('sd:{"drafter": "a.safetensors"}', "unknown config key 'drafter'"),
+                         ('kangaroo:{"drafter": "no/such.safetensors"}', "drafter file not found")]:
+        with pytest.raises(InputError, match=needle):
+            parse_method(text)
 
 
 def test_top_p_keeps_nucleus():

@@ -34,9 +34,11 @@ def test_step_rows_resume_and_refuse_other_runs(tmp_path, prompts, capsys):
     first, meta = schema.read_trace(out, "step")
     assert sorted(first.prompt_id.unique()) == ["prompts/0", "prompts/1"]
     assert (first.groupby("prompt_id").accepted.sum() == MAX_NEW).all()
-    assert (first.method == "mcsd").all() and json.loads(first.config[0])["k"] == [3, 2]
+    assert (first.method == "mcsd").all() and json.loads(first.config[0]) == {"k": [3, 2], "replacement": True}
     assert meta.models == {"target": "tiny", "drafter": "layers:1"} and meta.extra["run_key"]["max_new_tokens"] == MAX_NEW
-    code, out = rec(tmp_path, prompts, "--method", "mcsd", "--config", '{"k": "3x2"}')
+    assert meta.extra["run_key"]["config"] == {"k": [3, 2], "replacement": True}
+    assert meta.extra["run_key"]["label"] == "mcsd k3x2 repl"
+    code, out = rec(tmp_path, prompts, "--method", "mcsd", "--config", "mcsd k3x2")  # the same run, as a label
     assert code == 0
     second, _ = schema.read_trace(out, "step")
     assert second.prompt_id.nunique() == 4
@@ -88,12 +90,22 @@ def test_token_statistics():
 def test_check_replay_agrees_on_tiny_models(tmp_path, prompts, capsys):
     code = check_replay.main(["--target", "tiny", "--drafter", "layers:1", "--prompts", f"{prompts}:3",
                               "--max-new-tokens", "20", "--out", str(tmp_path / "cr"), "--methods",
-                              'sd:{"gamma": 2}', 'mcsd:{"k": "2x2"}', 'cape:{"gamma": 3}',
+                              'sd:{"gamma": 2}', "mcsd k2x2", 'cape:{"gamma": 3}',
                               'kangaroo:{"gamma": 3, "eta": 0.2, "exit_layer": 1}'])
     assert code == 0
     steps = pd.read_csv(tmp_path / "cr" / "steps.csv")
     assert steps["agree"].all() and steps.method.nunique() == 4
+    assert set(steps.config) == {"sd g2", "mcsd k2x2 repl", "cape g3 S88886666442", "kangaroo L1 g3 eta0.2"}
     assert "Agreement" in (tmp_path / "cr" / "report.md").read_text()
+
+
+@pytest.mark.parametrize("method,needle", [
+    ("glide", "glide cannot be checked"), ("lookahead", "lookahead cannot be checked"), ("beam", "unknown method 'beam'"),
+    ('sd:{"gama": 2}', "unknown config key 'gama'")])
+def test_check_replay_refuses_what_it_cannot_check(tmp_path, capsys, method, needle):
+    code = check_replay.main(["--target", "./no/such/model", "--out", str(tmp_path / "cr"), "--methods", method])
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and not (tmp_path / "cr").exists()
 
 
 @pytest.mark.parametrize("extra,needle", [
@@ -101,7 +113,9 @@ def test_check_replay_agrees_on_tiny_models(tmp_path, prompts, capsys):
     (["--method", "mcsd", "--config", '{"k": "4x0"}'], "factors must be >= 1"),
     (["--method", "mcsd", "--config", '{"k": "abc"}'], "k-configuration 'abc'"),
     (["--method", "sd", "--config", '{"gamma": 0}'], "'gamma' must be in 1"),
-    (["--method", "sd", "--config", "gamma=3"], "--config is not JSON"),
+    (["--method", "sd", "--config", "gamma=3"], "is not JSON nor a 'sd ...' label"),
+    (["--method", "sd", "--config", '{"gama": 8}'], "unknown config key 'gama'"),
+    (["--method", "mcsd", "--config", "mcsd k4x2 sideways"], "token 'sideways'"),
     (["--method", "sd", "--target", "./no/such/model"], "model path not found"),
     (["--method", "sd", "--drafter", "random:llama-68m"], "vocabulary size"),
     (["--method", "lookahead", "--teacher-forced"], "--teacher-forced"),

@@ -29,19 +29,22 @@ import pandas as pd
 import torch
 
 from common import atomic
+from methods.config import MethodConfig
 from traces import replay
 from runtime.engine import Sampling, make_decoder
-from runtime.engine.__main__ import load_drafter, parse_method
-from methods import get as method_spec
-from costmodel.trees import parse_k_config
+from runtime.engine.__main__ import load_drafter, own_drafter_methods, parse_method
 from common.errors import InputError, cli_entry
 from runtime.models import load_model
 from traces.prompts import ByteTokenizer, encode_prompt, load_prompt_mix
-from traces.record import output_steps, teacher_forced_pass, token_statistics
+from traces.record import output_steps, teacher_forced_methods, teacher_forced_pass, token_statistics
 
-DEFAULT_METHODS = [f'sd:{{"gamma": {g}}}' for g in range(1, 9)] + [
-    'mcsd:{"k": "4x2x1"}', 'mcsd:{"k": "2x2x2x2"}', 'mcsd:{"k": "8x1x1"}']
+DEFAULT_METHODS = [f"sd g{g}" for g in range(1, 9)] + ["mcsd k4x2x1", "mcsd k2x2x2x2", "mcsd k8x1x1"]
 NEAR_TIE = 1e-3  # probability gap under which a flipped ranking is put down to numerics
+
+
+def checkable_methods() -> list[str]:
+    """Methods a TokenTrace replays whose drafter a teacher-forced pass can record."""
+    return [m for m in replay.replayable() if m in teacher_forced_methods()]
 
 
 def top_gaps(logits: torch.Tensor, depth: int = 9) -> np.ndarray:
@@ -68,7 +71,7 @@ def teacher_forced(decoder, prompt_id: str, ids: list[int], max_new_tokens: int,
     return PromptRecord(prompt_id, tokens, table, top_gaps(p_logits)[:, 0], top_gaps(q_logits))
 
 
-def explain(rec: PromptRecord, method: str, config: dict, pos: int, real: int, replayed: int,
+def explain(rec: PromptRecord, config: MethodConfig, pos: int, real: int, replayed: int,
             real_tokens: list[int]) -> str:
     """Why a real step at output position `pos` committed `real` tokens where replay says `replayed`."""
     span = pos + max(real, replayed)
@@ -79,28 +82,25 @@ def explain(rec: PromptRecord, method: str, config: dict, pos: int, real: int, r
     at = pos + level
     if at >= len(rec.tokens):
         return "unexplained (past the recorded output)"
-    if method == "mcsd":
-        levels = parse_k_config(config["k"])
-        k = levels[min(level, len(levels) - 1)]
-        gap = rec.q_gaps[at, min(k - 1, rec.q_gaps.shape[1] - 1)]
-        what = f"rank {k - 1}/{k}"
-    else:
-        gap, what = rec.q_gaps[at, 0], "top-2"
+    levels = getattr(config, "k", (1,))     # drafter candidates per level: a tree's k, one for a chain
+    k = levels[min(level, len(levels) - 1)]
+    gap = rec.q_gaps[at, min(k - 1, rec.q_gaps.shape[1] - 1)]
+    what = "top-2" if k == 1 else f"rank {k - 1}/{k}"
     if gap < NEAR_TIE:
         return f"drafter near-tie at token {at} ({what} gap {gap:.2e})"
     return f"unexplained (drafter {what} gap {gap:.2e} at token {at})"
 
 
-def compare(rec: PromptRecord, method: str, config: dict, out) -> list[dict]:
+def compare(rec: PromptRecord, config: MethodConfig, out) -> list[dict]:
     """One row per real step: real and replayed accepted length, and the explanation if they differ."""
-    lengths = replay.accept_lengths(rec.table, method, config)
+    lengths = replay.accept_lengths(rec.table, config.method, config)
     rows, pos = [], 0
     for step, accepted in output_steps(out):
         replayed = int(lengths[pos]) if pos < rec.table.size else -1
         same = replayed == accepted
-        rows.append({"prompt_id": rec.prompt_id, "method": method, "config": json.dumps(config, sort_keys=True),
+        rows.append({"prompt_id": rec.prompt_id, "method": config.method, "config": config.label,
                      "step": step.step, "pos": pos, "real": accepted, "replayed": replayed, "agree": same,
-                     "why": "" if same else explain(rec, method, config, pos, accepted, replayed, out.tokens)})
+                     "why": "" if same else explain(rec, config, pos, accepted, replayed, out.tokens)})
         pos += accepted
     return rows
 
@@ -146,8 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts", default="mtbench:2,humaneval:2",
                    help="prompt sets as name:count joined by commas (default %(default)s)")
     p.add_argument("--methods", nargs="+", default=DEFAULT_METHODS,
-                   help="configurations as method:{json}; sd, mcsd, cape, kangaroo (default: sd gamma 1..8 and "
-                        "mcsd 4x2x1, 2x2x2x2, 8x1x1)")
+                   help="configurations as labels ('mcsd k4x2x1') or method:{json} of checkable methods "
+                        f"({', '.join(checkable_methods())}); default: sd gamma 1..8 and mcsd 4x2x1, 2x2x2x2, 8x1x1")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens per prompt (default %(default)s)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default %(default)s)")
     p.add_argument("--min-agreement", type=float, default=0.99, help="exit 1 below this (default %(default)s)")
@@ -161,30 +161,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(max(1, args.threads))
     if args.max_new_tokens < 1:
         raise InputError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    methods = [parse_method(m) for m in args.methods]
-    for name, config in methods:
-        if name not in replay.replayable():   # only replayable methods, valid configurations
-            raise InputError(f"method {name} cannot be replayed (replayable: {', '.join(replay.replayable())})")
-        method_spec(name).parse(config)
+    runs = [parse_method(m) for m in args.methods]      # valid configurations of registered methods
+    checkable = checkable_methods()
+    for name, _, _ in runs:
+        if name not in checkable:
+            raise InputError(f"method {name} cannot be checked (replayable, with a drafter that scores a "
+                             f"sequence in one pass: {', '.join(checkable)})")
     prompts = load_prompt_mix(args.prompts)
     target = load_model(args.target)
     drafter = load_drafter(args.drafter, target)
     tokenizer = target.tokenizer or ByteTokenizer(target.vocab_size)
     eos = getattr(target.tokenizer, "eos_token_id", None)
-    decoders = [(name, config, make_decoder(name, target.model, None if name == "kangaroo" else drafter.model,
-                                            sampling=Sampling(), **config)) for name, config in methods]
+    decoders = [(own, make_decoder(name, target.model, own if name in own_drafter_methods() else drafter.model,
+                                   sampling=Sampling(), **config)) for name, config, own in runs]
     rows: list[dict] = []
     from tqdm import tqdm
 
     for prompt in tqdm(prompts, unit="prompt", desc="check replay"):
         ids = encode_prompt(prompt, tokenizer)
         records: dict[str, PromptRecord] = {}
-        for name, config, decoder in decoders:
-            key = "drafter" if name != "kangaroo" else json.dumps(decoder.config, sort_keys=True)
+        for own, decoder in decoders:   # one teacher-forced pass per drafter: the shared one, or each own one
+            key = json.dumps([own, decoder.config.to_dict(), decoder.options]) if decoder.own_drafter else "drafter"
             if key not in records:
                 records[key] = teacher_forced(decoder, prompt.prompt_id, ids, args.max_new_tokens, eos)
             out = decoder.generate(ids, args.max_new_tokens, eos)
-            rows += compare(records[key], name, config, out)
+            rows += compare(records[key], decoder.config, out)
     frame = pd.DataFrame(rows)
     out_dir = Path(args.out)
     atomic.write_csv(out_dir / "steps.csv", frame)

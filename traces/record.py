@@ -13,7 +13,8 @@ alpha = sum(min(p, q)) and the target's entropy. p and q are processed as the en
 them (`Sampling.probs`: temperature and top-p); at temperature 0 the decisions are argmaxes, so
 alpha = 1 exactly when the drafter's argmax is the target's token, while draft_conf, q(token) and
 the entropy come from the plain softmax. The drafter is a draft model (`--drafter`, for sd, mcsd,
-cape) or Kangaroo's shallow layers + adapter (`--method kangaroo`).
+cape) or Kangaroo's shallow layers + adapter (`--method kangaroo`): whichever decoder scores a
+sequence with its drafter in one pass (`Decoder.drafter_logits`).
 
 Resumable: the output file is rewritten (atomically) after every prompt; a rerun with the same
 arguments skips the prompts already in it, and a file from a different run is refused. Seeded:
@@ -32,17 +33,20 @@ from typing import Any, Sequence
 import pandas as pd
 import torch
 
+import methods
 from traces import schema
-from runtime.engine import Generation, Sampling, StepRecord, make_decoder
-from runtime.engine.__main__ import SELF_DRAFTING, load_drafter
+from runtime.engine import Decoder, Generation, Sampling, StepRecord, make_decoder
+from runtime.engine.__main__ import decoder_arguments, load_drafter, own_drafter_methods
 from runtime.engine.draft_methods import AR
 from common.errors import InputError, cli_entry
-from runtime.llama import Llama
 from runtime.models import LoadedModel, load_model
 from traces.timing import DTYPE_NAMES, git_commit, hardware_name
 from traces.prompts import ByteTokenizer, Prompt, encode_prompt, load_prompts
 
-TEACHER_FORCED_METHODS = ("sd", "mcsd", "cape", "kangaroo")
+
+def teacher_forced_methods() -> list[str]:
+    """Methods whose decoder scores a sequence with its drafter in one pass (`Decoder.drafter_logits`)."""
+    return [s.name for s in methods.specs() if s.decoder_class().drafter_logits is not Decoder.drafter_logits]
 
 
 # ----------------------------------------------------------------------------- the run
@@ -55,30 +59,33 @@ class Run:
             raise InputError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
         self.args = args
         self.method = args.method
-        self.config = parse_config(args.config)
+        # method and configuration (JSON or label) are checked before any model is loaded
+        arguments, own = decoder_arguments(self.method, args.config)
+        if own is not None:
+            raise InputError(f"{self.method}: give the drafter file with --drafter, not in --config")
         self.sampling = Sampling(args.temperature, args.top_p)
-        if args.teacher_forced and self.method not in TEACHER_FORCED_METHODS:
+        if args.teacher_forced and self.method not in teacher_forced_methods():
             raise InputError(f"--teacher-forced records a drafter's view: method must be one of "
-                             f"{', '.join(TEACHER_FORCED_METHODS)}, got '{self.method}'")
+                             f"{', '.join(teacher_forced_methods())}, got '{self.method}'")
         device = torch.device(args.device) if args.device else None
         self.target = load_model(args.target, device=device, seed=args.seed)
         self.tokenizer = self.target.tokenizer or ByteTokenizer(self.target.vocab_size)
         self.drafter: LoadedModel | None = None
         drafter_arg: Any = None
-        if self.method in SELF_DRAFTING:
+        if self.method in own_drafter_methods():
             drafter_arg = args.drafter
             if drafter_arg is not None and not Path(drafter_arg).exists():
                 raise InputError(f"drafter file not found: {drafter_arg}")
         elif args.drafter is not None:
             self.drafter = load_drafter(args.drafter, self.target)
             drafter_arg = self.drafter.model
-        # Validates method and configuration before any prompt runs (unknown method, gamma < 1, ...).
         self.decoder = make_decoder(self.method, self.target.model, drafter_arg, sampling=self.sampling,
-                                    seed=args.seed, **self.config)
+                                    seed=args.seed, **arguments)
         self.eos = getattr(self.target.tokenizer, "eos_token_id", None)
         self.key = {
             "mode": "token" if args.teacher_forced else "step", "method": self.method,
-            "config": self.decoder.config, "target": args.target, "drafter": args.drafter,
+            "config": self.decoder.config.to_dict(), "label": self.decoder.config.label,
+            "options": self.decoder.options, "target": args.target, "drafter": args.drafter,
             "temperature": args.temperature, "top_p": args.top_p, "seed": args.seed,
             "max_new_tokens": args.max_new_tokens, "prompts": args.prompts, "turn": args.turn,
             "chat": args.chat,
@@ -119,7 +126,7 @@ class Run:
         self.decoder.seed = self.prompt_seed(prompt.prompt_id)
         out = self.decoder.generate(ids, self.args.max_new_tokens, self.eos)
         rows = []
-        config = json.dumps(self.decoder.config, sort_keys=True, default=str)
+        config = json.dumps(self.decoder.config.to_dict(), sort_keys=True)
         for s, accepted in output_steps(out):
             rows.append({"run_id": self.run_id, "method": self.method, "config": config,
                          "prompt_id": prompt.prompt_id, "step": s.step, "ctx_len": s.ctx_len,
@@ -145,7 +152,7 @@ def teacher_forced_pass(decoder, ids: list[int], max_new_tokens: int, eos: int |
     out = generator.generate(ids, max_new_tokens, eos)
     n = len(out.tokens)
     p_logits = torch.stack(generator.p_logits[:n])
-    q_logits = drafter_logits(decoder, decoder.target, ids + out.tokens[:-1])[len(ids) - 1:]
+    q_logits = decoder.drafter_logits(ids + out.tokens[:-1])[len(ids) - 1:]
     return out.tokens, p_logits, q_logits
 
 
@@ -174,19 +181,6 @@ class RecordingAR(AR):
         return super().decide(t, logits, proposal)
 
 
-def drafter_logits(decoder, target: Llama, ids: list[int]) -> torch.Tensor:
-    """The drafter's logits at every position of `ids` in one parallel (causal) pass [len(ids), V]."""
-    tensor = torch.tensor([ids], dtype=torch.long, device=target.device)
-    with torch.no_grad():
-        adapter = getattr(decoder, "adapter", None)
-        if adapter is not None:  # kangaroo: the target's first layers, then the adapter
-            cache = target.new_cache(capacity=len(ids))
-            return adapter(adapter.shallow(target, tensor, cache), target, None)[0]
-        if decoder.drafter is None:
-            raise InputError(f"--teacher-forced needs a drafter for method '{decoder.method}' (--drafter)")
-        return decoder.drafter(tensor.to(decoder.drafter.device)).logits[0].to(target.device)
-
-
 def token_statistics(p_logits: torch.Tensor, q_logits: torch.Tensor, tokens: torch.Tensor,
                      sampling: Sampling) -> dict[str, list]:
     """Per-position TokenTrace columns from target and drafter logits [n, V] and the tokens [n]."""
@@ -203,16 +197,6 @@ def token_statistics(p_logits: torch.Tensor, q_logits: torch.Tensor, tokens: tor
     return {"draft_rank": rank.tolist(), "draft_conf": q.max(1).values.clamp(0, 1).tolist(),
             "draft_q_token": q_tok[:, 0].clamp(0, 1).tolist(), "alpha": alpha.tolist(),
             "target_entropy": entropy.clamp_min(0).tolist()}
-
-
-def parse_config(text: str) -> dict[str, Any]:
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError:
-        raise InputError(f"--config is not JSON: {text!r}") from None
-    if not isinstance(config, dict):
-        raise InputError(f"--config must be a JSON object, got {text!r}")
-    return config
 
 
 def existing_rows(path: Path, run: Run) -> pd.DataFrame | None:
@@ -232,10 +216,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m traces.record", description=__doc__.splitlines()[0])
     p.add_argument("--target", required=True, help="target model spec: smollm2, tiny[:seed], random:<arch>, path, hub id")
     p.add_argument("--drafter", default=None,
-                   help="sd/mcsd/cape: a model spec or layers:K (the target's first K layers); glide/kangaroo/coral: "
-                        "a drafter file (default: an untrained drafter built from the config's drafter_seed)")
-    p.add_argument("--method", required=True, help="ar, sd, mcsd, cape, lookahead, glide, kangaroo or coral")
-    p.add_argument("--config", default="{}", help='method configuration as JSON, e.g. \'{"gamma": 4}\' or \'{"k": "4x2x1"}\'')
+                   help="a draft model spec or layers:K (the target's first K layers); for methods with their own "
+                        f"drafter ({', '.join(own_drafter_methods())}): a drafter file (default: an untrained drafter "
+                        "built from the options drafter_seed, drafter_std)")
+    p.add_argument("--method", required=True, help=f"one of {', '.join(methods.names())}")
+    p.add_argument("--config", default="",
+                   help='method configuration as JSON (config keys and decoder options), e.g. \'{"gamma": 4}\', '
+                        'or as its label, e.g. "mcsd k4x2x1 repl" (default: the defaults)')
     p.add_argument("--prompts", required=True, help="mtbench, humaneval, or a JSONL file")
     p.add_argument("--field", default="prompt", help="text field of a local JSONL file (default %(default)s)")
     p.add_argument("--limit", type=int, default=None, help="only the first N prompts of the set")

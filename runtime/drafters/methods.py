@@ -49,10 +49,17 @@ def _int_option(method: str, name: str, value: Any, low: int) -> int:
     return value
 
 
-def _std_option(method: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise InputError(f"{method}: drafter_std must be a positive number, got {value!r}")
-    return float(value)
+UNTRAINED = {"drafter_seed": 0, "drafter_std": 0.02}   # options of the untrained drafter built without one
+
+
+def check_untrained(decoder: Decoder) -> None:
+    """Check (in place) the `UNTRAINED` options of a decoder with its own drafter."""
+    o, method = decoder.options, decoder.method
+    o["drafter_seed"] = _int_option(method, "drafter_seed", o["drafter_seed"], 0)
+    std = o["drafter_std"]
+    if isinstance(std, bool) or not isinstance(std, (int, float)) or not std > 0:
+        raise InputError(f"{method}: drafter_std must be a positive number, got {std!r}")
+    o["drafter_std"] = float(std)
 
 
 def start_keeping_prefill(decoder: Decoder, prompt: list[int], **forward_options: Any):
@@ -91,30 +98,30 @@ class Glide(CAPE):
     """GLIDE drafter; a chain like `sd`, or CAPE's expansion sets when `bins` is given."""
 
     method = "glide"
-    needs_drafter = False
-    options = {"layers": 1, "hidden": None, "drafter_seed": 0, "drafter_std": 0.02}
+    needs_drafter, own_drafter = False, True
+    options = {"layers": 1, "hidden": None, **UNTRAINED}
+    drafter_logits = Decoder.drafter_logits     # its drafter reads the target's cache: no pass of its own
 
     def __init__(self, target: Llama, drafter: Any = None, *, sampling=None, seed: int = 0, **config: Any):
         super().__init__(target, None, sampling=sampling, seed=seed, **config)
-        c = self.config
+        o = self.options
         self.drafter = resolve_drafter(GlideDrafter, drafter, target, lambda: GlideDrafter.for_target(
-            target, seed=c["drafter_seed"], std=c["drafter_std"], num_layers=c["layers"], hidden_size=c["hidden"]))
+            target, seed=o["drafter_seed"], std=o["drafter_std"], num_layers=o["layers"], hidden_size=o["hidden"]))
         if self.drafter.config.vocab_size != target.config.vocab_size:
             raise InputError(f"GLIDE drafter vocabulary size {self.drafter.config.vocab_size} differs from the "
                              f"target's {target.config.vocab_size}")
 
     def check_config(self) -> None:
-        c = self.config
-        c["layers"] = _int_option("glide", "layers", c["layers"], 1)
-        c["hidden"] = None if c["hidden"] is None else _int_option("glide", "hidden", c["hidden"], 1)
-        c["drafter_seed"] = _int_option("glide", "drafter_seed", c["drafter_seed"], 0)
-        c["drafter_std"] = _std_option("glide", c["drafter_std"])
+        o = self.options
+        o["layers"] = _int_option("glide", "layers", o["layers"], 1)
+        o["hidden"] = None if o["hidden"] is None else _int_option("glide", "hidden", o["hidden"], 1)
+        check_untrained(self)
 
     def start_drafter(self, prompt: list[int]) -> None:
         self.draft = GlideState(self.drafter, self, capacity=len(prompt) + 64)
 
     def propose(self) -> Proposal:
-        return SD.propose(self) if self.config["bins"] is None else CAPE.propose(self)
+        return SD.propose(self) if self.config.bins is None else CAPE.propose(self)
 
 
 # -------------------------------------------------------------------------------------- kangaroo
@@ -123,36 +130,43 @@ class Kangaroo(Decoder):
     """Early-exit self-drafting (Kangaroo); the target cache's shallow layers run ahead while drafting."""
 
     method = "kangaroo"
-    options = {"drafter_seed": 0, "drafter_std": 0.02}
+    own_drafter = True
+    options = dict(UNTRAINED)
 
     def __init__(self, target: Llama, drafter: Any = None, *, sampling=None, seed: int = 0, **config: Any):
         super().__init__(target, None, sampling=sampling, seed=seed, **config)
-        c = self.config
+        layer, o = self.config.exit_layer, self.options
         self.adapter = resolve_drafter(KangarooAdapter, drafter, target, lambda: KangarooAdapter.for_target(
-            target, c["exit_layer"], seed=c["drafter_seed"], std=c["drafter_std"]))
-        if self.adapter.exit_layer != c["exit_layer"]:
+            target, layer, seed=o["drafter_seed"], std=o["drafter_std"]))
+        if self.adapter.exit_layer != layer:
             raise InputError(f"kangaroo: the adapter exits at layer {self.adapter.exit_layer}, "
-                             f"the configuration asks for {c['exit_layer']}")
+                             f"the configuration asks for {layer}")
 
     def check_config(self) -> None:
-        c, depth = self.config, self.target.config.num_layers
-        if not 1 <= c["exit_layer"] < depth:
-            raise InputError(f"kangaroo: exit_layer must be an integer in 1..{depth - 1}, got {c['exit_layer']!r}")
-        c["drafter_seed"] = _int_option("kangaroo", "drafter_seed", c["drafter_seed"], 0)
-        c["drafter_std"] = _std_option("kangaroo", c["drafter_std"])
+        layer, depth = self.config.exit_layer, self.target.config.num_layers
+        if not 1 <= layer < depth:
+            raise InputError(f"kangaroo: exit_layer must be an integer in 1..{depth - 1}, got {layer!r}")
+        check_untrained(self)
+
+    def drafter_logits(self, ids: list[int]) -> torch.Tensor:
+        """The target's first layers, then the adapter, over the whole sequence."""
+        tensor = self._ids(ids)
+        with torch.no_grad():
+            cache = self.target.new_cache(capacity=len(ids))
+            return self.adapter(self.adapter.shallow(self.target, tensor, cache), self.target, None)[0]
 
     def start(self, prompt: list[int]) -> None:
         out = start_keeping_prefill(self, prompt, output_hidden_states=True)
         self.adapter_cache = self.adapter.new_cache(capacity=len(prompt) + 64)
         # early features (input of layer l) of the committed tokens the adapter has not seen yet
-        self.unseen = None if out is None else out.hidden_states[self.config["exit_layer"]]
+        self.unseen = None if out is None else out.hidden_states[self.config.exit_layer]
 
     def _shallow(self, token: int, position: int) -> torch.Tensor:
         pos = torch.tensor([position], device=self.target.device)
         return self.adapter.shallow(self.target, self._ids([token]), self.target_cache, position_ids=pos)
 
     def propose(self) -> Proposal:
-        gamma, eta = self.config["gamma"], self.config["eta"]
+        gamma, eta = self.config.gamma, self.config.eta
         self.root = self.target_cache.length           # position of the pending token
         with torch.no_grad():
             feature = self._shallow(self.tokens[-1], self.root)
@@ -187,7 +201,7 @@ class Kangaroo(Decoder):
         positions = torch.arange(self.root, self.root + proposal.tree.size, device=self.target.device)
         with self.timer.region("verify"), torch.no_grad():
             logits = self.target(hidden=self.features, cache=self.target_cache, position_ids=positions,
-                                 layers=range(self.config["exit_layer"], self.target.config.num_layers)).logits[0]
+                                 layers=range(self.config.exit_layer, self.target.config.num_layers)).logits[0]
         return self.decide(proposal.tree, logits, proposal), proposal.tree.size
 
     def commit(self, proposal: Proposal, verdict: rules.Verdict) -> None:
@@ -205,30 +219,29 @@ class Coral(Decoder):
     """EAGLE-style feature drafter (chain of `gamma`) with CORAL's optional LM-head router."""
 
     method = "coral"
-    options = {"drafter_seed": 0, "drafter_std": 0.02}
+    own_drafter = True
+    options = dict(UNTRAINED)
 
     def __init__(self, target: Llama, drafter: Any = None, *, sampling=None, seed: int = 0, **config: Any):
         super().__init__(target, None, sampling=sampling, seed=seed, **config)
-        c = self.config
-        groups, top_n = c["groups"], c["top_n"]
+        groups, top_n, o = self.config.groups, self.config.top_n, self.options
         self.feature_drafter = resolve_drafter(FeatureDrafter, drafter, target, lambda: FeatureDrafter.for_target(
-            target, router_groups=groups, router_top_n=top_n, seed=c["drafter_seed"], std=c["drafter_std"]))
+            target, router_groups=groups, router_top_n=top_n, seed=o["drafter_seed"], std=o["drafter_std"]))
         have = self.feature_drafter.config
         if drafter is not None and (have.router_groups, have.router_top_n) != (groups, top_n):
             if have.router_groups == groups and groups:   # same trained router, another top-n
                 self.feature_drafter.router.top_n = top_n
             elif groups == 0 or have.router_groups == 0:
-                self.feature_drafter = self.feature_drafter.with_router(groups, top_n, seed=c["drafter_seed"])
+                self.feature_drafter = self.feature_drafter.with_router(groups, top_n, seed=o["drafter_seed"])
             else:
                 raise InputError(f"coral: the drafter's router has {have.router_groups} groups, "
                                  f"the configuration asks for {groups}")
 
     def check_config(self) -> None:
-        c, vocab = self.config, self.target.config.vocab_size
-        if c["groups"] > vocab:
-            raise InputError(f"coral: groups must be at most the vocabulary size {vocab}, got {c['groups']}")
-        c["drafter_seed"] = _int_option("coral", "drafter_seed", c["drafter_seed"], 0)
-        c["drafter_std"] = _std_option("coral", c["drafter_std"])
+        groups, vocab = self.config.groups, self.target.config.vocab_size
+        if groups > vocab:
+            raise InputError(f"coral: groups must be at most the vocabulary size {vocab}, got {groups}")
+        check_untrained(self)
 
     def start(self, prompt: list[int]) -> None:
         """Prefill keeping the target's features f_0..f_{n-2} (EAGLE reads f_{s-1} at position s)."""
@@ -244,7 +257,7 @@ class Coral(Decoder):
         return self.feature_drafter(self._ids(tokens), prev_features, self.target, self.draft_cache, positions)
 
     def propose(self) -> Proposal:
-        gamma = self.config["gamma"]
+        gamma = self.config.gamma
         self.root = self.target_cache.length
         done = self.draft_cache.length                    # positions the drafter has with true features
         drafts, q_rows, conf = [], [], []

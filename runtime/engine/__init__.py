@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import methods
 from runtime.engine.base import Decoder, Generation, Proposal, StepRecord, StepTimer
-from runtime.engine.draft_methods import AR, CAPE, MCSD, SD, DrafterState
+from runtime.engine.draft_methods import DrafterState
 from runtime.engine.verify import Sampling
 from runtime.llama import Llama
 
@@ -21,8 +22,6 @@ def make_decoder(method: str, target: Llama, drafter: Any = None, *, sampling: S
                  seed: int = 0, **config: Any) -> Decoder:
     """A decoder for `method` (the registry's `decoder` class) with its configuration: the method's
     config keys (one set of defaults, unknown keys refused) and the decoder's own `options`."""
-    import methods
-
     return methods.get(method).decoder_class()(target, drafter, sampling=sampling, seed=seed, **config)
 
 

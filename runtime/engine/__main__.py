@@ -16,26 +16,47 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+import methods
 from common import atomic
 from runtime.engine import Sampling, make_decoder
 from common.errors import InputError, cli_entry
 from runtime.models import LoadedModel, check_same_vocabulary, load_model, truncated
 
-DEFAULT_METHODS = ['ar', 'sd:{"gamma": 4}', 'mcsd:{"k": "4x2x1"}', 'cape:{"gamma": 4}',
-                   'lookahead:{"W": 5, "N": 3, "G": 5}', 'glide:{"gamma": 4}', 'kangaroo:{"gamma": 4}',
-                   'coral:{"gamma": 4}']
-SELF_DRAFTING = ("glide", "kangaroo", "coral")  # own drafter: config "drafter" (a trained file) or untrained
+
+def own_drafter_methods() -> list[str]:
+    """Methods whose drafter argument is their own drafter module or file (None: an untrained one)."""
+    return [s.name for s in methods.specs() if s.decoder_class().own_drafter]
 
 
-def parse_method(text: str) -> tuple[str, dict]:
-    name, _, raw = text.partition(":")
-    try:
-        config = json.loads(raw) if raw else {}
-    except json.JSONDecodeError:
-        raise InputError(f"method configuration of '{name}' is not JSON: {raw!r}") from None
-    if not isinstance(config, dict):
-        raise InputError(f"method configuration of '{name}' must be a JSON object")
-    return name, config
+def decoder_arguments(method: str, text: str = "") -> tuple[dict, str | None]:
+    """(`make_decoder`'s keyword arguments, own drafter file or None) for `method` from a JSON object
+    (config keys, decoder options and, for methods with their own drafter, "drafter": a trained file)
+    or the method's label ('mcsd k4x2x1 repl'); empty text: the config's defaults. Checked before
+    any model is loaded."""
+    spec = methods.get(method)
+    text = text.strip()
+    if text.split(" ", 1)[0] == method:
+        config = spec.config.from_label(text).to_dict()
+    else:
+        try:
+            config = json.loads(text) if text else {}
+        except json.JSONDecodeError:
+            raise InputError(f"configuration of '{method}' is not JSON nor a '{method} ...' label: {text!r}") from None
+        if not isinstance(config, dict):
+            raise InputError(f"configuration of '{method}' must be a JSON object or a label, got {text!r}")
+    own = config.pop("drafter", None) if method in own_drafter_methods() else None
+    if own is not None and not Path(own).is_file():
+        raise InputError(f"{method}: drafter file not found: {own}")
+    spec.decoder_class().split_config(config)
+    return config, own
+
+
+def parse_method(text: str) -> tuple[str, dict, str | None]:
+    """'mcsd', 'mcsd:{"k": "4x2x1"}' or a label 'mcsd k4x2x1 repl' -> (method, *decoder_arguments)."""
+    name, sep, raw = text.strip().partition(":")
+    if not sep:
+        name, raw = (text.split() or [""])[0], text
+    return (name.strip(), *decoder_arguments(name.strip(), raw))
 
 
 def load_drafter(spec: str, target: LoadedModel) -> LoadedModel:
@@ -69,9 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default="smollm2", help="target model spec (see runtime.models.load_model)")
     p.add_argument("--drafter", default="layers:2", help="drafter spec, or layers:<n> = the target's first n layers")
     p.add_argument("--prompts", default="mtbench:2,humaneval:2", help="prompt sets, name:count joined by commas")
-    p.add_argument("--methods", nargs="+", default=DEFAULT_METHODS,
-                   help='methods as name or name:{json config}; glide/kangaroo/coral take {"drafter": FILE} '
-                        '(a trained drafter; default an untrained one, which keeps greedy identity)')
+    p.add_argument("--methods", nargs="+", default=None,
+                   help='methods as name, name:{json config} or a label ("mcsd k4x2x1 repl"); methods with '
+                        f'their own drafter ({", ".join(own_drafter_methods())}) take {{"drafter": FILE}} (a trained '
+                        'drafter; default an untrained one, which keeps greedy identity). Default: every '
+                        'registered method with its default configuration')
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate per prompt")
     p.add_argument("--temperature", type=float, default=0.0,
                    help="sampling temperature; 0 = greedy with the identity check against ar")
@@ -86,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     torch.set_num_threads(args.threads)
-    methods = [parse_method(m) for m in args.methods]
+    runs = [parse_method(m) for m in (args.methods or methods.names())]
     target = load_model(args.target)
     drafter = load_drafter(args.drafter, target)
     prompts = prompt_ids(args.prompts, target)
@@ -95,18 +118,15 @@ def main(argv: list[str] | None = None) -> int:
     reference = {} if not sampling.greedy else {
         pid: make_decoder("ar", target.model).generate(ids, args.max_new_tokens, eos).tokens for pid, ids in prompts}
     rows, failures = [], 0
-    for name, config in methods:
-        own = config.pop("drafter", None) if name in SELF_DRAFTING else None
-        if own is not None and not Path(own).is_file():
-            raise InputError(f"{name}: drafter file not found: {own}")
-        decoder = make_decoder(name, target.model, own if name in SELF_DRAFTING else drafter.model,
+    for name, config, own in runs:
+        decoder = make_decoder(name, target.model, own if name in own_drafter_methods() else drafter.model,
                                sampling=sampling, seed=args.seed, **config)
         decoder.generate(prompts[0][1], 8, eos)  # warm-up
         for pid, ids in prompts:
             out = decoder.generate(ids, args.max_new_tokens, eos)
             same = out.tokens == reference[pid] if sampling.greedy else None
             failures += same is False
-            rows.append(dict(method=name, config=json.dumps(config), prompt_id=pid, tokens=len(out.tokens),
+            rows.append(dict(method=name, config=decoder.config.label, prompt_id=pid, tokens=len(out.tokens),
                              seconds=out.seconds, steps=len(out.steps), identical=same,
                              draft_s=sum(s.draft_s for s in out.steps), verify_s=sum(s.verify_s for s in out.steps),
                              overhead_s=sum(s.overhead_s for s in out.steps)))

@@ -25,6 +25,8 @@ from verification import rules
 from runtime.engine import tree as tree_geo
 from runtime.engine.verify import Sampling, TorchSource, greedy_verdict, sampled_verdict
 from common.errors import InputError
+import methods
+from methods.config import MethodConfig
 from runtime.llama import Llama
 
 
@@ -88,11 +90,14 @@ class StepTimer:
 
 
 class Decoder:
-    """Base class of every method. Subclasses set `method`, `needs_drafter` and write `propose`."""
+    """Base class of every method. Subclasses set `method` (the registry name), the drafter flags,
+    their construction `options` and write `propose`. `self.config` is the method's typed config
+    (methods registry: one set of defaults); `self.options` the decoder's own options."""
 
     method = "base"
-    needs_drafter = False
-    options: dict[str, Any] = {}   # construction options beyond the method's config (drafter seeds, sizes)
+    needs_drafter = False        # the drafter argument must be a draft model (a Llama)
+    own_drafter = False          # the drafter argument is the method's own module or file (None: untrained)
+    options: dict[str, Any] = {}  # construction options beyond the method config, with their defaults
 
     def __init__(self, target: Llama, drafter: Llama | None = None, *, sampling: Sampling | None = None,
                  seed: int = 0, **config: Any):
@@ -104,28 +109,35 @@ class Decoder:
         self.target, self.drafter = target, drafter
         self.sampling = sampling or Sampling()
         self.seed = seed
-        self.method_config, self.config = self.split_config(config)
+        self.config, self.options = self.split_config(config)
         self.check_config()
 
     # -- configuration ---------------------------------------------------------------------------
-    def split_config(self, config: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-        """(typed method config, the dict decoders read): the method's keys through its config class
-        (methods registry: one set of defaults, strict), the rest must be this decoder's `options`."""
-        import methods
-
-        spec = methods.get(self.method)
-        keys = spec.config.keys()
-        unknown = [k for k in config if k not in keys and k not in self.options]
+    @classmethod
+    def split_config(cls, config: dict[str, Any]) -> tuple[MethodConfig, dict[str, Any]]:
+        """(typed method config, options): the method's keys go through its config class (strict),
+        the rest must be this decoder's `options`; checkable before any model is loaded."""
+        spec_config = methods.get(cls.method).config
+        keys = spec_config.keys()
+        unknown = [k for k in config if k not in keys and k not in cls.options]
         if unknown:
-            known = ", ".join(list(keys) + list(self.options)) or "none"
-            raise InputError(f"{self.method}: unknown config key '{unknown[0]}' (known: {known})")
-        typed = spec.config.from_dict({k: v for k, v in config.items() if k in keys})
-        extra = {k: v for k, v in config.items() if k in self.options}
-        values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in typed.to_dict().items()}
-        return typed, {**self.options, **extra, **values}
+            known = ", ".join(list(keys) + list(cls.options)) or "none"
+            raise InputError(f"{cls.method}: unknown config key '{unknown[0]}' (known: {known})")
+        typed = spec_config.from_dict({k: v for k, v in config.items() if k in keys})
+        return typed, {**cls.options, **{k: v for k, v in config.items() if k in cls.options}}
 
     def check_config(self) -> None:
-        """Checks that need the models as well as the config (override)."""
+        """Checks of the options, and those that need the models as well as the config (override)."""
+
+    @property
+    def replacement(self) -> bool:
+        """Whether sampled drafts of one node were drawn with replacement (MCSS); chains draw one."""
+        return True
+
+    def drafter_logits(self, ids: list[int]) -> torch.Tensor:
+        """The drafter's logits at every position of `ids` in one causal pass [len(ids), vocab]
+        (teacher-forced recording); methods whose drafter can score a sequence alone override it."""
+        raise InputError(f"method '{self.method}' has no drafter that scores a sequence in one pass")
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self, prompt: list[int]) -> None:
@@ -165,7 +177,7 @@ class Decoder:
         if self.sampling.greedy:
             return greedy_verdict(t, logits)
         return sampled_verdict(t, self.sampling.probs(logits), proposal.q_rows, self.rng,
-                               replacement=self.config.get("replacement", True), naive=proposal.naive)
+                               replacement=self.replacement, naive=proposal.naive)
 
     def commit(self, proposal: Proposal, verdict: rules.Verdict) -> None:
         """Keep the pending token and the accepted path in the target cache; append the tokens."""

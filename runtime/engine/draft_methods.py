@@ -1,11 +1,9 @@
 """Methods with a token tree from a draft model: ar (no drafter), sd (chain), mcsd (k-tree), cape.
 
-Configuration checks reuse `traces.replay` (gamma range, k-configurations, CAPE bin arrays), so a
-configuration means the same thing to the engine and to exact replay.
+Their configurations are the registry's (methods/sd.py, mcsd.py, cape.py), which exact replay
+reads too, so a configuration means the same thing to the engine and to replay.
 """
 from __future__ import annotations
-
-from typing import Any
 
 import torch
 
@@ -13,7 +11,6 @@ from verification import rules, rules_torch
 from runtime.engine import tree as tree_geo
 from runtime.engine.base import Decoder, Proposal
 from runtime.engine.verify import uniforms
-from common.errors import InputError
 from runtime.llama import Llama
 from costmodel.cape import confidence_bin
 
@@ -66,6 +63,11 @@ class DraftModelDecoder(Decoder):
     def after_commit(self, proposal, verdict) -> None:
         self.draft.rollback(len(self.tokens) - 1)
 
+    def drafter_logits(self, ids: list[int]) -> torch.Tensor:
+        tensor = torch.tensor([ids], dtype=torch.long, device=self.drafter.device)
+        with torch.no_grad():
+            return self.drafter(tensor).logits[0].to(self.target.device)
+
     def draw(self, logits: torch.Tensor, k: int, replacement: bool) -> tuple[list[int], torch.Tensor]:
         """k draft tokens from the drafter's logits (top-k when greedy; when sampling, the torch twin
         of `rules.draft_candidates`) and the processed distribution q they come from."""
@@ -81,7 +83,7 @@ class SD(DraftModelDecoder):
     method = "sd"
 
     def propose(self) -> Proposal:
-        gamma = self.config["gamma"]
+        gamma = self.config.gamma
         logits = self.draft.catch_up(self.tokens)
         drafts, q_rows, conf = [], [], []
         for i in range(gamma):
@@ -101,8 +103,12 @@ class MCSD(DraftModelDecoder):
 
     method = "mcsd"
 
+    @property
+    def replacement(self) -> bool:
+        return self.config.replacement
+
     def propose(self) -> Proposal:
-        levels, replacement = self.config["k"], self.config["replacement"]
+        levels, replacement = self.config.k, self.config.replacement
         prefix = len(self.tokens)
         logits_rows = {0: self.draft.catch_up(self.tokens)}
         parents, tokens = [-1], [-1]
@@ -150,7 +156,7 @@ class CAPE(DraftModelDecoder):
     method = "cape"
 
     def propose(self) -> Proposal:
-        gamma, bins = self.config["gamma"], self.config["bins"]
+        gamma, bins = self.config.gamma, self.config.bins
         logits = self.draft.catch_up(self.tokens)
         chain, expansions, conf = [], [], []
         for i in range(gamma):

@@ -10,15 +10,12 @@ the window are always the target's argmax (the paper's one-hot drafts), so sampl
 """
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 
 from verification import rules
 from runtime.engine import tree as tree_geo
 from runtime.engine.base import Decoder, Proposal
-from common.errors import InputError
 
 
 def build_trie(candidates: list[tuple[int, ...]]) -> rules.TokenTree:
@@ -41,9 +38,9 @@ class Lookahead(Decoder):
     method = "lookahead"
 
     def start_drafter(self, prompt: list[int]) -> None:
-        W, N = self.config["W"], self.config["N"]
+        W, N = self.config.W, self.config.N
         self.pool: dict[int, list[tuple[int, ...]]] = {}
-        if self.config["prompt_ngrams"]:
+        if self.config.prompt_ngrams:
             for i in range(len(prompt) - N + 1):
                 self._remember(tuple(prompt[i : i + N]))
         choice = np.random.default_rng(self.seed).choice(np.asarray(prompt), size=W)
@@ -55,15 +52,15 @@ class Lookahead(Decoder):
         if rest in bucket:
             bucket.remove(rest)
         bucket.append(rest)
-        if len(bucket) > self.config["G"]:
+        if len(bucket) > self.config.G:
             bucket.pop(0)
 
     def propose(self) -> Proposal:
-        candidates = list(reversed(self.pool.get(self.tokens[-1], [])))[: self.config["G"]]
+        candidates = list(reversed(self.pool.get(self.tokens[-1], [])))[: self.config.G]
         return Proposal(build_trie(candidates), naive=True)
 
     def verify(self, proposal: Proposal) -> tuple[rules.Verdict, int]:
-        trie, W = proposal.tree, self.config["W"]
+        trie, W = proposal.tree, self.config.W
         past, n_trie = self.target_cache.length, proposal.tree.size
         levels = self.levels
         n_win = len(levels) * W
@@ -88,7 +85,7 @@ class Lookahead(Decoder):
 
     def _advance_window(self, guesses: list[int]) -> None:
         """Collect the window's n-grams into the pool and slide it one Jacobi step."""
-        if len(self.levels) < self.config["N"] - 1:
+        if len(self.levels) < self.config.N - 1:
             self.levels.append(guesses)
             return
         for j, new in enumerate(guesses):
