@@ -1,0 +1,102 @@
+"""`python -m calibrate.ingest FORMAT FILE... [--json] [--out FILE] [--profile BASE]`.
+
+Prints what was read (or, with --json, one JSON object with at least `per_position_acceptance`
+and `mean_accepted_tokens` where the source has acceptance). `--out FILE.parquet` writes the
+StepTrace of a step format; `--out FILE.json` writes the result object, or with `--profile BASE`
+a copy of BASE with the ingested acceptance entry and its provenance (refused when the source's
+target or drafter is not BASE's). Every write is atomic. Bad input: one line, exit 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from calibrate.ingest import FORMATS, IngestOptions, Ingested, ingest
+from calibrate.ingest.result import merge_into_profile
+from calibrate.paper_profiles import git_commit
+from calibrate.profile import Profile
+from common import atomic
+from common.errors import InputError, cli_entry
+from traces.schema import write_trace
+
+
+def describe(result: Ingested) -> list[str]:
+    lines = [f"{result.format}: {', '.join(result.sources)}"]
+    if result.models:
+        lines.append("models: " + ", ".join(f"{k} {v}" for k, v in result.models.items()))
+    s = result.summary
+    if "mean_accepted_tokens" in s:
+        lines.append(f"mean accepted tokens per step: {s['mean_accepted_tokens']:.3f}")
+    if s.get("per_position_acceptance"):
+        lines.append("per-position acceptance: " + " ".join(f"{a:.3f}" for a in s["per_position_acceptance"]))
+    if result.acceptance is not None:
+        lines.append(f"alpha: {result.acceptance['alpha']:.4f}")
+    if result.steps is not None:
+        lines.append(f"StepTrace: {len(result.steps)} steps over {result.steps['prompt_id'].nunique()} prompts")
+    for name, stats in result.latency.items():
+        lines.append(f"latency {name}: " + ", ".join(
+            f"{k} {v * 1000:.2f} ms" if k != "count" else f"{k} {v:g}" for k, v in stats.items()))
+    for name, value in result.throughput.items():
+        lines.append(f"{name}: {value:g}")
+    lines += [f"not provided: {line}" for line in result.not_provided]
+    return lines
+
+
+def write_out(result: Ingested, out: Path, profile: Path | None, options: IngestOptions) -> str:
+    if out.suffix == ".parquet":
+        if profile is not None:
+            raise InputError("--profile writes a Profile: give --out FILE.json")
+        if result.steps is None:
+            raise InputError(f"{result.format} gives no StepTrace; --out takes a .json file for it")
+        write_trace(out, result.steps, result.step_metadata)
+        return f"wrote StepTrace {out}"
+    if out.suffix != ".json":
+        raise InputError(f"--out {out}: expected a .json or .parquet file")
+    if profile is None:
+        atomic.write_json(out, result.to_json())
+        return f"wrote {out}"
+    if result.acceptance is None:
+        raise InputError(f"{', '.join(result.sources)}: no acceptance to merge into a Profile "
+                         f"({'; '.join(result.not_provided[-1:])})")
+    merged = merge_into_profile(Profile.load(profile), result, options, result.acceptance, commit=git_commit())
+    merged.save(out)
+    return f"wrote Profile {out} ({profile} + {result.format})"
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m calibrate.ingest", description=__doc__.splitlines()[2])
+    parser.add_argument("format", metavar="FORMAT", help=f"one of: {', '.join(FORMATS)}")
+    parser.add_argument("files", metavar="FILE", nargs="+", type=Path,
+                        help="input files (vllm-metrics: one scrape, or two: before and after)")
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    parser.add_argument("--out", type=Path, help="FILE.parquet: the StepTrace; FILE.json: the result or a Profile")
+    parser.add_argument("--profile", type=Path, help="a base Profile: --out gets a copy with the ingested acceptance")
+    parser.add_argument("--drafter", help="the drafter's name when the source does not state it")
+    parser.add_argument("--target", help="the target's name when the source does not state it")
+    parser.add_argument("--dataset", help="the dataset the measurements ran on")
+    parser.add_argument("--temperature", type=float, help="sampling temperature of the run (default: 0, greedy)")
+    parser.add_argument("--gamma", type=int, help="draft length when the source does not state it")
+    parser.add_argument("--method", default="sd", help="StepTrace method of imported chain steps (default sd)")
+    args = parser.parse_args(argv)
+    if args.gamma is not None and args.gamma < 1:
+        raise InputError(f"--gamma must be >= 1, got {args.gamma}")
+    if args.profile is not None and args.out is None:
+        raise InputError("--profile needs --out FILE.json (the merged Profile)")
+    options = IngestOptions(drafter=args.drafter, target=args.target, dataset=args.dataset,
+                            temperature=args.temperature, gamma=args.gamma, method=args.method)
+    result = ingest(args.format, args.files, options)
+    message = write_out(result, args.out, args.profile, options) if args.out else None
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2, default=str))
+    else:
+        print("\n".join(describe(result)))
+    if message:
+        print(message, file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
