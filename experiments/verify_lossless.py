@@ -22,7 +22,7 @@ import torch
 from common import atomic
 from common.errors import InputError, cli_entry
 from verification.cases import RULES, SequenceCase, random_position_case
-from verification.exact import exact_check
+from verification.exact import DEFAULT_MAX_PATHS, exact_check
 from verification.mutants import MUTANTS
 
 SEQUENCE_CASES = ((3, 3, (1, 1)), (3, 2, (2,)), (2, 3, (2, 1)))
@@ -34,12 +34,15 @@ def _position_cases(count: int, seed: int) -> list:
             for i in range(count)]
 
 
+CLI_PROBES = 4  # random paths per check for the path estimate and the replay check (the library's default is 16)
+
+
 def _exact_one(args) -> dict:
-    kind, name, cases = args
+    kind, name, cases, max_paths, memo = args
     rule = (RULES if kind == "rule" else MUTANTS)[name]
     start, paths, worst, failed, error = time.perf_counter(), 0, 0, 0, ""
     for case in cases:
-        result = exact_check(rule.sampler, case, rule.target(case))
+        result = exact_check(rule.sampler, case, rule.target(case), max_paths, memo=memo, probes=CLI_PROBES)
         paths += result.paths
         worst = max(worst, result.tv)
         failed += not result.passed
@@ -52,8 +55,10 @@ def _exact_one(args) -> dict:
             "note": error[:80]}
 
 
-def run_exact(cases: int, seed: int, workers: int, max_length: int | None = None) -> list[dict]:
-    """All rules and mutants by exact enumeration; `max_length` caps the sequence cases' lengths."""
+def run_exact(cases: int, seed: int, workers: int, max_length: int | None = None,
+              max_paths: int = DEFAULT_MAX_PATHS, memo: bool = False) -> list[dict]:
+    """All rules and mutants by exact enumeration; `max_length` caps the sequence cases' lengths;
+    `max_paths` and `memo` as in `verification.exact.exact_check`."""
     positions = _position_cases(cases, seed)
     sequences = [SequenceCase(v, min(L, max_length or L), shape, seed + i, name=f"sequence {i}")
                  for i, (v, L, shape) in enumerate(SEQUENCE_CASES)]
@@ -64,7 +69,8 @@ def run_exact(cases: int, seed: int, workers: int, max_length: int | None = None
             if kind == "mutant" and rule.kind == "position":
                 chosen = positions[: max(1, min(len(positions), 50))]
             half = (len(chosen) + 1) // 2
-            jobs += [(kind, name, chosen[:half]), (kind, name, chosen[half:])] if len(chosen) > 1 else [(kind, name, chosen)]
+            parts = [chosen[:half], chosen[half:]] if len(chosen) > 1 else [chosen]
+            jobs += [(kind, name, part, max_paths, memo) for part in parts]
     if workers > 1:
         with multiprocessing.get_context("fork").Pool(workers) as pool:
             parts = pool.map(_exact_one, jobs)
@@ -153,31 +159,48 @@ def build_parser() -> argparse.ArgumentParser:
                         help="exact enumeration on small cases, statistical tests of the batched torch rules, or both")
     parser.add_argument("--cases", type=int, default=500, help="random position cases in exact mode (default 500)")
     parser.add_argument("--vocab", type=int, default=1000, help="vocabulary of the statistical cases (default 1000)")
-    parser.add_argument("--alpha", type=float, default=1e-6, help="false-alarm probability over the whole statistical run")
-    parser.add_argument("--beta", type=float, default=1e-6, help="miss probability for a TV distance of --delta")
-    parser.add_argument("--delta", type=float, default=0.01, help="TV distance the statistical tests must catch")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the cases and the samplers")
+    parser.add_argument("--alpha", type=float, default=1e-6,
+                        help="false-alarm probability over the whole statistical run, in (0, 1) (default 1e-6)")
+    parser.add_argument("--beta", type=float, default=1e-6,
+                        help="miss probability for a TV distance of --delta, in (0, 1) (default 1e-6)")
+    parser.add_argument("--delta", type=float, default=0.01,
+                        help="TV distance the statistical tests must catch, in (0, 1] (default 0.01)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the cases and the samplers (default 0)")
     parser.add_argument("--max-length", type=int, default=None,
                         help="cap the length of the fixed sequence cases in exact mode (default: no cap, lengths 2-3); "
                              "2 keeps every sequence mutant caught and runs in a few seconds")
+    parser.add_argument("--max-paths", type=int, default=DEFAULT_MAX_PATHS,
+                        help=f"exact mode refuses a case whose estimated path count exceeds this, and stops past it "
+                             f"(default {DEFAULT_MAX_PATHS:,})")
+    parser.add_argument("--memo", action="store_true",
+                        help="exact mode reuses the law below identical sub-states (the samplers' rng.memo keys: "
+                             "rejections so far, committed tokens); much faster on larger cases")
     parser.add_argument("--threads", type=int, default=1, help="torch threads in statistical mode (default 1)")
     parser.add_argument("--workers", type=int, default=2, help="processes for exact mode (default 2)")
-    parser.add_argument("--out", type=Path, default=Path("out/verify_lossless"), help="folder for report.md and results.csv")
+    parser.add_argument("--out", type=Path, default=Path("out/verify_lossless"),
+                        help="folder for report.md and results.csv (default out/verify_lossless)")
     return parser
 
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.cases < 1 or args.vocab < 2 or args.workers < 1 or args.threads < 1:
-        raise InputError("--cases, --workers and --threads must be >= 1 and --vocab >= 2")
+    for option, value, least in (("--cases", args.cases, 1), ("--vocab", args.vocab, 2), ("--workers", args.workers, 1),
+                                 ("--threads", args.threads, 1)):
+        if value < least:
+            raise InputError(f"{option} is {value}, must be >= {least}")
     if args.max_length is not None and args.max_length < 1:
         raise InputError(f"--max-length is {args.max_length}, must be >= 1")
-    if not 0 < args.delta <= 1 or not 0 < args.alpha < 1 or not 0 < args.beta < 1:
-        raise InputError("--alpha and --beta must lie in (0, 1) and --delta in (0, 1]")
+    if args.max_paths < 1:
+        raise InputError(f"--max-paths is {args.max_paths}, must be >= 1")
+    for option, value in (("--alpha", args.alpha), ("--beta", args.beta)):
+        if not 0 < value < 1:  # also refuses nan
+            raise InputError(f"{option} is {value}, must lie in (0, 1)")
+    if not 0 < args.delta <= 1:
+        raise InputError(f"--delta is {args.delta}, must lie in (0, 1]")
     rows, wall, cpu = [], time.perf_counter(), _cpu_seconds()
     if args.mode in ("exact", "both"):
-        rows += run_exact(args.cases, args.seed, args.workers, args.max_length)
+        rows += run_exact(args.cases, args.seed, args.workers, args.max_length, args.max_paths, args.memo)
     if args.mode in ("statistical", "both"):
         rows += run_statistical(args.vocab, args.alpha, args.beta, args.delta, args.seed, args.threads)
     frame = pd.DataFrame(rows)

@@ -30,3 +30,13 @@ def test_statistical_run_catches_every_mutant_small_vocab(tmp_path, capsys):
     frame = __import__("pandas").read_csv(tmp_path / "results.csv")
     mutants = frame[frame["kind"] == "mutant"]
     assert len(mutants) == 7 and (mutants["true_tv"] >= 0.05).all() and (mutants["verdict"] == "ok").all()
+
+
+def test_memo_run_passes_and_max_paths_refuses_in_one_line(tmp_path, capsys):
+    assert verify_lossless.main(["--mode", "exact", "--cases", "4", "--max-length", "2", "--workers", "1", "--memo",
+                                 "--out", str(tmp_path)]) == 0
+    assert "all mutants caught" in capsys.readouterr().out
+    assert verify_lossless.main(["--mode", "exact", "--cases", "4", "--max-length", "2", "--workers", "1",
+                                 "--max-paths", "3", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: exact mode: ") and "max_paths = 3" in err and "\n" not in err

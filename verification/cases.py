@@ -12,11 +12,17 @@ Samplers (built on `verification.rules`, used by the verifier, the CLI and the t
     RULES: name -> Rule(sampler, kind, target) for sd, mcss_with, mcss_without, mcns, one_hot
     (position) and chain, tree_with, tree_without, greedy_chain, tree_one_hot (sequence);
     one_hot / tree_one_hot verify deterministic candidates (`ranked_candidates`) with
-    `rules.mcss_one_hot` / `rules.verify_tree_one_hot`.
+    `rules.mcss_one_hot` / `rules.verify_tree_one_hot`. The MCSS position samplers draw their
+    candidates on demand (`on_demand`: the same law as drawing all k first, and a path stops at
+    the first acceptance); every sampler marks its sub-states with `rng.memo` (rejections so far;
+    the committed tokens of a decode loop) for exact mode's memo=True.
+A PositionCase given float p or q converts them to exact Fractions (an ExactConversionWarning
+says so), so exact mode judges the rule, not float rounding.
 """
 from __future__ import annotations
 
 import functools
+import warnings
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable, Hashable, Sequence
@@ -26,6 +32,19 @@ import numpy as np
 from verification import rules
 from common.errors import InputError
 from verification.exact import exact_law
+from verification.inputs import ExactConversionWarning, to_exact
+
+
+def _as_list(values: Any) -> Any:
+    """A numpy vector as a list (so its floats convert as one probability vector); anything else as is."""
+    return values.tolist() if isinstance(values, np.ndarray) else values
+
+
+def _memo(rng, key: Hashable) -> None:
+    """Tell exact mode (memo=True) that the rest of the run depends only on `key`; other sources may lack it."""
+    memo = getattr(rng, "memo", None)
+    if memo is not None:
+        memo(key)
 
 
 def normalise_weights(weights: Sequence[int], name: str) -> tuple[Fraction, ...]:
@@ -48,6 +67,12 @@ class PositionCase:
     name: str = "case"
 
     def __post_init__(self):
+        notes: list = []
+        for role in ("p", "q"):  # floats become exact Fractions, so rounding cannot fail exact mode
+            object.__setattr__(self, role, to_exact(_as_list(getattr(self, role)), f"{role} of {self.name}",
+                                                    "convert", notes))
+        for note in notes:
+            warnings.warn(f"PositionCase: {note}", ExactConversionWarning, stacklevel=3)
         object.__setattr__(self, "p", tuple(rules.check_distribution(self.p, f"p of {self.name}")))
         object.__setattr__(self, "q", tuple(rules.check_distribution(self.q, f"q of {self.name}", size=len(self.p))))
         if self.k < 1:
@@ -175,6 +200,7 @@ def decode_sequence(case: SequenceCase, rng, replacement: bool = True, rows=tree
     """Draft a tree, verify it, commit; repeat until `length` tokens. Hooks serve the mutants."""
     committed: tuple = ()
     while len(committed) < case.length:
+        _memo(rng, committed)  # the rest of the decode depends only on the committed tokens
         tree = draft_tree(case, rng, committed, replacement, *(() if draft_context is None else (draft_context,)))
         p_rows, q_rows = rows(case, tree, committed)
         committed += verify(tree, p_rows, q_rows, rng, replacement=replacement).tokens
@@ -183,18 +209,27 @@ def decode_sequence(case: SequenceCase, rng, replacement: bool = True, rows=tree
 
 # --- the correct rules as samplers ----------------------------------------------------------
 
+def on_demand(q: Sequence, k: int, rng, replacement: bool = True):
+    """The k candidates drawn as MCSS asks for them (`rules.iter_candidates`), with a memo point after
+    each rejection: with replacement the state after j rejections is j (p^ is the j-th residual and
+    q is unchanged); without replacement it is the ordered list of rejected tokens."""
+    rejected: list = []
+    for x in rules.iter_candidates(q, k, rng, replacement):
+        yield x
+        rejected.append(x)  # resumed: x was rejected
+        _memo(rng, ("rejected", len(rejected)) if replacement else ("rejected", *rejected))
+
+
 def sample_sd(case: PositionCase, rng) -> int:
-    draft = rules.draft_candidates(case.q, 1, rng)
-    return rules.mcss(draft, case.p, case.q, rng).token
+    return rules.mcss(on_demand(case.q, 1, rng), case.p, case.q, rng).token
 
 
 def sample_mcss_with(case: PositionCase, rng) -> int:
-    return rules.mcss(rules.draft_candidates(case.q, case.k, rng), case.p, case.q, rng).token
+    return rules.mcss(on_demand(case.q, case.k, rng), case.p, case.q, rng).token
 
 
 def sample_mcss_without(case: PositionCase, rng) -> int:
-    drafts = rules.draft_candidates(case.q, case.k, rng, replacement=False)
-    return rules.mcss(drafts, case.p, case.q, rng, replacement=False).token
+    return rules.mcss(on_demand(case.q, case.k, rng, replacement=False), case.p, case.q, rng, replacement=False).token
 
 
 def sample_mcns(case: PositionCase, rng) -> int:
@@ -232,9 +267,10 @@ def sample_one_hot(case: PositionCase, rng) -> int:
 
 
 def sample_tree_one_hot(case: SequenceCase, rng) -> tuple:
-    """CAPE / lookahead style: a k-configuration tree of ranked candidates, `verify_tree_one_hot`."""
+    """expansion-set / n-gram-trie style: a k-configuration tree of ranked candidates, `verify_tree_one_hot`."""
     committed: tuple = ()
     while len(committed) < case.length:
+        _memo(rng, committed)
         parents, tokens, contexts, frontier = [-1], [-1], [committed], [0]
         for width in case.shape:
             nxt = []

@@ -8,29 +8,62 @@ randomness from `rng` through the `verification.rules.RandomSource` protocol. He
 the sampler is re-run once per path (depth-first over choice scripts) and every path's
 probability is an exact `Fraction`, so the law and its TV distance to the target are exact.
 
-    exact_law(sampler, case, max_paths=...) -> (law: dict[outcome, Fraction], paths: int)
-    exact_check(sampler, case, target) -> ExactResult (law, tv, paths, passed = law == target;
-        a sampler that raises on some path fails, with the error in `ExactResult.error`)
+    exact_law(sampler, case, max_paths=..., memo=False, floats="convert") -> (law, paths)
+    exact_check(sampler, case, target, max_paths=..., memo=False, floats="convert") -> ExactResult
+        (law, tv, paths, passed = law == target, error: what the sampler raised on some path,
+        notes: floats converted, estimate: the path count estimated before enumerating)
     tv_distance(a, b) -> Fraction (half the L1 distance of two laws given as dicts)
+
+Before enumerating (`verification.inputs`): the sampler's signature and the target are checked,
+floats in the case and the target become exact Fractions (a note and an ExactConversionWarning
+say so; floats="refuse" raises instead), so float rounding cannot make a correct rule look lossy.
+Then `probes` random paths (each branch taken uniformly) give Knuth's unbiased estimate of the
+path count: above `max_paths` the run is refused at once, naming the estimate. Each probe is run
+twice with the same choices: different outcomes mean randomness that bypasses `rng` (Python's
+`random`, numpy's global state) or state kept between calls, and raise InputError; so does a
+replayed path whose branch probabilities changed.
+
+Memoised mode (`memo=True`): a sampler may call `rng.memo(key)` where the law of the rest of its
+run (its final outcome included) depends only on `key` (hashable; for a decode loop, the tokens
+committed so far). The first two sub-trees reached with a key are enumerated in full and must
+give the same conditional law (else InputError: the key misses some state); later ones are cut
+and reuse it. `rules.NumpySource` has a no-op `memo`, so the same sampler runs in statistical mode.
 
 Numbers a uniform is compared with are converted to Fractions exactly (floats included). Any
 other use of a uniform (float(), arithmetic other than scaling and shifting) raises InputError.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import random
+import warnings
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
+import numpy as np
+
 from common.errors import InputError
+from verification.inputs import (ExactConversionWarning, check_outcome_kinds, check_sampler, exact_case,
+                                 exact_target)
+from verification.memo import BYPASS, Memo
 
 Sampler = Callable[[Any, Any], Hashable]
 
 DEFAULT_MAX_PATHS = 2_000_000
+DEFAULT_PROBES = 16
 
 
 class SamplerError(Exception):
     """The sampler under test raised on one of its paths (the original error is the cause)."""
+
+
+class _Cut(BaseException):
+    """Raised by `ExactSource.memo` when the rest of the path is already known (a BaseException, so
+    a sampler's own `except Exception` does not swallow it)."""
+
+    def __init__(self, key: Hashable):
+        super().__init__()
+        self.key = key
 
 
 def _exact(x: Any) -> Fraction:
@@ -43,13 +76,27 @@ def _exact(x: Any) -> Fraction:
 
 
 class ExactSource:
-    """Random source that follows a script of choices and records new branch points."""
+    """Random source that follows a script of choices and records new branch points.
 
-    def __init__(self, script: tuple[int, ...]):
+    Past the script it takes the first live branch (enumeration) or, given `chooser` (a
+    `random.Random`), a uniformly random live one (probes; `width` is then Knuth's estimate)."""
+
+    def __init__(self, script: tuple[int, ...], memo: Memo | None = None, expected: tuple | None = None,
+                 chooser: random.Random | None = None):
         self.script = script
         self.taken: list[int] = []
-        self.branches: list[tuple[int, list[int]]] = []  # (depth, untried alternatives)
+        self.branches: list[tuple[int, list[int], tuple]] = []  # (depth, untried alternatives, probabilities)
         self.prob = Fraction(1)
+        self.width = 1                 # product of live-branch counts (probes)
+        self.floats = 0                # float numbers the sampler handed over (its own float arithmetic)
+        self.memo_points: list[tuple[int, Hashable, Fraction]] = []
+        self.memo_calls = 0
+        self._memo, self._expected, self._chooser = memo, expected, chooser
+
+    def exact(self, x: Any) -> Fraction:
+        if isinstance(x, (float, np.floating)):
+            self.floats += 1
+        return _exact(x)
 
     def _choose(self, probs: Sequence[Fraction]) -> int:
         """Pick a branch among options with the given probabilities (sum 1, some may be 0)."""
@@ -60,9 +107,15 @@ class ExactSource:
             depth = len(self.taken)
             if depth < len(self.script):
                 choice = self.script[depth]
+                if choice not in live or (depth == len(self.script) - 1 and self._expected is not None
+                                          and tuple(probs) != self._expected):
+                    raise InputError(f"exact mode: {BYPASS} (a replayed path branched differently)")
+            elif self._chooser is not None:
+                choice = self._chooser.choice(live)
+                self.width *= len(live)
             else:
                 choice = live[0]
-                self.branches.append((depth, live[1:]))
+                self.branches.append((depth, live[1:], tuple(probs)))
             self.taken.append(choice)
         self.prob *= probs[choice]
         return choice
@@ -71,11 +124,24 @@ class ExactSource:
         return SymbolicUniform(_Interval(self), Fraction(1), Fraction(0))
 
     def categorical(self, weights: Sequence[Any]) -> int:
-        exact = [_exact(w) for w in weights]
+        exact = [self.exact(w) for w in weights]
         total = sum(exact)
         if not total > 0 or any(w < 0 for w in exact):
             raise InputError("categorical weights must be >= 0 with positive mass")
         return self._choose([w / total for w in exact])
+
+    def memo(self, key: Hashable) -> None:
+        """The rest of this run depends only on `key` (see the module docstring)."""
+        self.memo_calls += 1
+        if self._memo is None or len(self.taken) < len(self.script):  # off, or replaying a known prefix
+            return
+        try:
+            hash(key)
+        except TypeError:
+            raise InputError(f"exact mode: memo key {key!r} is not hashable") from None
+        if key in self._memo.verified:
+            raise _Cut(key)
+        self.memo_points.append((len(self.taken), key, self.prob))
 
 
 class _Interval:
@@ -103,31 +169,34 @@ class SymbolicUniform:
     def __init__(self, interval: _Interval, scale: Fraction, offset: Fraction):
         self._iv, self._scale, self._offset = interval, scale, offset
 
+    def _exact(self, x: Any) -> Fraction:
+        return self._iv.source.exact(x)
+
     def _affine(self, scale: Any, offset: Any) -> "SymbolicUniform":
         return SymbolicUniform(self._iv, self._scale * scale, self._offset * scale + offset)
 
     def __mul__(self, other):
-        return self._affine(_exact(other), Fraction(0))
+        return self._affine(self._exact(other), Fraction(0))
 
     __rmul__ = __mul__
 
     def __truediv__(self, other):
-        return self._affine(1 / _exact(other), Fraction(0))
+        return self._affine(1 / self._exact(other), Fraction(0))
 
     def __add__(self, other):
-        return self._affine(Fraction(1), _exact(other))
+        return self._affine(Fraction(1), self._exact(other))
 
     __radd__ = __add__
 
     def __sub__(self, other):
-        return self._affine(Fraction(1), -_exact(other))
+        return self._affine(Fraction(1), -self._exact(other))
 
     def __rsub__(self, other):
-        return SymbolicUniform(self._iv, -self._scale, _exact(other) - self._offset)
+        return SymbolicUniform(self._iv, -self._scale, self._exact(other) - self._offset)
 
     def _less_than(self, x: Any) -> bool:
         """scale * U + offset < x."""
-        bound = _exact(x) - self._offset
+        bound = self._exact(x) - self._offset
         if self._scale == 0:
             return 0 < bound
         if self._scale > 0:
@@ -157,35 +226,119 @@ class SymbolicUniform:
     __hash__ = None
 
 
-def exact_law(sampler: Sampler, case: Any, max_paths: int = DEFAULT_MAX_PATHS) -> tuple[dict, int]:
-    """The exact output law of `sampler` on `case` and the number of paths enumerated."""
+def _run(sampler: Sampler, case: Any, source: ExactSource) -> tuple[Any, Hashable | None]:
+    """(outcome, None) or (None, memo key) when the path was cut; SamplerError when the sampler raised."""
+    try:
+        return sampler(case, source), None
+    except _Cut as cut:
+        return None, cut.key
+    except Exception as exc:  # the sampler's own failure is a verdict, not a crash of the verifier
+        if isinstance(exc, InputError) and str(exc).startswith("exact mode:"):
+            raise
+        raise SamplerError(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # e.g. numpy arrays: compare their text
+        return repr(a) == repr(b)
+
+
+def estimate_paths(sampler: Sampler, case: Any, probes: int = DEFAULT_PROBES, seed: int = 0) -> tuple[float, bool]:
+    """(Knuth's estimate of the path count from `probes` random paths, whether the sampler calls
+    rng.memo); each probe is replayed and must repeat exactly (InputError otherwise)."""
+    chooser = random.Random(seed)
+    widths, memo_calls = [], 0
+    for _ in range(probes):
+        first = ExactSource((), chooser=chooser)
+        outcome, _ = _run(sampler, case, first)
+        again = ExactSource(tuple(first.taken))
+        repeat, _ = _run(sampler, case, again)
+        if not _same(outcome, repeat) or again.taken != first.taken or again.prob != first.prob:
+            raise InputError(f"exact mode: {BYPASS} (outcome {outcome!r}, then {repeat!r})")
+        widths.append(first.width)
+        memo_calls += first.memo_calls
+    return (sum(widths) / len(widths) if widths else 0.0), memo_calls > 0
+
+
+@dataclass
+class _Enumeration:
+    law: dict
+    paths: int
+    estimate: float
+    notes: list
+
+
+def _enumerate(sampler: Sampler, case: Any, max_paths: int, memo: bool, probes: int, seed: int) -> _Enumeration:
+    if isinstance(max_paths, bool) or not isinstance(max_paths, int) or max_paths < 1:
+        raise InputError(f"max_paths is {max_paths!r}, must be a positive integer")
+    estimate, declares_memo = estimate_paths(sampler, case, probes, seed)
+    if estimate > max_paths and not (memo and declares_memo):
+        raise InputError(f"exact mode: about {estimate:.3g} paths (estimated from {probes} random paths) exceed "
+                         f"max_paths = {max_paths}; use a smaller case, raise max_paths (--max-paths), memo=True "
+                         "(--memo) with rng.memo keys, or statistical mode")
     law: dict = {}
-    stack: list[tuple[int, ...]] = [()]
-    paths = 0
+    stack: list[tuple[tuple[int, ...], tuple | None]] = [((), None)]
+    paths, floats = 0, 0
+    memo_state = Memo() if memo else None
     while stack:
-        script = stack.pop()
-        source = ExactSource(script)
-        try:
-            outcome = sampler(case, source)
-        except Exception as exc:  # the sampler's own failure is a verdict, not a crash of the verifier
-            if isinstance(exc, InputError) and str(exc).startswith("exact mode:"):
-                raise
-            raise SamplerError(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
+        script, expected = stack.pop()
+        if memo_state is not None:
+            memo_state.leave(script)
+        source = ExactSource(script, memo_state, expected)
+        outcome, cut = _run(sampler, case, source)
         if len(source.taken) < len(script):
-            raise InputError("exact mode: the sampler is not deterministic given its random choices")
-        for depth, alternatives in source.branches:
+            raise InputError(f"exact mode: {BYPASS} (a replayed path ended early)")
+        for depth, alternatives, probs in source.branches:
             prefix = tuple(source.taken[:depth])
-            stack.extend(prefix + (alt,) for alt in reversed(alternatives))
-        try:
-            law[outcome] = law.get(outcome, Fraction(0)) + source.prob
-        except TypeError:
-            raise InputError(f"exact mode: sampler outcome {outcome!r} is not hashable") from None
+            stack.extend((prefix + (alt,), probs) for alt in reversed(alternatives))
+        if cut is None:
+            try:
+                contributions = {outcome: source.prob}
+            except TypeError:
+                raise InputError(f"exact mode: sampler outcome {outcome!r} is not hashable") from None
+        else:
+            contributions = {o: source.prob * w for o, w in memo_state.cache[cut].items()}
+        if memo_state is not None:
+            memo_state.enter(source)
+            memo_state.add(contributions)
+        for o, w in contributions.items():
+            law[o] = law.get(o, Fraction(0)) + w
+        floats += source.floats
         paths += 1
         if paths > max_paths:
-            raise InputError(f"exact mode: more than {max_paths} paths; use a smaller case or statistical mode")
+            raise InputError(f"exact mode: more than max_paths = {max_paths} paths (estimated {estimate:.3g}); "
+                             "use a smaller case, raise max_paths (--max-paths) or use statistical mode")
+    if memo_state is not None:
+        memo_state.close_all()
     if sum(law.values()) != 1:  # pragma: no cover - would mean a bug in the enumeration itself
         raise AssertionError("exact enumeration lost probability mass")
-    return law, paths
+    notes = []
+    if floats:
+        notes.append(f"the sampler handed {floats} floats of its own arithmetic to rng (comparisons or categorical "
+                     "weights); their rounding can show as a TV near 1e-16: compute with Fractions")
+    return _Enumeration(law, paths, estimate, notes)
+
+
+def _prepare(sampler: Sampler, case: Any, floats: str) -> tuple[Any, list]:
+    check_sampler(sampler, (case, None), "exact")
+    case, notes = exact_case(case, floats)
+    return case, notes
+
+
+def _warn(notes: list) -> None:
+    for note in notes:
+        warnings.warn(f"exact mode: {note}", ExactConversionWarning, stacklevel=3)
+
+
+def exact_law(sampler: Sampler, case: Any, max_paths: int = DEFAULT_MAX_PATHS, *, memo: bool = False,
+              floats: str = "convert", probes: int = DEFAULT_PROBES, seed: int = 0) -> tuple[dict, int]:
+    """The exact output law of `sampler` on `case` and the number of paths (sampler runs) enumerated."""
+    case, notes = _prepare(sampler, case, floats)
+    result = _enumerate(sampler, case, max_paths, memo, probes, seed)
+    _warn(notes + result.notes)
+    return result.law, result.paths
 
 
 def tv_distance(a: Mapping, b: Mapping) -> Fraction:
@@ -198,9 +351,11 @@ def tv_distance(a: Mapping, b: Mapping) -> Fraction:
 class ExactResult:
     law: dict            # outcome -> Fraction
     tv: Fraction         # exact TV distance to the target
-    paths: int           # enumerated paths
+    paths: int           # enumerated paths (sampler runs)
     passed: bool         # law equals the target exactly
     error: str = ""      # what the sampler raised, when it did (then passed is False)
+    notes: list = field(default_factory=list)  # floats converted, floats seen in the sampler's arithmetic
+    estimate: float = 0.0                      # path count estimated before enumerating
 
     def worst_outcome(self, target: Mapping) -> Hashable | None:
         """The outcome with the largest |law - target| (None when they agree)."""
@@ -210,11 +365,21 @@ class ExactResult:
         return max(keys, key=lambda k: abs(self.law.get(k, 0) - _exact(target.get(k, 0))))
 
 
-def exact_check(sampler: Sampler, case: Any, target: Mapping, max_paths: int = DEFAULT_MAX_PATHS) -> ExactResult:
-    """Enumerate `sampler` on `case` and compare its law with `target` exactly."""
+def exact_check(sampler: Sampler, case: Any, target: Any, max_paths: int = DEFAULT_MAX_PATHS, *,
+                memo: bool = False, floats: str = "convert", probes: int = DEFAULT_PROBES,
+                seed: int = 0) -> ExactResult:
+    """Enumerate `sampler` on `case` and compare its law with `target` ({outcome: p} or a vector over token ids)."""
+    target, target_notes = exact_target(target, floats)
+    case, notes = _prepare(sampler, case, floats)
+    notes += target_notes
     try:
-        law, paths = exact_law(sampler, case, max_paths=max_paths)
+        result = _enumerate(sampler, case, max_paths, memo, probes, seed)
     except SamplerError as exc:
-        return ExactResult(law={}, tv=Fraction(1), paths=0, passed=False, error=str(exc))
-    tv = tv_distance(law, target)
-    return ExactResult(law=law, tv=tv, paths=paths, passed=tv == 0)
+        _warn(notes)
+        return ExactResult(law={}, tv=Fraction(1), paths=0, passed=False, error=str(exc), notes=notes)
+    notes += result.notes
+    _warn(notes)
+    check_outcome_kinds(result.law, target)
+    tv = tv_distance(result.law, target)
+    return ExactResult(law=result.law, tv=tv, paths=result.paths, passed=tv == 0, notes=notes,
+                       estimate=result.estimate)

@@ -10,6 +10,9 @@ Random source protocol (`RandomSource`):
     uniform() -> number in [0, 1)
     categorical(weights) -> index i drawn with probability weights[i] / sum(weights)
                             (weights >= 0, positive sum; normalised or not)
+    memo(key) -> None       optional: "the rest of this run depends only on key"; exact mode
+                            (`verification.exact`, memo=True) reuses the law below a key, the
+                            other sources ignore it (call it as getattr(rng, "memo", None))
 `NumpySource(seed)` is the seeded implementation; `ScriptedSource(uniforms, draws)` replays
 given uniforms (categorical draws by inverse CDF, `inverse_cdf`), as the batched torch rules do.
 
@@ -32,7 +35,7 @@ Rules (all raise `InputError` naming the vector or token on bad input):
     mcns(candidates, p, rng) -> Step
         Naive multi-candidate sampling: x ~ p; accept the first candidate equal to x, else return x.
     mcss_one_hot(candidates, p, rng) -> Step
-        Deterministic candidates (one-hot drafts: CAPE sets, lookahead n-grams), see below.
+        Deterministic candidates (one-hot drafts: CAPE sets, n-gram candidates), see below.
     verify_tree(tree, p_rows, q_rows, rng, replacement=True) -> Verdict
         MCSS over each node's children, walking down the accepted path; the bonus token after a
         fully accepted path is drawn from p at the leaf.
@@ -45,7 +48,7 @@ Rules (all raise `InputError` naming the vector or token on bad input):
         target's argmax as the correction or bonus token.
     draft_candidates(q, k, rng, replacement=True) -> list[int]
         The drafting side: k i.i.d. draws from q, or k sequential draws without replacement
-        (fewer when q's support has fewer than k tokens).
+        (fewer when q's support has fewer than k tokens). `iter_candidates` draws them on demand.
 
 Deterministic candidates (`mcss_one_hot`): candidates fixed before verification and drawn from
 no q (top-k drafter ranks, pool n-grams) are one-hot drafts, q_i = delta(x_i). MCSS without
@@ -72,7 +75,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 
@@ -122,6 +125,9 @@ class NumpySource:
     def categorical(self, weights: Sequence[Number]) -> int:
         return inverse_cdf(weights, float(self.rng.random()))
 
+    def memo(self, key: Any) -> None:
+        """No-op: only exact mode memoises sub-states (`verification.exact`)."""
+
 
 class ScriptedSource:
     """Replays given uniforms: `uniforms` feed uniform(), `draws` feed categorical() by inverse CDF."""
@@ -143,6 +149,9 @@ class ScriptedSource:
             raise InputError(f"scripted source ran out of categorical draws after {self.used_draws}")
         self.used_draws += 1
         return inverse_cdf(weights, self._draws[self.used_draws - 1])
+
+    def memo(self, key: Any) -> None:
+        """No-op: only exact mode memoises sub-states (`verification.exact`)."""
 
 
 # --- validation -------------------------------------------------------------------------------
@@ -360,7 +369,7 @@ def mcss_one_hot(candidates: Sequence[int], p: Sequence[Number], rng: RandomSour
 
 
 def verify_tree_one_hot(tree: TokenTree, p_rows: Sequence[Sequence[Number]], rng: RandomSource) -> Verdict:
-    """`mcss_one_hot` over each node's children (CAPE sets, lookahead tries), walking down the accepted path."""
+    """`mcss_one_hot` over each node's children (CAPE sets, n-gram tries), walking down the accepted path."""
     _check_rows(p_rows, tree, "p_rows", leaves_optional=False)
     return _walk_tree(tree, p_rows, rng, lambda node, kids: mcss_one_hot(
         kids, p_rows[node], rng, name=f"tree node {node}"))
@@ -394,17 +403,26 @@ def greedy_chain(drafts: Sequence[int], p_rows: Sequence[Sequence[Number]]) -> V
     return greedy_tree(TokenTree.chain(drafts), p_rows)
 
 
-def draft_candidates(q: Sequence[Number], k: int, rng: RandomSource, replacement: bool = True) -> list[int]:
-    """k candidates from q: i.i.d., or sequentially without replacement (fewer if q's support is smaller)."""
+def iter_candidates(q: Sequence[Number], k: int, rng: RandomSource, replacement: bool = True) -> Iterator[int]:
+    """`draft_candidates` drawn on demand: candidate i is drawn when the consumer asks for it. The
+    joint law of the candidates consumed is the same, so a rule that stops at the first acceptance
+    (`mcss`) gives the same law; exact mode then enumerates no draws that are never verified."""
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise InputError(f"k is {k!r}, must be a positive integer")
     q_bar = check_distribution(q, "q")
-    out: list[int] = []
-    for _ in range(k):
-        if not any(x > 0 for x in q_bar):
-            break
-        x = rng.categorical(q_bar)
-        out.append(x)
-        if not replacement:
-            q_bar = remove_token(q_bar, x)
-    return out
+
+    def draws() -> Iterator[int]:
+        nonlocal q_bar
+        for _ in range(k):
+            if not any(x > 0 for x in q_bar):
+                return
+            x = rng.categorical(q_bar)
+            yield x
+            if not replacement:
+                q_bar = remove_token(q_bar, x)
+    return draws()
+
+
+def draft_candidates(q: Sequence[Number], k: int, rng: RandomSource, replacement: bool = True) -> list[int]:
+    """k candidates from q: i.i.d., or sequentially without replacement (fewer if q's support is smaller)."""
+    return list(iter_candidates(q, k, rng, replacement))

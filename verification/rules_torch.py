@@ -316,7 +316,7 @@ def greedy_chain(drafts: torch.Tensor, p: torch.Tensor) -> VerdictBatch:
 
 def verify_tree_one_hot(parents: Sequence[int], tokens: torch.Tensor, p: torch.Tensor, accept_u: torch.Tensor,
                         draw_u: torch.Tensor) -> VerdictBatch:
-    """Batched `rules.verify_tree_one_hot` (CAPE sets, lookahead tries): no q; per candidate one
+    """Batched `rules.verify_tree_one_hot` (CAPE sets, n-gram tries): no q; per candidate one
     uniform, accepted when u < p^(x), else p^ loses x and is renormalised; uniforms as `verify_tree`."""
     if p.dim() != 3:
         raise InputError(f"p must be [B, N+1, V], got shape {tuple(p.shape)}")

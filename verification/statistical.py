@@ -19,9 +19,11 @@ number of checks in the run (Bonferroni: each uses alpha / tests and the sample 
 The power guarantee holds for the TV distance between the pooled laws; pooled cells only
 contain outcomes whose expected count is below `min_expected`.
 
-A sampler is `(case, rng) -> outcome` called n times with `rng = rules.NumpySource(seed)` (the
+A sampler is `(case, rng) -> outcome` (a token id) called n times with `rng = rules.NumpySource(seed)` (the
 same protocol as exact mode), or, with `batched=True`, `(case, rng: np.random.Generator, n) ->
-outcomes` (an int array), or `(outcomes, accepted)` when an acceptance rate is tested.
+outcomes` (an int array), or `(outcomes, accepted)` when an acceptance rate is tested. The
+signature and the outcomes are checked: a wrong signature, or outcomes that are not token ids
+(a tuple without accept_rate, a float), raise one-line InputErrors.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from scipy import optimize, stats
 
 from verification import rules
 from common.errors import InputError
+from verification.inputs import check_sampler
 
 MIN_EXPECTED = 5.0
 
@@ -116,16 +119,38 @@ class StatResult:
         return self.tv_hat + self.eps
 
 
+def _token_ids(outcomes: Any, n: int, accept_hint: bool) -> np.ndarray:
+    """Outcomes as an int array of n token ids; InputError naming the first outcome that is not one."""
+    if isinstance(outcomes, np.ndarray) and outcomes.dtype.kind in "iu" and outcomes.shape == (n,):
+        return outcomes
+    values = list(outcomes) if isinstance(outcomes, (list, tuple, np.ndarray)) else [outcomes]
+    bad = next((v for v in values if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer))), None)
+    if bad is not None:
+        hint = (" (return (token, accepted) pairs only together with accept_rate=...)"
+                if accept_hint and isinstance(bad, tuple) else "")
+        raise InputError(f"statistical mode: the sampler returned {bad!r} ({type(bad).__name__}); outcomes must be "
+                         f"token ids (int){hint}")
+    if len(values) != n:
+        raise InputError(f"statistical mode: the sampler returned {len(values)} outcomes, {n} were asked for")
+    return np.asarray(values, dtype=np.int64)
+
+
 def _draw(sampler: Callable, case: Any, n: int, seed: int, batched: bool, want_accept: bool):
     if batched:
+        check_sampler(sampler, (case, None, n), "statistical")
         out = sampler(case, np.random.default_rng(seed), n)
         outcomes, accepted = out if isinstance(out, tuple) else (out, None)
-        return np.asarray(outcomes), (None if accepted is None else np.asarray(accepted, dtype=bool))
+        return _token_ids(np.asarray(outcomes), n, True), (None if accepted is None else np.asarray(accepted, dtype=bool))
+    check_sampler(sampler, (case, None), "statistical")
     source = rules.NumpySource(seed)
     draws = [sampler(case, source) for _ in range(n)]
     if want_accept:
-        return np.asarray([d[0] for d in draws]), np.asarray([bool(d[1]) for d in draws])
-    return np.asarray(draws), None
+        bad = next((d for d in draws if not (isinstance(d, tuple) and len(d) == 2)), None)
+        if bad is not None:
+            raise InputError(f"statistical mode: with accept_rate the sampler must return (token, accepted); it "
+                             f"returned {bad!r}")
+        return _token_ids([d[0] for d in draws], n, False), np.asarray([bool(d[1]) for d in draws])
+    return _token_ids(draws, n, True), None
 
 
 def _target_vector(target: Mapping | np.ndarray | None, vocab: int | None) -> np.ndarray:

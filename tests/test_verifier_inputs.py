@@ -1,0 +1,137 @@
+"""The verifier as a library for other people's samplers: inputs checked, floats made exact, path
+counts estimated and bounded, memoised sub-states, randomness that bypasses rng detected."""
+import itertools
+import random
+import time
+from fractions import Fraction as F
+
+import numpy as np
+import pytest
+
+from common.errors import InputError
+from verification import exact, rules, statistical
+from verification.cases import RULES, PositionCase, SequenceCase, on_demand, random_position_case
+from verification.inputs import ExactConversionWarning
+
+FLOAT_P, FLOAT_Q = [0.1, 0.2, 0.7], [0.5, 0.25, 0.25]
+
+
+def my_sd(case, rng):
+    """A user's speculative sampler on a (p, q) tuple case, written with the project's rules."""
+    p, q = case
+    return rules.mcss([rng.categorical(q)], p, q, rng).token
+
+
+def test_float_case_and_target_are_converted_exactly_with_a_note():
+    with pytest.warns(ExactConversionWarning, match="divided by their exact sum"):
+        case = PositionCase(FLOAT_P, FLOAT_Q, 2)
+    assert all(isinstance(x, F) for x in case.p + case.q) and sum(case.p) == 1
+    assert exact.exact_check(RULES["mcss_with"].sampler, case, case.target()).passed
+    with pytest.warns(ExactConversionWarning, match="case\\[0\\]"):
+        result = exact.exact_check(my_sd, (FLOAT_P, FLOAT_Q), FLOAT_P)  # a target list over token ids
+    assert result.passed and result.tv == 0 and any("target" in note for note in result.notes)
+    with pytest.raises(InputError, match=r"case\[0\]\[0\] is the float 0.1"):
+        exact.exact_check(my_sd, (FLOAT_P, FLOAT_Q), [F(1, 10), F(2, 10), F(7, 10)], floats="refuse")
+
+
+def test_float_arithmetic_inside_the_sampler_is_named_in_the_notes():
+    def float_ratio(case, rng):
+        p, q = case
+        x = rng.categorical(q)
+        return x if rng.uniform() <= float(p[x]) / float(q[x]) else rng.categorical(rules.residual(p, q))
+    case = ((F(1, 10), F(2, 10), F(7, 10)), (F(1, 2), F(1, 4), F(1, 4)))
+    result = exact.exact_check(float_ratio, case, case[0])
+    assert any("floats of its own arithmetic" in note for note in result.notes)
+
+
+@pytest.mark.parametrize("sampler", [lambda case: 0, lambda p, q, rng: 0, "not callable"])
+def test_a_wrong_sampler_signature_is_an_error_not_a_verdict(sampler):
+    case = PositionCase((F(1, 2), F(1, 2)), (F(1, 2), F(1, 2)))
+    with pytest.raises(InputError, match="must take \\(case, rng\\)|not callable"):
+        exact.exact_check(sampler, case, case.target())
+    with pytest.raises(InputError, match="must take \\(case, rng\\)|not callable"):
+        statistical.statistical_check(sampler, case, [0.5, 0.5], n=10)
+
+
+@pytest.mark.parametrize("target, message", [(5, "got int 5"), ("ab", "got str"), ({0: F(1, 2)}, "not exactly 1"),
+                                              ([F(1, 2), F(-1, 2), 1], r"target\[1\]"), ([[1]], "vector of probabilities")])
+def test_bad_targets_are_refused_in_one_line(target, message):
+    case = PositionCase((F(1, 2), F(1, 2)), (F(1, 2), F(1, 2)))
+    with pytest.raises(InputError, match=message):
+        exact.exact_check(RULES["sd"].sampler, case, target)
+
+
+def test_outcome_kinds_are_checked_in_both_modes():
+    case = PositionCase((F(1, 2), F(1, 2)), (F(1, 4), F(3, 4)))
+    def with_flag(c, rng):
+        step = rules.mcss([rng.categorical(c.q)], c.p, c.q, rng)
+        return step.token, step.accepted
+    with pytest.raises(InputError, match=r"returned \(\d, (True|False)\) \(tuple\) but the target's outcomes are int"):
+        exact.exact_check(with_flag, case, case.target())
+    with pytest.raises(InputError, match=r"returned \(\d, (True|False)\) \(tuple\); outcomes must be token ids.*accept_rate"):
+        statistical.statistical_check(with_flag, case, [0.5, 0.5], n=20)
+    with pytest.raises(InputError, match="outcomes must be token ids"):
+        statistical.statistical_check(lambda c, rng: 0.5, case, [0.5, 0.5], n=20)
+    assert statistical.statistical_check(with_flag, case, [0.5, 0.5], n=2000, accept_rate=0.75, alpha=1e-3,
+                                         beta=1e-3).passed
+
+
+def test_path_estimate_refuses_before_enumerating():
+    case = random_position_case(np.random.default_rng(0), 16, 4)  # ~26,000 paths without memo (about 45 s)
+    start = time.perf_counter()
+    with pytest.raises(InputError, match=r"about [\d.e+]+ paths .* exceed max_paths = 1000"):
+        exact.exact_check(RULES["mcss_with"].sampler, case, case.target(), max_paths=1000)
+    assert time.perf_counter() - start < 5
+    def two_draws(case, rng):  # a balanced tree: Knuth's estimate is exact
+        return rng.categorical([1, 1]), rng.categorical([1, 2, 3])
+    assert exact.estimate_paths(two_draws, None) == (6, False) and exact.exact_law(two_draws, None)[1] == 6
+    with pytest.raises(InputError, match="max_paths is 0"):
+        exact.exact_law(RULES["sd"].sampler, case, max_paths=0)
+
+
+def test_memo_gives_the_same_law_with_far_fewer_paths():
+    case = random_position_case(np.random.default_rng(3), 6, 3)
+    for name in ("sd", "mcss_with", "mcss_without"):
+        full, full_paths = exact.exact_law(RULES[name].sampler, case)
+        fast, fast_paths = exact.exact_law(RULES[name].sampler, case, memo=True)
+        assert fast == full == case.target(), name
+        assert fast_paths <= full_paths
+    sequence = SequenceCase(3, 3, (2, 1), seed=4)
+    for name in ("chain", "tree_with", "tree_without", "tree_one_hot"):
+        full, full_paths = exact.exact_law(RULES[name].sampler, sequence)
+        fast, fast_paths = exact.exact_law(RULES[name].sampler, sequence, memo=True)
+        assert fast == full, name
+        assert fast_paths < full_paths or name == "tree_one_hot", (name, fast_paths, full_paths)
+    big = random_position_case(np.random.default_rng(0), 16, 4)  # the full enumeration takes ~45 s
+    result = exact.exact_check(RULES["mcss_with"].sampler, big, big.target(), max_paths=1000, memo=True)
+    assert result.passed and result.paths < 1000
+
+
+def test_on_demand_drafting_has_the_law_of_drafting_all_k_first():
+    case = PositionCase((F(1, 2), F(1, 4), F(1, 4), F(0)), (F(1, 8), F(1, 8), F(1, 4), F(1, 2)), 3)
+    for replacement in (True, False):
+        def eager(c, rng):
+            return rules.mcss(rules.draft_candidates(c.q, c.k, rng, replacement), c.p, c.q, rng, replacement)
+        def lazy(c, rng):
+            return rules.mcss(on_demand(c.q, c.k, rng, replacement), c.p, c.q, rng, replacement)
+        assert exact.exact_law(eager, case)[0] == exact.exact_law(lazy, case)[0]  # whole Steps: token, index
+
+
+def test_a_memo_key_that_misses_state_is_caught():
+    def lying(case, rng):
+        first = rng.categorical([1, 1])
+        rng.memo("same")  # wrong: the outcome depends on `first`
+        return first + rng.categorical([1, 1])
+    with pytest.raises(InputError, match="memo key 'same' does not fix the rest"):
+        exact.exact_law(lying, None, memo=True)
+    assert exact.exact_law(lying, None)[0] == {0: F(1, 4), 1: F(1, 2), 2: F(1, 4)}
+
+
+def test_randomness_that_bypasses_rng_is_detected():
+    with pytest.raises(InputError, match="does not come from rng"):
+        exact.exact_law(lambda case, rng: random.random() < 0.5, None)
+    with pytest.raises(InputError, match="does not come from rng"):
+        exact.exact_law(lambda case, rng: rng.categorical([1, 1]) + int(np.random.random() < 0.5), None)
+    calls = itertools.count()
+    with pytest.raises(InputError, match="keeps state between calls"):
+        exact.exact_law(lambda case, rng: next(calls) % 2 + rng.categorical([1, 1]), None)
