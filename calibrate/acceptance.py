@@ -12,7 +12,8 @@ Definitions (the cost models take these, not vLLM's accepted/drafted ratio):
   top K | bin b).
 - markov: a bursty two-state model, p_aa = P(accept | previous accepted), p_ra =
   P(accept | previous rejected); its stationary acceptance is p_ra / (1 - p_aa + p_ra).
-- lookahead: the Lookahead paper's alpha (n-gram token acceptance) and f (Eq. 7 scaling).
+- a method's own part, under the method's name (`MethodSpec.acceptance_part` parses it), for a
+  method whose acceptance is not a drafter's (n-gram acceptance and its scaling, say).
 """
 from __future__ import annotations
 
@@ -111,15 +112,6 @@ class ConfidenceBins:
 
 
 @dataclass(frozen=True)
-class LookaheadAcceptance:
-    alpha: float
-    f: float
-
-    def to_dict(self) -> dict[str, float]:
-        return {"alpha": self.alpha, "f": self.f}
-
-
-@dataclass(frozen=True)
 class AcceptanceModel:
     """One acceptance entry of a Profile, validated; optional parts are None when not recorded."""
 
@@ -130,7 +122,7 @@ class AcceptanceModel:
     alpha_at_k_without_replacement: dict[int, float] | None = None
     conf_bins: ConfidenceBins | None = None
     markov: MarkovAcceptance | None = None
-    lookahead: LookaheadAcceptance | None = None
+    own: dict[str, Any] = field(default_factory=dict)   # method name -> its own part (MethodSpec.acceptance_part)
     drafter: str = ""
     temperature: float = 0.0
     dataset: str = ""
@@ -140,15 +132,16 @@ class AcceptanceModel:
     # ---- accessors ------------------------------------------------------------------------
     @property
     def alpha(self) -> float:
-        """Per-token acceptance probability: the stored alpha, else alpha@1, else the Markov or Lookahead one."""
+        """Per-token acceptance probability: the stored alpha, else alpha@1, else the Markov one, else
+        that of a method's own part."""
         if self.alpha_value is not None:
             return self.alpha_value
         if self.alpha_at_k and 1 in self.alpha_at_k:
             return self.alpha_at_k[1]
         if self.markov is not None:
             return self.markov.stationary_alpha
-        if self.lookahead is not None:
-            return self.lookahead.alpha
+        for part in self.own.values():
+            return float(part.alpha)
         raise InputError(f"acceptance model '{self.name}' has no alpha")
 
     def beta(self, gamma: int) -> np.ndarray:
@@ -183,8 +176,15 @@ class AcceptanceModel:
         return float(out) if out.ndim == 0 else out
 
     def has(self, part: str) -> bool:
-        """Whether the optional part ('alpha_by_position', 'alpha_at_k', 'conf_bins', ...) is recorded."""
-        return getattr(self, part, None) is not None
+        """Whether the optional part ('alpha_by_position', 'alpha_at_k', 'conf_bins', a method's own
+        part by the method's name, ...) is recorded."""
+        return self.part(part) is not None
+
+    def part(self, name: str) -> Any:
+        """The optional part `name` (None when not recorded)."""
+        if name in self.own:
+            return self.own[name]
+        return getattr(self, name, None) if name in _KNOWN_FIELDS else None
 
     # ---- IO -------------------------------------------------------------------------------
     @classmethod
@@ -207,20 +207,13 @@ class AcceptanceModel:
                 raise InputError(f"{where}: markov needs 'p_aa' and 'p_ra'")
             markov = MarkovAcceptance(_probability(m["p_aa"], f"{where}: markov.p_aa"),
                                       _probability(m["p_ra"], f"{where}: markov.p_ra"))
-        lookahead = None
-        if raw.get("lookahead") is not None:
-            la = raw["lookahead"]
-            if not isinstance(la, dict) or "alpha" not in la or "f" not in la:
-                raise InputError(f"{where}: lookahead needs 'alpha' and 'f'")
-            f = la["f"]
-            if isinstance(f, bool) or not isinstance(f, (int, float)) or not math.isfinite(f) or f < 1:
-                raise InputError(f"{where}: lookahead.f must be a number >= 1, got {f!r}")
-            lookahead = LookaheadAcceptance(_probability(la["alpha"], f"{where}: lookahead.alpha"), float(f))
+        own = {spec.name: spec.acceptance_part(raw[spec.name], where) for spec in _own_part_methods()
+               if raw.get(spec.name) is not None}
         model = cls(name=name, alpha_value=alpha, alpha_by_position=by_pos, alpha_at_k=at_k,
-                    alpha_at_k_without_replacement=at_k_wo, conf_bins=conf, markov=markov, lookahead=lookahead,
+                    alpha_at_k_without_replacement=at_k_wo, conf_bins=conf, markov=markov, own=own,
                     drafter=str(raw.get("drafter", "")), temperature=_temperature(raw.get("temperature", 0.0), where),
                     dataset=str(raw.get("dataset", "")), source=str(raw.get("source", "")),
-                    extra={k: v for k, v in raw.items() if k not in _KNOWN_FIELDS})
+                    extra={k: v for k, v in raw.items() if k not in _KNOWN_FIELDS and k not in own})
         model.alpha  # every model must yield a per-token alpha somehow
         return model
 
@@ -234,17 +227,26 @@ class AcceptanceModel:
             table = getattr(self, key)
             if table is not None:
                 out[key] = {str(k): v for k, v in table.items()}
-        for key in ("conf_bins", "markov", "lookahead"):
+        for key in ("conf_bins", "markov"):
             part = getattr(self, key)
             if part is not None:
                 out[key] = part.to_dict()
+        for key, part in self.own.items():
+            out[key] = part.to_dict()
         out["source"] = self.source
         out.update(self.extra)
         return out
 
 
 _KNOWN_FIELDS = {"alpha", "alpha_by_position", "alpha_at_k", "alpha_at_k_without_replacement", "conf_bins",
-                 "markov", "lookahead", "drafter", "temperature", "dataset", "source"}
+                 "markov", "drafter", "temperature", "dataset", "source"}
+
+
+def _own_part_methods() -> list:
+    """Methods whose acceptance is a part of their own, stored under the method's name."""
+    import methods
+
+    return [spec for spec in methods.specs() if spec.needs == spec.name]
 
 
 def _temperature(value: Any, where: str) -> float:

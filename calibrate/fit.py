@@ -3,7 +3,8 @@
 Latency traces give one latency model per model name (roofline where the architecture is known,
 else the measured table), with MAPE on fitted and held-out grid points; token traces give one
 acceptance entry each ("<drafter>/<dataset>/T<temperature>"); step traces give chain acceptance
-("<drafter>/<dataset>/T<temperature>/steps") and Lookahead alpha and f ("lookahead/<dataset>").
+("<drafter>/<dataset>/T<temperature>/steps") and, for a method with an acceptance part of its own,
+its `fit_steps` entry ("<method>/<dataset>").
 Provenance lists every trace file with its run metadata, the git commit and the time.
 """
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any
 
 import pandas as pd
 
-from calibrate.fit_acceptance import fit_lookahead, fit_step_acceptance, fit_token_acceptance
+import methods
+from calibrate.fit_acceptance import fit_step_acceptance, fit_token_acceptance
 from calibrate.latency import fit_latency
 from calibrate.paper_profiles import git_commit
 from calibrate.profile import Profile
@@ -114,14 +116,11 @@ def fit_acceptance_files(token_paths: list[Path], step_paths: list[Path], gamma:
         frame, meta = read_trace(path, kind="step")
         dataset = meta.dataset or "data"
         for method, group in frame.groupby("method"):
-            if method == "lookahead":
-                fitted = fit_lookahead(group, source=f"step trace {path.name}")
-                acceptance[f"lookahead/{dataset}"] = {
-                    "drafter": "lookahead", "temperature": meta.temperature, "dataset": dataset,
-                    "alpha": fitted["alpha"], "lookahead": {"alpha": fitted["alpha"], "f": fitted["f"]},
-                    "fit": {k: fitted[k] for k in ("rms_rel_error", "configs")},
-                    "source": f"step trace {path.name}: alpha, f fitted to measured S"}
-                drafters.setdefault("lookahead", {"kind": "lookahead"})
+            own = methods.get(method).fit_steps(group, dataset=dataset, temperature=meta.temperature,
+                                                source=f"step trace {path.name}")
+            if own is not None:        # a method with an acceptance part of its own (no drafter)
+                acceptance[f"{method}/{dataset}"] = own
+                drafters.setdefault(method, {"kind": method})
                 continue
             drafter = _drafter_of(meta, method)
             entry = fit_step_acceptance(group, drafter=drafter, dataset=dataset, temperature=meta.temperature,

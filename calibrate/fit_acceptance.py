@@ -7,8 +7,6 @@
   consecutive tokens.
 - `fit_step_acceptance(frame)` from a StepTrace of chain steps: beta_i from `accept_mask`, the
   Markov model from consecutive mask entries, top-1 confidence bins from `confidences`.
-- `fit_lookahead(frame)`: Lookahead alpha and f from the measured S (mean `accepted`) of two or
-  more (W, N, G) configurations, through costmodel.lookahead.fit_alpha_f.
 
 Each returns a plain dict that `AcceptanceModel.from_dict` validates; `fit` records sample counts.
 """
@@ -139,26 +137,3 @@ def fit_step_acceptance(frame: pd.DataFrame, drafter: str = "", dataset: str = "
     return entry
 
 
-def _lookahead_config(text: str) -> tuple[int, int, int]:
-    """(N, W, G) of a lookahead step's recorded configuration (the method's own parser)."""
-    config = methods.get("lookahead").parse(text)
-    return config.N, config.W, config.G
-
-
-def fit_lookahead(frame: pd.DataFrame, source: str = "step trace") -> dict[str, Any]:
-    """Lookahead alpha and f from the measured S (mean tokens per step) of each (N, W, G) run."""
-    from costmodel.lookahead import fit_alpha_f
-
-    rows = frame[frame["method"] == "lookahead"]
-    if rows.empty:
-        raise InputError(f"{source}: no lookahead steps")
-    keys = rows["config"].map(_lookahead_config)
-    measured = rows.groupby(keys)["accepted"].agg(["mean", "size"])
-    if len(measured) < 2:
-        raise InputError(f"{source}: fitting Lookahead alpha and f needs two or more (N, W, G) configurations, "
-                         f"got {len(measured)}")
-    n, w, g = (np.array([k[i] for k in measured.index]) for i in range(3))
-    alpha, f, rms = fit_alpha_f(measured["mean"].to_numpy(), n, w, g)
-    return {"alpha": float(alpha), "f": float(f), "rms_rel_error": float(rms),
-            "configs": [{"N": int(a), "W": int(b), "G": int(c), "S": float(s), "steps": int(z)}
-                        for (a, b, c), s, z in zip(measured.index, measured["mean"], measured["size"])]}

@@ -89,22 +89,24 @@ def synthetic_chain_steps(betas: list[float], n_steps: int = 5000, seed: int = 0
     return validate(frame, "step", source="synthetic step trace"), meta
 
 
-def synthetic_lookahead_steps(alpha: float, f: float, configs: list[tuple[int, int, int]], n_steps: int = 4000,
-                              seed: int = 0) -> tuple[pd.DataFrame, RunMetadata]:
-    """Lookahead StepTrace rows for each (N, W, G): with probability 1/f a step verifies G n-grams of
-    N - 1 tokens, each token accepted with alpha, and commits 1 + the longest accepted prefix;
-    otherwise it commits one token (the process behind Eq. 5 and Eq. 7)."""
+def synthetic_ngram_steps(alpha: float, f: float, configs: list, n_steps: int = 4000,
+                          seed: int = 0) -> tuple[pd.DataFrame, RunMetadata]:
+    """StepTrace rows of an n-gram verifying method for each config (fields N, W, G): with
+    probability 1/f a step verifies G n-grams of N - 1 tokens, each token accepted with alpha, and
+    commits 1 + the longest accepted prefix; otherwise it commits one token (the process behind the
+    multi-sequence Eq. 5 and the scaling Eq. 7)."""
     rng = np.random.default_rng(seed)
     frames = []
-    for n, w, g in configs:
+    for config in configs:
+        n, w, g = config.N, config.W, config.G
         good = rng.random(n_steps) < 1.0 / f
         hits = rng.random((n_steps, g, n - 1)) < alpha
         prefix = np.where(hits.all(axis=2), n - 1, np.argmin(hits, axis=2)).max(axis=1)
         accepted = np.where(good, 1 + prefix, 1)
         frames.append(pd.DataFrame({
-            "run_id": "synthetic", "method": "lookahead", "config": _config_json("lookahead", N=n, W=w, G=g),
+            "run_id": "synthetic", "method": config.method, "config": json.dumps(config.to_dict()),
             "prompt_id": "p0", "step": np.arange(n_steps), "ctx_len": 128, "draft_forwards": 0, "draft_s": 0.0,
             "verify_tokens": (w + g) * (n - 1), "verify_s": 2e-2, "overhead_s": 1e-4, "accepted": accepted,
             "accept_mask": [[]] * n_steps, "confidences": [[]] * n_steps}))
     meta = RunMetadata(kind="step", seed=seed, extra={"synthetic": True, "alpha": alpha, "f": f})
-    return validate(pd.concat(frames, ignore_index=True), "step", source="synthetic lookahead steps"), meta
+    return validate(pd.concat(frames, ignore_index=True), "step", source="synthetic n-gram steps"), meta

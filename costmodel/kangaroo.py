@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel.leviathan import check_nonnegative, check_positive_int, check_probability
+from costmodel.params import Arch, attention_params
 
 
 def ctar(w, alpha=None, beta=None):
@@ -87,3 +88,14 @@ def adapter_params(hidden, vocab, with_head=False):
     unless with_head (+ hidden x vocab)."""
     d = check_positive_int("hidden", hidden)
     return 4 * d * d + 2 * d + (d * check_positive_int("vocab", vocab) if with_head else 0)
+
+
+def drafter_arch(t: Arch, base: dict, **options) -> dict:
+    """The self-draft model's architecture (`costmodel.params.drafter_arch("kangaroo", ...)`): the
+    target's first `exit_layer` layers plus an adapter of one attention block and two norms, with
+    the target's LM head."""
+    exit_layer = int(options.get("exit_layer", 2))
+    if not 1 <= exit_layer < t.n_layers:
+        raise ValueError(f"kangaroo exit_layer {exit_layer} must lie in 1..{t.n_layers - 1}")
+    return dict(base, n_layers=exit_layer, extra_params=attention_params(t) + 2 * t.hidden, extra_kv_layers=1,
+                source=f"Kangaroo: target layers 1..{exit_layer} + adapter (attention + 2 norms), target LM head")

@@ -1,4 +1,5 @@
-"""Eq. 5 of the Lookahead paper: b speculated sequences of gamma tokens each, iid per-token acceptance.
+"""Multi-sequence speculation (Fu et al. 2024, Eq. 5): b speculated sequences of gamma tokens each,
+iid per-token acceptance.
 
 E(#tokens) = (gamma + 1) - sum_{i=1..gamma} (1 - alpha^i)^b; b = 1 gives Leviathan's Eq. 4.
 alpha is the per-token acceptance probability of every speculated token (all b sequences alike,

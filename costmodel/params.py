@@ -6,7 +6,7 @@ n_kv_heads, vocab, and optionally head_dim, tie_embeddings, gated_mlp, qkv_bias,
 and three fields for drafters that are not plain decoder stacks:
 
 - extra_params: weights read by every forward besides the decoder layers (EAGLE's 2h->h fc,
-  Kangaroo's adapter, GLIDE's cross-attention projections);
+  an early-exit drafter's adapter, GLIDE's cross-attention projections);
 - extra_kv_layers: attention layers with their own KV cache besides the decoder layers;
 - cross_kv_layers: layers that read another model's KV cache (GLIDE reads the target's);
 - lm_head_fraction: the part of the LM head a forward multiplies (a CORAL router activating
@@ -17,6 +17,7 @@ reads one embedding row per token but the whole LM head.
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -190,8 +191,9 @@ def drafter_arch(kind: str, target: "Arch | dict | str", **options: Any) -> dict
     kind: "glide" (one decoder layer plus a cross-attention block reading the target's KV cache of
     one layer, sharing the target's LM head), "eagle" (one decoder layer plus an fc from 2h to h,
     target LM head; options top_n, groups model a CORAL router activating top_n/groups of the head
-    plus its own hidden x groups weights), "kangaroo" (the target's first `exit_layer` layers plus
-    an adapter of one attention block and two norms, target LM head).
+    plus its own hidden x groups weights), or a kind whose costmodel module describes its own drafter:
+    `costmodel.<kind>.drafter_arch(target: Arch, base: dict, **options)`, `base` holding the
+    target's dimensions (an early-exit drafter: the target's first layers plus an adapter).
     """
     t = as_arch(target)
     base = dict(hidden=t.hidden, intermediate=t.intermediate, n_heads=t.n_heads, n_kv_heads=t.n_kv_heads,
@@ -211,13 +213,23 @@ def drafter_arch(kind: str, target: "Arch | dict | str", **options: Any) -> dict
         return dict(base, n_layers=1, extra_params=extra, lm_head_fraction=fraction,
                     source="EAGLE head: fc 2h->h + 1 decoder layer, target LM head"
                            + (f"; CORAL router top-{top_n} of {groups} groups" if groups else ""))
-    if kind == "kangaroo":
-        exit_layer = int(options.get("exit_layer", 2))
-        if not 1 <= exit_layer < t.n_layers:
-            raise ValueError(f"kangaroo exit_layer {exit_layer} must lie in 1..{t.n_layers - 1}")
-        return dict(base, n_layers=exit_layer, extra_params=attention_params(t) + 2 * t.hidden, extra_kv_layers=1,
-                    source=f"Kangaroo: target layers 1..{exit_layer} + adapter (attention + 2 norms), target LM head")
-    raise ValueError(f"unknown drafter kind '{kind}' (known: glide, eagle, kangaroo)")
+    return _own_drafter_arch(kind)(t, base, **options)
+
+
+def _own_drafter_arch(kind: str):
+    """`drafter_arch` of the costmodel module named `kind`; ValueError when there is none."""
+    name = f"costmodel.{kind}"
+    module = None
+    if isinstance(kind, str) and kind.isidentifier():
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+    if module is None or not callable(getattr(module, "drafter_arch", None)):
+        raise ValueError(f"unknown drafter kind '{kind}' (known: glide, eagle, and any costmodel module "
+                         f"with a drafter_arch)")
+    return module.drafter_arch
 
 
 def get_arch(name: str) -> Arch:

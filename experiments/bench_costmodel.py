@@ -1,4 +1,4 @@
-"""Configurations per second of the vectorised closed forms (Leviathan speedup, Lookahead Eq. 5).
+"""Configurations per second of the vectorised closed forms (Leviathan speedup, multi-sequence Eq. 5).
 
     python -m experiments.bench_costmodel [--n 1000000] [--repeats 7]
 

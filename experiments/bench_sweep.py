@@ -24,8 +24,17 @@ from common.errors import InputError, cli_entry
 from experiments import scoring
 from experiments.sweep import BUNDLED_PROFILES, SweepOptions, _space
 
-DEFAULT_PROFILES = ("mcsd-vicuna-33b-a6000.json", "glide-vicuna-7b-h800.json", "lookahead-llama-2-7b-a100.json",
-                    "kangaroo-vicuna-7b-v100.json", "coral-llama-3-8b-a6000.json")
+
+
+def default_profiles() -> list[str]:
+    """One bundled paper profile per paper (file names '<paper>-...'), the one with the largest target."""
+    by_paper: dict[str, list[tuple[float, str]]] = {}
+    for path in sorted(BUNDLED_PROFILES.glob("*.json")):
+        profile = Profile.load(path)
+        if profile.provenance.get("built_by") == "python -m calibrate.paper_profiles":
+            size = float(profile.models[profile.target].get("params", 0))
+            by_paper.setdefault(path.name.split("-", 1)[0], []).append((size, str(path)))
+    return [max(found)[1] for found in by_paper.values()]
 
 
 def bench(profiles: list[Profile], repeats: int) -> pd.DataFrame:
@@ -59,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.repeats < 1:
         raise InputError(f"--repeats must be at least 1, got {args.repeats}")
-    paths = args.profile or [str(BUNDLED_PROFILES / name) for name in DEFAULT_PROFILES]
+    paths = args.profile or default_profiles()
     table = bench([Profile.load(path) for path in paths], args.repeats)
     total = table.configurations.sum() / table.median_s.sum()
     print(table.to_string(index=False, float_format=lambda v: f"{v:,.4g}"))

@@ -5,13 +5,28 @@
     config = spec.parse({"k": "4x2x1"})        # a frozen MCSDConfig; unknown keys refused
     config.label                               # 'mcsd k4x2x1 repl'; methods.parse_label() reads it back
 
-Built in: ar, sd, mcsd, cape, glide, lookahead, kangaroo, coral. Another method is one module
-that defines a MethodConfig and a MethodSpec and calls `register` (see tests/test_methods_conformance.py).
+Every module of this package that defines `SPEC` (a MethodSpec instance) is a method: it is found
+here (pkgutil) and registered in the order of its `ORDER` (the order of tables, reports and CLI
+defaults; modules without one follow by name). A method defined outside the package calls
+`register` itself (see tests/toy_method.py).
 """
+import importlib
+import math
+import pkgutil
+
 from methods.config import MethodConfig
 from methods.spec import (MethodSpec, PlotSpec, Setup, get, names, parse_config, parse_label, parse_methods,
                           register, specs, unregister)
-from methods import ar, sd, mcsd, cape, glide, lookahead, kangaroo, coral  # noqa: E402,F401  (register themselves)
+
+
+def _register_package_methods() -> None:
+    found = [importlib.import_module(f"{__name__}.{info.name}") for info in pkgutil.iter_modules(__path__)]
+    found = [m for m in found if isinstance(getattr(m, "SPEC", None), MethodSpec)]
+    for module in sorted(found, key=lambda m: (getattr(m, "ORDER", math.inf), m.__name__)):
+        register(module.SPEC)
+
+
+_register_package_methods()
 
 __all__ = ["MethodConfig", "MethodSpec", "PlotSpec", "Setup", "get", "names", "parse_config", "parse_label",
            "parse_methods", "register", "specs", "unregister"]

@@ -7,7 +7,7 @@ import numpy as np
 
 from costmodel.step import StepShape
 from methods.config import MethodConfig
-from methods.spec import MethodSpec, register
+from methods.spec import MethodSpec
 
 
 @dataclass(frozen=True)
@@ -31,4 +31,5 @@ class AR(MethodSpec):
         return AutoregressiveSampler()
 
 
-SPEC = register(AR())
+SPEC = AR()
+ORDER = 0

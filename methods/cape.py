@@ -12,7 +12,7 @@ from costmodel.cape import N_BINS, PAPER_BINS, cape_expected_tokens, cape_verify
 from costmodel.step import DraftPart, StepShape, chain_width
 from methods.config import Int, IntTuple, MethodConfig, param
 from methods.sd import MAX_DEPTH, drafter_model, own_kv
-from methods.spec import MethodSpec, PlotSpec, register
+from methods.spec import MethodSpec, PlotSpec
 
 GAMMAS = tuple(range(1, 9))
 VALUES = (1, 2, 4, 6, 8)       # candidates per position the sweep tries (the paper's array uses 8, 6, 4, 2)
@@ -56,23 +56,29 @@ def expansion_sampler(setup, config, method: str):
     return CapeSampler(config.gamma, list(config.bins), conf.freq, conf.topk_hit)
 
 
+def bins_space(setup, method: str, gammas=GAMMAS, most_values: int = 5) -> pd.DataFrame:
+    """gamma x every non-increasing bin array over the candidate counts the acceptance entry
+    records top-K hits for (CAPE's space; GLIDE's with bins)."""
+    recorded = sorted(int(k) for k in setup.need("conf_bins", method).topk_hit)
+    arrays = nonincreasing_arrays(N_BINS, tuple(recorded[:most_values]))
+    g = np.repeat(np.asarray(gammas, dtype=np.int64), len(arrays))
+    s = np.tile(arrays, (len(gammas), 1))
+    texts = [format_bins(row) for row in arrays]
+    return pd.DataFrame({"gamma": g, "bins": [tuple(int(v) for v in row) for row in s],
+                         "bins_mean": s.mean(axis=1), "bins_max": s.max(axis=1),
+                         "config": [f"{method} g{gi} S{texts[i % len(arrays)]}" for i, gi in enumerate(g)]})
+
+
 class CAPE(MethodSpec):
     name, config, summary = "cape", CAPEConfig, "chain + confidence-aware expansion sets"
-    drafter_kinds = ("glide", "draft_model")
+    drafter_kinds = ("draft_model",)      # on a GLIDE drafter it is method glide with bins
     needs = "conf_bins"
     decoder = "runtime.engine.draft_methods:CAPE"
+    calibration = ("cape g2 S88886666442", "cape g4 S88886666442")
     plot = PlotSpec(x="gamma", hue="bins_mean")
 
     def space(self, setup, gammas=GAMMAS, most_values: int = 5):
-        """Bin arrays over the candidate counts the acceptance entry records top-K hits for."""
-        recorded = sorted(int(k) for k in setup.need("conf_bins", self.name).topk_hit)
-        arrays = nonincreasing_arrays(N_BINS, tuple(recorded[:most_values]))
-        g = np.repeat(np.asarray(gammas, dtype=np.int64), len(arrays))
-        s = np.tile(arrays, (len(gammas), 1))
-        texts = [format_bins(row) for row in arrays]
-        return pd.DataFrame({"gamma": g, "bins": [tuple(int(v) for v in row) for row in s],
-                             "bins_mean": s.mean(axis=1), "bins_max": s.max(axis=1),
-                             "config": [f"cape g{gi} S{texts[i % len(arrays)]}" for i, gi in enumerate(g)]})
+        return bins_space(setup, self.name, gammas, most_values)
 
     def expected_tokens(self, setup, frame):
         return expansion_tokens(setup, frame, self.name)[0]
@@ -91,4 +97,5 @@ class CAPE(MethodSpec):
         return chain_lengths(table, (1,) * config.gamma, bins=config.bins)
 
 
-SPEC = register(CAPE())
+SPEC = CAPE()
+ORDER = 3

@@ -7,7 +7,7 @@ replay, closed forms, simulator, sweep, reports, CLIs) builds configurations thr
 
     SDConfig.from_dict({"gamma": 8})          # unknown keys and bad values: one-line InputError
     MCSDConfig().label                         # 'mcsd k2x2x1 repl'
-    parse_label("lookahead W5 N3 G5")          # LookaheadConfig(W=5, N=3, G=5, prompt_ngrams=False)
+    parse_label("mcsd k4x2x1 norepl")          # MCSDConfig(k=(4, 2, 1), replacement=False)
 
 A label is the method name followed by one token per field, in field order: the field's prefix
 and its value (`g4`, `k4x2x1`, `S88886666442`, `eta0.6`), or for a flag its on/off word.

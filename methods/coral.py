@@ -1,6 +1,10 @@
 """coral: an EAGLE-style feature drafter (chain of gamma) with CORAL's optional LM-head router of
 N groups, top-n active: the head runs n/N of its rows and each draft survives with the router's
-recall (costmodel.coral). groups = 0: no router (or the drafter's own built-in one)."""
+recall (costmodel.coral). groups = 0: no router (or the drafter's own built-in one).
+
+A drafter whose Profile entry states a tree (`"tree": {"depth": D, "candidates": C}`, EAGLE-2's
+dynamic tree as the CORAL paper runs it) drafts C / D sequences per draft forward after the first and
+verifies 1 + (C / D) x gamma tokens (C + 1 at gamma = D); without one a step is a chain."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,7 +16,7 @@ from common.errors import InputError
 from costmodel.step import DraftPart, StepShape, chain_width
 from methods.config import Int, MethodConfig, param
 from methods.sd import MAX_DEPTH, chain_sampler, chain_tokens, drafter_model
-from methods.spec import MethodSpec, PlotSpec, register
+from methods.spec import MethodSpec, PlotSpec
 
 GROUPS = (4, 8, 16, 32, 64)
 TOP_N = (1, 2, 3, 4, 6, 8)
@@ -46,10 +50,24 @@ def recall_of(setup, groups: int, top_n: int) -> float:
     return float(value)
 
 
+def tree_width(setup) -> int:
+    """Sequences per draft forward (after the first) and verified tokens per draft level: C / D of
+    the drafter's stated tree, 1 (a chain) when it states none."""
+    tree = setup.drafter_spec.get("tree")
+    if not tree:
+        return 1
+    depth, candidates = int(tree.get("depth", 0)), int(tree.get("candidates", 0))
+    if depth < 1 or candidates < depth:
+        raise InputError(f"drafter '{setup.drafter}': tree needs depth >= 1 and candidates >= depth, "
+                         f"got depth={depth}, candidates={candidates}")
+    return max(1, round(candidates / depth))
+
+
 class CORAL(MethodSpec):
     name, config, summary = "coral", CORALConfig, "EAGLE feature drafter + LM-head router"
     drafter_kinds = ("coral",)
     decoder = "runtime.drafters.methods:Coral"
+    calibration = ("coral g2", "coral g4")
     plot = PlotSpec(x="gamma", hue="router")
 
     def space(self, setup, groups=GROUPS, top_n=TOP_N, depths=DEPTHS):
@@ -84,7 +102,10 @@ class CORAL(MethodSpec):
         if np.any(share < 1) and not head:
             raise InputError("coral router needs the drafter's 'head_model' latency to price top_n/groups")
         parts = (DraftPart(drafter_model(setup)),) + ((DraftPart(head, share),) if head else ())
-        return StepShape(setup.target, gamma + 1.0, parts, chain_width(gamma), overhead_s=setup.overhead_s,
+        per_level = tree_width(setup)
+        width = chain_width(gamma)
+        width[:, 1:] *= per_level
+        return StepShape(setup.target, per_level * gamma + 1.0, parts, width, overhead_s=setup.overhead_s,
                          draft_kv_model=drafter_model(setup))
 
     def sampler(self, setup, config, acceptance_model="independent", router_recall=None, **options):
@@ -92,4 +113,5 @@ class CORAL(MethodSpec):
         return chain_sampler(setup, config, config.gamma, scale=recall, acceptance_model=acceptance_model)
 
 
-SPEC = register(CORAL())
+SPEC = CORAL()
+ORDER = 7

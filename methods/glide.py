@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from costmodel.step import DraftPart, StepShape, chain_width
-from methods.cape import bins_param, expansion_sampler, expansion_tokens
+from methods.cape import GAMMAS, bins_param, bins_space, expansion_sampler, expansion_tokens
 from methods.config import Int, MethodConfig, param
 from methods.sd import MAX_DEPTH, chain_replay, chain_sampler, chain_tokens, drafter_model
-from methods.spec import MethodSpec, PlotSpec, register
+from methods.spec import MethodSpec, PlotSpec
 
 
 @dataclass(frozen=True)
@@ -24,8 +25,17 @@ class GLIDE(MethodSpec):
     name, config, summary = "glide", GLIDEConfig, "GLIDE drafter (reads the target's KV cache), chain or CAPE"
     drafter_kinds = ("glide",)
     decoder = "runtime.drafters.methods:Glide"
-    plot = PlotSpec(x="gamma")
-    sweep = False     # the sweep scores GLIDE drafters through sd-like chains in cape's space
+    calibration = ("glide g2", "glide g4")
+    plot = PlotSpec(x="gamma", hue="bins_mean")
+
+    def space(self, setup, gammas=GAMMAS, most_values: int = 5):
+        """Plain chains, and CAPE's bin arrays where the acceptance entry has confidence bins."""
+        g = np.asarray(gammas, dtype=np.int64)
+        chains = pd.DataFrame({"gamma": g, "bins": [None] * len(g), "bins_mean": 1.0, "bins_max": 1,
+                               "config": [f"glide g{v}" for v in g]})
+        if not setup.acceptance.has("conf_bins"):
+            return chains
+        return pd.concat([chains, bins_space(setup, self.name, gammas, most_values)], ignore_index=True)
 
     def _with_bins(self, frame) -> np.ndarray:
         return np.asarray([b is not None for b in frame["bins"]], dtype=bool) if "bins" in frame else \
@@ -57,4 +67,5 @@ class GLIDE(MethodSpec):
         return chain_replay(table, config.gamma, **({} if config.bins is None else {"bins": config.bins}))
 
 
-SPEC = register(GLIDE())
+SPEC = GLIDE()
+ORDER = 4

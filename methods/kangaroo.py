@@ -10,11 +10,12 @@ import numpy as np
 import pandas as pd
 
 from common.errors import InputError
+from costmodel.cape import N_BINS
 from costmodel.kangaroo import continue_probability, early_exit
 from costmodel.step import DraftPart, StepShape, chain_width
 from methods.config import Float, Int, MethodConfig, param
 from methods.sd import MAX_DEPTH, chain_replay, chain_sampler, chain_tokens
-from methods.spec import MethodSpec, PlotSpec, register
+from methods.spec import MethodSpec, PlotSpec
 
 STEPS = tuple(range(1, 11))
 ETAS = tuple(np.round(np.arange(0.0, 1.0, 0.05), 2))
@@ -31,7 +32,8 @@ class KangarooConfig(MethodConfig):
 class Kangaroo(MethodSpec):
     name, config, summary = "kangaroo", KangarooConfig, "shallow layers + adapter, early exit at eta"
     drafter_kinds = ("kangaroo",)
-    decoder = "runtime.drafters.methods:Kangaroo"
+    decoder = "runtime.drafters.kangaroo:Kangaroo"
+    calibration = ("kangaroo L2 g2 eta0.3", "kangaroo L2 g6 eta0.6")
     plot = PlotSpec(x="eta", hue="gamma")
 
     def space(self, setup, steps=STEPS, etas=ETAS):
@@ -95,11 +97,12 @@ class Kangaroo(MethodSpec):
         if config.eta > 0:
             from simulator.acceptance import EarlyExitSampler
             conf = setup.need("conf_bins", self.name)
-            return EarlyExitSampler(config.gamma, config.eta, conf.freq, conf.hit(1))
+            return EarlyExitSampler(config.gamma, continue_probability(config.eta, N_BINS), conf.freq, conf.hit(1))
         return chain_sampler(setup, config, config.gamma, acceptance_model=acceptance_model)
 
     def replay_lengths(self, table, config):
         return chain_replay(table, config.gamma, eta=config.eta)
 
 
-SPEC = register(Kangaroo())
+SPEC = Kangaroo()
+ORDER = 6

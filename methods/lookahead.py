@@ -3,18 +3,31 @@ Jacobi tokens and G candidate n-grams from the pool (costmodel.lookahead, Eq. 7)
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from costmodel.lookahead import compression_ratio
+from common.errors import InputError
 from costmodel.step import StepShape
 from methods.config import Flag, Int, MethodConfig, param
-from methods.spec import MethodSpec, PlotSpec, register
+from methods.spec import MethodSpec, PlotSpec
 
 WINDOWS = tuple(range(1, 21))
 NGRAMS = tuple(range(2, 9))
+
+
+@dataclass(frozen=True)
+class NgramAcceptance:
+    """The acceptance part of an entry: alpha (n-gram token acceptance) and f (Eq. 7's scaling)."""
+
+    alpha: float
+    f: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {"alpha": self.alpha, "f": self.f}
 
 
 @dataclass(frozen=True)
@@ -35,6 +48,7 @@ class Lookahead(MethodSpec):
     name, config, summary = "lookahead", LookaheadConfig, "Jacobi window + n-gram pool, no drafter"
     needs = "lookahead"
     decoder = "runtime.engine.lookahead:Lookahead"
+    calibration = ("lookahead W5 N3 G5", "lookahead W7 N4 G7")
     plot = PlotSpec(x="W", hue="N", y="G")
 
     def space(self, setup, windows=WINDOWS, ngrams=NGRAMS, prompt_ngrams=(False,)):
@@ -57,9 +71,41 @@ class Lookahead(MethodSpec):
                          overhead_s=setup.overhead_s)
 
     def sampler(self, setup, config, **options):
-        from simulator.acceptance import LookaheadSampler
+        from simulator.acceptance import NgramSampler
         la = setup.need("lookahead", self.name)
-        return LookaheadSampler(config.W, config.N, config.G, la.alpha, la.f)
+        return NgramSampler(config.G, config.N - 1, la.alpha, la.f, int(forward_tokens(config.W, config.N, config.G)))
+
+    def acceptance_part(self, raw, where):
+        if not isinstance(raw, dict) or "alpha" not in raw or "f" not in raw:
+            raise InputError(f"{where}: {self.name} needs 'alpha' and 'f'")
+        alpha, f = raw["alpha"], raw["f"]
+        for key, value, low, high in (("alpha", alpha, 0.0, 1.0), ("f", f, 1.0, math.inf)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+                raise InputError(f"{where}: {self.name}.{key} must be a number in [{low:g}, {high:g}], got {value!r}")
+        return NgramAcceptance(float(alpha), float(f))
+
+    def fit_steps(self, frame, *, dataset, temperature, source):
+        """alpha and f (Eq. 7) from the measured S (mean tokens per step) of two or more (N, W, G)."""
+        from costmodel.lookahead import fit_alpha_f
+
+        rows = frame[frame["method"] == self.name]
+        if rows.empty:
+            raise InputError(f"{source}: no {self.name} steps")
+        configs = rows["config"].map(self.parse)
+        keys = configs.map(lambda c: (c.N, c.W, c.G))
+        measured = rows.groupby(keys)["accepted"].agg(["mean", "size"])
+        if len(measured) < 2:
+            raise InputError(f"{source}: fitting alpha and f needs two or more (N, W, G) configurations, "
+                             f"got {len(measured)}")
+        n, w, g = (np.array([k[i] for k in measured.index]) for i in range(3))
+        alpha, f, rms = fit_alpha_f(measured["mean"].to_numpy(), n, w, g)
+        return {"drafter": self.name, "temperature": float(temperature), "dataset": dataset, "alpha": float(alpha),
+                self.name: {"alpha": float(alpha), "f": float(f)},
+                "fit": {"rms_rel_error": float(rms),
+                        "configs": [{"N": int(a), "W": int(b), "G": int(c), "S": float(v), "steps": int(z)}
+                                    for (a, b, c), v, z in zip(measured.index, measured["mean"], measured["size"])]},
+                "source": f"{source}: alpha, f fitted to measured S"}
 
 
-SPEC = register(Lookahead())
+SPEC = Lookahead()
+ORDER = 5

@@ -12,7 +12,7 @@ from costmodel.step import DraftPart, StepShape
 from costmodel.trees import alpha_at_k_lookup, format_k_config, parse_k_config
 from methods.config import Flag, IntTuple, MethodConfig, param
 from methods.sd import drafter_model, own_kv
-from methods.spec import MethodSpec, PlotSpec, register
+from methods.spec import MethodSpec, PlotSpec
 
 K_CHOICES = (1, 2, 4, 8, 16, 32)
 MAX_DEPTH = 12              # deepest tree the sweep enumerates
@@ -83,6 +83,7 @@ class MCSD(MethodSpec):
     drafter_kinds = ("draft_model",)
     needs = "alpha_at_k"
     decoder = "runtime.engine.draft_methods:MCSD"
+    calibration = ("mcsd k2x2x1 repl", "mcsd k4x2 repl")
     plot = PlotSpec(x="budget", hue="gamma")
 
     def space(self, setup, budget: int = DEFAULT_BUDGET, max_depth: int = MAX_DEPTH, choices=K_CHOICES):
@@ -140,4 +141,5 @@ class MCSD(MethodSpec):
         return chain_lengths(table, config.k)
 
 
-SPEC = register(MCSD())
+SPEC = MCSD()
+ORDER = 2

@@ -9,7 +9,7 @@ import pandas as pd
 from costmodel.leviathan import expected_tokens_by_position
 from costmodel.step import DraftPart, StepShape, chain_width
 from methods.config import Int, MethodConfig, param
-from methods.spec import MethodSpec, PlotSpec, register
+from methods.spec import MethodSpec, PlotSpec
 
 MAX_DEPTH = 64
 GAMMAS = tuple(range(1, 13))          # the sweep's draft lengths
@@ -58,6 +58,7 @@ class SD(MethodSpec):
     name, config, summary = "sd", SDConfig, "draft-model chain of gamma tokens"
     drafter_kinds = ("draft_model",)
     decoder = "runtime.engine.draft_methods:SD"
+    calibration = ("sd g1", "sd g4")
     plot = PlotSpec(x="gamma")
 
     def space(self, setup, gammas=GAMMAS):
@@ -79,4 +80,5 @@ class SD(MethodSpec):
         return chain_replay(table, config.gamma)
 
 
-SPEC = register(SD())
+SPEC = SD()
+ORDER = 1

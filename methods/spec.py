@@ -1,14 +1,16 @@
 """What one speculative method tells every layer, stated once (`MethodSpec`), and the registry.
 
-Each method module (`methods/sd.py`, ...) defines its `MethodConfig` and a `MethodSpec` subclass and
-registers one instance with `register`. The layers read it instead of keeping method-keyed tables:
+Each method module (`methods/sd.py`, ...) defines its `MethodConfig`, a `MethodSpec` subclass and
+its instance `SPEC`; the package registers the built-in modules it finds (a method defined
+elsewhere calls `register`). The layers read it instead of keeping method-keyed tables:
 
 | layer       | reads                                                                        |
 | ----------- | ---------------------------------------------------------------------------- |
 | engine      | `config`, `decoder` ("module:Class" of the runtime decoder, imported lazily)   |
 | replay      | `replay_lengths(table, config)` (exact greedy replay; None = not replayable)   |
 | closed form | `expected_tokens(setup, frame)`                                              |
-| step cost   | `step_shape(setup, frame)` -> `costmodel.step.StepShape`                     |
+| step cost   | `step_shape(setup, frame)` -> `costmodel.step.StepShape`; consumers call     |
+|             | `priced_shape` (the shape with the Profile's engine calibration folded in)    |
 | simulator   | `sampler(setup, config)`, `step_shape` of one configuration                  |
 | sweep       | `space(setup)` (a frame of configurations), `setups` (drafter + acceptance)    |
 | plots       | `plot` (which columns to draw against the speedup)                           |
@@ -63,11 +65,11 @@ class Setup:
         return int(self.profile.models[self.target].get("n_layers", 0))
 
     def need(self, part: str, method: str):
-        """The acceptance model's `part` (alpha_at_k, conf_bins, lookahead, markov), or InputError."""
+        """The acceptance model's `part` (alpha_at_k, conf_bins, markov, a method's own), or InputError."""
         model = self.acceptance
         if not model.has(part):
             raise InputError(f"acceptance model '{model.name}' lacks '{part}', which method {method} needs")
-        return getattr(model, part)
+        return model.part(part)
 
     @property
     def base(self) -> dict[str, Any]:
@@ -99,6 +101,30 @@ class MethodSpec:
     decoder: str = ""                          # "module:Class" of the engine decoder
     plot: PlotSpec | None = None
     sweep: bool = True                         # searched by the sweep
+
+    calibration: tuple[str, ...] = ()          # labels whose StepTraces calibrate its step cost
+
+    def acceptance_part(self, raw: Any, where: str) -> Any:
+        """A method whose acceptance is a part of its own (`needs` is its name): its validated part
+        of a Profile acceptance entry (an object with `.alpha` and `.to_dict()`), InputError naming
+        the bad field."""
+        raise NotImplementedError(f"{self.name} has no acceptance part of its own")
+
+    def fit_steps(self, frame: pd.DataFrame, *, dataset: str, temperature: float, source: str) -> dict | None:
+        """A Profile acceptance entry fitted from this method's own StepTraces (several of its
+        configurations in `frame`), for a method whose acceptance is a part of its own (`needs`
+        is its name) rather than a drafter's; None for the others."""
+        return None
+
+    def calibration_configs(self) -> list[MethodConfig]:
+        """Configurations to record for the engine calibration (calibrate.engine): two sizes, so
+        that each step part's scale and fixed cost can be told apart; default: the defaults."""
+        return [self.config.from_label(label) for label in self.calibration] or [self.config()]
+
+    def priced_shape(self, setup: Setup, frame: pd.DataFrame) -> "StepShape":
+        """`step_shape` as the engine runs it: the Profile's engine calibration of this method
+        folded in (`costmodel.step.StepCalibration`). Every consumer that prices a step uses this."""
+        return setup.profile.step_calibration(self.name).apply(self.step_shape(setup, frame))
 
     # ---- configurations ------------------------------------------------------------------------
     def parse(self, raw: Any = None) -> MethodConfig:
@@ -207,6 +233,31 @@ def names(sweep_only: bool = False) -> list[str]:
 
 def specs() -> list[MethodSpec]:
     return list(_REGISTRY.values())
+
+
+def drafter_fixed(drafter_spec: dict[str, Any]) -> dict[str, Any]:
+    """Config fields a Profile drafter fixes: a trained or timed router (its spec's `router`)."""
+    return dict(drafter_spec.get("router") or {})
+
+
+def priced_config(config: MethodConfig, drafter_spec: dict[str, Any]) -> MethodConfig:
+    """The configuration a Profile prices for `config` run on this drafter: the fields the drafter
+    fixes are in its latency and acceptance already, so they take their defaults (coral's space
+    offers no router of its own on a drafter whose head routes)."""
+    defaults = type(config)()
+    return config.replace(**{k: getattr(defaults, k) for k in drafter_fixed(drafter_spec)})
+
+
+def engine_config(config: MethodConfig, drafter_spec: dict[str, Any]) -> MethodConfig:
+    """What the engine runs for a Profile configuration on this drafter (`priced_config`'s inverse)."""
+    return config.replace(**drafter_fixed(drafter_spec))
+
+
+def plain_shape(profile: "Profile") -> "StepShape":
+    """One plain decoding step (method ar) on `profile` as the engine runs it: the denominator of
+    every speedup, priced through the same step-cost model as the methods."""
+    spec = get("ar")
+    return spec.priced_shape(Setup(profile), spec.frame_of([spec.config()]))
 
 
 def parse_methods(text: str | Sequence[str] | None, sweep_only: bool = True) -> list[str]:

@@ -3,9 +3,10 @@
 Hugging Face's modules hide the parts speculative decoding needs to control. This one exposes
 them: an explicit per-layer KV cache (`KVCache`) that can be cropped (rollback) or gathered (keep
 only the accepted tree path), an arbitrary boolean attention mask over cached + new keys (tree
-masks, CAPE's mask, the lookahead mask), explicit position ids, running a range of layers only
-(Kangaroo's early exit at layer l and resuming from l) and the per-layer hidden states and K/V
-(GLIDE reads the target's upper-layer KV cache; EAGLE/CORAL reads the last hidden feature).
+masks, CAPE's mask, a Jacobi window's mask), explicit position ids, running a range of layers
+only (an early-exit drafter stops after layer l, verification resumes from l) and the per-layer
+hidden states and K/V (GLIDE reads the target's upper-layer KV cache; EAGLE/CORAL reads the last
+hidden feature).
 
 Weights come from any HF Llama/Mistral/Qwen2 causal LM (`from_hf`), including SmolLM2 loaded
 from GGUF by transformers; `tests/test_models.py` checks the logits against HF's own forward.
@@ -83,7 +84,7 @@ class LlamaConfig:
 class KVCache:
     """Per-layer key/value buffers [batch, kv_heads, capacity, head_dim] with a length per layer.
 
-    Layers may hold different lengths for a while (Kangaroo drafts through the shallow layers
+    Layers may hold different lengths for a while (an early-exit drafter runs the shallow layers
     only); a forward over a layer range needs the layers of that range to agree.
     """
 

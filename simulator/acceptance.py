@@ -5,9 +5,9 @@ positions were proposed this step, how many query tokens the verify forward carr
 tokens the step commits (bonus token included). All draws are numpy-vectorised over sequences;
 samplers with memory (the bursty Markov model) carry a per-sequence state array.
 
-The acceptance numbers come from a Profile's acceptance entry (`calibrate/profile.py` layout):
-alpha, alpha_by_position, alpha_at_k, conf_bins, markov, lookahead. Which numbers a method needs
-is decided in its module (`methods/`, `MethodSpec.sampler`); this module only draws.
+The acceptance numbers come from a Profile's acceptance entry (`calibrate/profile.py` layout).
+Which numbers a method needs, and how they become a sampler's arguments, is decided in its module
+(`methods/`, `MethodSpec.sampler`); this module only draws.
 """
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ import numpy as np
 
 from common.errors import InputError
 from costmodel.cape import N_BINS
-from costmodel.kangaroo import continue_probability
 
 
 @dataclass
@@ -194,20 +193,19 @@ def _topk_hit_at(topk_hit: dict[int, np.ndarray], k: int, b: int) -> float:
 
 
 class EarlyExitSampler:
-    """Kangaroo: draft up to gamma positions, stop after the first one whose confidence <= eta.
+    """An early-exit chain: draft up to gamma positions, stop after the first one whose confidence
+    falls below the threshold; the stopped position is still verified.
 
-    Confidence bins come from conf_bins (freq, top-1 hit by bin); inside a bin the confidence is
-    uniform, so a position of bin b goes on with the share of the bin above eta, as the closed form
-    takes it (`costmodel.kangaroo.continue_probability`). The stopped position is still verified."""
+    A position's confidence bin b ~ freq (conf_bins); it goes on with probability cont[b] (the
+    method's share of the bin above its threshold) and hits the target's top-1 with hit1[b]."""
 
     stateful = False
 
-    def __init__(self, gamma: int, eta: float, freq, hit1):
+    def __init__(self, gamma: int, cont, freq, hit1):
         self.gamma = int(gamma)
-        self.eta = _check_prob(eta, "kangaroo eta")
         self.cum = np.cumsum(np.asarray(freq, dtype=float) / float(np.sum(freq)))
         self.hit1 = np.asarray(hit1, dtype=float)
-        self.cont = continue_probability(self.eta, N_BINS)
+        self.cont = np.asarray(cont, dtype=float)
 
     def draw(self, rng, n, state=None):
         g = self.gamma
@@ -220,27 +218,27 @@ class EarlyExitSampler:
         return StepDraws(accepted, drafted.astype(np.int64), drafted.astype(np.int64) + 1), None
 
 
-class LookaheadSampler:
-    """Lookahead decoding (Eq. 5 + Eq. 7): with probability 1/f a step holds G candidate n-grams
-    of N-1 tokens, each token accepted with alpha independently, and commits 1 + the longest
-    accepted prefix; otherwise it falls back to one token. The verify forward carries the
-    lookahead branch W*(N-1) and the verification branch G*(N-1) plus the current token."""
+class NgramSampler:
+    """Candidate n-grams verified in one forward, no draft forward (Fu et al. Eq. 5 + Eq. 7): with
+    probability 1/f a step holds `candidates` n-grams of `length` tokens, each token accepted with
+    alpha independently, and commits 1 + the longest accepted prefix; otherwise it commits one
+    token. The verify forward carries `verify_tokens` query tokens."""
 
     stateful = False
 
-    def __init__(self, W: int, N: int, G: int, alpha: float, f: float):
-        self.W, self.N, self.G = int(W), int(N), int(G)
-        self.alpha = _check_prob(alpha, "lookahead alpha")
+    def __init__(self, candidates: int, length: int, alpha: float, f: float, verify_tokens: int):
+        self.candidates, self.length = int(candidates), int(length)
+        self.alpha = _check_prob(alpha, "n-gram alpha")
         if not f >= 1:
-            raise InputError(f"lookahead f must be >= 1, got {f!r}")
+            raise InputError(f"n-gram f must be >= 1, got {f!r}")
         self.f = float(f)
-        self.verify = 1 + (self.W + self.G) * (self.N - 1)
+        self.verify = int(verify_tokens)
         self.fixed_shape = (0, self.verify)
 
     def draw(self, rng, n, state=None):
-        gamma = self.N - 1
-        hits = rng.random((n, self.G, gamma)) < self.alpha
-        longest = first_failure(hits.reshape(n * self.G, gamma)).reshape(n, self.G).max(axis=1) if gamma else np.zeros(n, dtype=np.int64)
+        g, k = self.length, self.candidates
+        hits = rng.random((n, k, g)) < self.alpha
+        longest = first_failure(hits.reshape(n * k, g)).reshape(n, k).max(axis=1) if g else np.zeros(n, dtype=np.int64)
         good = rng.random(n) < 1.0 / self.f
         accepted = 1 + np.where(good, longest, 0)
         return StepDraws(accepted.astype(np.int64), np.zeros(n, dtype=np.int64), np.full(n, self.verify, dtype=np.int64)), None

@@ -5,7 +5,7 @@ simulator prices each simulated step with what it realised (which draft forwards
 query tokens the verify forward carried) through the same `costmodel.step` functions. The latency
 is a `costmodel.step` callable latency(model, n_tokens, ctx, batch): the Profile's fitted models,
 or given predictors (`.predict(n_tokens, ctx_len, batch)`, e.g. FixedLatency for closed-form
-checks). Parallelism (tensor / pipeline parallel, lookahead parallel, a draft model on its own
+checks). Parallelism (tensor / pipeline parallel, branch parallel, a draft model on its own
 GPU) wraps that callable and the verify tokens and adds the transfers between GPUs; the compute
 always comes from the latency models.
 """
@@ -62,7 +62,8 @@ def latency_for(profile, step: StepModel, latencies: Mapping[str, Any] | None = 
 @dataclass
 class Parallelism:
     """How one replica spreads a forward: tp-way tensor parallel, pp pipeline stages, lp-way
-    lookahead parallel, and the draft model on the target's GPU or on its own."""
+    branch parallel (the branches of a draft-free verify forward on lp GPUs, each a full copy), and
+    the draft model on the target's GPU or on its own."""
 
     tp: int = 1
     pp: int = 1
@@ -108,7 +109,7 @@ class Parallelism:
 
     @property
     def verify_transfer_s(self) -> float:
-        """Only the final tokens travel between lookahead-parallel GPUs."""
+        """Only the final tokens travel between branch-parallel GPUs."""
         return self.link_latency_s if self.lp > 1 else 0.0
 
     @property
@@ -125,7 +126,7 @@ class StepCosts:
         self.step, self.shape = step, step.shape
         self.parallel = parallel or Parallelism()
         if self.parallel.lp > 1 and (self.shape.max_drafted or np.all(np.asarray(self.shape.verify_tokens) <= 1)):
-            raise InputError(f"lookahead parallelism (lp > 1) spreads the branches of a verify forward without "
+            raise InputError(f"branch parallelism (lp > 1) spreads the branches of a verify forward without "
                              f"draft forwards; {step.method}'s step has none to spread")
         self.latency = self.parallel.wrap(latency, step.target, int(hidden), int(n_layers), int(act_bytes))
         self._cache: dict[tuple, tuple[float, float]] = {}

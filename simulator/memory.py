@@ -27,7 +27,7 @@ class KVMemory:
 
 def replica_memory(profile, step: StepModel, parallel: Parallelism | None = None,
                    gpu_mem_gb: float | None = None, reserve_fraction: float = 0.1) -> KVMemory:
-    """KV capacity of one replica (tp x pp GPUs; lookahead-parallel GPUs each hold a full copy)."""
+    """KV capacity of one replica (tp x pp GPUs; branch-parallel GPUs each hold a full copy)."""
     parallel = parallel or Parallelism()
     if not 0 <= reserve_fraction < 1:
         raise InputError(f"reserve_fraction must lie in [0, 1), got {reserve_fraction}")

@@ -31,7 +31,7 @@ def test_accessors():
     assert m.alpha_at(2, without_replacement=True) == 0.83
     assert m.conf_bins.table().shape == (2, 11)
     assert m.conf_bins.hit(4)[0] == pytest.approx(0.2)
-    assert m.lookahead.f == 3.106
+    assert m.part("lookahead").f == 3.106
     assert m.markov.stationary_alpha == pytest.approx(0.4 / (1 - 0.85 + 0.4))
 
 
@@ -68,8 +68,8 @@ def test_markov_sampling_matches_stationary_alpha():
     ({"alpha": 0.5, "conf_bins": {"freq": [1.0] + [0] * 10, "topk_hit": {"1": [0.5] * 10 + [1.1]}}},
      r"topk_hit\[1\]\[10\] = 1.1 is outside"),
     ({"markov": {"p_aa": 0.5}}, "markov needs"),
-    ({"lookahead": {"alpha": 0.4, "f": 0.9}}, "lookahead.f must be a number >= 1"),
-    ({"lookahead": {"alpha": 1.4, "f": 2}}, "lookahead.alpha = 1.4"),
+    ({"lookahead": {"alpha": 0.4, "f": 0.9}}, r"lookahead.f must be a number in \[1, inf\], got 0.9"),
+    ({"lookahead": {"alpha": 1.4, "f": 2}}, r"lookahead.alpha must be a number in \[0, 1\], got 1.4"),
     ({"alpha": 0.5, "temperature": -1}, "temperature"),
     ({}, "has no alpha"),
 ])

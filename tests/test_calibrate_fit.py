@@ -7,11 +7,12 @@ import pytest
 from scipy.stats import beta as beta_dist
 
 from calibrate import fit as fit_cli
-from calibrate.fit_acceptance import fit_lookahead, fit_step_acceptance, fit_token_acceptance
+import methods
+from calibrate.fit_acceptance import fit_step_acceptance, fit_token_acceptance
 from calibrate.latency import RooflineLatency
 from calibrate.profile import Profile
 from calibrate.synthetic import (
-    synthetic_chain_steps, synthetic_latency_trace, synthetic_lookahead_steps, synthetic_token_trace,
+    synthetic_chain_steps, synthetic_latency_trace, synthetic_ngram_steps, synthetic_token_trace,
 )
 from costmodel.params import arch_dict
 from common.errors import InputError
@@ -89,12 +90,15 @@ def test_step_fit_recovers_per_position_betas():
 
 def test_lookahead_fit_recovers_alpha_and_f():
     configs = [(5, 15, 15), (5, 30, 1), (5, 1, 30), (3, 10, 10), (7, 8, 4), (4, 5, 2)]
-    frame, _ = synthetic_lookahead_steps(0.425, 3.106, configs, n_steps=6000, seed=8)
-    fitted = fit_lookahead(frame)
+    configs = [methods.parse_label(f"lookahead W{w} N{n} G{g}") for n, w, g in configs]
+    frame, _ = synthetic_ngram_steps(0.425, 3.106, configs, n_steps=6000, seed=8)
+    spec = methods.get("lookahead")
+    fitted = spec.fit_steps(frame, dataset="d", temperature=0.0, source="synthetic")
     assert fitted["alpha"] == pytest.approx(0.425, abs=0.03)
-    assert fitted["f"] == pytest.approx(3.106, rel=0.06)
+    assert fitted[spec.name]["f"] == pytest.approx(3.106, rel=0.06)
     with pytest.raises(InputError, match="two or more"):
-        fit_lookahead(frame[frame["config"] == frame["config"].iloc[0]])
+        spec.fit_steps(frame[frame["config"] == frame["config"].iloc[0]], dataset="d", temperature=0.0, source="s")
+    assert methods.get("sd").fit_steps(frame, dataset="d", temperature=0.0, source="s") is None
 
 
 def _write_traces(tmp_path):

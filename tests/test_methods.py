@@ -70,3 +70,15 @@ def test_registry_refuses_a_taken_name():
         methods.register(type(methods.get("sd"))())
     with pytest.raises(InputError, match="unknown method 'nope'"):
         methods.parse_methods("sd,nope")
+
+
+def test_a_trained_router_is_the_drafters_own():
+    from methods.spec import drafter_fixed, engine_config, priced_config
+
+    routed = {"kind": "coral", "model": "eagle-router16:2", "router": {"groups": 16, "top_n": 2}}
+    plain = {"kind": "coral", "model": "eagle"}
+    run = methods.parse_label("coral g3 N16 top2")
+    assert drafter_fixed(routed) == {"groups": 16, "top_n": 2} and drafter_fixed(plain) == {}
+    assert priced_config(run, routed).label == "coral g3"            # the router is priced in the drafter
+    assert engine_config(priced_config(run, routed), routed) == run
+    assert priced_config(run, plain) == run

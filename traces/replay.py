@@ -19,9 +19,9 @@ decide every step exactly:
   (GLIDE Alg. 1 `topk(p_i, S[...])`), so S[b] <= 1 means no expansion. At the first chain miss l,
   if y_{p+l} is in the expansion set it is accepted and the target's prediction after it (one more
   token) comes free from the same forward.
-- kangaroo (config `gamma` = max draft steps, `eta`): the self-draft chain as sd, but drafting
-  stops after the first drafted token whose top-1 confidence is <= eta (that token is still
-  verified, as in Kangaroo Fig. 2); eta = 0 gives fixed gamma steps.
+- an early-exit drafter (config `gamma` = max draft steps, `eta`): the self-draft chain as sd, but
+  drafting stops after the first drafted token whose top-1 confidence is <= eta (that token is
+  still verified); eta = 0 gives fixed gamma steps.
 
 "Accepted length" of a step = tokens committed by it, bonus included, exactly as StepTrace's
 `accepted`: with d tokens drafted along the chain and m leading hits,

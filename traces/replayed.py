@@ -11,9 +11,9 @@ Two sources of decisions:
   p accepts, at depth l, the child whose drafter rank equals draft_rank[p + l]. Children of a node
   are ranked in candidate order (chain: one child of rank 0; MCSD: the drafter's top-k; CAPE: the
   chain token then its expansion set), so this is exactly `traces.replay` for every method with a
-  drafter (a plain chain's replay for coral); Kangaroo's stop rule also reads the recorded draft_conf.
+  drafter (a plain chain's replay for coral); an early-exit stop rule also reads the recorded draft_conf.
 - `LengthReplay` (from a StepTrace's `accepted` column): step i accepts accepted[i] - 1 tokens
-  along the first children; for methods without a drafter, hence no drafter rank (lookahead).
+  along the first children; for methods without a drafter, hence no drafter rank (n-gram candidates).
 The committed correction/bonus token is the target's own argmax at the last accepted node (the
 real sampling step); past the end of the recording nothing more is accepted.
 Known limit: CAPE's expansion sizes (engine `CAPE.propose`) come from the random drafter's own

@@ -7,7 +7,6 @@ provenance). The corpus and the target's signals are cached under `--cache`, sha
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ import torch
 
 from common.errors import InputError, cli_entry
 from runtime.models import load_model
-from training import KINDS
+from training import kinds
 from training.data import DEFAULT_CACHE, CorpusConfig, training_data
 from training.loop import LoopConfig, train
 
@@ -37,7 +36,7 @@ def parse_options(items: list[str]) -> dict:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m training", description=__doc__.splitlines()[0])
-    p.add_argument("kind", choices=sorted(KINDS), help="drafter kind to train")
+    p.add_argument("kind", choices=sorted(kinds()), help="drafter kind to train")
     p.add_argument("--target", default="smollm2", help="target model spec (runtime.models.load_model)")
     p.add_argument("--minutes", type=float, default=30.0, help="wall-clock training budget (sets the step count)")
     p.add_argument("--steps", type=int, default=None, help="fixed step count (exact reproduction; overrides --minutes)")
@@ -66,10 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                       eval_every=args.eval_every, seed=args.seed)
     corpus = CorpusConfig(n_generated=args.generated, max_new_tokens=args.max_new_tokens, n_source=args.source,
                           seed=args.seed)
-    try:
-        module = importlib.import_module(KINDS[args.kind])
-    except ModuleNotFoundError:
-        raise InputError(f"drafter kind '{args.kind}' has no training module {KINDS[args.kind]} yet") from None
+    module = kinds()[args.kind]
     target = load_model(args.target)
     for p in target.model.parameters():
         p.requires_grad_(False)

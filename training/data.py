@@ -326,9 +326,21 @@ class SignalSpec:
         return self.union(other) == self
 
 
+EARLY_LAYER = 2      # the early features the feature drafters' one shared spec carries
+
+
+def feature_spec(target: Llama, exit_layer: int = EARLY_LAYER, topk: int = 8) -> SignalSpec:
+    """Signals of the feature drafters: early features at `exit_layer` and the last layer's features.
+
+    The early-exit adapter, the EAGLE drafter and its router all ask for this one spec (with the
+    default exit layer), so one cached target pass over the corpus serves the three of them.
+    """
+    return SignalSpec(topk=topk, hidden_layers=tuple(sorted({exit_layer, target.config.num_layers})))
+
+
 def shared_spec(n_layers: int) -> SignalSpec:
     """What every drafter kind together reads from a target of `n_layers` layers, computed in ONE
-    target pass: top-8, the inputs of layers 1-4, 6, 8 (Kangaroo exit layers) and the last output
+    target pass: top-8, the inputs of layers 1-4, 6, 8 (early-exit layers) and the last output
     (EAGLE/CORAL features), the K/V of the two upper layers (GLIDE with 1 or 2 layers)."""
     hidden = {i for i in (1, 2, 3, 4, 6, 8) if i < n_layers} | {n_layers}
     return SignalSpec(8, tuple(sorted(hidden)), tuple(sorted({max(0, n_layers - 2), n_layers - 1})))

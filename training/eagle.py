@@ -33,9 +33,10 @@ from runtime.drafters.io import save_drafter
 from common.errors import InputError
 from runtime.llama import Llama
 from runtime.models import LoadedModel
-from training.kangaroo import feature_spec
+from training.data import feature_spec
 from training.loop import StepLoss, distill_step
 
+KIND = "coral"
 WEIGHTS = "coral.safetensors"
 
 
@@ -131,7 +132,7 @@ class EagleTrainee:
     is step 1's (the first draft after the root); `parts` holds every step's.
     """
 
-    kind = "coral"
+    kind = KIND
 
     def __init__(self, target: Llama, *, seed: int = 0, std: float = 0.02, topk: int = 8,
                  loss_config: EagleLossConfig | None = None, drafter: FeatureDrafter | None = None):

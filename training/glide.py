@@ -27,6 +27,7 @@ from runtime.models import LoadedModel
 from training.data import SignalSpec
 from training.loop import StepLoss, distill_step
 
+KIND = "glide"
 WEIGHTS = "glide.safetensors"
 
 
@@ -66,7 +67,7 @@ def build_glide(target: Llama, num_layers: int = 1, seed: int = 0) -> GlideDraft
 class GlideTrainee:
     """`training.loop.Trainee` for GLIDE: distillation with the block-wise cross mask."""
 
-    kind = "glide"
+    kind = KIND
 
     def __init__(self, target: Llama, num_layers: int = 1, block: int = 5, seed: int = 0):
         if block < 1:

@@ -20,26 +20,18 @@ from runtime.drafters.kangaroo import KangarooAdapter
 from common.errors import InputError
 from runtime.llama import Llama
 from runtime.models import LoadedModel
-from training.data import SignalSpec
+from training.data import EARLY_LAYER, feature_spec
 from training.loop import StepLoss, distill_step
 
+KIND = "kangaroo"
 WEIGHTS = "kangaroo.safetensors"
-DEFAULT_EXIT_LAYER = 2
-
-
-def feature_spec(target: Llama, exit_layer: int = DEFAULT_EXIT_LAYER, topk: int = 8) -> SignalSpec:
-    """Signals of the feature drafters: early features at `exit_layer` and the last layer's features.
-
-    Kangaroo, the EAGLE drafter and its router all ask for this one spec (with the default exit
-    layer), so one cached target pass over the corpus serves the three of them.
-    """
-    return SignalSpec(topk=topk, hidden_layers=tuple(sorted({exit_layer, target.config.num_layers})))
+DEFAULT_EXIT_LAYER = EARLY_LAYER
 
 
 class KangarooTrainee:
     """`training.loop.Trainee` for the adapter; a batch holds `hidden.<l>`, `topk_ids`, `topk_logp`."""
 
-    kind = "kangaroo"
+    kind = KIND
 
     def __init__(self, target: Llama, exit_layer: int = DEFAULT_EXIT_LAYER, *, seed: int = 0, std: float = 0.02, topk: int = 8,
                  adapter: KangarooAdapter | None = None):

@@ -1,4 +1,4 @@
-"""ONE training loop for every drafter kind (vanilla, GLIDE, Kangaroo, EAGLE/CORAL, router).
+"""ONE training loop for every drafter kind (`training.kinds()`).
 
 The protocol a drafter kind implements (`Trainee`), and nothing else:
 

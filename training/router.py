@@ -25,9 +25,10 @@ from runtime.llama import Llama
 from runtime.models import LoadedModel
 from training.eagle import WEIGHTS as DRAFTER_WEIGHTS
 from training.eagle import multi_step_features, target_features
-from training.kangaroo import feature_spec
+from training.data import feature_spec
 from training.loop import StepLoss, top1_agreement
 
+KIND = "router"
 WEIGHTS = "coral_router.safetensors"
 DEFAULT_DRAFTER = Path("artifacts/drafters/coral") / DRAFTER_WEIGHTS
 
@@ -50,7 +51,7 @@ class RouterTrainee:
     A batch is the feature drafter's (`ids`, `hidden.<N>`, `topk_ids`, `topk_logp`).
     """
 
-    kind = "router"
+    kind = KIND
 
     def __init__(self, target: Llama, drafter: FeatureDrafter, n_groups: int = 16, top_n: int = 2, *,
                  steps: int = 3, seed: int = 0, std: float = 0.02, topk: int = 8, source: str = "given"):

@@ -22,6 +22,7 @@ from training.data import SignalSpec
 from training.loop import StepLoss, distill_step
 
 META_KEY = "specsim_vanilla"
+KIND = "vanilla"
 WEIGHTS = "vanilla.safetensors"
 
 
@@ -85,7 +86,7 @@ def load_vanilla(path: str | Path, target: Llama) -> Llama:
 class VanillaTrainee:
     """`training.loop.Trainee` for the vanilla drafter."""
 
-    kind = "vanilla"
+    kind = KIND
     spec = SignalSpec(topk=8)
 
     def __init__(self, target: Llama, num_layers: int = 1):

@@ -181,3 +181,6 @@ class GlideDrafter(nn.Module):
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         return ForwardOutput(base.head(x) if logits else None, x)
 
+
+
+DRAFTER = GlideDrafter        # the class `runtime.drafters.io` loads for its kind

@@ -2,11 +2,14 @@
 
 Weights shared with the target (embeddings, LM head, shallow layers) are not stored; the target
 is given again at load time. Every drafter class offers `config_dict()` and a classmethod
-`from_config_dict(config, target)`; the kind name selects the class.
+`from_config_dict(config, target)`; the kind name selects the class, found in the module of this
+package that declares it as `DRAFTER`.
 """
 from __future__ import annotations
 
+import importlib
 import json
+import pkgutil
 from pathlib import Path
 
 import torch
@@ -18,11 +21,10 @@ CONFIG_KEY = "specsim_drafter"
 
 
 def _kinds() -> dict:
-    from runtime.drafters.coral import FeatureDrafter
-    from runtime.drafters.glide import GlideDrafter
-    from runtime.drafters.kangaroo import KangarooAdapter
-
-    return {"glide": GlideDrafter, "kangaroo": KangarooAdapter, "coral": FeatureDrafter}
+    """Drafter classes by `kind`: the `DRAFTER` of each module of runtime.drafters that declares one."""
+    package = importlib.import_module("runtime.drafters")
+    found = (importlib.import_module(f"{package.__name__}.{m.name}") for m in pkgutil.iter_modules(package.__path__))
+    return {d.kind: d for d in (getattr(m, "DRAFTER", None) for m in found) if d is not None}
 
 
 def own_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:

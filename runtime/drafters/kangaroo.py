@@ -7,17 +7,22 @@ block between two RMSNorms, with the target's LM head shared:
 The adapter keeps a one-layer KV cache of its own. Drafting stops after the first drafted token
 whose top-1 probability is <= eta (Kangaroo Eq. 4); the early features of all drafted tokens are
 then passed through the remaining layers l..N-1 of the target in one forward to verify them.
+`Kangaroo` is the engine decoder of the method `kangaroo` (named by methods/kangaroo.py).
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
 from runtime.drafters.common import materialise, positions
+from runtime.drafters.methods import UNTRAINED, check_untrained, resolve_drafter, start_keeping_prefill
 from common.errors import InputError
+from runtime.engine.base import Decoder, Proposal
 from runtime.llama import Attention, KVCache, Llama, LlamaConfig, RMSNorm
+from verification import rules
 
 
 @dataclass
@@ -96,3 +101,95 @@ class KangarooAdapter(nn.Module):
         attn_mask = Llama._attention_mask(mask, past, q, features.device)
         h = features + self.attn(self.norm_in(features), cos, sin, attn_mask, cache, 0)
         return target.lm_head(self.norm_out(h))
+
+
+DRAFTER = KangarooAdapter     # the class `runtime.drafters.io` loads for its kind
+
+
+# ------------------------------------------------------------------------------- the decoder
+
+class Kangaroo(Decoder):
+    """Early-exit self-drafting (Kangaroo); the target cache's shallow layers run ahead while drafting."""
+
+    method = "kangaroo"
+    own_drafter = True
+    options = dict(UNTRAINED)
+
+    def __init__(self, target: Llama, drafter: Any = None, *, sampling=None, seed: int = 0, **config: Any):
+        super().__init__(target, None, sampling=sampling, seed=seed, **config)
+        layer, o = self.config.exit_layer, self.options
+        self.adapter = resolve_drafter(KangarooAdapter, drafter, target, lambda: KangarooAdapter.for_target(
+            target, layer, seed=o["drafter_seed"], std=o["drafter_std"]))
+        if self.adapter.exit_layer != layer:
+            raise InputError(f"kangaroo: the adapter exits at layer {self.adapter.exit_layer}, "
+                             f"the configuration asks for {layer}")
+
+    def check_config(self) -> None:
+        layer, depth = self.config.exit_layer, self.target.config.num_layers
+        if not 1 <= layer < depth:
+            raise InputError(f"kangaroo: exit_layer must be an integer in 1..{depth - 1}, got {layer!r}")
+        check_untrained(self)
+
+    def drafter_logits(self, ids: list[int]) -> torch.Tensor:
+        """The target's first layers, then the adapter, over the whole sequence."""
+        tensor = self._ids(ids)
+        with torch.no_grad():
+            cache = self.target.new_cache(capacity=len(ids))
+            return self.adapter(self.adapter.shallow(self.target, tensor, cache), self.target, None)[0]
+
+    def start(self, prompt: list[int]) -> None:
+        out = start_keeping_prefill(self, prompt, output_hidden_states=True)
+        self.adapter_cache = self.adapter.new_cache(capacity=len(prompt) + 64)
+        # early features (input of layer l) of the committed tokens the adapter has not seen yet
+        self.unseen = None if out is None else out.hidden_states[self.config.exit_layer]
+
+    def _shallow(self, token: int, position: int) -> torch.Tensor:
+        pos = torch.tensor([position], device=self.target.device)
+        return self.adapter.shallow(self.target, self._ids([token]), self.target_cache, position_ids=pos)
+
+    def propose(self) -> Proposal:
+        gamma, eta = self.config.gamma, self.config.eta
+        self.root = self.target_cache.length           # position of the pending token
+        with torch.no_grad():
+            feature = self._shallow(self.tokens[-1], self.root)
+            features = [feature]
+            pending = feature if self.unseen is None else torch.cat([self.unseen, feature], dim=1)
+            drafts, q_rows, conf = [], [], []
+            forwards = 0
+            while True:
+                logits = self.adapter(pending, self.target, self.adapter_cache)[0, -1]
+                forwards += 1
+                q = self.sampling.probs(logits)
+                token = int(q.argmax()) if self.sampling.greedy else rules.draft_candidates(q.tolist(), 1, self.rng)[0]
+                drafts.append(token)
+                q_rows.append(q)
+                conf.append(float(q.max()))
+                feature = self._shallow(token, self.root + len(drafts))
+                features.append(feature)
+                if len(drafts) == gamma or self.stop_confidence(len(drafts) - 1, conf[-1]) <= eta:
+                    break
+                pending = feature
+        self.unseen = None
+        self.features = torch.cat(features, dim=1)      # early features of the pending token and the drafts
+        q_rows.append(torch.zeros_like(q_rows[0]))
+        return Proposal(rules.TokenTree.chain(drafts), torch.stack(q_rows), conf, draft_forwards=forwards)
+
+    def stop_confidence(self, index: int, confidence: float) -> float:
+        """The confidence the stop rule reads for draft `index` (replayed mode substitutes a recorded one)."""
+        return confidence
+
+    def verify(self, proposal: Proposal) -> tuple[rules.Verdict, int]:
+        """Target layers l..N-1 over the early features (the shallow layers ran while drafting)."""
+        positions = torch.arange(self.root, self.root + proposal.tree.size, device=self.target.device)
+        with self.timer.region("verify"), torch.no_grad():
+            logits = self.target(hidden=self.features, cache=self.target_cache, position_ids=positions,
+                                 layers=range(self.config.exit_layer, self.target.config.num_layers)).logits[0]
+        return self.decide(proposal.tree, logits, proposal), proposal.tree.size
+
+    def commit(self, proposal: Proposal, verdict: rules.Verdict) -> None:
+        kept = self.root + 1 + verdict.n_accepted       # pending token + accepted drafts
+        self.target_cache.crop(kept)
+        self.adapter_cache.crop(min(kept, self.adapter_cache.length))
+        lag = kept - self.adapter_cache.length           # committed early features the adapter lacks
+        self.unseen = self.features[:, verdict.n_accepted + 1 - lag: verdict.n_accepted + 1] if lag else None
+        self.tokens.extend(verdict.tokens)

@@ -59,9 +59,18 @@ def parse_method(text: str) -> tuple[str, dict, str | None]:
     return (name.strip(), *decoder_arguments(name.strip(), raw))
 
 
+def check_drafter_spec(spec: str) -> None:
+    """`layers:<n>` needs a positive integer n (checked before any model loads)."""
+    if spec.startswith("layers:"):
+        n = spec.split(":", 1)[1]
+        if not n.isdigit() or int(n) < 1:
+            raise InputError(f"--drafter {spec}: layers:<n> needs a positive integer n (e.g. layers:2)")
+
+
 def load_drafter(spec: str, target: LoadedModel) -> LoadedModel:
     """`layers:<n>`: the target's first n layers; a `.safetensors` file: a trained vanilla drafter
     (`python -m training vanilla`) on the target's embeddings and head; anything else: `load_model(spec)`."""
+    check_drafter_spec(spec)
     if spec.startswith("layers:"):
         return LoadedModel(truncated(target.model, int(spec.split(":", 1)[1])), target.tokenizer, spec)
     if spec.endswith(".safetensors"):
@@ -73,46 +82,66 @@ def load_drafter(spec: str, target: LoadedModel) -> LoadedModel:
     return drafter
 
 
-def prompt_ids(spec: str, target: LoadedModel) -> list[tuple[str, list[int]]]:
-    """`mtbench:2,humaneval:2` -> encoded prompts (the first n of each set)."""
-    from traces.prompts import encode_prompt, load_prompts
+def prompt_ids(prompts: list, target: LoadedModel) -> list[tuple[str, list[int]]]:
+    """Encoded prompts; a model built in code without a tokenizer (tiny, random:) gets the byte tokenizer."""
+    from traces.prompts import ByteTokenizer, encode_prompt
 
-    out = []
-    for part in spec.split(","):
-        name, _, n = part.partition(":")
-        for prompt in load_prompts(name, limit=int(n) if n else None):
-            out.append((prompt.prompt_id, list(encode_prompt(prompt, target.tokenizer))))
-    return out
+    tokenizer = target.tokenizer or ByteTokenizer(target.vocab_size)
+    return [(prompt.prompt_id, list(encode_prompt(prompt, tokenizer))) for prompt in prompts]
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """Every numeric option, before any model loads (one line naming the option and what is allowed)."""
+    import math
+
+    if args.threads < 1:
+        raise InputError(f"--threads is {args.threads}, must be >= 1")
+    if args.max_new_tokens < 1:
+        raise InputError(f"--max-new-tokens is {args.max_new_tokens}, must be >= 1")
+    if not (math.isfinite(args.temperature) and args.temperature >= 0):
+        raise InputError(f"--temperature is {args.temperature}, must be a finite number >= 0 (0 = greedy)")
+    if not 0 < args.top_p <= 1:
+        raise InputError(f"--top-p is {args.top_p}, must lie in (0, 1]")
+    check_drafter_spec(args.drafter)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m runtime.engine", description=__doc__.splitlines()[0])
-    p.add_argument("--target", default="smollm2", help="target model spec (see runtime.models.load_model)")
-    p.add_argument("--drafter", default="layers:2", help="drafter spec, or layers:<n> = the target's first n layers")
-    p.add_argument("--prompts", default="mtbench:2,humaneval:2", help="prompt sets, name:count joined by commas")
+    p.add_argument("--target", default="smollm2",
+                   help="target model: smollm2 (default), tiny[:seed] (built in code, byte tokenizer), "
+                        "random:<architecture>, an HF id, a directory or a .gguf file")
+    p.add_argument("--drafter", default="layers:2",
+                   help="drafter spec, or layers:<n> = the target's first n layers (default layers:2)")
+    p.add_argument("--prompts", default="mtbench:2,humaneval:2",
+                   help="prompt sets (mtbench, humaneval or a JSONL path) as name:count joined by commas "
+                        "(default mtbench:2,humaneval:2)")
     p.add_argument("--methods", nargs="+", default=None,
                    help='methods as name, name:{json config} or a label ("mcsd k4x2x1 repl"); methods with '
                         f'their own drafter ({", ".join(own_drafter_methods())}) take {{"drafter": FILE}} (a trained '
                         'drafter; default an untrained one, which keeps greedy identity). Default: every '
                         'registered method with its default configuration')
-    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate per prompt")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate per prompt (default 64)")
     p.add_argument("--temperature", type=float, default=0.0,
-                   help="sampling temperature; 0 = greedy with the identity check against ar")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass kept when sampling (1 = all)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the decoders' random source when sampling")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+                   help="sampling temperature >= 0; 0 (default) = greedy with the identity check against ar")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass kept when sampling, in (0, 1] (default 1 = all)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the decoders' random source when sampling (default 0)")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     p.add_argument("--out", default=None, help="optional CSV with one row per method and prompt")
     return p
 
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
+    from traces.prompts import load_prompt_mix
+
     args = build_parser().parse_args(argv)
+    check_options(args)
     torch.set_num_threads(args.threads)
     runs = [parse_method(m) for m in (args.methods or methods.names())]
+    prompt_set = load_prompt_mix(args.prompts)
     target = load_model(args.target)
     drafter = load_drafter(args.drafter, target)
-    prompts = prompt_ids(args.prompts, target)
+    prompts = prompt_ids(prompt_set, target)
     eos = getattr(target.tokenizer, "eos_token_id", None)
     sampling = Sampling(args.temperature, args.top_p)
     reference = {} if not sampling.greedy else {

@@ -2,7 +2,7 @@
 
 A tree is a parent array as in `verification.rules.TokenTree` (node 0 = the pending committed token,
 parents[0] = -1). Node i attends to itself and its ancestors, and sits at position
-(position of the root) + depth(i); chains, MCSD trees, CAPE expansions and lookahead tries are all
+(position of the root) + depth(i); chains, MCSD trees, CAPE expansions and n-gram candidate tries are all
 such trees, so the mask and the positions are built here once.
 """
 from __future__ import annotations

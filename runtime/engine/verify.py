@@ -5,7 +5,7 @@
   like `rules.argmax`);
 - sampling: the batched torch twins on the full rows (`rules_torch.verify_tree` when the drafts
   were drawn from q rows, `rules_torch.verify_tree_one_hot` for deterministic candidates such as
-  CAPE sets and lookahead n-grams, and for trees without q). Their uniforms come from the
+  CAPE sets and n-gram candidates, and for trees without q). Their uniforms come from the
   decoder's `TorchSource` (a seeded `torch.Generator`); the twins are tested to decide exactly
   as the reference rules do on the same uniforms.
 """
