@@ -38,6 +38,7 @@ from calibrate.profile import Profile
 from experiments import scoring
 from experiments.executor import EXECUTORS, make_executor
 from experiments.sweep import BUNDLED_PROFILES, SweepOptions, run_sweep
+from simulator.workload import sample_lengths
 from common import atomic
 from common.errors import InputError, cli_entry
 from methods import names as method_names, parse_methods
@@ -386,15 +387,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def options_from_args(args) -> CapacityOptions:
-    for name in ("target_rate", "max_batch", "duration", "candidates"):
-        if not getattr(args, name) > 0:
-            raise InputError(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
+    for name in ("target_rate", "max_batch", "duration", "candidates", "cv"):
+        value = getattr(args, name)
+        if not (value > 0 and math.isfinite(value)):  # refuses nan and inf too
+            raise InputError(f"--{name.replace('_', '-')} must be a finite number > 0, got {value}")
+    if args.temperature is not None and not (args.temperature >= 0 and math.isfinite(args.temperature)):
+        raise InputError(f"--temperature must be a finite number >= 0, got {args.temperature}")
+    if args.workers is not None and args.workers < 1:
+        raise InputError(f"--workers must be >= 1, got {args.workers}")
     limits = {k: getattr(args, f"slo_{k}") for k in SLO_KEYS}
     for k, v in limits.items():
-        if v is not None and not v > 0:
+        if v is not None and not (v > 0 and math.isfinite(v)):
             raise InputError(f"--slo-{k.replace('_', '-')} must be > 0 ms, got {v}")
     if args.hardware:
         scoring.check_hardware(args.hardware)
+    for what, spec in (("--prompt-len", args.prompt_len), ("--output-len", args.output_len)):
+        sample_lengths(spec, 1, np.random.default_rng(0), what)      # checked before any serving
     return CapacityOptions(
         methods=parse_methods(args.methods), hardware=args.hardware, temperature=args.temperature,
         target_rate=args.target_rate, slo=Slo(**{k: (v / 1000 if v else None) for k, v in limits.items()}),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 import sys
 from pathlib import Path
@@ -88,7 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--max-batch", type=int, default=32, help="batch limit per replica (default 32)")
     v.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs per replica")
     v.add_argument("--pp", type=int, default=1, help="pipeline stages per replica")
-    v.add_argument("--lp", type=int, default=1, help="lookahead-parallel GPUs (method lookahead)")
+    v.add_argument("--lp", type=int, default=1, help="branch-parallel GPUs (a method whose verify forward has branches and no draft)")
     v.add_argument("--draft-own-gpu", action="store_true", help="the draft model on its own GPU")
     v.add_argument("--gpu-mem-gb", type=float, help="memory per GPU (default: the profile's hardware)")
     v.add_argument("--per-step", action="store_true", help="also write iterations.csv")
@@ -143,6 +144,9 @@ def run_stream(args) -> None:
 
 
 def run_serve(args) -> None:
+    for option, value in (("--cv", args.cv), ("--duration", args.duration)):
+        if not (value > 0 and math.isfinite(value)):  # refuses nan and inf (--cv even when arrivals are poisson)
+            raise InputError(f"{option} must be a finite number > 0, got {value}")
     profile = load_profile(args.profile)
     build_step_model(profile, args.method, args.config)      # refuses a bad config before any run
     cluster = Cluster(replicas=args.replicas, max_batch=args.max_batch, gpu_mem_gb=args.gpu_mem_gb,

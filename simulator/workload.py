@@ -30,6 +30,9 @@ class Workload:
     trace: str | Path | pd.DataFrame | None = None
 
     def __post_init__(self):
+        for what, spec in (("prompt length", self.prompt_len), ("output length", self.output_len)):
+            if spec is not None:
+                sample_lengths(spec, 1, np.random.default_rng(0), what)  # a bad spec fails here, not mid-run
         if self.arrival not in ARRIVALS:
             raise InputError(f"unknown arrival process '{self.arrival}' (known: {', '.join(ARRIVALS)})")
         if self.arrival != "trace":

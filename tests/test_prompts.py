@@ -101,5 +101,9 @@ def test_prompt_mix_takes_counts_per_set(tmp_path):
     path.write_text("".join(json.dumps({"prompt": f"p{i}"}) + "\n" for i in range(3)))
     ids = [p.prompt_id for p in load_prompt_mix(f"mtbench:2, humaneval:1,{path}")]
     assert ids == ["mtbench/81", "mtbench/82", "HumanEval/0", "m/1", "m/2", "m/3"]
-    with pytest.raises(InputError, match="limit"):
+    with pytest.raises(InputError, match="'mtbench:0': count 0 must be >= 1"):
         load_prompt_mix("mtbench:0")
+    with pytest.raises(InputError, match="'mtbench:abc': count 'abc' is not a positive integer"):
+        load_prompt_mix("mtbench:abc")
+    with pytest.raises(InputError, match="prompt file not found: missing.jsonl"):
+        load_prompt_mix("missing.jsonl")

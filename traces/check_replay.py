@@ -32,7 +32,7 @@ from common import atomic
 from methods.config import MethodConfig
 from traces import replay
 from runtime.engine import Sampling, make_decoder
-from runtime.engine.__main__ import load_drafter, own_drafter_methods, parse_method
+from runtime.engine.__main__ import check_drafter_spec, load_drafter, own_drafter_methods, parse_method
 from common.errors import InputError, cli_entry
 from runtime.models import load_model
 from traces.prompts import ByteTokenizer, encode_prompt, load_prompt_mix
@@ -150,7 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
                         f"({', '.join(checkable_methods())}); default: sd gamma 1..8 and mcsd 4x2x1, 2x2x2x2, 8x1x1")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens per prompt (default %(default)s)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default %(default)s)")
-    p.add_argument("--min-agreement", type=float, default=0.99, help="exit 1 below this (default %(default)s)")
+    p.add_argument("--min-agreement", type=float, default=0.99,
+                   help="exit 1 when the share of agreeing steps is below this fraction in [0, 1] (default %(default)s)")
     p.add_argument("--out", required=True, help="folder for steps.csv and report.md")
     return p
 
@@ -158,9 +159,14 @@ def build_parser() -> argparse.ArgumentParser:
 @cli_entry
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    torch.set_num_threads(max(1, args.threads))
     if args.max_new_tokens < 1:
         raise InputError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if not 0 <= args.min_agreement <= 1:  # also refuses nan
+        raise InputError(f"--min-agreement is {args.min_agreement}, must be a fraction in [0, 1] (0.99 = 99%)")
+    if args.threads < 1:
+        raise InputError(f"--threads is {args.threads}, must be >= 1")
+    check_drafter_spec(args.drafter)
+    torch.set_num_threads(args.threads)
     runs = [parse_method(m) for m in args.methods]      # valid configurations of registered methods
     checkable = checkable_methods()
     for name, _, _ in runs:

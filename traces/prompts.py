@@ -141,6 +141,8 @@ def load_prompts(spec: str, *, limit: int | None = None, field: str = "prompt",
     else:
         path = Path(spec)
         if not path.exists():
+            if path.suffix or "/" in spec or "\\" in spec:
+                raise InputError(f"prompt file not found: {spec}")
             raise InputError(f"unknown prompt set '{spec}' (use {', '.join(BUILTIN_SETS)} or a JSONL path)")
         prompts = _local(path, field)
     if ids is not None:
@@ -170,14 +172,38 @@ class ByteTokenizer:
         return bytes(int(i) % 256 for i in ids).decode("utf-8", errors="replace")
 
 
+def _is_set_name(name: str) -> bool:
+    return name.strip().lower().replace("-", "").replace("_", "") in BUILTIN_SETS
+
+
+def parse_prompt_mix(spec: str) -> list[tuple[str, int | None]]:
+    """`mtbench:2,humaneval` -> [("mtbench", 2), ("humaneval", None)] (no count = all). A part whose
+    suffix after the last colon is not a count is a path (paths may hold colons), unless its name is a
+    built-in set or an existing file: then the count is wrong and the part is refused in one line."""
+    parts = [p.strip() for p in str(spec).split(",") if p.strip()]
+    if not parts:
+        raise InputError(f"prompt spec {spec!r} names no prompt set (use name:count joined by commas, "
+                         f"e.g. mtbench:2,humaneval:2; sets: {', '.join(BUILTIN_SETS)} or a JSONL path)")
+    out = []
+    for part in parts:
+        name, colon, count = part.rpartition(":")
+        if count.isdigit():
+            if int(count) < 1:
+                raise InputError(f"prompt spec '{part}': count {count} must be >= 1")
+            out.append((name, int(count)))
+        elif colon and (_is_set_name(name) or Path(name).is_file()):
+            raise InputError(f"prompt spec '{part}': count '{count}' is not a positive integer (use name:count, "
+                             f"e.g. {name}:2)")
+        else:
+            out.append((part, None))
+    return out
+
+
 def load_prompt_mix(spec: str, field: str = "prompt") -> list[Prompt]:
     """`mtbench:2,humaneval:2` -> the first 2 prompts of each set, in that order (no count = all)."""
     prompts: list[Prompt] = []
-    for part in (p.strip() for p in spec.split(",") if p.strip()):
-        name, _, count = part.rpartition(":")
-        if not count.isdigit():  # no count (a path may hold a colon too)
-            name, count = part, ""
-        prompts += load_prompts(name, limit=int(count) if count else None, field=field)
+    for name, count in parse_prompt_mix(spec):
+        prompts += load_prompts(name, limit=count, field=field)
     if not prompts:
         raise InputError(f"no prompts in '{spec}'")
     return prompts

@@ -13,8 +13,8 @@ alpha = sum(min(p, q)) and the target's entropy. p and q are processed as the en
 them (`Sampling.probs`: temperature and top-p); at temperature 0 the decisions are argmaxes, so
 alpha = 1 exactly when the drafter's argmax is the target's token, while draft_conf, q(token) and
 the entropy come from the plain softmax. The drafter is a draft model (`--drafter`, for sd, mcsd,
-cape) or Kangaroo's shallow layers + adapter (`--method kangaroo`): whichever decoder scores a
-sequence with its drafter in one pass (`Decoder.drafter_logits`).
+cape) or a method's own drafter (`--method M`, e.g. an early-exit drafter's shallow layers + adapter):
+whichever decoder scores a sequence with its drafter in one pass (`Decoder.drafter_logits`).
 
 Resumable: the output file is rewritten (atomically) after every prompt; a rerun with the same
 arguments skips the prompts already in it, and a file from a different run is refused. Seeded:
@@ -245,7 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.threads is not None:
-        torch.set_num_threads(max(1, args.threads))
+        if args.threads < 1:
+            raise InputError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
     if args.turn < 1:
         raise InputError(f"--turn must be >= 1, got {args.turn}")
     prompts = load_prompts(args.prompts, limit=args.limit, field=args.field)

@@ -1,0 +1,111 @@
+"""Table-driven bad inputs across the CLIs: each is refused with exit code 2 and one line on stderr
+naming the bad value, before any heavy work (every row runs the CLI's main in-process; none loads
+a real model)."""
+import importlib
+
+import pytest
+
+P = "data/profiles/glide-vicuna-7b-h800.json"
+SMALL_SWEEP = ["--methods", "sd", "--budget", "1", "--rescore", "0", "--profile", P, "--no-progress"]
+TINY_GRID = ["--tokens", "1", "--ctx", "16", "--batch", "1", "--repeats", "1", "--min-repeats", "1", "--warmup", "0",
+             "--quiet"]
+ENGINE = "runtime.engine.__main__"
+RECORD = ["--target", "tiny", "--prompts", "mtbench"]
+
+
+# (CLI module, argv ({out}: a fresh folder), substring the one-line message must hold)
+ROWS = [
+    ("experiments.sweep", ["--methods", "nope", "--out", "{out}"], "nope"),
+    ("experiments.sweep", ["--temperature", "-1", "--out", "{out}"], "-1"),
+    ("experiments.sweep", ["--batch", "0", "--out", "{out}"], "--batch"),
+    ("experiments.sweep", ["--budget", "0", "--out", "{out}"], "--budget"),
+    ("experiments.sweep", ["--hardware", "TPU9", "--out", "{out}"], "TPU9"),
+    ("experiments.sweep", ["--profile", "missing.json", "--out", "{out}"], "missing.json"),
+    ("experiments.sweep", ["--sim-repeats", "0", "--out", "{out}"], "--sim-repeats"),
+    ("experiments.sweep", ["--rescore", "-1", "--out", "{out}"], "--rescore"),
+    ("experiments.sweep", ["--token-trace", "missing.parquet", "--out", "{out}"], "missing.parquet"),
+    ("experiments.sweep", ["--workers", "0", *SMALL_SWEEP, "--out", "{out}"], "--workers"),
+    ("experiments.sweep", ["--workers", "-3", *SMALL_SWEEP, "--out", "{out}"], "--workers"),
+    ("experiments.sweep", ["--ctx-len", "0", *SMALL_SWEEP, "--out", "{out}"], "--ctx-len"),
+    ("experiments.simulate", ["stream", "--profile", P, "--out", "{out}", "--method", "sd", "--config", '{"gama": 8}'],
+     "gama"),
+    ("experiments.simulate", ["stream", "--profile", P, "--out", "{out}", "--method", "sd", "--repeats", "0"],
+     "--repeats"),
+    ("experiments.simulate", ["stream", "--profile", P, "--out", "{out}", "--method", "sd", "--n-tokens", "0"],
+     "n_tokens"),
+    ("experiments.simulate", ["stream", "--profile", "missing.json", "--out", "{out}", "--method", "sd"], "missing.json"),
+    ("experiments.simulate", ["serve", "--profile", P, "--out", "{out}", "--method", "sd", "--rates", "abc"], "abc"),
+    ("experiments.simulate", ["serve", "--profile", P, "--out", "{out}", "--method", "sd", "--cv", "nan"], "--cv"),
+    ("experiments.simulate", ["serve", "--profile", P, "--out", "{out}", "--method", "sd", "--replicas", "0"],
+     "replicas"),
+    ("experiments.simulate", ["crossover", "--profile", P, "--out", "{out}", "--batches", "0"], "--batches"),
+    ("experiments.capacity", ["--cv", "nan", "--out", "{out}"], "--cv"),
+    ("experiments.capacity", ["--duration", "inf", "--out", "{out}"], "--duration"),
+    ("experiments.capacity", ["--workers", "0", "--out", "{out}"], "--workers"),
+    ("experiments.capacity", ["--prompt-len", "fixed:abc", "--out", "{out}"], "fixed:abc"),
+    ("experiments.capacity", ["--methods", "nope", "--out", "{out}"], "nope"),
+    ("experiments.capacity", ["--hardware", "TPU9", "--out", "{out}"], "TPU9"),
+    ("experiments.capacity", ["--slo-tpot-p99", "-5", "--out", "{out}"], "--slo-tpot-p99"),
+    ("experiments.capacity", ["--profile", "README.md", "--out", "{out}"], "README.md"),
+    ("calibrate.fit", ["--out", "{out}/p.json", "--gamma", "0"], "--gamma"),
+    ("calibrate.fit", ["--out", "{out}/p.json", "--tokens", "missing.parquet"], "missing.parquet"),
+    ("calibrate.fit", ["--out", "{out}/p.json", "--arch", "foo"], "foo"),
+    ("traces.check_replay", ["--min-agreement", "5", "--out", "{out}"], "--min-agreement"),
+    ("traces.check_replay", ["--min-agreement", "nan", "--out", "{out}"], "--min-agreement"),
+    ("traces.check_replay", ["--threads", "0", "--out", "{out}"], "--threads"),
+    ("traces.check_replay", ["--methods", "nope", "--out", "{out}"], "nope"),
+    ("traces.check_replay", ["--prompts", "mtbench:abc", "--out", "{out}"], "mtbench:abc"),
+    ("traces.check_replay", ["--drafter", "layers:x", "--out", "{out}"], "layers:x"),
+    ("traces.record", [*RECORD, "--method", "nope", "--out", "{out}/r.parquet"], "nope"),
+    ("traces.record", [*RECORD, "--method", "sd", "--limit", "0", "--out", "{out}/r.parquet"], "got 0"),
+    ("traces.record", [*RECORD, "--method", "sd", "--temperature", "-1", "--out", "{out}/r.parquet"], "-1"),
+    ("traces.record", ["--target", "tiny", "--method", "sd", "--prompts", "nope.jsonl", "--out", "{out}/r.parquet"],
+     "nope.jsonl"),
+    ("traces.record", [*RECORD, "--method", "sd", "--config", '{"gama": 8}', "--out", "{out}/r.parquet"], "gama"),
+    ("traces.record", [*RECORD, "--method", "ar", "--threads", "0", "--out", "{out}/r.parquet"], "--threads"),
+    ("traces.record", [*RECORD, "--method", "ar", "--max-new-tokens", "0", "--out", "{out}/r.parquet"],
+     "--max-new-tokens"),
+    ("traces.timing", ["--model", "tiny", "--repeats", "0", "--out", "{out}/t.parquet"], "--repeats"),
+    ("traces.timing", ["--model", "tiny", "--batch", "abc", "--out", "{out}/t.parquet"], "abc"),
+    ("traces.timing", ["--model", "tiny", "--point-seconds", "-1", *TINY_GRID, "--out", "{out}/t.parquet"],
+     "--point-seconds"),
+    (ENGINE, ["--target", "tiny", "--prompts", "mtbench:abc"], "mtbench:abc"),
+    (ENGINE, ["--target", "tiny", "--prompts", "missing.jsonl"], "missing.jsonl"),
+    (ENGINE, ["--target", "tiny", "--drafter", "layers:x"], "layers:x"),
+    (ENGINE, ["--target", "tiny", "--top-p", "0"], "--top-p"),
+    (ENGINE, ["--target", "tiny", "--temperature", "nan"], "--temperature"),
+    (ENGINE, ["--target", "tiny", "--methods", "nope"], "nope"),
+    (ENGINE, ["--target", "tiny", "--max-new-tokens", "0"], "--max-new-tokens"),
+    (ENGINE, ["--target", "tiny", "--threads", "0"], "--threads"),
+    ("experiments.verify_lossless", ["--alpha", "2", "--out", "{out}"], "--alpha"),
+    ("experiments.verify_lossless", ["--delta", "nan", "--out", "{out}"], "--delta"),
+    ("experiments.verify_lossless", ["--max-paths", "0", "--out", "{out}"], "--max-paths"),
+    ("experiments.verify_lossless", ["--cases", "0", "--out", "{out}"], "--cases"),
+    ("experiments.verify_lossless", ["--workers", "0", "--out", "{out}"], "--workers"),
+    ("training.__main__", ["vanilla", "--target", "tiny", "--minutes", "0", "--out", "{out}"], "--minutes"),
+    ("training.__main__", ["vanilla", "--target", "tiny", "--steps", "0", "--out", "{out}"], "--steps"),
+    ("training.__main__", ["vanilla", "--target", "tiny", "--set", "foo=1", "--out", "{out}"], "foo"),
+    ("training.__main__", ["vanilla", "--target", "tiny", "--lr", "-1", "--out", "{out}"], "-1"),
+]
+
+
+def _id(row) -> str:
+    values = row.values if hasattr(row, "values") else row
+    module, argv, _ = values
+    return f"{module.split('.')[-1] if module != ENGINE else 'engine'}:{' '.join(a for a in argv if '{out}' not in a)}"
+
+
+@pytest.mark.parametrize("module, argv, expected", ROWS, ids=[_id(r) for r in ROWS])
+def test_bad_input_is_refused_in_one_line(module, argv, expected, tmp_path, capsys):
+    main = importlib.import_module(module).main
+    code = main([a.replace("{out}", str(tmp_path / "out")) for a in argv])
+    err = capsys.readouterr().err.strip()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, f"exit code {code}; stderr: {err[-300:]}"
+    assert len(lines) == 1 and lines[0].startswith("error: "), err[-300:]
+    assert expected in lines[0], lines[0]
+
+
+def test_the_table_covers_enough_bad_inputs_across_the_clis():
+    plain = [r for r in ROWS if not hasattr(r, "marks")]
+    assert len(plain) >= 25 and len({r[0] for r in plain}) >= 9
