@@ -11,9 +11,18 @@ from experiments import bench_costmodel, reproduce
 def test_reproduce_writes_report_and_meets_glide_target(tmp_path, capsys):
     assert reproduce.main(["--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
-    assert "worst (paper inputs)" in printed
+    assert "worst (paper inputs)" in printed and "leave one table out: speedup cells median" in printed
     comparisons = pd.read_csv(tmp_path / "comparisons.csv")
-    assert set(reproduce.SECTIONS) == set(comparisons["section"])
+    profile_sections = {reproduce.profile_section("glide", "latency"), reproduce.profile_section("coral", "latency")}
+    profile_sections |= {reproduce.profile_section(p, "speedup") for p in ("mcsd", "lookahead", "kangaroo", "coral")}
+    assert set(reproduce.SECTIONS) | profile_sections == set(comparisons["section"])
+    main = comparisons[comparisons["variant"] == reproduce.MAIN]
+    for paper in ("MCSD", "CORAL"):      # issue 12's targets: median |error| of the speedups <= 3%
+        assert main.loc[main["section"] == f"{paper} speedups (bundled profiles)", "rel_error"].abs().median() <= 0.03
+    loto = pd.read_csv(tmp_path / "leave_one_table_out.csv")
+    assert {("mcsd", "4"), ("coral", "2"), ("coral", "3")} <= set(zip(loto["paper"], loto["table"].astype(str)))
+    held = comparisons[comparisons["variant"] == reproduce.LOTO]
+    assert len(held) == len(main[main["section"].str.endswith("(bundled profiles)")])
     glide = comparisons[comparisons["section"] == "GLIDE Table 1 E(Spd)"]
     assert len(glide) == 44
     explained = glide["assumption"].fillna("").str.contains("outside the printed rounding")
@@ -22,7 +31,7 @@ def test_reproduce_writes_report_and_meets_glide_target(tmp_path, capsys):
     for section, grp in comparisons.groupby("section"):
         assert (grp["variant"] == reproduce.MAIN).any(), section
     report = (tmp_path / "report.md").read_text()
-    assert "## Findings" in report and "sensitivity" in report
+    assert "## Findings" in report and "sensitivity" in report and "## Leave one table out" in report
     assert (tmp_path / "summary.csv").exists()
 
 
