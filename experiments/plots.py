@@ -76,3 +76,20 @@ def plot_method(spec: MethodSpec, frame: pd.DataFrame, path: Path) -> Path | Non
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.legend(fontsize=6, loc="best", title=hue, title_fontsize=7)
     return _save(fig, path)
+
+
+def plot_deployments(answers, path: Path) -> Path | None:
+    """The best served throughput over plain decoding against batch size, one line per deployment
+    (`experiments.deployments.best_per_batch`); None with fewer than two batch sizes."""
+    if answers.empty or answers["batch"].nunique() < 2:
+        return None
+    plt, sns = _plt()
+    data = answers.assign(deployment=answers["profile"].astype(str) + " / " + answers["dataset"].astype(str)
+                          + " / T=" + answers["temperature"].map("{:g}".format))
+    fig, ax = plt.subplots(figsize=(7.0, 4.0))
+    sns.lineplot(data=data, x="batch", y="throughput_ratio", hue="deployment", marker="o", ax=ax)
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set(xscale="log", xlabel="batch size (sequences decoding together)",
+           ylabel="best throughput / plain decoding", title="speculation against batch size (simulated serving)")
+    ax.legend(fontsize=6, loc="best", title="deployment", title_fontsize=7)
+    return _save(fig, path)

@@ -1,11 +1,17 @@
-"""The sweep's outputs: ranked tables (CSV + parquet), the best configurations, the markdown report.
+"""The sweep's outputs: ranked tables, the best configurations, per-deployment answers, the report.
 
 `write_outputs(result, out_dir)` writes, atomically:
 
-    out/tables/<method>.csv|.parquet   every configuration scored, ranked (one row each)
+    out/tables/<method>.parquet        every configuration scored, ranked (zstd-compressed parquet)
+    out/tables/<method>_top<N>.csv     the top N (--top) per profile of the same table
     out/best.csv                       the best configuration per (profile, method), simulator spread
+    out/deployments.csv                per deployment and batch size: the served best, throughput,
+                                       latency, plain decoding's throughput, where speculation stops paying
+    out/deployments_served.csv         every configuration served per deployment and batch size
     out/paper_choices.csv              the sweep's choice beside the papers' own, where they give one
     out/plots/<method>.png             one figure per method (experiments.plots, from `spec.plot`)
+    out/plots/deployments.png          with several batch sizes: throughput over plain decoding per batch
+    out/<engine>_*.json|.txt, exports.md  with --export (experiments.export)
     out/report.md                      links the plots, explains the differences with the papers
     out/run.json                       options, profiles, timings
 
@@ -23,7 +29,8 @@ import pandas as pd
 
 import methods
 from common import atomic
-from experiments.plots import plot_method
+from experiments.deployments import DEPLOYMENT
+from experiments.plots import plot_deployments, plot_method
 
 SHOWN_COLUMNS = ["profile", "method", "drafter", "dataset", "config", "speedup", "tokens_per_step",
                  "verified_per_step", "draft_cost"]
@@ -42,6 +49,23 @@ def _fmt_table(frame: pd.DataFrame, columns: list[str], floatfmt: str = ".3g") -
                 cells.append(str(v))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+DEPLOYMENT_COLUMNS = ["batch", "answer", "config", "throughput_tok_s", "ar_throughput_tok_s", "throughput_ratio",
+                      "tpot_ms", "e2e_s_p50", "serving_verdict"]
+
+
+def _write_parquet(path: Path, frame: pd.DataFrame, metadata: dict[str, str]) -> Path:
+    """zstd-compressed parquet with the run's options in the footer, atomically."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                           **{k.encode(): v.encode() for k, v in metadata.items()}})
+    with atomic.atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
+    return Path(path)
 
 
 def _write_csv(path: Path, frame: pd.DataFrame) -> Path:
@@ -75,16 +99,27 @@ def write_outputs(result: Any, out_dir: Path) -> dict[str, Path]:
     out_dir = Path(out_dir)
     written: dict[str, Path] = {}
     started = time.perf_counter()
+    top = int(result.options.get("top", 50))
     for method, frame in result.tables.items():
         plain = _plain_columns(frame)
-        written[f"csv:{method}"] = _write_csv(out_dir / "tables" / f"{method}.csv", plain)
-        written[f"parquet:{method}"] = atomic.write_parquet(
-            out_dir / "tables" / f"{method}.parquet", plain, metadata={"specsim": json.dumps(result.options)}
-        )
+        written[f"parquet:{method}"] = _write_parquet(out_dir / "tables" / f"{method}.parquet", plain,
+                                                      {"specsim": json.dumps(result.options)})
+        written[f"csv:{method}"] = _write_csv(out_dir / "tables" / f"{method}_top{top}.csv", plain[plain["rank"] <= top])
         plot = plot_method(methods.get(method), frame, out_dir / "plots" / f"{method}.png")
         if plot is not None:
             written[f"plot:{method}"] = plot
     written["best"] = _write_csv(out_dir / "best.csv", _plain_columns(result.best))
+    if not result.deployments.empty:
+        answers = result.deployments.merge(result.stops_paying, on=DEPLOYMENT, how="left")
+        written["deployments"] = _write_csv(out_dir / "deployments.csv", answers)
+        written["served"] = _write_csv(out_dir / "deployments_served.csv", result.served)
+        plot = plot_deployments(result.deployments, out_dir / "plots" / "deployments.png")
+        if plot is not None:
+            written["plot:deployments"] = plot
+    if result.options.get("export"):
+        from experiments.export import plan, write_exports
+
+        written.update(write_exports(plan(result.served, result.profiles, result.options["export"]), out_dir))
     if result.paper_choices is not None and not result.paper_choices.empty:
         written["paper_choices"] = atomic.write_csv(out_dir / "paper_choices.csv", result.paper_choices)
     result.timings["write"] = time.perf_counter() - started
@@ -105,22 +140,22 @@ def markdown_report(result: Any, written: dict[str, Path], out_dir: Path) -> str
         f"{sum(len(t) for t in result.tables.values())} configurations scored by the closed forms in "
         f"{result.timings.get('score', 0):.2f} s; the best {opts['rescore']} per method and profile re-scored "
         f"in the simulator ({opts['sim_tokens']} tokens x {opts['sim_repeats']} seeds) in "
-        f"{result.timings.get('simulate', 0):.2f} s.",
-        "",
-        "## Best configuration overall",
+        f"{result.timings.get('simulate', 0):.2f} s; deployments served at batch "
+        f"{', '.join(map(str, opts.get('batch_sizes') or [opts['batch']]))} in {result.timings.get('deployments', 0):.2f} s.",
         "",
     ]
-    best = result.best.sort_values("speedup", ascending=False)
-    if not best.empty:
-        top = best.iloc[0]
-        lines.append(f"**{top.method} `{top.config}`** on *{top.profile}*: predicted speedup "
-                     f"{top.speedup:.2f}x ({top.tokens_per_step:.2f} tokens per step)"
-                     + (f", simulated {top.sim_speedup:.2f}x [{top.sim_p05:.2f}, {top.sim_p95:.2f}]"
-                        if "sim_speedup" in best and pd.notna(top.get("sim_speedup")) else "") + ".")
-    lines += ["", "## Best configuration per method and profile", "",
+    lines += deployment_section(result, written, out_dir)
+    if "exports_md" in written:
+        lines += [f"Engine configurations ({', '.join(opts['export'])}): [exports.md](exports.md).", ""]
+    best = result.best.sort_values(["profile", "speedup"], ascending=[True, False])
+    lines += ["## Best configuration per method and profile", "",
               "`sim_*`: the simulator's speedup over repeated seeded runs (mean, 5th and 95th percentile of "
               "per-run speedup).", "",
-              _fmt_table(best, SHOWN_COLUMNS + ["sim_speedup", "sim_p05", "sim_p95"]), ""]
+              "`heldout_error`: the Profile's held-out error of a predicted speedup (its engine calibration, "
+              "leave one configuration out, 90th percentile); `verdict`: speculate only when the predicted gain "
+              "exceeds it, tie within it.", "",
+              _fmt_table(best, SHOWN_COLUMNS + ["ctx_len", "heldout_error", "verdict", "sim_speedup", "sim_p05",
+                                                "sim_p95"]), ""]
     if result.paper_choices is not None and not result.paper_choices.empty:
         lines += ["## The sweep's choices beside the papers'", "",
                   _fmt_table(result.paper_choices, list(result.paper_choices.columns)), ""]
@@ -131,13 +166,43 @@ def markdown_report(result: Any, written: dict[str, Path], out_dir: Path) -> str
         plot = written.get(f"plot:{method}")
         if plot is not None:
             lines += [f"![{method}]({plot.relative_to(out_dir).as_posix()})", ""]
-        lines += [f"Table: [tables/{method}.csv](tables/{method}.csv) ({len(frame)} rows, "
-                  f"[parquet](tables/{method}.parquet)). Top 5 per profile:", ""]
+        csv = written[f"csv:{method}"].relative_to(out_dir).as_posix()
+        lines += [f"Tables: [{csv}]({csv}) (top {opts.get('top', 50)} per profile), "
+                  f"[tables/{method}.parquet](tables/{method}.parquet) (all {len(frame)} rows). Top 5 per profile:", ""]
         top = frame.sort_values(["profile", "rank"]).groupby("profile").head(5)
         lines += [_fmt_table(top, SHOWN_COLUMNS), ""]
     if result.skipped:
         lines += ["## Not scored", ""] + [f"- {s}" for s in result.skipped] + [""]
     return "\n".join(lines)
+
+
+def deployment_section(result: Any, written: dict[str, Path], out_dir: Path) -> list[str]:
+    """The answer per deployment (model, hardware, dataset, temperature): the best configuration the
+    simulator serves at each batch size, and where speculation stops paying."""
+    answers = result.deployments
+    if answers.empty:
+        return []
+    lines = ["## Answer per deployment", "",
+             "A deployment is one target on one hardware for one dataset at one temperature; methods and drafters "
+             "compete only inside it. At each batch size B the closed forms' best configuration of every (method, "
+             "drafter), scored at B, is served by the discrete-event simulator (B sequences decoding together, "
+             f"{int(result.options['sim_tokens'])} new tokens each) beside plain decoding. `answer`: the fastest "
+             "speculative configuration that fits in memory where it serves more tokens/s than plain decoding, else "
+             "ar; `serving_verdict`: its gain against the Profile's held-out error (speculate, tie, don't). All "
+             "served rows: [deployments_served.csv](deployments_served.csv).", ""]
+    if "plot:deployments" in written:
+        lines += [f"![deployments]({written['plot:deployments'].relative_to(out_dir).as_posix()})", ""]
+    stops = result.stops_paying.set_index(DEPLOYMENT)
+    for key, group in answers.groupby(DEPLOYMENT, sort=False):
+        d = dict(zip(DEPLOYMENT, key))
+        lines += [f"### {d['profile']} ({d['hardware']}, {d['dataset']}, T={float(d['temperature']):g})", "",
+                  _fmt_table(group, DEPLOYMENT_COLUMNS), ""]
+        stop = stops.loc[key]
+        if pd.notna(stop["stops_paying_at"]):
+            lines += [f"Speculation stops paying at batch **{int(stop['stops_paying_at'])}**.", ""]
+        else:
+            lines += [f"Speculation pays at every batch simulated (up to {int(stop['largest_batch'])}).", ""]
+    return lines
 
 
 def stdout_table(result: Any) -> str:

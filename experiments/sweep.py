@@ -9,12 +9,18 @@ on each of its setups (`methods`: `spec.space(setup)`), cut it into chunks and h
 the executor (local processes or Dask, `experiments.executor`), which scores them with the closed
 forms or, given a TokenTrace, exact greedy replay (`experiments.scoring`). The best few configurations per (profile, method)
 are then re-scored in the discrete-event simulator with several seeds, for their spread.
-Outputs (`experiments.report`): ranked tables, best configurations, the papers' choices beside
-the sweep's, plots and a markdown report in `--out`; a short table on stdout.
+Then one answer per deployment (`experiments.deployments`): at each of `--batch-sizes` the closed
+forms' best of every (method, drafter) is served by the simulator beside plain decoding, giving
+the best configuration per batch and the batch where speculation stops paying; `--export` writes
+it as vLLM / SGLang / transformers accept it (`experiments.export`).
+Outputs (`experiments.report`): full tables (zstd parquet), the top `--top` per method as CSV,
+best configurations, per-deployment answers, the papers' choices beside the sweep's, plots and a
+markdown report in `--out`; a short table on stdout.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import sys
 import time
@@ -27,11 +33,14 @@ import pandas as pd
 import methods
 from calibrate.profile import Profile
 from common.errors import InputError, cli_entry
-from experiments import scoring
+from experiments import deployments, scoring
 from experiments.executor import EXECUTORS, make_executor
+from experiments.export import parse_engines
 from experiments.papers import compare
 from methods.mcsd import DEFAULT_BUDGET
 from methods.spec import MethodSpec, Setup
+
+DEFAULT_CTX = 512        # context of a Profile without a recorded workload
 
 BUNDLED_PROFILES = Path(__file__).resolve().parents[1] / "data" / "profiles"
 CHUNK_ROWS = 25_000          # configurations per executor task
@@ -45,12 +54,15 @@ class SweepOptions:
     batch: int = 1
     hardware: str | None = None
     budget: int = DEFAULT_BUDGET      # largest k-configuration product (spaces that take `budget`)
-    ctx_len: int = 512
+    ctx_len: int | None = None    # None: each Profile's workload context (else DEFAULT_CTX)
     seed: int = 0
     rescore: int = 2          # best configurations per (profile, method) re-scored in the simulator
     sim_tokens: int = 256     # tokens generated per simulated run
     sim_repeats: int = 5      # seeded simulated runs per configuration
     token_trace: str | None = None
+    batch_sizes: list[int] | None = None   # per-deployment answers at these batches (None: --batch only)
+    top: int = 50             # CSV and markdown rows per (profile, method); parquet keeps all
+    export: list[str] = field(default_factory=list)   # engines to write configurations for
 
 
 @dataclass
@@ -62,6 +74,10 @@ class SweepResult:
     timings: dict[str, float]
     skipped: list[str]
     profile_names: list[str]
+    served: pd.DataFrame = field(default_factory=pd.DataFrame)      # every configuration served, per batch
+    deployments: pd.DataFrame = field(default_factory=pd.DataFrame)  # best per (deployment, batch)
+    stops_paying: pd.DataFrame = field(default_factory=pd.DataFrame)
+    profiles: dict[str, Profile] = field(default_factory=dict)
 
 
 def bundled_profile_paths() -> list[Path]:
@@ -92,12 +108,19 @@ def _space(spec: MethodSpec, setup: Setup, opts: SweepOptions) -> pd.DataFrame:
     return space
 
 
+def _setting(profile: Profile, opts: SweepOptions, batch: int | None = None) -> scoring.Setting:
+    """The scoring setting of one Profile: its forwards costed at --ctx-len, else at the mean
+    context of the workload its traces saw (prompt + half the new tokens), else DEFAULT_CTX."""
+    ctx = opts.ctx_len if opts.ctx_len is not None else (profile.workload_ctx(opts.dataset) or DEFAULT_CTX)
+    return scoring.Setting(temperature=opts.temperature, batch=opts.batch if batch is None else batch,
+                           ctx_len=int(round(ctx)), dataset=opts.dataset, token_trace=opts.token_trace)
+
+
 def run_sweep(profiles: list[Profile], opts: SweepOptions, executor) -> SweepResult:
     """Score every configuration of every method on every profile; re-score the best in the simulator."""
     timings: dict[str, float] = {}
     skipped: list[str] = []
-    setting = scoring.Setting(temperature=opts.temperature, batch=opts.batch, ctx_len=opts.ctx_len,
-                              dataset=opts.dataset, token_trace=opts.token_trace)
+    setting = functools.partial(_setting, opts=opts)
     t0 = time.perf_counter()
     if opts.hardware:  # measured-table profiles (e.g. a CPU recording) cannot move: skipped, said so
         moved = []
@@ -109,9 +132,43 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor) -> SweepRes
         if not moved:
             raise InputError(skipped[0])
         profiles = moved
+    tables = _score_tables(profiles, opts, executor, opts.batch, skipped)
+    timings["score"] = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    best = _top(tables, opts.rescore)
+    by_name = {p.name: p.to_dict() for p in profiles}
+    by_profile = {p.name: p for p in profiles}
+    sim_tasks = [
+        scoring.SimTask(by_name[best["profile"].iat[i]], best["method"].iat[i], scoring.sim_config(best.iloc[[i]]),
+                        setting(by_profile[best["profile"].iat[i]]), opts.seed + i, opts.sim_tokens, opts.sim_repeats)
+        for i in range(len(best))
+    ]
+    sims = executor.map(scoring.simulate_task, sim_tasks, desc="simulating the best") if sim_tasks else []
+    if sims:
+        best = pd.concat([best.reset_index(drop=True), pd.DataFrame(sims)], axis=1)
+    best_one = best.sort_values("speedup", ascending=False).groupby(["profile", "method"], sort=False).head(1)
+    timings["simulate"] = time.perf_counter() - t1
+    choices = compare(tables, best)
+
+    t2 = time.perf_counter()
+    served = _serve_deployments(profiles, opts, executor, tables)
+    timings["deployments"] = time.perf_counter() - t2
+    return SweepResult(tables=tables, best=best_one.reset_index(drop=True), paper_choices=choices,
+                       options=asdict(opts), timings=timings, skipped=skipped,
+                       profile_names=[p.name for p in profiles], served=served,
+                       deployments=deployments.best_per_batch(served), stops_paying=deployments.stops_paying(served),
+                       profiles=by_profile)
+
+
+def _score_tables(profiles: list[Profile], opts: SweepOptions, executor, batch: int,
+                  skipped: list[str]) -> dict[str, pd.DataFrame]:
+    """Every configuration of every method on every profile scored by the closed forms at `batch`;
+    a (profile, method) without a setup is added to `skipped` with the reason."""
     tasks: list[scoring.ScoreTask] = []
     for profile in profiles:
         raw = profile.to_dict()
+        setting = _setting(profile, opts, batch)
         for method in opts.methods:
             try:
                 found = scoring.setups(profile, method, setting)
@@ -124,27 +181,25 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor) -> SweepRes
                           for chunk in _chunks(space, CHUNK_ROWS)]
     if not tasks:
         raise InputError("no (profile, method) pair can be scored: " + "; ".join(skipped[:3]))
-    scored = executor.map(scoring.score_task, tasks, desc="scoring configurations")
-    tables = _rank(scored)
-    timings["score"] = time.perf_counter() - t0
+    return _rank(executor.map(scoring.score_task, tasks, desc=f"scoring configurations (batch {batch})"))
 
-    t1 = time.perf_counter()
-    best = _top(tables, opts.rescore)
+
+def _serve_deployments(profiles: list[Profile], opts: SweepOptions, executor,
+                       tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """At each batch size: the closed forms' best per (deployment, method, drafter), scored at that
+    batch, served by the simulator beside plain decoding (`experiments.deployments`)."""
     by_name = {p.name: p.to_dict() for p in profiles}
-    sim_tasks = [
-        scoring.SimTask(by_name[best["profile"].iat[i]], best["method"].iat[i], scoring.sim_config(best.iloc[[i]]),
-                        setting, opts.seed + i, opts.sim_tokens, opts.sim_repeats)
-        for i in range(len(best))
-    ]
-    sims = executor.map(scoring.simulate_task, sim_tasks, desc="simulating the best") if sim_tasks else []
-    if sims:
-        best = pd.concat([best.reset_index(drop=True), pd.DataFrame(sims)], axis=1)
-    best_one = best.sort_values("speedup", ascending=False).groupby(["profile", "method"], sort=False).head(1)
-    timings["simulate"] = time.perf_counter() - t1
-    choices = compare(tables, best)
-    return SweepResult(tables=tables, best=best_one.reset_index(drop=True), paper_choices=choices,
-                       options=asdict(opts), timings=timings, skipped=skipped,
-                       profile_names=[p.name for p in profiles])
+    hardware = {p.name: p.hardware for p in profiles}
+    ctx = {p.name: _setting(p, opts).ctx_len for p in profiles}
+    heldout = {p.name: p.heldout_error() for p in profiles}
+    frames = []
+    for batch in opts.batch_sizes or [opts.batch]:
+        scored = tables if batch == opts.batch else _score_tables(profiles, opts, executor, batch, [])
+        cands = deployments.candidates(scored, hardware)
+        tasks, rows = deployments.serve_tasks(cands, by_name, batch, ctx, opts.sim_tokens, opts.seed)
+        served = executor.map(deployments.serve_task, tasks, desc=f"serving the best (batch {batch})")
+        frames.append(deployments.answers(rows, served, batch, heldout))
+    return pd.concat(frames, ignore_index=True)
 
 
 def _rank(scored: list[pd.DataFrame]) -> dict[str, pd.DataFrame]:
@@ -209,8 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "efficiencies; default: the hardware each profile was measured on")
     p.add_argument("--budget", type=int, default=DEFAULT_BUDGET,
                    help="largest product of a k-configuration k1 x ... x kg searched for mcsd (default 64)")
-    p.add_argument("--ctx-len", type=int, default=512,
-                   help="context length (prompt + generated tokens) at which forwards are costed (default 512)")
+    p.add_argument("--ctx-len", type=int, default=None,
+                   help="context length (prompt + generated tokens) at which forwards are costed (default: the "
+                        "mean context of each profile's recorded workload, else 512)")
     p.add_argument("--token-trace", default=None, metavar="PARQUET",
                    help=f"a TokenTrace (traces.schema) of the profile's drafter: {', '.join(_replayed())} are then "
                         "scored by exact greedy replay of it instead of the closed forms (temperature 0 only)")
@@ -218,7 +274,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="best configurations per (profile, method) re-scored in the simulator (default 2; 0 = none)")
     p.add_argument("--sim-tokens", type=int, default=256, help="tokens generated per simulated run (default 256)")
     p.add_argument("--sim-repeats", type=int, default=5,
-                   help="seeded simulated runs per configuration, for the spread (default 8)")
+                   help="seeded simulated runs per configuration, for the spread (default 5)")
+    p.add_argument("--batch-sizes", default=None, metavar="B,B,..",
+                   help="one answer per deployment (profile, hardware, dataset, temperature) at each of these batch "
+                        "sizes, e.g. 1,2,4,8,16,32,64: the best configuration served by the simulator, its throughput "
+                        "and latency, and the batch where speculation stops paying (default: --batch only)")
+    p.add_argument("--export", default=None, metavar="ENGINES",
+                   help="write the recommended configuration as these engines accept it, comma-separated from "
+                        "vllm, sglang, hf: vllm_*.json, sglang_*.txt, hf_*.json and exports.md in --out")
+    p.add_argument("--top", type=int, default=50,
+                   help="rows per (profile, method) in the CSV tables and the report (default 50); the zstd "
+                        "parquet tables keep every configuration")
     p.add_argument("--out", default="out/sweep", help="output directory (default out/sweep)")
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice, the simulator's included (default 0)")
     p.add_argument("--executor", choices=EXECUTORS, default="local",
@@ -233,20 +299,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def options_from_args(args: argparse.Namespace) -> SweepOptions:
-    for name in ("batch", "budget", "sim_tokens", "sim_repeats"):
+    for name in ("batch", "budget", "sim_tokens", "sim_repeats", "top"):
         if getattr(args, name) < 1:
             raise InputError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-    if args.rescore < 0 or args.ctx_len < 0:
-        raise InputError("--rescore and --ctx-len must be >= 0")
+    if args.rescore < 0:
+        raise InputError(f"--rescore must be >= 0, got {args.rescore}")
+    if args.ctx_len is not None and args.ctx_len < 1:
+        raise InputError(f"--ctx-len must be >= 1 (tokens in the context), got {args.ctx_len}")
+    if args.workers is not None and args.workers < 1:
+        raise InputError(f"--workers must be >= 1, got {args.workers}")
     if args.temperature is not None and not (0.0 <= args.temperature <= 10.0):
         raise InputError(f"--temperature must lie in [0, 10], got {args.temperature}")
+    if args.token_trace is not None and not Path(args.token_trace).is_file():
+        raise InputError(f"--token-trace: trace file not found: {args.token_trace}")
     if args.hardware:
         scoring.check_hardware(args.hardware)
+    batch_sizes = deployments.parse_batch_sizes(args.batch_sizes) if args.batch_sizes is not None else None
+    engines = parse_engines(args.export) if args.export is not None else []
     return SweepOptions(methods=parse_methods(args.methods), temperature=args.temperature,
                         dataset=args.dataset, batch=args.batch,
                         hardware=args.hardware, budget=args.budget, ctx_len=args.ctx_len, seed=args.seed,
                         rescore=args.rescore, sim_tokens=args.sim_tokens, sim_repeats=args.sim_repeats,
-                        token_trace=args.token_trace)
+                        token_trace=args.token_trace, batch_sizes=batch_sizes, top=args.top, export=engines)
 
 
 @cli_entry

@@ -48,7 +48,8 @@ def toy_profile(hardware: str = "A100-80G", latency_kind: str = "roofline") -> P
             "llama-68m": {"drafter": "llama-68m", "temperature": 0.0, "dataset": "mt-bench", "alpha": 0.7,
                           "alpha_at_k": {"1": 0.7, "2": 0.8, "4": 0.87, "8": 0.91, "16": 0.94, "32": 0.96},
                           "alpha_at_k_without_replacement": {"1": 0.7, "2": 0.82, "4": 0.89, "8": 0.93, "16": 0.95,
-                                                             "32": 0.97}},
+                                                             "32": 0.97},
+                          "conf_bins": {"freq": FREQ, "topk_hit": topk}},
             "glide": {"drafter": "glide", "temperature": 0.0, "dataset": "mt-bench", "alpha": 0.75,
                       "conf_bins": {"freq": FREQ, "topk_hit": topk}},
             "kangaroo": {"drafter": "kangaroo", "temperature": 0.0, "dataset": "mt-bench", "alpha": 0.6,
@@ -205,19 +206,19 @@ def test_cli_writes_tables_plots_and_report(tmp_path, toy, capsys):
     assert code == 0
     printed = capsys.readouterr().out
     assert "coral" in printed and "sd" in printed
-    for name in ("tables/sd.csv", "tables/sd.parquet", "tables/coral.csv", "best.csv", "plots/sd.png",
-                 "plots/coral.png", "report.md", "run.json"):
+    for name in ("tables/sd_top50.csv", "tables/sd.parquet", "tables/coral_top50.csv", "best.csv", "plots/sd.png",
+                 "plots/coral.png", "deployments.csv", "report.md", "run.json"):
         assert (out / name).exists(), name
     report = (out / "report.md").read_text()
-    assert "![sd](plots/sd.png)" in report and "## Best configuration overall" in report
-    sd = pd.read_csv(out / "tables/sd.csv")
+    assert "![sd](plots/sd.png)" in report and "## Answer per deployment" in report
+    sd = pd.read_csv(out / "tables/sd_top50.csv")
     assert len(sd) == 12 and set(sd.config) == {f"sd g{g}" for g in range(1, 13)}
     assert pd.read_parquet(out / "tables/coral.parquet").speedup.notna().all()
 
 
 @pytest.mark.parametrize("args,message", [
     (["--methods", "sd,medusa"], "unknown method 'medusa'"),
-    (["--methods", "glide"], "method 'glide' has no search space"),
+    (["--methods", "ar"], "method 'ar' has no search space"),
     (["--profile", "/nonexistent/p.json"], "profile file not found"),
     (["--hardware", "B300"], "unknown hardware 'B300' (known: V100"),
     (["--budget", "0"], "--budget must be at least 1"),
