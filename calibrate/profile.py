@@ -18,12 +18,10 @@ Layout (schema_version 1)::
                       "n_kv_heads": 32, "vocab": 32000, "params": 6.74e9, ...}, ...},
       "latency": {                          # name -> latency model (calibrate.latency), seconds per forward
         "vicuna-7b": {"kind": "roofline", "params": {...}, "fit": {"mape_train": .., "mape_heldout": ..}}, ...},
-      "drafters": {                         # drafter name -> how it drafts
+      "drafters": {                         # drafter name -> how it drafts (kinds: `drafter_kinds()`)
         "llama-68m": {"kind": "draft_model", "model": "llama-68m"},
         "glide":     {"kind": "glide", "model": "glide-1l"},
-        "kangaroo":  {"kind": "kangaroo", "exit_layer": 2, "adapter_model": "kangaroo-adapter"},
-        "eagle":     {"kind": "coral", "model": "eagle-1l", "head_model": "eagle-head"},
-        "lookahead": {"kind": "lookahead"}},
+        "eagle":     {"kind": "coral", "model": "eagle-1l", "head_model": "eagle-head"}},
       "acceptance": {                       # key -> acceptance model (calibrate.acceptance)
         "llama-68m": {"drafter": "llama-68m", "temperature": 0.0, "dataset": "mt-bench",
                       "alpha": 0.62,                    # per-token acceptance probability E[sum min(p, q)]
@@ -32,9 +30,17 @@ Layout (schema_version 1)::
                       "alpha_at_k_without_replacement": {...},     # optional
                       "conf_bins": {"freq": [11], "topk_hit": {"1": [11], "2": [11], ...}},  # optional
                       "markov": {"p_aa": .., "p_ra": ..},          # optional bursty model
-                      "lookahead": {"alpha": .., "f": ..},         # optional
+                      "<method>": {...},        # optional: a method's own part (calibrate.acceptance)
                       "source": "MCSD Table 1"}},
-      "provenance": {"traces": [...], "commit": "...", "created": "...", "sources": [...]}
+      "engine": {                           # optional: what the engine pays beyond the isolated forwards
+        "methods": {"sd": {"verify_scale": .., "verify_fixed_s": .., "draft_scale": .., "draft_fixed_s": ..,
+                           "overhead_s": .., "overhead_per_token_s": ..}, ...},   # costmodel.step.StepCalibration
+        "pooled": {...},                    # the same fitted over every method (methods without traces)
+        "fit": {"heldout": {...}, ...}},    # calibrate.engine: leave-one-configuration-out errors
+      "workload": {                         # optional: the context the traces saw, per dataset
+        "mt-bench": {"prompt_tokens": 105.0, "new_tokens": 64.0}},
+      "provenance": {"traces": [...], "commit": "...", "created": "...", "sources": [...],
+                     "calibration_prompts": ["mtbench/81", ...]}   # prompts the profile was fitted on
     }
 """
 from __future__ import annotations
@@ -50,7 +56,15 @@ from common.errors import InputError
 
 PROFILE_SCHEMA_VERSION = 1
 REQUIRED_FIELDS = ("schema_version", "name", "hardware", "dtype", "target", "models", "latency", "acceptance")
-DRAFTER_KINDS = ("draft_model", "glide", "kangaroo", "coral", "lookahead", "self")
+
+
+def drafter_kinds() -> list[str]:
+    """Profile drafter kinds: those the registered methods run with, and the name of a method
+    that keeps its acceptance under a drafter of its own name (a part of its own, no model)."""
+    import methods
+
+    kinds = {k for s in methods.specs() for k in s.drafter_kinds} | {s.name for s in methods.specs() if s.needs == s.name}
+    return sorted(kinds | {"self"})
 
 
 @dataclass
@@ -64,6 +78,8 @@ class Profile:
     acceptance: dict[str, dict[str, Any]]
     drafters: dict[str, dict[str, Any]] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
+    engine: dict[str, Any] = field(default_factory=dict)
+    workload: dict[str, Any] = field(default_factory=dict)
     schema_version: int = PROFILE_SCHEMA_VERSION
 
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
@@ -101,6 +117,29 @@ class Profile:
 
         return np.asarray(self.latency_model(model).predict(n_tokens, ctx_len, batch), dtype=float)
 
+    def step_calibration(self, method: str):
+        """costmodel.step.StepCalibration of `method`: its own fit, else the pooled one, else none."""
+        from costmodel.step import StepCalibration
+
+        key = ("engine", method)
+        if key not in self._cache:
+            raw = self.engine.get("methods", {}).get(method, self.engine.get("pooled"))
+            self._cache[key] = StepCalibration.from_dict(raw)
+        return self._cache[key]
+
+    def heldout_error(self) -> float | None:
+        """Held-out relative error of the engine calibration's predicted speedup (a fraction), if fitted."""
+        value = self.engine.get("fit", {}).get("heldout", {}).get("speedup_error_p90")
+        return None if value is None else float(value)
+
+    def workload_ctx(self, dataset: str | None) -> float | None:
+        """Mean context of a decode step in the traces of `dataset` (prompt + half the new tokens)."""
+        entry = self.workload.get(dataset or "") or (next(iter(self.workload.values())) if dataset is None
+                                                     and self.workload else None)
+        if not entry:
+            return None
+        return float(entry["prompt_tokens"]) + float(entry["new_tokens"]) / 2.0
+
     def temperatures(self) -> list[float]:
         """Temperatures with recorded acceptance, ascending."""
         return sorted({float(s.get("temperature", 0.0)) for s in self.acceptance.values()})
@@ -134,7 +173,10 @@ class Profile:
         if not spec.drafter_kinds and not spec.needs:          # plain decoding: the target alone
             return [Setup(self, None, acceptance, overhead_s)]
         if drafter is not None:
-            self.drafter(drafter)
+            kind = self.drafter(drafter).get("kind")
+            if spec.drafter_kinds and kind not in spec.drafter_kinds:
+                raise InputError(f"method {spec.name} runs on {'/'.join(spec.drafter_kinds)} drafters; "
+                                 f"'{drafter}' is a {kind} drafter")
             drafters = [drafter]
         else:
             drafters = self.drafters_of(*spec.drafter_kinds) if spec.drafter_kinds else [None]
@@ -175,6 +217,8 @@ class Profile:
             "drafters": self.drafters,
             "acceptance": self.acceptance,
             "provenance": self.provenance,
+            **({"engine": self.engine} if self.engine else {}),
+            **({"workload": self.workload} if self.workload else {}),
         }
 
     def save(self, path: str | Path) -> Path:
@@ -194,6 +238,8 @@ class Profile:
             acceptance=raw["acceptance"],
             drafters=raw.get("drafters", {}),
             provenance=raw.get("provenance", {}),
+            engine=raw.get("engine", {}),
+            workload=raw.get("workload", {}),
             schema_version=raw["schema_version"],
         )
 
@@ -230,11 +276,30 @@ def validate_profile_dict(raw: Any, source: str = "profile") -> None:
             raise InputError(f"{source}: latency model '{name}' needs 'kind' and 'params'")
     for name, spec in raw.get("drafters", {}).items():
         kind = spec.get("kind") if isinstance(spec, dict) else None
-        if kind not in DRAFTER_KINDS:
-            raise InputError(f"{source}: drafter '{name}' has kind {kind!r}; expected one of {', '.join(DRAFTER_KINDS)}")
+        if kind not in drafter_kinds():
+            raise InputError(f"{source}: drafter '{name}' has kind {kind!r}; expected one of {', '.join(drafter_kinds())}")
+    _validate_engine(raw.get("engine", {}), source)
     for name, spec in raw["acceptance"].items():
         if not isinstance(spec, dict):
             raise InputError(f"{source}: acceptance model '{name}' must be an object")
         alpha = spec.get("alpha")
         if alpha is not None and not (isinstance(alpha, (int, float)) and math.isfinite(alpha) and 0.0 <= alpha <= 1.0):
             raise InputError(f"{source}: acceptance model '{name}' has alpha {alpha!r} outside [0, 1]")
+
+
+def _validate_engine(engine: Any, source: str) -> None:
+    """The optional engine calibration: per method (and pooled) finite StepCalibration numbers."""
+    from costmodel.step import StepCalibration
+
+    if not isinstance(engine, dict):
+        raise InputError(f"{source}: profile field 'engine' must be an object")
+    entries = {**{f"methods.{m}": v for m, v in engine.get("methods", {}).items()}, "pooled": engine.get("pooled", {})}
+    for name, entry in entries.items():
+        if not isinstance(entry, dict):
+            raise InputError(f"{source}: engine.{name} must be an object")
+        for key, value in entry.items():
+            if key not in StepCalibration.__dataclass_fields__:
+                raise InputError(f"{source}: engine.{name} has unknown key '{key}' "
+                                 f"(known: {', '.join(StepCalibration.__dataclass_fields__)})")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise InputError(f"{source}: engine.{name}.{key} must be a finite number, got {value!r}")

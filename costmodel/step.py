@@ -4,18 +4,25 @@ step's shape. Written once; the closed-form scorers, the simulator and the GPU c
 A step runs D sequential draft forwards, then one verify forward, then fixed per-step work:
 
     draft_s  = sum_i reach_i * sum_parts scale_p * t(model_p, width_i, ctx + i, batch)
-    verify_s = verify_scale * t(verify_model, verify_tokens, ctx, batch)
+               + reach_0 * draft_fixed_s
+    verify_s = verify_scale * t(verify_model, verify_tokens, ctx, batch) + verify_fixed_s
     step_s   = draft_s + verify_s + overhead_s
 
 `StepShape` holds these for C configurations at once (arrays with a leading C axis). `reach_i` is
-the probability that draft forward i runs (1 for a fixed chain; Kangaroo's early exit makes it
+the probability that draft forward i runs (1 for a fixed chain; an early-exit drafter makes it
 smaller); the simulator passes the realised 0/1 of each step instead, so both price a step through
 the same function. `t` is any callable latency(model, n_tokens, ctx_len, batch) -> seconds over
 numpy arrays (a Profile's fitted models, a fixed latency in tests, parallelism wrapped around one).
+
+A method's shape states what its step runs; `StepCalibration` states what the engine pays on top
+of the isolated forwards (calibrate.engine fits it from StepTraces): scales of the forward costs,
+a fixed cost of the first draft forward of a step (catching the drafter up), a fixed verify cost
+(masks, tree building around the forward) and per-step overhead linear in the verified tokens.
+`StepCalibration.apply(shape)` folds it into the shape, so every consumer prices the same step.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -46,8 +53,10 @@ class StepShape:
     draft_width: np.ndarray = field(default_factory=lambda: np.zeros((1, 0)))
     draft_reach: np.ndarray | None = None
     verify_scale: np.ndarray | float = 1.0
-    overhead_s: float = 0.0
+    overhead_s: np.ndarray | float = 0.0    # fixed seconds per step ((C,) or scalar)
     draft_kv_model: str | None = None      # a drafter with its own KV cache (its prefill is paid too)
+    draft_fixed_s: float = 0.0             # extra seconds of a step's first draft forward
+    verify_fixed_s: float = 0.0            # extra seconds around the verify forward
 
     @property
     def size(self) -> int:
@@ -80,7 +89,41 @@ class StepShape:
         return StepShape(self.verify_model, pick(self.verify_tokens),
                          tuple(DraftPart(p.model, pick(p.scale)) for p in self.draft_parts),
                          self.draft_width[rows], None if self.draft_reach is None else self.draft_reach[rows],
-                         pick(self.verify_scale), self.overhead_s, self.draft_kv_model)
+                         pick(self.verify_scale), pick(self.overhead_s), self.draft_kv_model,
+                         self.draft_fixed_s, self.verify_fixed_s)
+
+
+@dataclass(frozen=True)
+class StepCalibration:
+    """What the engine pays beyond the isolated forwards a shape names (module docstring); the
+    identity by default (a Profile without engine calibration, the papers' profiles)."""
+
+    verify_scale: float = 1.0
+    verify_fixed_s: float = 0.0
+    draft_scale: float = 1.0
+    draft_fixed_s: float = 0.0
+    overhead_s: float = 0.0
+    overhead_per_token_s: float = 0.0
+
+    @classmethod
+    def from_dict(cls, raw: dict | None) -> "StepCalibration":
+        keys = cls.__dataclass_fields__
+        return cls(**{k: float(v) for k, v in (raw or {}).items() if k in keys})
+
+    def to_dict(self) -> dict[str, float]:
+        return {k: float(getattr(self, k)) for k in self.__dataclass_fields__}
+
+    def apply(self, shape: StepShape) -> StepShape:
+        """`shape` priced as the engine runs it."""
+        if self == StepCalibration():
+            return shape
+        tokens = np.asarray(shape.verify_tokens, dtype=float)
+        parts = tuple(DraftPart(p.model, np.asarray(p.scale, float) * self.draft_scale) for p in shape.draft_parts)
+        return replace(shape, draft_parts=parts,
+                       verify_scale=np.asarray(shape.verify_scale, float) * self.verify_scale,
+                       overhead_s=shape.overhead_s + self.overhead_s + self.overhead_per_token_s * tokens,
+                       draft_fixed_s=shape.draft_fixed_s + (self.draft_fixed_s if parts else 0.0),
+                       verify_fixed_s=shape.verify_fixed_s + self.verify_fixed_s)
 
 
 def chain_width(gamma: Sequence[int] | np.ndarray, depth: int | None = None) -> np.ndarray:
@@ -105,14 +148,15 @@ def draft_seconds(latency: Latency, shape: StepShape, ctx, batch: int = 1, reach
         scale = np.asarray(part.scale, dtype=float)
         scale = scale[..., None] if scale.ndim else scale
         per_forward = per_forward + scale * latency(part.model, np.maximum(width, 1), ctx_i, batch)
-    return np.sum(reach * per_forward, axis=-1)
+    return np.sum(reach * per_forward, axis=-1) + shape.draft_fixed_s * reach[..., 0]
 
 
 def verify_seconds(latency: Latency, shape: StepShape, ctx, batch: int = 1, verify_tokens=None) -> np.ndarray:
     """Seconds of the verify forward (`verify_tokens` overrides the shape's expected query tokens)."""
     tokens = shape.verify_tokens if verify_tokens is None else verify_tokens
     tokens = np.maximum(np.asarray(tokens, dtype=float), 1.0)
-    return np.asarray(shape.verify_scale, float) * latency(shape.verify_model, tokens, np.asarray(ctx, float), batch)
+    seconds = latency(shape.verify_model, tokens, np.asarray(ctx, float), batch)
+    return np.asarray(shape.verify_scale, float) * seconds + shape.verify_fixed_s
 
 
 def step_seconds(latency: Latency, shape: StepShape, ctx, batch: int = 1) -> np.ndarray:

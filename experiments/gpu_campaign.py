@@ -42,6 +42,7 @@ from calibrate.profile import Profile
 from common import atomic
 from costmodel.step import draft_seconds, verify_seconds
 from methods import MethodConfig, Setup
+from methods.spec import drafter_fixed, engine_config, priced_config
 from traces import schema
 from runtime.drafters.coral import FeatureDrafter
 from runtime.drafters.glide import GlideDrafter
@@ -83,24 +84,6 @@ def router_drafter(groups: int, top_n: int) -> str:
 
 
 # ---------------------------------------------------------------- drafters' fixed configuration
-
-def drafter_fixed(drafter_spec: dict[str, Any]) -> dict[str, Any]:
-    """Config fields a Profile drafter fixes: a trained or timed router (its spec's `router`)."""
-    return dict(drafter_spec.get("router") or {})
-
-
-def priced_config(config: MethodConfig, drafter_spec: dict[str, Any]) -> MethodConfig:
-    """The configuration a Profile prices for `config` run on this drafter: the fields the drafter
-    fixes are in its latency and acceptance already, so they take their defaults (coral's space
-    offers no router of its own on a drafter whose head routes)."""
-    defaults = type(config)()
-    return config.replace(**{k: getattr(defaults, k) for k in drafter_fixed(drafter_spec)})
-
-
-def engine_config(config: MethodConfig, drafter_spec: dict[str, Any]) -> MethodConfig:
-    """What the engine runs for a Profile configuration on this drafter (`priced_config`'s inverse)."""
-    return config.replace(**drafter_fixed(drafter_spec))
-
 
 # ------------------------------------------------------------------------------ stage 1: profiles
 
@@ -346,7 +329,7 @@ def predicted_seconds(steps: pd.DataFrame, config: MethodConfig, setup: Setup, p
     per prompt): the method's step shape priced by `costmodel.step`, each step's realised draft
     forwards and verified tokens in place of the shape's expectations."""
     spec = methods.get(config.method)
-    shape = spec.step_shape(setup, spec.frame_of([priced_config(config, setup.drafter_spec)]))
+    shape = spec.priced_shape(setup, spec.frame_of([priced_config(config, setup.drafter_spec)]))
     latency, ctx = setup.profile.seconds, steps["ctx_len"].to_numpy(dtype=float)
     forwards = steps["draft_forwards"].to_numpy()
     if forwards.max(initial=0) > shape.max_drafted:

@@ -6,7 +6,7 @@ configurations (`spec.space`):
 
     tokens   = spec.expected_tokens(setup, frame)       (or, given a TokenTrace and a replayable
                                                           method, exact greedy replay: traces.replay)
-    shape    = spec.step_shape(setup, frame)            (the forwards one step runs)
+    shape    = spec.priced_shape(setup, frame)          (the forwards one step runs, as the engine runs them)
     step_s   = draft_s + verify_s + overhead_s            (costmodel.step's step_seconds, term by term)
     speedup  = tokens * t_target(1 token) / step_s      (against plain decoding, same batch)
 
@@ -27,12 +27,12 @@ import pandas as pd
 import methods
 from calibrate.profile import Profile
 from common.errors import InputError
-from costmodel.step import draft_seconds, verify_seconds
-from methods.spec import Setup
+from costmodel.step import draft_seconds, step_seconds, verify_seconds
+from methods.spec import Setup, plain_shape
 
 TABULATE_MIN = 4096      # forwards asked at once from which integer token counts are priced on a table
 SCORE_COLUMNS = ["speedup", "tokens_per_step", "verified_per_step", "draft_cost", "draft_forwards",
-                 "step_s", "tokens_per_s", "scored_by"]
+                 "step_s", "tokens_per_s", "ctx_len", "scored_by", "heldout_error", "verdict"]
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,7 @@ def score(setup: Setup, method: str, configs: pd.DataFrame, setting: Setting) ->
     profile = setup.profile
     try:
         tokens = np.asarray(spec.expected_tokens(setup, configs), dtype=float)
-        shape = spec.step_shape(setup, configs)
+        shape = spec.priced_shape(setup, configs)
     except InputError:
         raise
     except ValueError as exc:   # costmodel's one-line input errors
@@ -159,7 +159,7 @@ def score(setup: Setup, method: str, configs: pd.DataFrame, setting: Setting) ->
     latency, ctx, batch = tabulated(profile.seconds), float(setting.ctx_len), setting.batch
     draft_s = draft_seconds(latency, shape, ctx, batch)       # step_seconds' terms, the draft kept for draft_cost
     step_s = draft_s + verify_seconds(latency, shape, ctx, batch) + shape.overhead_s
-    baseline = float(latency(profile.target, 1.0, ctx, batch))
+    baseline = float(step_seconds(latency, plain_shape(profile), ctx, batch)[0])
     acceptance = profile.acceptance[setup.acceptance_key]
     columns = {"profile": profile.name, "method": method, "target": profile.target, "drafter": setup.drafter or "-",
                "dataset": acceptance.get("dataset", ""), "temperature": float(acceptance.get("temperature", 0.0)),
@@ -167,8 +167,19 @@ def score(setup: Setup, method: str, configs: pd.DataFrame, setting: Setting) ->
                "speedup": tokens * baseline / step_s, "tokens_per_step": tokens,
                "verified_per_step": np.broadcast_to(np.asarray(shape.verify_tokens, dtype=float), tokens.shape),
                "draft_cost": draft_s / baseline, "draft_forwards": shape.drafted, "step_s": step_s,
-               "tokens_per_s": batch * tokens / step_s, "scored_by": scored_by}
+               "tokens_per_s": batch * tokens / step_s, "ctx_len": ctx, "scored_by": scored_by}
+    columns.update(confidence(tokens * baseline / step_s, profile.heldout_error()))
     return pd.DataFrame(columns, index=configs.index)    # built once: no per-column inserts
+
+
+def confidence(speedup: np.ndarray, error: float | None) -> dict[str, Any]:
+    """The Profile's held-out error beside a predicted speedup and the verdict it allows:
+    "speculate" only when the predicted gain exceeds the error, "don't" when the loss does,
+    "tie" within it (no error known: the plain comparison with 1)."""
+    err = 0.0 if error is None else float(error)
+    speedup = np.asarray(speedup, dtype=float)
+    verdict = np.where(speedup > 1 + err, "speculate", np.where(speedup < 1 - err, "don't", "tie"))
+    return {"heldout_error": np.nan if error is None else err, "verdict": verdict}
 
 
 def tabulated(latency):
@@ -214,6 +225,12 @@ def sim_config(row: pd.DataFrame) -> dict[str, Any]:
     return config
 
 
+def centred_prompt(task: SimTask) -> int:
+    """The simulated prompt length that centres the stream's context on the setting's ctx_len
+    (the closed form prices every step there; the stream's context grows by n_tokens)."""
+    return max(1, int(task.setting.ctx_len) - int(task.n_tokens) // 2)
+
+
 def simulate_task(task: SimTask) -> dict[str, float]:
     """Executor entry point: the simulator's speedup over `repeats` seeded runs (mean, p05, p95)."""
     from simulator.stream import simulate_stream
@@ -222,7 +239,7 @@ def simulate_task(task: SimTask) -> dict[str, float]:
     speedups, tps = [], []
     for r in range(task.repeats):
         summary = simulate_stream(profile, task.method, task.config, n_tokens=task.n_tokens,
-                                  seed=task.seed * 1000 + r, prompt_len=max(1, task.setting.ctx_len)).summary
+                                  seed=task.seed * 1000 + r, prompt_len=centred_prompt(task)).summary
         speedups.append(summary["speedup"])
         tps.append(summary["tokens_per_step"])
     s = np.asarray(speedups)

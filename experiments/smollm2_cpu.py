@@ -35,25 +35,30 @@ import pandas as pd
 import methods
 from common.errors import InputError, cli_entry
 from costmodel.cape import PAPER_BINS
-from experiments.gpu_campaign import KANGAROO_EXIT, drafter_fixed, engine_config, priced_config
+from experiments.gpu_campaign import KANGAROO_EXIT
+from methods.spec import drafter_fixed, engine_config, priced_config
 from methods import MethodConfig
+from traces.record import teacher_forced_methods
 
 STAGES = ("latency", "tokens", "steps", "profile", "best", "tables")
 DATASETS = {"mt-bench": "mtbench", "humaneval": "humaneval"}   # profile name -> traces.prompts name
 TARGET_ARCH = "smollm2-135m"
 ROUTER = (16, 2)
 # drafter name in the Profile -> (trained file under --drafters, Profile drafter spec, latency model)
-DRAFTERS: dict[str, tuple[str | None, dict[str, Any]]] = {
-    "vanilla": ("vanilla/vanilla.safetensors", {"kind": "draft_model", "model": "vanilla-1l"}),
-    "glide": ("glide/glide.safetensors", {"kind": "glide", "model": f"glide@{TARGET_ARCH}"}),
-    "kangaroo": ("kangaroo/kangaroo.safetensors",
-                 {"kind": "kangaroo", "exit_layer": KANGAROO_EXIT, "model": f"kangaroo-l{KANGAROO_EXIT}@{TARGET_ARCH}"}),
-    "coral": ("coral/coral.safetensors", {"kind": "coral", "model": f"eagle@{TARGET_ARCH}"}),
-    "coral-router": ("router/coral_router.safetensors",
-                     {"kind": "coral", "model": f"eagle-router{ROUTER[0]}:{ROUTER[1]}@{TARGET_ARCH}",
-                      "router": {"groups": ROUTER[0], "top_n": ROUTER[1]}}),
-    "lookahead": (None, {"kind": "lookahead"}),
+DRAFTERS: dict[str, dict[str, Any]] = {
+    "vanilla": {"kind": "draft_model", "model": "vanilla-1l", "file": "vanilla/vanilla.safetensors"},
+    "glide": {"kind": "glide", "model": f"glide@{TARGET_ARCH}", "file": "glide/glide.safetensors"},
+    "kangaroo": {"kind": "kangaroo", "exit_layer": KANGAROO_EXIT, "model": f"kangaroo-l{KANGAROO_EXIT}@{TARGET_ARCH}",
+                 "file": "kangaroo/kangaroo.safetensors"},
+    "coral": {"kind": "coral", "model": f"eagle@{TARGET_ARCH}", "file": "coral/coral.safetensors"},
+    "coral-router": {"kind": "coral", "model": f"eagle-router{ROUTER[0]}:{ROUTER[1]}@{TARGET_ARCH}",
+                     "router": {"groups": ROUTER[0], "top_n": ROUTER[1]}, "file": "router/coral_router.safetensors"},
+    "lookahead": {"kind": "lookahead"},
 }
+# the forward micro-benchmark grid: every token count up to 12 (this CPU's kernels are not smooth
+# in it: 2 and 3 tokens cost more than 4), then a coarser tail
+LATENCY_TOKENS = "1,2,3,4,5,6,7,8,9,10,11,12,16,24,32,48,64,128,256"
+LATENCY_CTX = "0,256,1024,4096"
 
 
 @dataclass(frozen=True)
@@ -76,30 +81,34 @@ class Run:
     @property
     def priced(self) -> MethodConfig:
         """The configuration the Profile prices (a trained router is part of its drafter)."""
-        return priced_config(self.config, DRAFTERS[self.drafter][1]) if self.drafter else self.config
+        return priced_config(self.config, DRAFTERS[self.drafter]) if self.drafter else self.config
 
 
-def _run(method: str, drafter: str | None = None, **fields: Any) -> Run:
-    return Run(methods.get(method).config(**fields), drafter)
+def drafters_of(spec) -> list[str | None]:
+    """The SmolLM2 drafters a method runs on ([None]: it runs without one)."""
+    if not spec.drafter_kinds:
+        return [None]
+    return [name for name, d in DRAFTERS.items() if d["kind"] in spec.drafter_kinds]
 
 
-BASELINE = _run("ar")
-# the gamma-4 chains: like-with-like acceptance of their drafters (GLIDE Table 1's shape)
-CHAIN_RUNS = {run.drafter: run for run in (
-    _run("sd", "vanilla", gamma=4), _run("glide", "glide", gamma=4), _run("coral", "coral", gamma=4),
-    _run("coral", "coral-router", gamma=4, groups=ROUTER[0], top_n=ROUTER[1]))}
-# the StepTraces recorded for every dataset (lookahead as recorded: prompt n-grams on, the engine's
-# default then)
-RUNS: list[Run] = [
-    BASELINE, CHAIN_RUNS["vanilla"], _run("mcsd", "vanilla", k="2x2x1"), _run("cape", "vanilla", gamma=4),
-    CHAIN_RUNS["glide"], _run("lookahead", W=5, N=3, G=5, prompt_ngrams=True),
-    _run("lookahead", W=7, N=4, G=7, prompt_ngrams=True),
-    _run("kangaroo", "kangaroo", gamma=6, eta=0.6, exit_layer=KANGAROO_EXIT), CHAIN_RUNS["coral"],
-    CHAIN_RUNS["coral-router"],
-]
-# teacher-forced TokenTraces: drafter -> the configuration recorded
-TOKEN_DRAFTERS = {"vanilla": methods.get("sd").config(),
-                  "kangaroo": methods.get("kangaroo").config(exit_layer=KANGAROO_EXIT)}
+def _on(config: MethodConfig, drafter: str | None) -> Run:
+    """`config` as the engine runs it on `drafter` (a trained router's settings are the drafter's)."""
+    return Run(engine_config(config, DRAFTERS[drafter]) if drafter else config, drafter)
+
+
+BASELINE = Run(methods.get("ar").config())
+# the StepTraces the engine calibration is fitted on, for every dataset: every method's
+# calibration configurations (two sizes: each step part's scale and fixed cost can be told
+# apart) on every drafter it runs on
+RUNS: list[Run] = [_on(config, d) for spec in methods.specs() for d in drafters_of(spec)
+                   for config in spec.calibration_configs()]
+# per drafter, the default configuration of the first method that runs on it: like-with-like
+# chains (GLIDE Table 1's shape), and the chain acceptance of drafters without a TokenTrace
+CHAIN_RUNS = {d: _on(spec.config(), d) for spec in reversed(methods.specs()) if spec.drafter_kinds
+              for d in drafters_of(spec)}
+# teacher-forced TokenTraces: drafter -> the configuration whose decoder scores a sequence with it
+TOKEN_DRAFTERS = {d: methods.get(m).config() for m in reversed(teacher_forced_methods())
+                  for d in drafters_of(methods.get(m))}
 
 
 def slug(text: str) -> str:
@@ -107,7 +116,7 @@ def slug(text: str) -> str:
 
 
 def drafter_file(args, name: str) -> str:
-    path = args.drafters / DRAFTERS[name][0]
+    path = args.drafters / DRAFTERS[name]["file"]
     if not path.is_file():
         raise InputError(f"trained drafter '{name}' not found at {path}: run python -m training "
                          f"{'router' if name == 'coral-router' else name}")
@@ -128,6 +137,7 @@ def stage_latency(args, log) -> None:
     out = args.out / "latency.parquet"
     if not out.exists():
         run_module("traces.timing", ["--model", "smollm2", "--drafter", "layers:1", "--router", f"{ROUTER[0]}:{ROUTER[1]}",
+                                      "--tokens", LATENCY_TOKENS, "--ctx", LATENCY_CTX,
                                       "--threads", str(args.threads), "--out", str(out), "--quiet"], log)
     out = args.out / "drafter_latency.parquet"
     if out.exists():
@@ -168,10 +178,35 @@ def stage_tokens(args, log) -> None:
             _record(args, config, drafter, dataset, token_path(args, drafter, dataset), log, teacher_forced=True)
 
 
+def calibration_prompts(args) -> str:
+    """The prompts the step calibration runs on: the first --step-limit of each dataset."""
+    return ",".join(f"{name}:{args.step_limit}" for name in DATASETS.values())
+
+
 def stage_steps(args, log) -> None:
-    for dataset in DATASETS:
-        for run in RUNS:
-            _record(args, run.config, run.drafter, dataset, step_path(args, run.label, dataset), log)
+    """Greedy StepTraces of RUNS on the calibration prompts, measured in one process with the
+    interleaved repeats of experiments.measure (the way experiments.fidelity measures)."""
+    from experiments.measure import Bench, Candidate, select_prompts
+    from traces import schema
+    from traces.timing import git_commit
+
+    todo = [run for dataset in DATASETS for run in RUNS if not step_path(args, run.label, dataset).exists()]
+    if not todo:
+        return
+    bench = Bench("smollm2", DRAFTERS, args.drafters, args.threads)
+    prompts = bench.encode(select_prompts(calibration_prompts(args)))
+    cands = [Candidate(run.config, run.drafter) for run in RUNS]
+    _runs, steps = bench.measure(cands, prompts, repeats=args.repeats, max_new_tokens=args.max_new_tokens, log=log)
+    by_dataset = {name: profile_name for profile_name, name in DATASETS.items()}
+    for run, cand in zip(RUNS, cands):
+        for prompt_set, dataset in by_dataset.items():
+            rows = steps[(steps["candidate"] == cand.label) & (steps["dataset"] == prompt_set)]
+            meta = schema.RunMetadata(kind="step", models={"target": "smollm2", **({"drafter": run.drafter} if run.drafter else {})},
+                                      hardware="CPU", dtype="fp32", temperature=0.0, dataset=dataset, seed=0,
+                                      commit=git_commit(), extra={"label": run.label, "threads": args.threads,
+                                                                  "repeats": args.repeats, "measured_by": "experiments.measure"})
+            schema.write_trace(step_path(args, run.label, dataset), rows.drop(columns=["candidate", "dataset"]), meta)
+    log(f"wrote {len(RUNS) * len(DATASETS)} step traces to {args.out}")
 
 
 # ------------------------------------------------------------------------------------ calibration
@@ -192,7 +227,8 @@ def stage_profile(args, log) -> None:
     """Latency tables per model, acceptance per (drafter, dataset), drafters with their kinds."""
     import datetime as dt
 
-    from calibrate.fit_acceptance import DEFAULT_CONF_KS, fit_lookahead, fit_step_acceptance, fit_token_acceptance
+    from calibrate.engine import StepRun, fit_engine, workload
+    from calibrate.fit_acceptance import DEFAULT_CONF_KS, fit_step_acceptance, fit_token_acceptance
     from calibrate.latency import fit_latency
     from calibrate.profile import Profile
     from costmodel.params import get_arch
@@ -222,24 +258,37 @@ def stage_profile(args, log) -> None:
             acceptance[f"{drafter}/{dataset}/T0/steps"] = fit_step_acceptance(
                 frame, drafter=drafter, dataset=dataset, temperature=0.0, source=f"step trace {path.name}")
             sources.append(path)
-        paths = [step_path(args, run.label, dataset) for run in RUNS if methods.get(run.method).needs == "lookahead"]
-        look = fit_lookahead(pd.concat([read_trace(p, kind="step")[0] for p in paths], ignore_index=True),
-                             source="step traces " + ", ".join(p.name for p in paths))
-        acceptance[f"lookahead/{dataset}"] = {
-            "drafter": "lookahead", "temperature": 0.0, "dataset": dataset, "alpha": look["alpha"],
-            "lookahead": {"alpha": look["alpha"], "f": look["f"]}, "source": look.get("source", "step traces")}
-        sources += paths
+        for spec in methods.specs():        # methods with an acceptance part of their own
+            paths = [step_path(args, run.label, dataset) for run in RUNS if run.method == spec.name]
+            frame = pd.concat([read_trace(p, kind="step")[0] for p in paths], ignore_index=True) if paths else None
+            own = None if frame is None else spec.fit_steps(frame, dataset=dataset, temperature=0.0,
+                                                            source="step traces " + ", ".join(p.name for p in paths))
+            if own is not None:
+                acceptance[f"{spec.name}/{dataset}"] = own
+                sources += paths
+    step_runs = [StepRun(read_trace(step_path(args, run.label, dataset), kind="step")[0], run.drafter, dataset)
+                 for dataset in DATASETS for run in RUNS]
+    calibrated = sorted({pid for r in step_runs for pid in r.frame["prompt_id"]}
+                        | {pid for dataset in DATASETS for d in TOKEN_DRAFTERS
+                           for pid in read_trace(token_path(args, d, dataset), kind="token")[0]["prompt_id"]})
     profile = Profile(
         name="smollm2-135m on this CPU (project recordings)", hardware="CPU", dtype="fp32", target=TARGET_ARCH,
         models={TARGET_ARCH: get_arch(TARGET_ARCH).to_dict()}, latency=latency, acceptance=acceptance,
-        drafters={name: dict(spec) for name, (_f, spec) in DRAFTERS.items()},
+        drafters={name: dict(spec) for name, spec in DRAFTERS.items()},
         provenance={"built_by": "python -m experiments.smollm2_cpu", "commit": git_commit(),
                     "created": dt.datetime.now(dt.timezone.utc).isoformat(),
                     "sources": [str(p) for p in [args.out / "latency.parquet", args.out / "drafter_latency.parquet",
                                                   *sources]],
                     "assumptions": [f"greedy decoding; first {args.limit} prompts of MT-Bench (turn 1) and HumanEval, "
                                     f"{args.max_new_tokens} new tokens", "latency: measured tables (fp32, 2 threads); "
-                                    "drafters timed at one token per forward", "drafters trained by python -m training"]})
+                                    "drafters timed at one token per forward", "drafters trained by python -m training",
+                                    "engine: step parts fitted on the StepTraces of RUNS (calibrate.engine)"],
+                    "calibration_prompts": calibrated})
+    profile.workload = workload(step_runs)
+    profile.engine = fit_engine(profile, step_runs)
+    heldout = profile.engine["fit"]["heldout"]
+    log(f"engine calibration: held-out (leave one configuration out) speedup error median "
+        f"{100 * heldout['speedup_error_median']:.1f}%, p90 {100 * heldout['speedup_error_p90']:.1f}%")
     profile.save(args.profile)
     log(f"wrote {args.profile}")
 
@@ -251,12 +300,12 @@ def best_run(row: pd.DataFrame) -> Run:
     drafter = row["drafter"].iloc[0] if "drafter" in row else None
     drafter = None if drafter in (None, "-") else str(drafter)
     defaults = type(config)()
-    untrained = [k for _file, spec in DRAFTERS.values() for k in drafter_fixed(spec)
+    untrained = [k for spec in DRAFTERS.values() for k in drafter_fixed(spec)
                  if getattr(config, k, None) != getattr(defaults, k, None)]
     if untrained:
         raise InputError(f"{config.label}: its '{untrained[0]}' needs a trained drafter's own (an untrained "
                          "router); it cannot be recorded")
-    return Run(engine_config(config, DRAFTERS[drafter][1]) if drafter else config, drafter, "best ")
+    return Run(engine_config(config, DRAFTERS[drafter]) if drafter else config, drafter, "best ")
 
 
 def best_runs_path(args) -> Path:
@@ -307,6 +356,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", type=Path, default=Path("examples/smollm2_cpu"), help="tables and report folder")
     p.add_argument("--limit", type=int, default=6, help="prompts per dataset (default 6)")
     p.add_argument("--max-new-tokens", type=int, default=80, help="tokens per prompt (default 80)")
+    p.add_argument("--step-limit", type=int, default=3,
+                   help="prompts per dataset of the step calibration (the first ones; default 3)")
+    p.add_argument("--repeats", type=int, default=1, help="interleaved repeats of the step calibration (default 1)")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     p.add_argument("--sim-tokens", type=int, default=512, help="tokens per simulated run (default 512)")
     p.add_argument("--seed", type=int, default=0, help="seed of the simulator runs")
@@ -320,8 +372,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(stages) - set(STAGES))
     if unknown:
         raise InputError(f"unknown stage '{unknown[0]}' (known: {', '.join(STAGES)})")
-    if args.limit < 1 or args.max_new_tokens < 1 or args.threads < 1 or args.sim_tokens < 1:
-        raise InputError("--limit, --max-new-tokens, --threads and --sim-tokens must be >= 1")
+    for name in ("limit", "max_new_tokens", "threads", "sim_tokens", "step_limit", "repeats"):
+        if getattr(args, name) < 1:
+            raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     args.out.mkdir(parents=True, exist_ok=True)
     log = lambda m: print(m, flush=True)
     for stage in STAGES:

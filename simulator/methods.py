@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+import numpy as np
+
 import methods
 from calibrate.profile import Profile
 from common.errors import InputError
@@ -66,7 +68,7 @@ class StepModel:
 
     @property
     def overhead_s(self) -> float:
-        return float(self.shape.overhead_s)
+        return float(np.asarray(self.shape.overhead_s, dtype=float).reshape(-1)[0])
 
     @property
     def draft_kv_model(self) -> str | None:
@@ -156,7 +158,7 @@ def build_step_model(profile, method: str, config: MethodConfig | Mapping | str 
                                drafter=opts.get("drafter"), acceptance=opts.get("acceptance"),
                                overhead_s=opts.get("overhead_s", 0.0))[0]
     try:
-        shape = spec.step_shape(setup, spec.frame_of([typed]))
+        shape = spec.priced_shape(setup, spec.frame_of([typed]))
         sampler = spec.sampler(setup, typed, acceptance_model=opts.get("acceptance_model", ACCEPTANCE_MODELS[0]),
                                router_recall=opts.get("router_recall"))
     except ValueError as exc:     # costmodel's one-line input errors

@@ -18,6 +18,8 @@ import numpy as np
 import pandas as pd
 import simpy
 
+from costmodel import step as step_cost
+from methods.spec import plain_shape
 from simulator.acceptance import StepDraws, draw_stream
 from simulator.costs import Parallelism, StepCosts, latency_for
 from simulator.methods import build_step_model, load_profile
@@ -114,7 +116,7 @@ def simulate_stream(profile, method: str, config: Mapping | str | None = None, n
     prefill_s = costs.prefill_seconds(prompt_len)
     # the same stream decoded one token per step by the target alone, on the same latency models
     ar_ctx = prompt_len + np.arange(int(n_tokens) - 1)
-    ar_decode_s = float(np.sum(costs.forward(step.target, np.ones_like(ar_ctx), ar_ctx, 1)))
+    ar_decode_s = float(np.sum(step_cost.step_seconds(costs.latency, plain_shape(profile), ar_ctx, 1)))
     n_steps = len(table)
     committed = int(table["accepted"].sum())
     summary = {

@@ -28,7 +28,8 @@ _ALL = {
     "acceptance": {
         "D": {"alpha": 0.7, "markov": {"p_aa": 0.85, "p_ra": 0.4},
               "alpha_at_k": {"1": 0.7, "2": 0.8, "4": 0.88, "8": 0.92},
-              "alpha_at_k_without_replacement": {"1": 0.7, "2": 0.82, "4": 0.9}},
+              "alpha_at_k_without_replacement": {"1": 0.7, "2": 0.82, "4": 0.9},
+              "conf_bins": {"freq": FREQ, "topk_hit": TOPK}},
         "G": {"alpha": 0.75, "conf_bins": {"freq": FREQ, "topk_hit": TOPK}},
         "K": {"alpha": 0.6, "conf_bins": {"freq": FREQ, "topk_hit": TOPK}},
         "C": {"alpha": 0.8, "alpha_by_position": [0.85, 0.8, 0.75, 0.7], "router_recall": {"16/2": 0.95}},

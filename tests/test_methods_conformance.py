@@ -98,7 +98,5 @@ def test_sweep_scores_every_swept_method(tmp_path):
     path = bundled("profiles", "smollm2-135m-cpu.json")
     assert main(["--profile", str(path), "--out", str(tmp_path / "out"), "--budget", "8", "--rescore", "1",
                  "--sim-repeats", "1", "--sim-tokens", "16"]) == 0
-    scored = set()
-    for csv in (tmp_path / "out" / "tables").glob("*.csv"):
-        scored.add(csv.stem)
+    scored = {table.stem for table in (tmp_path / "out" / "tables").glob("*.parquet")}
     assert set(methods.names(sweep_only=True)) <= scored, scored

@@ -55,7 +55,7 @@ def test_lookahead_matches_eq5_eq7():
 
 def test_cape_matches_closed_form():
     bins = [4, 4, 4, 2, 2, 2, 1, 1, 1, 1, 1]
-    res = _stream("cape", {"gamma": 5, "bins": bins, "drafter": "G"})
+    res = _stream("cape", {"gamma": 5, "bins": bins, "drafter": "D"})
     topk = {int(k): v for k, v in TOPK.items()}
     expected = float(cape_cf.cape_expected_tokens(bins, FREQ, topk, 5))
     assert abs(res.summary["tokens_per_step"] - expected) < _mc_tolerance(res.steps)
@@ -120,7 +120,7 @@ def _token_frame(n_prompts=3, length=300, seed=0):
 ])
 def test_token_trace_replay_reproduces_traces_replay_exactly(method, config):
     frame = _token_frame()
-    drafter = {"sd": "D", "mcsd": "D", "cape": "G", "kangaroo": "K"}[method]
+    drafter = {"sd": "D", "mcsd": "D", "cape": "D", "kangaroo": "K"}[method]
     config = dict(config, drafter=drafter)
     table = trace_replay.TokenTable.from_frame(frame)
     expected = trace_replay.replay_steps(table, method, {k: v for k, v in config.items() if k != "drafter"})
@@ -147,8 +147,8 @@ def test_draw_stream_commits_exactly_n_tokens():
 @pytest.mark.parametrize("method,config,match", [
     ("nope", {}, "unknown method"),
     ("sd", {"gamma": 0}, "gamma"),
-    ("mcsd", {"k": "2x2", "drafter": "G"}, "alpha_at_k"),
-    ("cape", {"gamma": 4, "drafter": "D"}, "bins|conf_bins"),
+    ("mcsd", {"k": "2x2", "drafter": "G"}, "method mcsd runs on draft_model drafters"),
+    ("cape", {"gamma": 4, "drafter": "G"}, "method cape runs on draft_model drafters; 'G' is a glide drafter"),
     ("coral", {"groups": 16, "top_n": 3}, "router_recall"),
     ("kangaroo", {"exit_layer": 40}, "exit_layer"),
 ])

@@ -60,6 +60,11 @@ def test_bundled_profile_and_tables_follow_from_the_bundled_traces(tmp_path):
     assert fresh.keys() == bundled.keys() and fresh["acceptance"].keys() == bundled["acceptance"].keys()
     for key in fresh["acceptance"]:
         assert fresh["acceptance"][key]["alpha"] == pytest.approx(bundled["acceptance"][key]["alpha"], rel=1e-9)
+    assert fresh["workload"] == bundled["workload"]
+    for method, calibration in bundled["engine"]["methods"].items():      # the engine calibration refits
+        assert fresh["engine"]["methods"][method] == pytest.approx(calibration, rel=1e-6, abs=1e-12)
+    assert fresh["engine"]["fit"]["heldout"]["per_config"] == pytest.approx(
+        bundled["engine"]["fit"]["heldout"]["per_config"], abs=1e-5)
     for name in ("measured_vs_predicted.csv", "acceptance.csv"):
         got, want = pd.read_csv(report / name), pd.read_csv(BUNDLED_REPORT / name)
         pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=1e-6)

@@ -1,0 +1,191 @@
+"""What the engine pays beyond isolated forwards: a StepCalibration per method, fitted from StepTraces.
+
+The forward micro-benchmarks (traces.timing) time each model alone. A real decode step costs more
+and differently: masks and tree building around the verify forward, a drafter catching up on the
+tokens of the last step in its first forward, sampling and cache edits. The StepTraces hold each
+step's parts (draft_s, verify_s, overhead_s) with the shape it ran (draft forwards, verified tokens,
+context), so each part is regressed on what the Profile's forward latencies predict for that very
+step (`costmodel.step` on the method's shape, the step's realised draft forwards and tokens):
+
+    verify_s   ~ verify_scale * prior_verify + verify_fixed_s
+    draft_s    ~ draft_scale  * prior_draft  + draft_fixed_s * [any draft forward ran]
+    overhead_s ~ overhead_s + overhead_per_token_s * verify_tokens
+
+per method (`costmodel.step.StepCalibration`), and pooled over every method for methods without
+traces. Each fit is a ridge regression towards the prior (scale 1, nothing fixed); where the prior
+barely varies (one configuration of a method) only the scale is fitted, so a direction the traces
+do not explore stays at the prior instead of wandering.
+
+`fit_engine(profile, runs)` returns the Profile's "engine" section with its held-out error: every
+configuration is left out in turn, the rest refitted, and its speedup over plain decoding
+(measured tokens per step, predicted step times) compared with the measured one.
+`workload(runs)` returns the context the traces saw per dataset (the Profile's "workload").
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+import methods
+from common.errors import InputError
+from costmodel.step import StepCalibration, draft_seconds, verify_seconds
+from methods.spec import priced_config
+
+RIDGE = 1e-3      # pull towards the prior, relative to each feature's own scale
+VARIES = 0.05     # a prior that varies less than this (relative spread) fits a scale only
+
+
+@dataclass
+class StepRun:
+    """One StepTrace of one configuration, with the Profile drafter and dataset it ran on."""
+
+    frame: pd.DataFrame
+    drafter: str | None
+    dataset: str
+
+    @property
+    def method(self) -> str:
+        return str(self.frame["method"].iloc[0])
+
+    @property
+    def config(self):
+        """The method config the trace ran (decoder options a trace also records, such as an
+        untrained drafter's seed, are not part of it)."""
+        raw = json.loads(str(self.frame["config"].iloc[0]))
+        keys = methods.get(self.method).config.keys()
+        return methods.parse_config(self.method, {k: v for k, v in raw.items() if k in keys})
+
+    @property
+    def label(self) -> str:
+        return self.config.label
+
+
+def prior_parts(profile, run: StepRun) -> pd.DataFrame:
+    """Per step of `run`: the forward-latency prior of its draft and verify parts (no calibration)."""
+    spec = methods.get(run.method)
+    if run.frame["method"].nunique() != 1 or run.frame["config"].nunique() != 1:
+        raise InputError("a StepRun holds one method and one configuration")
+    setup = profile.setups_for(spec, dataset=run.dataset, drafter=run.drafter)[0]
+    config = priced_config(run.config, setup.drafter_spec)      # a trained router is the drafter's
+    shape = spec.step_shape(setup, spec.frame_of([config]))
+    latency = profile.seconds
+    f = run.frame
+    ctx = f["ctx_len"].to_numpy(float)
+    drafted = f["draft_forwards"].to_numpy(np.int64)
+    reach = np.arange(shape.max_drafted)[None, :] < drafted[:, None]
+    if shape.max_drafted and drafted.max() > shape.max_drafted:
+        raise InputError(f"{run.label}: a step ran {drafted.max()} draft forwards, the shape has {shape.max_drafted}")
+    prior_draft = draft_seconds(latency, shape, ctx, 1, reach=reach) if shape.max_drafted else np.zeros(len(f))
+    prior_verify = verify_seconds(latency, shape, ctx, 1, verify_tokens=f["verify_tokens"].to_numpy(float))
+    return pd.DataFrame({"method": run.method, "config": run.label, "dataset": run.dataset,
+                         "prior_draft": prior_draft, "prior_verify": prior_verify,
+                         "drafted": (drafted > 0).astype(float), "verify_tokens": f["verify_tokens"].to_numpy(float),
+                         "draft_s": f["draft_s"].to_numpy(float), "verify_s": f["verify_s"].to_numpy(float),
+                         "overhead_s": f["overhead_s"].to_numpy(float), "accepted": f["accepted"].to_numpy(float)})
+
+
+def _ridge(x: np.ndarray, y: np.ndarray, prior: np.ndarray) -> np.ndarray:
+    """argmin |x b - y|^2 + RIDGE * sum_j s_j (b_j - prior_j)^2, s_j = sum of x_j^2 (scale-free)."""
+    scale = np.maximum((x ** 2).sum(axis=0), 1e-30)
+    a = x.T @ x + RIDGE * np.diag(scale)
+    return np.linalg.solve(a, x.T @ y + RIDGE * scale * prior)
+
+
+def _scale_and_fixed(prior: np.ndarray, fixed: np.ndarray, measured: np.ndarray) -> tuple[float, float]:
+    """(scale, fixed seconds) with measured ~ scale * prior + fixed_s * fixed. Where the prior
+    barely varies (one configuration: coefficient of variation under VARIES) the two cannot be
+    told apart, and the scale alone is fitted (fixed 0); a non-positive scale falls back the same way."""
+    prior, fixed, measured = (np.asarray(a, float) for a in (prior, fixed, measured))
+    if len(prior) == 0 or not np.any(prior > 0):
+        return 1.0, 0.0
+    if np.std(prior) > VARIES * np.mean(prior):
+        scale, fixed_s = _ridge(np.c_[prior, fixed], measured, np.array([1.0, 0.0]))
+        if scale > 0:
+            return float(scale), float(fixed_s)
+    return float(np.sum(prior * measured) / np.sum(prior * prior)), 0.0
+
+
+def fit_parts(parts: pd.DataFrame) -> StepCalibration:
+    """One StepCalibration from the prior/measured parts of any set of steps."""
+    if parts.empty:
+        return StepCalibration()
+    verify = _scale_and_fixed(parts["prior_verify"], np.ones(len(parts)), parts["verify_s"])
+    drafting = parts[parts["drafted"] > 0]
+    draft = _scale_and_fixed(drafting["prior_draft"], drafting["drafted"], drafting["draft_s"])
+    over = _ridge(np.c_[np.ones(len(parts)), parts["verify_tokens"]], parts["overhead_s"].to_numpy(), np.zeros(2))
+    return StepCalibration(verify_scale=verify[0], verify_fixed_s=verify[1], draft_scale=draft[0], draft_fixed_s=draft[1],
+                           overhead_s=float(over[0]), overhead_per_token_s=float(over[1]))
+
+
+def predict_parts(calibration: StepCalibration, parts: pd.DataFrame) -> np.ndarray:
+    """Predicted seconds of each step in `parts` (realised draft forwards and verified tokens)."""
+    c = calibration
+    return (c.draft_scale * parts["prior_draft"] + c.draft_fixed_s * parts["drafted"]
+            + c.verify_scale * parts["prior_verify"] + c.verify_fixed_s
+            + c.overhead_s + c.overhead_per_token_s * parts["verify_tokens"]).to_numpy(float)
+
+
+def fit_calibrations(parts: pd.DataFrame) -> tuple[dict[str, StepCalibration], StepCalibration]:
+    """(per method, pooled over all) StepCalibrations."""
+    return {m: fit_parts(g) for m, g in parts.groupby("method", sort=True)}, fit_parts(parts)
+
+
+def heldout_errors(parts: pd.DataFrame) -> pd.DataFrame:
+    """Leave one configuration out: refit without it (its method's other configurations, else the
+    pool) and compare its speedup over plain decoding (measured tokens per step; predicted step
+    times, the plain steps of its dataset predicted the same way) with the measured speedup."""
+    rows = []
+    for (dataset, config), held in parts.groupby(["dataset", "config"], sort=True):
+        rest = parts[parts["config"] != config]
+        per_method, pooled = fit_calibrations(rest)
+        method = str(held["method"].iloc[0])
+        plain = parts[(parts["method"] == "ar") & (parts["dataset"] == dataset)]
+        if plain.empty:
+            raise InputError(f"no plain decoding (ar) steps of dataset '{dataset}': speedups need them")
+        predicted_step = predict_parts(per_method.get(method, pooled), held).mean()
+        predicted_ar = predict_parts(per_method.get("ar", pooled), plain).mean()
+        measured_step = float((held["draft_s"] + held["verify_s"] + held["overhead_s"]).mean())
+        measured_ar = float((plain["draft_s"] + plain["verify_s"] + plain["overhead_s"]).mean())
+        tokens = float(held["accepted"].mean())
+        measured = tokens * measured_ar / measured_step
+        predicted = tokens * predicted_ar / predicted_step
+        rows.append({"dataset": dataset, "method": method, "config": config, "steps": len(held),
+                     "measured_step_s": measured_step, "predicted_step_s": float(predicted_step),
+                     "measured_speedup": measured, "predicted_speedup": predicted,
+                     "rel_error": predicted / measured - 1.0})
+    return pd.DataFrame(rows)
+
+
+def fit_engine(profile, runs: list[StepRun]) -> dict:
+    """The Profile's "engine" section from `runs` (module docstring)."""
+    if not runs:
+        raise InputError("engine calibration needs at least one StepTrace")
+    parts = pd.concat([prior_parts(profile, run) for run in runs], ignore_index=True)
+    per_method, pooled = fit_calibrations(parts)
+    errors = heldout_errors(parts)
+    abs_err = errors.loc[errors["method"] != "ar", "rel_error"].abs()    # ar is the speedups' baseline
+    return {
+        "methods": {m: c.to_dict() for m, c in per_method.items()},
+        "pooled": pooled.to_dict(),
+        "fit": {"steps": int(len(parts)), "configs": sorted(parts["config"].unique().tolist()),
+                "heldout": {"scheme": "leave one configuration out; speedup at measured tokens per step",
+                            "speedup_error_median": float(abs_err.median()),
+                            "speedup_error_p90": float(abs_err.quantile(0.9)),
+                            "speedup_error_max": float(abs_err.max()),
+                            "per_config": {f"{r.dataset} | {r.config}": round(float(r.rel_error), 5)
+                                           for r in errors.itertuples()}}},
+    }
+
+
+def workload(runs: list[StepRun]) -> dict[str, dict[str, float]]:
+    """Per dataset: mean prompt tokens (context of a prompt's first step) and mean new tokens per prompt."""
+    out: dict[str, dict[str, float]] = {}
+    frames = pd.concat([r.frame.assign(dataset=r.dataset) for r in runs], ignore_index=True)
+    for dataset, f in frames.groupby("dataset", sort=True):
+        per_prompt = f.groupby(["run_id", "prompt_id"]).agg(prompt=("ctx_len", "min"), new=("accepted", "sum"))
+        out[str(dataset)] = {"prompt_tokens": round(float(per_prompt["prompt"].mean()), 2),
+                             "new_tokens": round(float(per_prompt["new"].mean()), 2)}
+    return out

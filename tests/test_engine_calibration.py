@@ -1,0 +1,134 @@
+"""Engine calibration: StepCalibration folded into the one step-cost model, fitted from StepTraces."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import methods
+from calibrate.engine import StepRun, fit_engine, fit_parts, prior_parts, workload
+from calibrate.profile import Profile
+from common.bundled import bundled
+from common.errors import InputError
+from costmodel.step import StepCalibration, StepShape, DraftPart, chain_width, step_seconds
+
+TRUTH = StepCalibration(verify_scale=1.2, verify_fixed_s=0.004, draft_scale=1.1, draft_fixed_s=0.006,
+                        overhead_s=0.0005, overhead_per_token_s=0.0001)
+
+
+def fixed(model, n, ctx, batch=1):
+    return 0.01 * np.asarray(n, float) + 0.05 + 0.0 * np.asarray(ctx, float)
+
+
+@pytest.fixture(scope="module")
+def profile() -> Profile:
+    return Profile.load(bundled("profiles", "smollm2-135m-cpu.json"))
+
+
+def test_apply_prices_every_part():
+    shape = StepShape("t", np.array([5.0]), (DraftPart("d", 0.5),), chain_width([4]))
+    plain = step_seconds(fixed, shape, 100.0)
+    priced = step_seconds(fixed, TRUTH.apply(shape), 100.0)
+    draft = 4 * 0.5 * (0.01 + 0.05)
+    verify = 0.01 * 5 + 0.05
+    assert plain == pytest.approx([draft + verify])
+    want = 1.1 * draft + 0.006 + 1.2 * verify + 0.004 + 0.0005 + 0.0001 * 5
+    assert priced == pytest.approx([want])
+    assert StepCalibration().apply(shape) is shape
+    no_draft = StepShape("t", np.array([1.0]))
+    assert step_seconds(fixed, TRUTH.apply(no_draft), 0.0) == pytest.approx([1.2 * 0.06 + 0.004 + 0.0005 + 0.0001])
+
+
+def synthetic_run(profile, label: str, drafter, rng, n_steps=120) -> StepRun:
+    """Steps whose parts are TRUTH applied to the prior of their own shape, with 1% noise."""
+    config = methods.parse_label(label)
+    spec = methods.get(config.method)
+    setup = profile.setups_for(spec, dataset="mt-bench", drafter=drafter)[0]
+    depth = spec.step_shape(setup, spec.frame_of([config])).max_drafted
+    ctx = 100 + np.arange(n_steps)
+    frame = pd.DataFrame({"run_id": "r", "method": config.method, "config": json.dumps(config.to_dict()),
+                          "prompt_id": "p", "step": np.arange(n_steps), "ctx_len": ctx,
+                          "draft_forwards": depth, "draft_s": 0.0, "verify_tokens": depth + 1, "verify_s": 0.0,
+                          "overhead_s": 0.0, "accepted": rng.integers(1, depth + 2, n_steps)})
+    run = StepRun(frame, drafter, "mt-bench")
+    parts = prior_parts(profile, run)
+    noise = lambda: 1 + 0.01 * rng.standard_normal(n_steps)
+    frame["draft_s"] = (TRUTH.draft_scale * parts["prior_draft"] + TRUTH.draft_fixed_s * (depth > 0)) * noise()
+    frame["verify_s"] = (TRUTH.verify_scale * parts["prior_verify"] + TRUTH.verify_fixed_s) * noise()
+    frame["overhead_s"] = TRUTH.overhead_s + TRUTH.overhead_per_token_s * (depth + 1)
+    return run
+
+
+def test_fit_recovers_the_engine_costs(profile):
+    rng = np.random.default_rng(0)
+    runs = [synthetic_run(profile, label, "vanilla", rng) for label in ("sd g1", "sd g4", "sd g7")]
+    runs.append(synthetic_run(profile, "ar", None, rng))
+    parts = pd.concat([prior_parts(profile, r) for r in runs])
+    fitted = fit_parts(parts[parts["method"] == "sd"])
+    assert fitted.draft_scale == pytest.approx(TRUTH.draft_scale, rel=0.05)
+    assert fitted.draft_fixed_s == pytest.approx(TRUTH.draft_fixed_s, abs=0.002)
+    assert fitted.verify_scale == pytest.approx(TRUTH.verify_scale, rel=0.1)
+    assert fitted.overhead_s + 5 * fitted.overhead_per_token_s == pytest.approx(
+        TRUTH.overhead_s + 5 * TRUTH.overhead_per_token_s, rel=0.01)
+    engine = fit_engine(profile, runs)
+    assert set(engine["methods"]) == {"ar", "sd"}
+    # leaving a configuration out still predicts its speedup (the others pin every part)
+    assert engine["fit"]["heldout"]["speedup_error_max"] < 0.03
+    calibrated = Profile.from_dict({**profile.to_dict(), "engine": engine})
+    assert calibrated.step_calibration("sd").draft_scale == pytest.approx(fitted.draft_scale)
+    assert calibrated.step_calibration("kangaroo") == StepCalibration.from_dict(engine["pooled"])
+
+
+def test_one_configuration_fits_a_scale_only(profile):
+    rng = np.random.default_rng(1)
+    parts = prior_parts(profile, synthetic_run(profile, "sd g4", "vanilla", rng))
+    fitted = fit_parts(parts)
+    assert fitted.verify_fixed_s == 0.0 and fitted.draft_fixed_s == 0.0
+    measured = parts["draft_s"] + parts["verify_s"]
+    predicted = fitted.draft_scale * parts["prior_draft"] + fitted.verify_scale * parts["prior_verify"]
+    assert predicted.sum() == pytest.approx(measured.sum(), rel=0.01)
+
+
+def test_scoring_and_simulator_price_the_calibrated_step(profile):
+    from experiments import scoring
+    from simulator.stream import simulate_stream
+
+    engine = {"methods": {"sd": TRUTH.to_dict(), "ar": StepCalibration(verify_scale=2.0).to_dict()}}
+    calibrated = Profile.from_dict({**profile.to_dict(), "engine": engine})
+    profile = Profile.from_dict({**profile.to_dict(), "engine": {}})        # the isolated forwards only
+    spec = methods.get("sd")
+    setting = scoring.Setting(temperature=0.0, ctx_len=128, dataset="mt-bench")
+    frame = spec.frame_of([methods.parse_label("sd g4")])
+    plain = scoring.score(profile.setups_for(spec, dataset="mt-bench")[0], "sd", frame, setting)
+    priced = scoring.score(calibrated.setups_for(spec, dataset="mt-bench")[0], "sd", frame, setting)
+    assert float(priced["step_s"].iloc[0]) > float(plain["step_s"].iloc[0])
+    # the baseline is ar's calibrated step: twice the forward
+    ratio = float(priced["speedup"].iloc[0] * priced["step_s"].iloc[0]) / float(plain["speedup"].iloc[0] * plain["step_s"].iloc[0])
+    assert ratio == pytest.approx(2.0, rel=1e-6)
+    sim_plain = simulate_stream(profile, "sd", "sd g4", n_tokens=64, seed=0, prompt_len=128).summary
+    sim = simulate_stream(calibrated, "sd", "sd g4", n_tokens=64, seed=0, prompt_len=128).summary
+    assert sim["ar_decode_s"] == pytest.approx(2 * sim_plain["ar_decode_s"], rel=1e-9)
+    assert sim["decode_s"] > sim_plain["decode_s"]
+
+
+@pytest.mark.parametrize("engine, message", [
+    ({"methods": {"sd": {"verify_scale": "x"}}}, "engine.methods.sd.verify_scale must be a finite number"),
+    ({"methods": {"sd": {"scale": 1.0}}}, "engine.methods.sd has unknown key 'scale'"),
+    ({"pooled": {"overhead_s": float("nan")}}, "engine.pooled.overhead_s must be a finite number"),
+    ([], "profile field 'engine' must be an object"),
+])
+def test_bad_engine_section_is_refused_in_one_line(profile, engine, message):
+    with pytest.raises(InputError, match=message.replace(".", r"\.")):
+        Profile.from_dict({**profile.to_dict(), "engine": engine})
+
+
+def test_workload_is_the_context_the_traces_saw(profile):
+    frame = pd.DataFrame({"run_id": "r", "prompt_id": ["a", "a", "b"], "ctx_len": [100, 103, 50],
+                          "accepted": [3, 2, 4], "method": "ar", "config": "{}"})
+    got = workload([StepRun(frame, None, "mt-bench")])
+    assert got == {"mt-bench": {"prompt_tokens": 75.0, "new_tokens": 4.5}}
+    p = Profile.from_dict({**profile.to_dict(), "workload": got})
+    assert p.workload_ctx("mt-bench") == pytest.approx(77.25)
+    assert p.workload_ctx("humaneval") is None

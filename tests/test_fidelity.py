@@ -1,0 +1,109 @@
+"""experiments.fidelity and experiments.measure: held-out checks, the comparison, regret, prompt specs."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import methods
+from calibrate.profile import Profile
+from common.bundled import bundled
+from common.errors import InputError
+from experiments import fidelity
+from experiments.measure import Candidate, parse_candidate, rates, select_prompts
+
+
+@pytest.fixture(scope="module")
+def profile() -> Profile:
+    return Profile.load(bundled("profiles", "smollm2-135m-cpu.json"))
+
+
+def test_prompt_specs_select_ranges():
+    assert [p.prompt_id for p in select_prompts("mtbench:2-3")] == [p.prompt_id for p in select_prompts("mtbench:3")][1:]
+    assert len(select_prompts("humaneval:4,mtbench:1-2")) == 6
+    for bad, message in [("mtbench:a", "expected set, set:N or set:A-B"), ("mtbench:3-2", "1 <= A <= B"),
+                         ("mtbench:0-2", "1 <= A <= B"), ("humaneval:160-170", "has only 164 prompts")]:
+        with pytest.raises(InputError, match=message):
+            select_prompts(bad)
+
+
+def test_candidates_parse_labels_with_drafters():
+    cand = parse_candidate("mcsd k4x2 norepl @vanilla")
+    assert cand.config == methods.parse_label("mcsd k4x2 norepl") and cand.drafter == "vanilla"
+    assert cand.label == "mcsd k4x2 norepl @vanilla"
+    assert parse_candidate("lookahead W5 N3 G5").drafter is None
+
+
+def test_held_out_prompts_are_enforced(profile):
+    calibrated = Profile.from_dict({**profile.to_dict(), "provenance": {"calibration_prompts": ["mtbench/81"]}})
+    fidelity.check_held_out(calibrated, ["mtbench/82"])
+    with pytest.raises(InputError, match="prompts mtbench/81 were used to calibrate"):
+        fidelity.check_held_out(calibrated, ["mtbench/81", "mtbench/82"])
+    with pytest.raises(InputError, match="does not list its calibration prompts"):
+        fidelity.check_held_out(Profile.from_dict({**profile.to_dict(), "provenance": {}}), ["mtbench/82"])
+
+
+def test_prompt_sets_map_to_profile_datasets(profile):
+    assert fidelity.dataset_of(profile, "mtbench") == "mt-bench"
+    with pytest.raises(InputError, match="matches no dataset"):
+        fidelity.dataset_of(profile, "gsm8k")
+
+
+def _runs(speedups: dict[str, float], tokens_per_step: dict[str, float], repeats=3, prompts=2) -> pd.DataFrame:
+    """Generations whose tokens/s over ar are `speedups` (ar: 10 tokens/s), with a 2% wobble by repeat."""
+    rows = []
+    for r in range(repeats):
+        for cand, speedup in speedups.items():
+            for p in range(prompts):
+                tokens = 40
+                tps = 10 * speedup * (1 + 0.02 * (r - 1)) if cand != "ar" else 10.0
+                rows.append({"candidate": cand, "method": cand.split()[0], "drafter": "-", "repeat": r,
+                             "dataset": "mt-bench", "prompt_id": f"p{p}", "tokens": tokens, "seconds": tokens / tps,
+                             "steps": tokens / tokens_per_step[cand]})
+    return pd.DataFrame(rows)
+
+
+def test_compare_regret_and_verdicts():
+    measured = {"ar": 1.0, "sd g4": 1.2, "sd g1": 0.9}
+    per_step = {"ar": 1.0, "sd g4": 2.0, "sd g1": 1.2}
+    runs = _runs(measured, per_step)
+    per = rates(runs)
+    assert per.loc[per["candidate"] == "sd g4", "speedup"].median() == pytest.approx(1.2)
+    pred = pd.DataFrame({"dataset": "mt-bench", "candidate": ["ar", "sd g4", "sd g1"], "method": ["ar", "sd", "sd"],
+                         "predicted_speedup": [1.0, 1.26, 1.02], "predicted_tokens_per_step": [1.0, 2.0, 1.2],
+                         "predicted_step_s": [0.1, 0.1 * 2.0 / 1.26, 0.1 * 1.2 / 1.02],
+                         "simulated_speedup": [1.0, 1.25, 1.0], "ctx_len": 100.0})
+    fid = fidelity.compare(pred, runs, error=0.03)
+    row = fid.set_index("candidate")
+    assert row.loc["sd g4", "rel_error"] == pytest.approx(0.05)
+    assert row.loc["sd g4", "acceptance_error"] == pytest.approx(0.0)
+    assert row.loc["sd g4", "latency_error"] == pytest.approx(0.05)
+    assert row.loc["sd g4", "spread"] == pytest.approx(0.02)
+    assert row.loc["sd g4", "predicted_verdict"] == "speculate" and not row.loc["sd g4", "verdict_flip"]
+    assert row.loc["sd g1", "predicted_verdict"] == "tie" and not row.loc["sd g1", "verdict_flip"]
+    reg = fidelity.regret(fid)
+    assert reg.loc[0, "picked"] == "sd g4" and reg.loc[0, "regret"] == pytest.approx(0.0)
+    # a flip: predicted to gain 10% where the measurement loses
+    pred.loc[2, "predicted_speedup"] = 1.10
+    fid = fidelity.compare(pred, runs, error=0.03)
+    assert bool(fid.set_index("candidate").loc["sd g1", "verdict_flip"])
+    pred.loc[2, "predicted_speedup"] = 1.5                  # now the pick, measured 0.9 against 1.2
+    assert fidelity.regret(fidelity.compare(pred, runs, 0.03)).loc[0, "regret"] == pytest.approx(0.25)
+
+
+def test_rates_need_a_baseline():
+    runs = _runs({"ar": 1.0, "sd g4": 1.2}, {"ar": 1.0, "sd g4": 2.0})
+    with pytest.raises(InputError, match="no plain decoding"):
+        rates(runs[runs["candidate"] != "ar"])
+
+
+def test_fidelity_refuses_bad_options_before_loading_a_model(tmp_path, capsys, profile):
+    path = tmp_path / "p.json"
+    Profile.from_dict({**profile.to_dict(), "provenance": {"calibration_prompts": ["mtbench/81"]}}).save(path)
+    argv = ["--profile", str(path), "--target", "smollm2", "--out", str(tmp_path / "o")]
+    assert fidelity.main(argv + ["--prompts", "mtbench:1"]) == 2
+    assert "were used to calibrate" in capsys.readouterr().err
+    assert fidelity.main(argv + ["--prompts", "mtbench:2-3", "--repeats", "0"]) == 2
+    assert "--repeats must be >= 1" in capsys.readouterr().err
+    assert fidelity.main(argv + ["--prompts", "mtbench:2-3", "--configs", str(tmp_path / "none.txt")]) == 2
+    assert "--configs file not found" in capsys.readouterr().err
