@@ -134,8 +134,9 @@ class Profile:
 
     def workload_ctx(self, dataset: str | None) -> float | None:
         """Mean context of a decode step in the traces of `dataset` (prompt + half the new tokens)."""
-        entry = self.workload.get(dataset or "") or (next(iter(self.workload.values())) if dataset is None
-                                                     and self.workload else None)
+        if dataset is None:
+            dataset = next(iter(self.workload), None)
+        entry = self.workload.get(dataset)
         if not entry:
             return None
         return float(entry["prompt_tokens"]) + float(entry["new_tokens"]) / 2.0

@@ -241,6 +241,8 @@ def stage_profile(args, log) -> None:
         fitted = fit_latency(group, "table", arch=None, hardware="CPU", dtype="fp32", name=model).to_dict()
         fitted["fit"] = {k: v for k, v in fitted["fit"].items() if not (isinstance(v, float) and np.isnan(v))}
         latency[model] = fitted
+    steps = {(run, dataset): read_trace(step_path(args, run.label, dataset), kind="step")[0]
+             for dataset in DATASETS for run in RUNS}                   # every StepTrace, read once
     acceptance, sources = {}, []
     for dataset in DATASETS:
         for drafter in TOKEN_DRAFTERS:
@@ -254,20 +256,19 @@ def stage_profile(args, log) -> None:
             if drafter in TOKEN_DRAFTERS:
                 continue
             path = step_path(args, run.label, dataset)
-            frame, _ = read_trace(path, kind="step")
             acceptance[f"{drafter}/{dataset}/T0/steps"] = fit_step_acceptance(
-                frame, drafter=drafter, dataset=dataset, temperature=0.0, source=f"step trace {path.name}")
+                steps[run, dataset], drafter=drafter, dataset=dataset, temperature=0.0, source=f"step trace {path.name}")
             sources.append(path)
         for spec in methods.specs():        # methods with an acceptance part of their own
-            paths = [step_path(args, run.label, dataset) for run in RUNS if run.method == spec.name]
-            frame = pd.concat([read_trace(p, kind="step")[0] for p in paths], ignore_index=True) if paths else None
+            own_runs = [run for run in RUNS if run.method == spec.name]
+            paths = [step_path(args, run.label, dataset) for run in own_runs]
+            frame = pd.concat([steps[run, dataset] for run in own_runs], ignore_index=True) if own_runs else None
             own = None if frame is None else spec.fit_steps(frame, dataset=dataset, temperature=0.0,
                                                             source="step traces " + ", ".join(p.name for p in paths))
             if own is not None:
                 acceptance[f"{spec.name}/{dataset}"] = own
                 sources += paths
-    step_runs = [StepRun(read_trace(step_path(args, run.label, dataset), kind="step")[0], run.drafter, dataset)
-                 for dataset in DATASETS for run in RUNS]
+    step_runs = [StepRun(frame, run.drafter, dataset) for (run, dataset), frame in steps.items()]
     calibrated = sorted({pid for r in step_runs for pid in r.frame["prompt_id"]}
                         | {pid for dataset in DATASETS for d in TOKEN_DRAFTERS
                            for pid in read_trace(token_path(args, d, dataset), kind="token")[0]["prompt_id"]})

@@ -166,15 +166,15 @@ class MethodSpec:
 
     def expected_tokens(self, setup: Setup, frame: pd.DataFrame) -> np.ndarray:
         """(C,) tokens one step commits on average (bonus included): the closed form."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{self.name} does not define expected_tokens")
 
     def step_shape(self, setup: Setup, frame: pd.DataFrame) -> "StepShape":
         """The forwards one step of each configuration runs (costmodel.step)."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{self.name} does not define step_shape")
 
     def sampler(self, setup: Setup, config: MethodConfig, **options: Any):
         """The simulator's acceptance draws for one configuration (simulator.acceptance)."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{self.name} does not define sampler")
 
     def replay_lengths(self, table, config: MethodConfig) -> np.ndarray | None:
         """(N,) accepted length of a step starting at each TokenTable position; None when greedy
