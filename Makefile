@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 sweep: setup
-	$(PY) -m experiments.sweep --out $(OUT)
+	$(PY) -m experiments.sweep --out $(OUT) --overwrite
 
 test: setup
 	$(PY) -m pytest -q
@@ -35,10 +35,10 @@ bench: setup
 	$(PY) -m experiments.bench_sweep
 
 reproduce: setup
-	$(PY) -m experiments.reproduce --out out/reproduce
+	$(PY) -m experiments.reproduce --out out/reproduce --overwrite
 
 verify: setup
-	$(PY) -m experiments.verify_lossless --out out/verify
+	$(PY) -m experiments.verify_lossless --out out/verify --overwrite
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis

@@ -22,9 +22,9 @@ from calibrate.fit_acceptance import fit_step_acceptance, fit_token_acceptance
 from calibrate.latency import fit_latency
 from calibrate.paper_profiles import git_commit
 from calibrate.profile import Profile
-from costmodel.hardware import get_hardware
+from costmodel.hardware import get_hardware, hardware_names
 from costmodel.params import Arch, get_arch
-from common.errors import InputError, cli_entry
+from common.errors import CliParser, InputError, cli_entry
 from traces.schema import read_trace
 
 
@@ -72,6 +72,9 @@ def fit_latency_files(paths: list[Path], kind: str, hardware: str | None, arch_o
     rows = pd.concat(frames, ignore_index=True)
     if len(dtype_seen) > 1:
         raise InputError(f"latency traces mix dtypes {sorted(dtype_seen)}; fit one dtype per profile")
+    if hardware is not None and hw_seen and {_canonical(h) for h in hw_seen} != {_canonical(hardware)}:
+        raise InputError(f"--hardware {hardware}: the latency traces were measured on {', '.join(sorted(hw_seen))}; "
+                         "a trace is not relabelled onto other hardware (calibrate.profile moves a fitted roofline)")
     hw_name = hardware or (hw_seen.pop() if len(hw_seen) == 1 else None)
     if hw_name is None:
         raise InputError(f"latency traces mix hardware {sorted(hw_seen)}; pass --hardware or split them")
@@ -90,6 +93,13 @@ def fit_latency_files(paths: list[Path], kind: str, hardware: str | None, arch_o
         latency[model] = fitted.to_dict()
         models[model] = arch or {"source": "no architecture numbers; latency from the measured table"}
     return latency, models, hw_name, dtype
+
+
+def _canonical(hardware: str) -> str:
+    try:
+        return get_hardware(hardware).name
+    except ValueError:
+        return str(hardware)
 
 
 def _meta_summary(meta) -> dict[str, Any]:
@@ -160,12 +170,13 @@ def build_profile(args: argparse.Namespace) -> Profile:
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m calibrate.fit",
+    parser = CliParser(prog="python -m calibrate.fit",
                                      description="Fit latency and acceptance models from traces into a Profile.")
     parser.add_argument("--out", type=Path, required=True, help="Profile JSON file to write (atomically)")
     parser.add_argument("--name", default="fitted profile", help="the Profile's name")
     parser.add_argument("--target", help="the target (verifying) model's name; defaults to --base's target")
-    parser.add_argument("--hardware", help="hardware name (costmodel.hardware); default: the latency traces'")
+    parser.add_argument("--hardware", help=f"hardware the latency traces were measured on, one of "
+                        f"{', '.join(hardware_names())}; default: the latency traces' own")
     parser.add_argument("--dtype", help="dtype when no latency trace says it (default fp16)")
     parser.add_argument("--latency", type=Path, nargs="*", default=[], help="LatencyTrace parquet files")
     parser.add_argument("--latency-kind", choices=["auto", "roofline", "table"], default="auto",
@@ -175,10 +186,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=Path, nargs="*", default=[], help="TokenTrace parquet files")
     parser.add_argument("--steps", type=Path, nargs="*", default=[], help="StepTrace parquet files")
     parser.add_argument("--gamma", type=int, default=8, help="draft length of the per-position replay (>= 1)")
-    parser.add_argument("--base", type=Path, help="a Profile to start from; fitted entries replace its own")
+    parser.add_argument("--base", type=Path,
+                        help="a Profile to start from; fitted entries replace its own (default: none, an empty profile)")
     args = parser.parse_args(argv)
     if args.gamma < 1:
         raise InputError(f"--gamma must be >= 1, got {args.gamma}")
+    if args.hardware is not None:   # before any trace is read: a name the cost model knows, canonical
+        try:
+            args.hardware = get_hardware(args.hardware).name
+        except ValueError as exc:
+            raise InputError(f"--hardware: {exc}") from None
     profile = build_profile(args)
     profile.save(args.out)
     for name, spec in profile.latency.items():

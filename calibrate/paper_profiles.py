@@ -16,7 +16,6 @@ sweep reports beside its predictions).
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +24,7 @@ from calibrate import paper_fit
 from calibrate.papers import MODELS
 from calibrate.papers.base import CTX_REF, git_commit  # noqa: F401  (re-exported: calibrate.fit, ingest)
 from calibrate.profile import Profile
-from common.errors import cli_entry
+from common.errors import CliParser, cli_entry
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "data" / "profiles"
 
@@ -63,9 +62,9 @@ def build_all(out_dir: Path = DEFAULT_OUT, only: list[str] | None = None) -> lis
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Build the bundled default Profiles from the papers' numbers.")
+    parser = CliParser(description="Build the bundled default Profiles from the papers' numbers.")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="directory for the Profile JSON files")
-    parser.add_argument("--only", nargs="*", choices=list(MODELS), help="build only these papers' profiles")
+    parser.add_argument("--only", nargs="*", choices=list(MODELS), help="build only these papers' profiles (default: all)")
     args = parser.parse_args(argv)
     for path in build_all(args.out, args.only):
         print(path)

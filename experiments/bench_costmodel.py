@@ -7,14 +7,13 @@ fixed seed; one warm-up call, then `repeats` timed calls, and the median time gi
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
 import numpy as np
 
 from costmodel import leviathan, multiseq
-from common.errors import InputError, cli_entry
+from common.errors import CliParser, InputError, cli_entry
 
 
 def _rate(fn, n: int, repeats: int) -> tuple[float, float]:
@@ -43,10 +42,10 @@ def run(n: int, repeats: int, seed: int) -> list[tuple[str, float, float]]:
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m experiments.bench_costmodel", description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=1_000_000, help="configurations per evaluation (default 1e6)")
+    parser = CliParser(prog="python -m experiments.bench_costmodel", description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=1_000_000, help="configurations per evaluation (default 1,000,000)")
     parser.add_argument("--repeats", type=int, default=7, help="timed repeats after one warm-up (median reported)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random configurations")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random configurations (default 0)")
     args = parser.parse_args(argv)
     if args.n < 1 or args.repeats < 1:
         raise InputError("--n and --repeats must be >= 1")

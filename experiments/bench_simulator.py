@@ -8,7 +8,6 @@ Each figure is the median of `--repeats` timed runs after one warm-up run.
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 from simulator import Cluster, Workload, simulate_serving, simulate_stream
 from simulator.methods import load_profile
 from common import atomic
-from common.errors import InputError, cli_entry
+from common.errors import CliParser, InputError, cli_entry
 
 DEFAULT_PROFILE = Path(__file__).resolve().parent.parent / "data" / "profiles" / "glide-vicuna-7b-h800.json"
 SD = {"gamma": 5, "drafter": "llama-68m", "dataset": "gsm8k"}
@@ -60,12 +59,12 @@ def bench(profile_path: Path, repeats: int, stream_tokens: int, serve_seconds: f
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.bench_simulator", description=__doc__.split("\n\n")[0])
-    p.add_argument("--profile", default=str(DEFAULT_PROFILE), help="Profile JSON (default: bundled GLIDE Vicuna-7B H800)")
+    p = CliParser(prog="python -m experiments.bench_simulator", description=__doc__.split("\n\n")[0])
+    p.add_argument("--profile", default=str(DEFAULT_PROFILE), help=f"Profile JSON (default: the bundled {Path(DEFAULT_PROFILE).name})")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per figure, median reported (default 3)")
     p.add_argument("--stream-tokens", type=int, default=200_000, help="output tokens of the single stream (default 200000)")
     p.add_argument("--serve-seconds", type=float, default=3600.0, help="simulated seconds of traffic (default 3600)")
-    p.add_argument("--out", help="also write the figures as JSON here")
+    p.add_argument("--out", help="also write the figures as JSON here (default: stdout only)")
     args = p.parse_args(argv)
     if args.repeats < 1 or args.stream_tokens < 2 or not args.serve_seconds > 0:
         raise InputError("--repeats >= 1, --stream-tokens >= 2 and --serve-seconds > 0 are required")

@@ -9,7 +9,6 @@ with `--out`.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ import pandas as pd
 import methods
 from calibrate.profile import Profile
 from common import atomic
-from common.errors import InputError, cli_entry
+from common.errors import CliParser, InputError, cli_entry
 from experiments import scoring
 from experiments.sweep import BUNDLED_PROFILES, SweepOptions, _space
 
@@ -61,10 +60,10 @@ def bench(profiles: list[Profile], repeats: int) -> pd.DataFrame:
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.bench_sweep", description=__doc__.split("\n\n")[0])
+    p = CliParser(prog="python -m experiments.bench_sweep", description=__doc__.split("\n\n")[0])
     p.add_argument("--profile", action="append", help="profile JSON (repeatable); default: one bundled per method")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats after one warm-up (default 5)")
-    p.add_argument("--out", default=None, help="also write the figures as JSON to this file")
+    p.add_argument("--out", default=None, help="also write the figures as JSON to this file (default: stdout only)")
     args = p.parse_args(argv)
     if args.repeats < 1:
         raise InputError(f"--repeats must be at least 1, got {args.repeats}")

@@ -40,7 +40,9 @@ from experiments.executor import EXECUTORS, make_executor
 from experiments.sweep import BUNDLED_PROFILES, SweepOptions, run_sweep
 from simulator.workload import sample_lengths
 from common import atomic
-from common.errors import InputError, cli_entry
+from common.errors import CliParser, InputError, cli_entry
+from costmodel.hardware import hardware_names
+from common.rundir import add_overwrite_option, start_run
 from methods import names as method_names, parse_methods
 
 DEFAULT_PROFILE = BUNDLED_PROFILES / "glide-vicuna-7b-h800.json"
@@ -354,10 +356,12 @@ def write_report(result: dict[str, Any], opts: CapacityOptions, out: Path, comma
 # ---- command line --------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m experiments.capacity", description=__doc__.split("\n\n")[0])
+    p = CliParser(prog="python -m experiments.capacity", description=__doc__.split("\n\n")[0])
     p.add_argument("--profile", default=str(DEFAULT_PROFILE),
-                   help="Profile JSON of the model pair (default: the bundled GLIDE Vicuna-7B profile)")
-    p.add_argument("--hardware", default=None, help="move the profile's roofline latency models to this GPU (e.g. H100)")
+                   help=f"Profile JSON of the model pair (default: the bundled {Path(DEFAULT_PROFILE).name})")
+    p.add_argument("--hardware", default=None,
+                   help=f"move the profile's roofline latency models to this hardware ({', '.join(hardware_names())}); "
+                        "default: the hardware the profile was measured on")
     p.add_argument("--methods", default="all", help=f"comma-separated methods or 'all' (known: {', '.join(method_names(sweep_only=True))})")
     p.add_argument("--temperature", type=float, default=None,
                    help="acceptance models at this temperature (default: the profile's lowest recorded)")
@@ -365,7 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arrival", default="poisson", choices=("poisson", "gamma", "trace"),
                    help="arrival process (default poisson); 'trace' replays --trace")
     p.add_argument("--cv", type=float, default=1.0, help="coefficient of variation of gamma inter-arrivals (default 1)")
-    p.add_argument("--trace", default=None, help="CSV with column arrival_s (optional prompt_len, output_len)")
+    p.add_argument("--trace", default=None, help="CSV with column arrival_s (optional prompt_len, output_len); default: none, Poisson arrivals "
+                        "at each probed rate")
     p.add_argument("--prompt-len", default="lognormal:256:0.6:2048",
                    help="prompt length distribution: fixed:N, uniform:LO:HI or lognormal:MEDIAN:SIGMA:MAX")
     p.add_argument("--output-len", default="lognormal:128:0.6:512", help="output length distribution (as --prompt-len)")
@@ -377,11 +382,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slo-ttft-p50", type=float, default=None, help="median time to first token, ms (default none)")
     p.add_argument("--slo-ttft-p99", type=float, default=1000.0, help="p99 time to first token, ms (default 1000)")
     p.add_argument("--candidates", type=int, default=1, help="closed-form best configurations tried per method (default 1)")
-    p.add_argument("--out", default="out/capacity", help="output directory (default out/capacity)")
+    p.add_argument("--out", default="out/capacity", help="output directory (default out/capacity); one holding another run's files is refused unless --overwrite")
+    add_overwrite_option(p)
     p.add_argument("--seed", type=int, default=0, help="seed of every simulated run (default 0)")
     p.add_argument("--executor", choices=EXECUTORS, default="local", help="local processes (default) or dask")
     p.add_argument("--workers", type=int, default=None, help="worker processes; default one per CPU core")
-    p.add_argument("--scheduler", default=None, help="with --executor dask: address of a running scheduler")
+    p.add_argument("--scheduler", default=None, help="with --executor dask: address of a running scheduler (default: start a local cluster)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     return p
 
@@ -417,6 +423,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     opts = options_from_args(args)
     profile = Profile.load(args.profile)
+    scoring.check_recorded([profile], opts.temperature, None)
+    start_run(args.out, "experiments.capacity", argv, args.overwrite)
     started = time.perf_counter()
     with make_executor(args.executor, workers=args.workers, address=args.scheduler,
                        progress=not args.no_progress) as executor:

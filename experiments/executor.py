@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable, Sequence
 
@@ -24,11 +25,17 @@ EXECUTORS = ("local", "dask")
 PROGRESS_MIN_TASKS = 2           # fewer tasks than this never show a bar
 
 
-def _progress(total: int, desc: str, enabled: bool):
+def progress_enabled(asked: bool | None) -> bool:
+    """Progress bars on stderr: as asked (--progress / --no-progress), else only on a terminal."""
+    return bool(asked) if asked is not None else sys.stderr.isatty()
+
+
+def progress_bar(total: int, desc: str, enabled: bool, unit: str = "task"):
+    """A tqdm bar on stderr that appears only after a second (quick steps stay quiet)."""
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=desc, unit="task", disable=not enabled or total < PROGRESS_MIN_TASKS,
-                mininterval=0.5, delay=1.0, leave=False)
+    return tqdm(total=total, desc=desc, unit=unit, disable=not enabled or total < PROGRESS_MIN_TASKS,
+                mininterval=0.5, delay=1.0, leave=False, file=sys.stderr)
 
 
 class LocalExecutor:
@@ -44,7 +51,7 @@ class LocalExecutor:
     def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any], desc: str = "scoring") -> list[Any]:
         tasks = list(tasks)
         results: list[Any] = [None] * len(tasks)
-        with _progress(len(tasks), desc, self.progress) as bar:
+        with progress_bar(len(tasks), desc, self.progress) as bar:
             if self.workers == 1 or len(tasks) <= 1:
                 for i, task in enumerate(tasks):
                     results[i] = fn(task)
@@ -123,7 +130,7 @@ class DaskExecutor:
         futures = self.client.map(fn, tasks, pure=False)
         index = {f.key: i for i, f in enumerate(futures)}
         results: list[Any] = [None] * len(tasks)
-        with _progress(len(tasks), desc, self.progress) as bar:
+        with progress_bar(len(tasks), desc, self.progress) as bar:
             for fut in as_completed(futures):
                 results[index[fut.key]] = fut.result()
                 bar.update(1)

@@ -1,4 +1,4 @@
-"""`python -m experiments.gpu_campaign`: the GPU calibration campaign of issue 8, in one command.
+"""`python -m experiments.gpu_campaign`: the GPU calibration campaign (latency, drafters, replayed loops), in one command.
 
 Four stages, each writing into `--out` (atomically):
 1. latency profiles of the registry's real architectures (random weights), by running
@@ -21,7 +21,6 @@ given, a seeded synthetic TokenTrace (marked as such in the report).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
@@ -47,7 +46,10 @@ from traces import schema
 from runtime.drafters.coral import FeatureDrafter
 from runtime.drafters.glide import GlideDrafter
 from runtime.drafters.kangaroo import KangarooAdapter
-from common.errors import InputError, cli_entry
+from common.errors import CliParser, InputError, cli_entry
+from common.rundir import add_overwrite_option, start_run
+from runtime.cache import MODES, default_mode
+from runtime.graph import GraphRunner, mode_agreement
 from runtime.models import random_architecture, tiny_model, truncated
 from traces.timing import Timer, filled_cache, git_commit, hardware_name
 from traces.replayed import (random_prompts, replayed_decoder, run_replayed, sources_from_step_trace,
@@ -87,14 +89,15 @@ def router_drafter(groups: int, top_n: int) -> str:
 
 # ------------------------------------------------------------------------------ stage 1: profiles
 
-def profile_architectures(out: Path, names: Sequence[str], grid: dict[str, str], device: str, log) -> list[Path]:
+def profile_architectures(out: Path, names: Sequence[str], grid: dict[str, str], device: str, log,
+                          mode: str = "eager") -> list[Path]:
     """`python -m traces.timing` per architecture; a failure (e.g. out of memory) is logged, not fatal."""
     written = []
     for name in names:
         spec = name if name == "tiny" else f"random:{name}"
         path = out / f"latency_{name}.parquet"
         cmd = [sys.executable, "-m", "traces.timing", "--model", spec, "--out", str(path), "--quiet",
-               "--device", device, *sum(([f"--{k}", v] for k, v in grid.items()), [])]
+               "--device", device, "--mode", mode, *sum(([f"--{k}", v] for k, v in grid.items()), [])]
         for router in ROUTERS.get(name, ()):
             cmd += ["--router", router]
         if name == "tiny":
@@ -115,13 +118,21 @@ def _fake_model(cache_factory, config, device):
     return SimpleNamespace(new_cache=cache_factory, config=config, device=device)
 
 
-def drafter_rows(arch: str, ctxs: Sequence[int], timer: Timer, device, dtype, seed: int = 0) -> list[dict]:
-    """Latency rows of one decode-step draft forward of GLIDE / Kangaroo / EAGLE(+router) at `arch`'s shape."""
+def drafter_rows(arch: str, ctxs: Sequence[int], timer: Timer, device, dtype, seed: int = 0,
+                 mode: str = "eager") -> list[dict]:
+    """Latency rows of one decode-step draft forward of GLIDE / Kangaroo / EAGLE(+router) at `arch`'s shape,
+    in runtime `mode` (graph: each drafter's forward captured in the warm-up, replayed when timed)."""
     rows = []
+    runner = GraphRunner(device) if mode == "graph" else None
 
     def add(model: str, run, reset, ctx):
         seconds, repeats = timer.median(run, reset)
-        rows.append(dict(model=model, role="draft", n_tokens=1, ctx_len=ctx, batch=1, seconds=seconds, repeats=repeats))
+        rows.append(dict(model=model, role="draft", n_tokens=1, ctx_len=ctx, batch=1, seconds=seconds, repeats=repeats,
+                         mode=mode))
+
+    def fill(module, ctx, factory=None, config=None):
+        model = module if factory is None else _fake_model(factory, config, device)
+        return filled_cache(model, 1, ctx, 1, seed, mode, runner)
 
     with torch.inference_mode():
         one = random_architecture(arch, num_layers=1, seed=seed, dtype=dtype, device=device) if arch != "tiny" \
@@ -135,13 +146,15 @@ def drafter_rows(arch: str, ctxs: Sequence[int], timer: Timer, device, dtype, se
         adapter = KangarooAdapter.for_target(deep, KANGAROO_EXIT, seed=seed)
         for ctx in ctxs:
             pos = torch.tensor([ctx], device=one.device)
-            target_cache = filled_cache(one, 1, ctx, 1, seed)
-            glide_cache = filled_cache(glide.base, 1, ctx, 1, seed)
-            add(f"glide@{arch}", lambda: glide(ids, glide.target_kv(target_cache), one.rope, cache=glide_cache,
-                                               position_ids=pos), lambda: glide_cache.crop(ctx), ctx)
-            shallow = filled_cache(deep, 1, ctx, 1, seed)
-            own = filled_cache(_fake_model(lambda batch, capacity: adapter.new_cache(batch, capacity),
-                                           adapter.attn_config, one.device), 1, ctx, 1, seed)
+            target_cache, glide_cache = fill(one, ctx), fill(glide.base, ctx)
+            if mode == "eager":
+                glide_step = lambda: glide(ids, glide.target_kv(target_cache), one.rope, cache=glide_cache,  # noqa: E731
+                                           position_ids=pos)
+            else:
+                glide_step = lambda: glide.static_draft(ids, target_cache, one.rope, glide_cache, pos)  # noqa: E731
+            add(f"glide@{arch}", glide_step, lambda: glide_cache.crop(ctx), ctx)
+            shallow = fill(deep, ctx)
+            own = fill(None, ctx, adapter.new_cache, adapter.attn_config)
 
             def kangaroo_step():
                 adapter(adapter.shallow(deep, ids, shallow, position_ids=pos), deep, own)
@@ -153,19 +166,19 @@ def drafter_rows(arch: str, ctxs: Sequence[int], timer: Timer, device, dtype, se
             add(f"kangaroo-l{KANGAROO_EXIT}@{arch}", kangaroo_step, kangaroo_reset, ctx)
             feature = torch.zeros(1, 1, one.config.hidden_size, dtype=one.dtype, device=one.device)
             for label, drafter in [("eagle", eagle)] + [(router_drafter(g, n), d) for g, n, d in routed]:
-                dcache = filled_cache(_fake_model(lambda batch, capacity: drafter.new_cache(batch, capacity),
-                                                  drafter.layer_config, one.device), 1, ctx, 1, seed)
+                dcache = fill(None, ctx, drafter.new_cache, drafter.layer_config)
                 add(f"{label}@{arch}", lambda: drafter.logits(drafter(ids, feature, one, dcache, pos), one),
                     lambda: dcache.crop(ctx), ctx)
     return rows
 
 
 def write_drafter_latency(path: Path, archs: Sequence[str], ctxs: Sequence[int], timer: Timer, device, dtype,
-                          seed: int = 0) -> pd.DataFrame:
+                          seed: int = 0, mode: str = "eager") -> pd.DataFrame:
     """`drafter_rows` of every architecture, written as one LatencyTrace (role `draft`) at `path`."""
-    rows = [r for arch in archs for r in drafter_rows(arch, ctxs, timer, device, dtype, seed)]
+    rows = [r for arch in archs for r in drafter_rows(arch, ctxs, timer, device, dtype, seed, mode)]
     dtype_name = "bf16" if dtype == torch.bfloat16 else "fp16" if dtype == torch.float16 else "fp32"
-    frame = pd.DataFrame(rows).assign(hardware=hardware_name(device), dtype=dtype_name)[list(schema.LATENCY_COLUMNS)]
+    frame = pd.DataFrame(rows).assign(hardware=hardware_name(device), dtype=dtype_name)[
+        [*schema.LATENCY_COLUMNS, "mode"]]
     schema.write_trace(path, frame, schema.RunMetadata(kind="latency", hardware=hardware_name(device), dtype=dtype_name,
                                                        seed=seed, commit=git_commit(), extra={"stage": "drafter shapes"}))
     return frame
@@ -196,7 +209,8 @@ def loop_models(tiny: bool, device, dtype):
     return target, drafter, {"target": "random:vicuna-7b", "draft_model": "random:llama-68m", "arch": "vicuna-7b"}
 
 
-def run_loops(target, drafter, configs, token_sources, step_sources, prompts, look_prompts, repeats, max_new, log):
+def run_loops(target, drafter, configs, token_sources, step_sources, prompts, look_prompts, repeats, max_new, log,
+              mode: str = "eager"):
     """Measured runs: one row per (configuration, repeat) with tokens/s, plus all replayed steps; the
     `ar` baseline first. A method without a drafter has no drafter ranks: it replays `step_sources`
     (StepTrace lengths) over `look_prompts`; the others `token_sources` over `prompts`. A method
@@ -211,13 +225,13 @@ def run_loops(target, drafter, configs, token_sources, step_sources, prompts, lo
             tokens = sum(len(r.generation.tokens) for r in done)
             runs.append(dict(label=config.label, method=config.method, config=json.dumps(config.to_dict()),
                              repeat=rep, tokens=tokens, seconds=seconds, tokens_per_s=tokens / seconds,
-                             steps=sum(len(r.generation.steps) for r in done)))
+                             steps=sum(len(r.generation.steps) for r in done), mode=mode))
             if rep == 0:
                 steps.append(steps_frame(done, config.method, config, run_id=config.label))
         log(f"{config.label}: {statistics.median(r['tokens_per_s'] for r in runs if r['label'] == config.label):.1f} "
             "tokens/s")
 
-    measure(BASELINE, replayed_decoder(BASELINE.method, target), token_sources, prompts)
+    measure(BASELINE, replayed_decoder(BASELINE.method, target, mode=mode), token_sources, prompts)
     for config in configs:
         spec = methods.get(config.method)
         by_length = not spec.drafter_kinds
@@ -226,7 +240,7 @@ def run_loops(target, drafter, configs, token_sources, step_sources, prompts, lo
             log(f"skip {config.label}: no step trace to replay a method without a drafter (--step-trace)")
             continue
         decoder = replayed_decoder(config.method, target, drafter if "draft_model" in spec.drafter_kinds else None,
-                                   **config.to_dict())
+                                   mode=mode, **config.to_dict())
         measure(config, decoder, sources, look_prompts if by_length else prompts)
     return pd.DataFrame(runs), pd.concat(steps, ignore_index=True)
 
@@ -367,7 +381,8 @@ def report(table: pd.DataFrame, meta: dict[str, Any], coeffs: pd.DataFrame) -> s
     spec = table[table.label != BASELINE.label]
     err = spec["rel_error"].abs()
     lines = ["# GPU campaign: replayed speculative loops, measured vs predicted", "",
-             f"hardware: {meta['hardware']}, dtype: {meta['dtype']}, acceptance: {meta['acceptance']}", "",
+             f"hardware: {meta['hardware']}, dtype: {meta['dtype']}, acceptance: {meta['acceptance']}, "
+             f"runtime mode: {meta.get('runtime mode', 'eager')}", "",
              f"configurations: {len(spec)}; |relative error| of tokens/s predicted from the latency profiles: "
              f"median {err.median():.1%}, worst {err.max():.1%} ({spec.loc[err.idxmax(), 'label']}); "
              f"run-to-run spread (max-min over median): median {spec['spread'].median():.1%}, "
@@ -387,11 +402,15 @@ def report(table: pd.DataFrame, meta: dict[str, Any], coeffs: pd.DataFrame) -> s
 # ----------------------------------------------------------------------------------- command line
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m experiments.gpu_campaign", description=__doc__.splitlines()[0])
-    p.add_argument("--out", required=True, help="output directory (profiles, steps, fidelity table, report)")
+    p = CliParser(prog="python -m experiments.gpu_campaign", description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="output directory (profiles, steps, fidelity table, report); one "
+                   "holding another run's files is refused unless --overwrite (or --skip-profiles, which reuses them)")
+    add_overwrite_option(p)
     p.add_argument("--tiny", action="store_true", help="tiny random models and grids: the whole campaign on a CPU")
-    p.add_argument("--token-trace", help="TokenTrace parquet (greedy, e.g. SmolLM2) whose ranks drive acceptance")
-    p.add_argument("--step-trace", help="lookahead StepTrace parquet whose accepted lengths drive lookahead")
+    p.add_argument("--token-trace", help="TokenTrace parquet (greedy, e.g. SmolLM2) whose ranks drive acceptance; required without --tiny "
+                   "(default with --tiny: a seeded synthetic trace)")
+    p.add_argument("--step-trace", help="lookahead StepTrace parquet whose accepted lengths drive lookahead (default: none; with --tiny a "
+                   "synthetic one)")
     p.add_argument("--prompts", type=int, default=None, help="prompts of the trace to replay (default 4; 2 with --tiny)")
     p.add_argument("--prompt-len", type=int, default=None, help="random prompt length in tokens (default 128; 16 with --tiny)")
     p.add_argument("--max-new-tokens", type=int, default=None,
@@ -399,8 +418,26 @@ def parse_args(argv):
     p.add_argument("--repeats", type=int, default=None, help="timed repeats of every configuration (default 3; 2 with --tiny)")
     p.add_argument("--skip-profiles", action="store_true", help="reuse latency_*.parquet already in --out")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    p.add_argument("--seed", type=int, default=0, help="seed of weights, prompts and synthetic acceptance")
+    p.add_argument("--seed", type=int, default=0, help="seed of weights, prompts and synthetic acceptance (default 0)")
+    p.add_argument("--mode", choices=MODES, default=None,
+                   help="runtime mode of every timed forward and loop: eager, static or graph (CUDA graphs) "
+                        "(default graph on a GPU, eager on a CPU); a non-eager mode is first checked against "
+                        "eager logits")
     return p.parse_args(argv)
+
+
+def check_mode_agreement(target, mode: str, tiny: bool, log) -> dict[str, Any]:
+    """Refuse to time `mode` unless its target logits match eager ones (`runtime.graph.mode_agreement`)."""
+    if mode == "eager":
+        return {"mode": mode}
+    found = mode_agreement(target, mode, tokens=(1, 4, 64), ctx_len=16 if tiny else 512)
+    for n, diff, agree in found.points:
+        log(f"{mode} vs eager, {n} tokens: max |logit difference| {diff:.3g}, argmax agreement {agree:.1%}")
+    if not found.ok:
+        raise InputError(f"{mode} mode disagrees with eager: max |logit difference| {found.max_abs:.3g} "
+                         f"exceeds {found.bound:.3g}; not timing it (rerun with --mode eager)")
+    log(f"{mode} mode agrees with eager (max |logit difference| {found.max_abs:.3g} <= {found.bound:.3g})")
+    return {"mode": mode, "max_logit_difference": found.max_abs, "tolerance": found.bound}
 
 
 @cli_entry
@@ -419,22 +456,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.tiny and not args.token_trace:
         raise InputError("--token-trace is required outside --tiny (record one with python -m traces.record --teacher-forced)")
     out = Path(args.out)
+    if not args.skip_profiles:  # --skip-profiles continues in a previous run's folder
+        start_run(out, "experiments.gpu_campaign", argv, args.overwrite)
     out.mkdir(parents=True, exist_ok=True)
     log = lambda msg: print(msg, flush=True)  # noqa: E731
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     names = GPU_ARCHITECTURES if not args.tiny else ("tiny",)
     grid = ({"tokens": "1,4,16,64,256", "ctx": "0,64", "batch": "1", "repeats": "2"} if args.tiny else {})
     hardware = hardware_name(device)
+    mode = args.mode or default_mode(device)
+    # 0. the mode's logits against eager ones, before anything is timed (the target freed again)
+    target, drafter, model_names = loop_models(args.tiny, device, dtype)
+    agreement = check_mode_agreement(target, mode, args.tiny, log)
+    del target, drafter
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
     # 1. latency profiles
     paths = sorted(out.glob("latency_*.parquet")) if args.skip_profiles else \
-        profile_architectures(out, names, grid, str(device), log)
+        profile_architectures(out, names, grid, str(device), log, mode)
     frames = [schema.read_trace(p, "latency")[0] for p in paths]
     # 2. drafter shapes
     timer = Timer(device, warmup=1, repeats=2 if args.tiny else 10)
     ctxs = (0, 64) if args.tiny else (0, 512, 1024, 2048, 4096)
     dframe = write_drafter_latency(out / "drafter_latency.parquet", ("tiny",) if args.tiny else EAGLE_HEADS, ctxs,
-                                   timer, device, dtype, args.seed)
+                                   timer, device, dtype, args.seed, mode)
     log(f"drafter shapes: {len(dframe)} rows")
     # 3. replayed loops
     target, drafter, model_names = loop_models(args.tiny, device, dtype)
@@ -459,13 +505,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     prompts = random_prompts(chosen, args.prompt_len, target.config.vocab_size, args.seed)
     look_prompts = random_prompts(sorted(step_sources or {}), args.prompt_len, target.config.vocab_size, args.seed)
     runs, steps = run_loops(target, drafter, CONFIGS, token_sources, step_sources, prompts, look_prompts,
-                            args.repeats, args.max_new_tokens, log)
+                            args.repeats, args.max_new_tokens, log, mode)
     atomic.write_csv(out / "runs.csv", runs)
     schema.write_trace(out / "replayed_steps.parquet", steps,
                        schema.RunMetadata(kind="step", models={"target": model_names["target"],
                                                                "draft": model_names["draft_model"]},
                                           hardware=hardware, dtype=str(dtype).replace("torch.", ""), seed=args.seed,
-                                          extra={"mode": "replayed acceptance", "acceptance": acceptance}))
+                                          extra={"mode": "replayed acceptance", "acceptance": acceptance,
+                                                 "runtime": agreement}))
     # 4. fidelity
     dtype_name = "bf16" if device.type == "cuda" else "fp32"
     profile = campaign_profile(frames + [dframe], model_names, target.config.num_layers, hardware, dtype_name,
@@ -475,7 +522,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     atomic.write_csv(out / "coefficients.csv", coeffs)
     table = fidelity_table(runs, steps, [BASELINE, *CONFIGS], profile, args.prompt_len)
     atomic.write_csv(out / "fidelity.csv", table)
-    meta = {"hardware": hardware, "dtype": str(dtype).replace("torch.", ""), "acceptance": acceptance}
+    meta = {"hardware": hardware, "dtype": str(dtype).replace("torch.", ""), "acceptance": acceptance,
+            "runtime mode": mode}
     atomic.write_text(out / "report.md", report(table, meta, coeffs))
     spec = table[table.label != BASELINE.label]
     log(f"{len(spec)} configurations; |error| median {spec.rel_error.abs().median():.1%}, "

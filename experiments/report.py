@@ -20,6 +20,7 @@ and `stdout_table(result)` is the short table the command prints.
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ import pandas as pd
 import methods
 from common import atomic
 from experiments.deployments import DEPLOYMENT
-from experiments.plots import plot_deployments, plot_method
+from experiments.plots import no_figure_note, plot_deployments, plot_method
 
 SHOWN_COLUMNS = ["profile", "method", "drafter", "dataset", "config", "speedup", "tokens_per_step",
                  "verified_per_step", "draft_cost"]
@@ -94,20 +95,28 @@ def _joined(value):
     return "x".join(map(str, value)) if isinstance(value, tuple) else value
 
 
-def write_outputs(result: Any, out_dir: Path) -> dict[str, Path]:
-    """Write every table, plot and the report of a SweepResult into `out_dir`; return the paths."""
+def write_outputs(result: Any, out_dir: Path, progress: bool = False) -> dict[str, Path]:
+    """Write every table, plot and the report of a SweepResult into `out_dir`; return the paths
+    (a progress bar over the tables and plots when `progress` and it takes over a second)."""
+    from experiments.executor import progress_bar
+
     out_dir = Path(out_dir)
     written: dict[str, Path] = {}
     started = time.perf_counter()
     top = int(result.options.get("top", 50))
+    bar = progress_bar(3 * len(result.tables), "writing tables and plots", progress, unit="file")
     for method, frame in result.tables.items():
         plain = _plain_columns(frame)
         written[f"parquet:{method}"] = _write_parquet(out_dir / "tables" / f"{method}.parquet", plain,
                                                       {"specsim": json.dumps(result.options)})
+        bar.update()
         written[f"csv:{method}"] = _write_csv(out_dir / "tables" / f"{method}_top{top}.csv", plain[plain["rank"] <= top])
+        bar.update()
         plot = plot_method(methods.get(method), frame, out_dir / "plots" / f"{method}.png")
         if plot is not None:
             written[f"plot:{method}"] = plot
+        bar.update()
+    bar.close()
     written["best"] = _write_csv(out_dir / "best.csv", _plain_columns(result.best))
     if not result.deployments.empty:
         answers = result.deployments.merge(result.stops_paying, on=DEPLOYMENT, how="left")
@@ -166,14 +175,28 @@ def markdown_report(result: Any, written: dict[str, Path], out_dir: Path) -> str
         plot = written.get(f"plot:{method}")
         if plot is not None:
             lines += [f"![{method}]({plot.relative_to(out_dir).as_posix()})", ""]
+        else:
+            lines += [f"No figure: {no_figure_note(methods.get(method), frame)}.", ""]
         csv = written[f"csv:{method}"].relative_to(out_dir).as_posix()
         lines += [f"Tables: [{csv}]({csv}) (top {opts.get('top', 50)} per profile), "
                   f"[tables/{method}.parquet](tables/{method}.parquet) (all {len(frame)} rows). Top 5 per profile:", ""]
         top = frame.sort_values(["profile", "rank"]).groupby("profile").head(5)
         lines += [_fmt_table(top, SHOWN_COLUMNS), ""]
     if result.skipped:
-        lines += ["## Not scored", ""] + [f"- {s}" for s in result.skipped] + [""]
+        lines += ["## Not scored", "", "(profile, method) pairs the profile lacks what the method needs for; the full "
+                  "list is in run.json (`skipped`).", ""] + [f"- {line}" for line in not_scored(result.skipped)] + [""]
     return "\n".join(lines)
+
+
+def not_scored(skipped: list[str]) -> list[str]:
+    """The skipped pairs collapsed to one line per reason: the reason, how many profiles, which."""
+    by_reason: dict[str, list[str]] = {}
+    for line in skipped:
+        found = re.match(r"profile '(?P<name>[^']*)' (?P<reason>.*)", line)
+        name, reason = (found["name"], found["reason"]) if found else ("", line)
+        by_reason.setdefault(reason, []).append(name)
+    return [f"{reason}: {len(names)} profile(s)" + (f" ({', '.join(n for n in names if n)})" if any(names) else "")
+            for reason, names in sorted(by_reason.items(), key=lambda item: -len(item[1]))]
 
 
 def deployment_section(result: Any, written: dict[str, Path], out_dir: Path) -> list[str]:

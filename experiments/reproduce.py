@@ -11,7 +11,6 @@ reported and explained in the report, not tuned away.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import time
 from pathlib import Path
@@ -23,7 +22,8 @@ from costmodel import coral, kangaroo, leviathan, lookahead, papers, trees
 from costmodel.params import get_arch, layer_params, lm_head_params, non_embedding_params
 from experiments.report import _fmt_table
 from common import atomic
-from common.errors import cli_entry
+from common.errors import CliParser, cli_entry
+from common.rundir import add_overwrite_option, start_run
 
 MAIN = "paper inputs"
 
@@ -343,13 +343,13 @@ def markdown_report(comparisons: pd.DataFrame, summary: pd.DataFrame, loto: pd.D
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m experiments.reproduce", description=__doc__.splitlines()[0])
+    parser = CliParser(prog="python -m experiments.reproduce", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="out/reproduce",
-                        help="directory for report.md and comparisons.csv (created if missing)")
+                        help="directory for report.md and comparisons.csv (created if missing); one holding another run's files is refused unless --overwrite")
+    add_overwrite_option(parser)
     args = parser.parse_args(argv)
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise NotADirectoryError(f"--out {out} exists and is not a directory")
+    start_run(out, "experiments.reproduce", argv, args.overwrite)
     start = time.perf_counter()
     comparisons = run_all()
     summary = summarise(comparisons)

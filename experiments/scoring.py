@@ -72,6 +72,20 @@ class SimTask:
 
 # ---- hardware ----------------------------------------------------------------------------------
 
+def check_recorded(profiles, temperature: float | None, dataset: str | None) -> None:
+    """InputError listing what the profiles record when --temperature or --dataset names something
+    none of them has acceptance for (before any space is built)."""
+    if dataset is not None:
+        known = sorted({d for p in profiles for d in p.datasets()})
+        if dataset not in known:
+            raise InputError(f"--dataset '{dataset}' is recorded by none of the profiles (recorded: {', '.join(known)})")
+    if temperature is not None:
+        known_t = sorted({t for p in profiles for t in p.temperatures()})
+        if not any(abs(temperature - t) < 1e-9 for t in known_t):
+            raise InputError(f"--temperature {temperature:g} is recorded by none of the profiles (recorded: "
+                             f"{', '.join(f'{t:g}' for t in known_t)})")
+
+
 def check_hardware(name: str) -> str:
     """The canonical hardware name; InputError listing the known ones."""
     from costmodel.hardware import get_hardware

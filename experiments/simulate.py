@@ -27,7 +27,9 @@ from simulator.methods import SETUP_OPTIONS, build_step_model, load_profile
 from simulator.replay import prompt_ids, replay_draws
 from simulator.report import batch_crossover, write_crossover_report, write_run
 from common import atomic
-from common.errors import InputError, cli_entry
+from common.bundled import bundled
+from common.errors import CliParser, InputError, cli_entry
+from common.rundir import add_overwrite_option, start_run
 
 
 def _rates(text: str) -> list[float]:
@@ -52,19 +54,51 @@ def _ints(text: str, what: str) -> list[int]:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", required=True, help="Profile JSON (calibrate.profile layout), e.g. data/profiles/*.json")
-    p.add_argument("--out", required=True, help="output directory for CSV, JSON and plots")
+    p.add_argument("--out", required=True, help="output directory for CSV, JSON and plots (manifest.json lists them); "
+                   "one holding another run's files is refused unless --overwrite")
+    add_overwrite_option(p)
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
+
+
+def bundled_examples() -> list[list[str]]:
+    """One `stream` command per bundled paper profile: the paper's own method (the file name's
+    prefix), its default configuration, on the profile's first drafter for it. --help shows them
+    and tests/test_cli_help.py runs every one, so the examples stay true to the bundled data."""
+    examples = []
+    for path in sorted(bundled("profiles").glob("*.json")):
+        method = path.name.split("-")[0]
+        if method not in methods.names(sweep_only=True):
+            continue                            # not a paper's profile (the project's own recordings)
+        spec, profile = methods.get(method), load_profile(path)
+        setup = spec.setups(profile)[0]
+        chosen = spec.config()
+        try:                                    # the default configuration, else the first the sweep searches
+            build_step_model(profile, method, {**chosen.to_dict(), "drafter": setup.drafter})
+        except InputError:
+            chosen = spec.configs_of(spec.space(setup).iloc[:1])[0]
+        config = {k: v for k, v in chosen.to_dict().items() if v is not None}
+        config.update({"drafter": setup.drafter} if setup.drafter else {})
+        examples.append(["stream", "--profile", f"data/profiles/{path.name}", "--method", method,
+                         "--config", json.dumps(config), "--out", f"out/sim/{path.stem}"])
+    return examples
+
+
+def _epilog() -> str:
+    lines = ["  python -m experiments.simulate " + shlex.join(e) for e in bundled_examples()]
+    return "examples (one per bundled paper profile, each runs as written):\n\n" + "\n".join(lines)
 
 
 def _method(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", required=True, choices=methods.names(), help="decoding method")
     p.add_argument("--config", default="{}",
                    help="the method's config keys plus setup keys (" + ", ".join(SETUP_OPTIONS) + ") as JSON, "
-                        "e.g. '{\"gamma\": 4, \"drafter\": \"llama-68m\"}', or a label ('sd g4'); unknown keys are refused")
+                        "or a label ('sd g4'); unknown keys are refused; see the examples in "
+                        "`python -m experiments.simulate --help` (default: {}, the method's default configuration)")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m experiments.simulate", description=__doc__.split("\n\n")[0])
+    parser = CliParser(prog="python -m experiments.simulate", description=__doc__.split("\n\n")[0],
+                       epilog=_epilog)
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("stream", help="one request's decode loop")
     _common(s)
@@ -73,7 +107,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--prompt-len", type=int, default=128, help="prompt tokens (default 128)")
     s.add_argument("--repeats", type=int, default=20, help="independent streams, seeds seed..seed+repeats-1 (default 20)")
     s.add_argument("--engine", choices=("fast", "simpy"), default="fast", help="vectorised or event-by-event engine")
-    s.add_argument("--token-trace", help="TokenTrace parquet: replay its prompts exactly instead of drawing acceptance")
+    s.add_argument("--token-trace", help="TokenTrace parquet: replay its prompts exactly instead of drawing "
+                   "acceptance (default: draw from the profile's acceptance model)")
     s.add_argument("--per-step", action="store_true", help="also write steps.csv")
     v = sub.add_parser("serve", help="a serving cluster under load")
     _common(v)
@@ -82,7 +117,7 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--duration", type=float, default=300.0, help="seconds of arrivals (default 300)")
     v.add_argument("--arrival", choices=("poisson", "gamma", "trace"), default="poisson", help="arrival process")
     v.add_argument("--cv", type=float, default=1.0, help="coefficient of variation of gamma inter-arrivals")
-    v.add_argument("--arrival-trace", help="CSV with arrival_s (and optional prompt_len, output_len) for --arrival trace")
+    v.add_argument("--arrival-trace", help="CSV with arrival_s (and optional prompt_len, output_len) for --arrival trace (default: none)")
     v.add_argument("--prompt-len", default="uniform:64:512", help="prompt length: fixed:N, uniform:LO:HI, lognormal:MED:SIGMA:MAX")
     v.add_argument("--output-len", default="uniform:64:512", help="output length distribution, same forms")
     v.add_argument("--replicas", type=int, default=1, help="replicas (default 1)")
@@ -112,6 +147,9 @@ def _print(frame: pd.DataFrame, columns: list[str]) -> None:
 def run_stream(args) -> None:
     profile = load_profile(args.profile)
     step = build_step_model(profile, args.method, args.config)      # refuses a bad config before any run
+    if args.repeats < 1 and not args.token_trace:
+        raise InputError(f"--repeats must be >= 1, got {args.repeats}")
+    start_run(args.out, "experiments.simulate", args.argv, args.overwrite)
     if args.token_trace:
         rows, steps = [], []
         for pid in prompt_ids(args.token_trace):
@@ -122,8 +160,6 @@ def run_stream(args) -> None:
             if res.steps is not None:
                 steps.append(res.steps.assign(prompt_id=pid))
     else:
-        if args.repeats < 1:
-            raise InputError(f"--repeats must be >= 1, got {args.repeats}")
         rows, steps = [], []
         for i in range(args.repeats):
             res = simulate_stream(profile, args.method, args.config, args.n_tokens, args.seed + i,
@@ -153,6 +189,7 @@ def run_serve(args) -> None:
                       parallel=Parallelism(tp=args.tp, pp=args.pp, lp=args.lp, draft_on_own_gpu=args.draft_own_gpu))
     requests, summaries, iterations = [], [], []
     rates = [1.0] if args.arrival == "trace" else _rates(args.rates)
+    start_run(args.out, "experiments.simulate", args.argv, args.overwrite)
     for rate in rates:
         workload = Workload(rate=rate, duration_s=args.duration, arrival=args.arrival, cv=args.cv,
                             prompt_len=args.prompt_len, output_len=args.output_len, trace=args.arrival_trace)
@@ -179,7 +216,9 @@ def run_crossover(args) -> None:
     runs = [("ar", "ar", {})] + [(label, m, c) for label, (m, c) in configs.items()]
     for _, method, config in runs:
         build_step_model(profile, method, config)      # refuses a bad config before any run
-    table = batch_crossover(profile, runs, _ints(args.batches, "--batches"), prompt_len=args.prompt_len,
+    batches = _ints(args.batches, "--batches")
+    start_run(args.out, "experiments.simulate", args.argv, args.overwrite)
+    table = batch_crossover(profile, runs, batches, prompt_len=args.prompt_len,
                             output_len=args.output_len, seed=args.seed)
     command = "python -m experiments.simulate " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     write_crossover_report(Path(args.out), table, "ar", profile.name, command)
@@ -189,6 +228,7 @@ def run_crossover(args) -> None:
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else list(argv)
     {"stream": run_stream, "serve": run_serve, "crossover": run_crossover}[args.command](args)
     return 0
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import inspect
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -32,9 +31,12 @@ import pandas as pd
 
 import methods
 from calibrate.profile import Profile
-from common.errors import InputError, cli_entry
+from common.errors import CliParser, InputError, cli_entry
+from common.rundir import add_overwrite_option, open_run
 from experiments import deployments, scoring
-from experiments.executor import EXECUTORS, make_executor
+from costmodel.hardware import hardware_names
+from experiments.estimate import check_fits, estimate, space_options
+from experiments.executor import EXECUTORS, make_executor, progress_bar, progress_enabled
 from experiments.export import parse_engines
 from experiments.papers import compare
 from methods.mcsd import DEFAULT_BUDGET
@@ -100,9 +102,7 @@ def _chunks(frame: pd.DataFrame, rows: int) -> list[pd.DataFrame]:
 
 def _space(spec: MethodSpec, setup: Setup, opts: SweepOptions) -> pd.DataFrame:
     """The method's search space on `setup`, given the sweep options its `space` takes by name."""
-    offered = {"budget": opts.budget}
-    takes = inspect.signature(spec.space).parameters
-    space = spec.space(setup, **{k: v for k, v in offered.items() if k in takes})
+    space = spec.space(setup, **space_options(spec, opts))
     if opts.token_trace and "monotone" in space:   # exact replay costs a pass over the trace per
         space = space[space.monotone].reset_index(drop=True)   # configuration: keep MCSD's monotonic rule
     return space
@@ -165,20 +165,21 @@ def _score_tables(profiles: list[Profile], opts: SweepOptions, executor, batch: 
                   skipped: list[str]) -> dict[str, pd.DataFrame]:
     """Every configuration of every method on every profile scored by the closed forms at `batch`;
     a (profile, method) without a setup is added to `skipped` with the reason."""
-    tasks: list[scoring.ScoreTask] = []
+    builds = []        # (profile as dict, method, setup, setting): one space each
     for profile in profiles:
-        raw = profile.to_dict()
-        setting = _setting(profile, opts, batch)
+        raw, setting = profile.to_dict(), _setting(profile, opts, batch)
         for method in opts.methods:
             try:
-                found = scoring.setups(profile, method, setting)
+                builds += [(raw, method, setup, setting) for setup in scoring.setups(profile, method, setting)]
             except InputError as exc:
                 skipped.append(str(exc))
-                continue
-            for setup in found:
-                space = _space(methods.get(method), setup, opts)
-                tasks += [scoring.ScoreTask(raw, method, setup.base, chunk, setting)
-                          for chunk in _chunks(space, CHUNK_ROWS)]
+    tasks: list[scoring.ScoreTask] = []
+    with progress_bar(len(builds), f"building the search space (batch {batch})",
+                      getattr(executor, "progress", False), unit="space") as bar:
+        for raw, method, setup, setting in builds:
+            space = _space(methods.get(method), setup, opts)
+            tasks += [scoring.ScoreTask(raw, method, setup.base, chunk, setting) for chunk in _chunks(space, CHUNK_ROWS)]
+            bar.update()
     if not tasks:
         raise InputError("no (profile, method) pair can be scored: " + "; ".join(skipped[:3]))
     return _rank(executor.map(scoring.score_task, tasks, desc=f"scoring configurations (batch {batch})"))
@@ -239,8 +240,14 @@ def parse_methods(text: str) -> list[str]:
     return chosen
 
 
+def _recorded(what: str) -> list[str]:
+    """The datasets or temperatures the bundled profiles record (for --help)."""
+    values = sorted({v for path in bundled_profile_paths() for v in getattr(Profile.load(path), what)()})
+    return [f"{v:g}" if isinstance(v, float) else str(v) for v in values]
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = CliParser(
         prog="python -m experiments.sweep",
         description="Search every speculative-decoding method's configurations on one or more profiles, "
                     "rank them by predicted speedup, re-score the best in the simulator and write a report.",
@@ -253,23 +260,29 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{', '.join(methods.names(sweep_only=True))}")
     p.add_argument("--temperature", type=float, default=None,
                    help="sampling temperature: scores each profile's acceptance models recorded at it "
-                        "(default: each profile's lowest recorded temperature, 0 where recorded)")
+                        "(default: each profile's lowest recorded temperature, 0 where recorded). Bundled profiles "
+                        f"record: {', '.join(_recorded('temperatures'))}")
     p.add_argument("--dataset", default=None,
-                   help="acceptance models of this dataset only (e.g. mt-bench, alpaca); default: MT-Bench where "
-                        "a drafter has it, else its first listed dataset")
+                   help="acceptance models of this dataset only; default: MT-Bench where a drafter has it, else its "
+                        f"first listed dataset. Bundled profiles record: {', '.join(_recorded('datasets'))}")
     p.add_argument("--batch", type=int, default=1,
                    help="sequences decoded together; the verify forward's cost grows with batch x tokens (default 1)")
     p.add_argument("--hardware", default=None,
-                   help="move every roofline latency model to this GPU (e.g. H100, A100-80G) keeping its fitted "
-                        "efficiencies; default: the hardware each profile was measured on")
+                   help=f"move every roofline latency model to this hardware ({', '.join(hardware_names())}) keeping "
+                        "its fitted efficiencies; default: the hardware each profile was measured on")
     p.add_argument("--budget", type=int, default=DEFAULT_BUDGET,
-                   help="largest product of a k-configuration k1 x ... x kg searched for mcsd (default 64)")
+                   help="largest product of a k-configuration k1 x ... x kg searched for mcsd (default 64); "
+                        "the configurations and memory it takes are estimated first and a sweep that will not fit "
+                        "in the memory available is refused")
+    p.add_argument("--estimate-only", action="store_true",
+                   help="print the estimate (configurations and peak memory per profile and method) and stop")
     p.add_argument("--ctx-len", type=int, default=None,
                    help="context length (prompt + generated tokens) at which forwards are costed (default: the "
                         "mean context of each profile's recorded workload, else 512)")
     p.add_argument("--token-trace", default=None, metavar="PARQUET",
                    help=f"a TokenTrace (traces.schema) of the profile's drafter: {', '.join(_replayed())} are then "
-                        "scored by exact greedy replay of it instead of the closed forms (temperature 0 only)")
+                        "scored by exact greedy replay of it instead of the closed forms (temperature 0 only); "
+                        "default: none, every method is scored by the closed forms")
     p.add_argument("--rescore", type=int, default=2,
                    help="best configurations per (profile, method) re-scored in the simulator (default 2; 0 = none)")
     p.add_argument("--sim-tokens", type=int, default=256, help="tokens generated per simulated run (default 256)")
@@ -281,11 +294,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "and latency, and the batch where speculation stops paying (default: --batch only)")
     p.add_argument("--export", default=None, metavar="ENGINES",
                    help="write the recommended configuration as these engines accept it, comma-separated from "
-                        "vllm, sglang, hf: vllm_*.json, sglang_*.txt, hf_*.json and exports.md in --out")
+                        "vllm, sglang, hf: vllm_*.json, sglang_*.txt, hf_*.json and exports.md in --out "
+                        "(default: none)")
     p.add_argument("--top", type=int, default=50,
                    help="rows per (profile, method) in the CSV tables and the report (default 50); the zstd "
                         "parquet tables keep every configuration")
-    p.add_argument("--out", default="out/sweep", help="output directory (default out/sweep)")
+    p.add_argument("--out", default="out/sweep", help="output directory (default out/sweep); a directory holding "
+                   "another run's files is refused unless --overwrite")
+    add_overwrite_option(p)
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice, the simulator's included (default 0)")
     p.add_argument("--executor", choices=EXECUTORS, default="local",
                    help="where evaluations run: local processes (default) or a Dask cluster (needs the 'cluster' extra)")
@@ -294,7 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="with --executor dask: address of a running Dask scheduler (tcp://host:8786); "
                         "default: start a local cluster")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bars on stderr while building the space, scoring and writing, for steps that take "
+                        "more than a second (default: only when stderr is a terminal)")
     return p
 
 
@@ -330,11 +348,22 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     opts = options_from_args(args)
     profiles = load_profiles(args.profile)
+    scoring.check_recorded(profiles, opts.temperature, opts.dataset)
+    progress = progress_enabled(args.progress)
+    cost = estimate(profiles, opts, _space, _setting)     # before any space is built (experiments.estimate)
+    if args.estimate_only:
+        print(cost.describe())
+        return 0
+    check_fits(cost, opts.budget)
     started = time.perf_counter()
-    with make_executor(args.executor, workers=args.workers, address=args.scheduler,
-                       progress=not args.no_progress) as executor:
-        result = run_sweep(profiles, opts, executor)
-    written = write_outputs(result, Path(args.out))
+    with open_run(args.out, "experiments.sweep", argv, args.overwrite):
+        if progress:        # after every refusal, so a refused run prints its one line only
+            print(f"estimate: {cost.configurations:,} configurations, ~{cost.bytes / 1e9:.2f} GB at the peak",
+                  file=sys.stderr)
+        with make_executor(args.executor, workers=args.workers, address=args.scheduler,
+                           progress=progress) as executor:
+            result = run_sweep(profiles, opts, executor)
+        written = write_outputs(result, Path(args.out), progress=progress)
     n = sum(len(f) for f in result.tables.values())
     print(stdout_table(result))
     if result.skipped:

@@ -20,7 +20,8 @@ import pandas as pd
 import torch
 
 from common import atomic
-from common.errors import InputError, cli_entry
+from common.errors import CliParser, InputError, cli_entry
+from common.rundir import add_overwrite_option, start_run
 from verification.cases import RULES, SequenceCase, random_position_case
 from verification.exact import DEFAULT_MAX_PATHS, exact_check
 from verification.mutants import MUTANTS
@@ -154,7 +155,7 @@ def _has_tabulate() -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m experiments.verify_lossless", description=__doc__.splitlines()[0])
+    parser = CliParser(prog="python -m experiments.verify_lossless", description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=("exact", "statistical", "both"), default="exact",
                         help="exact enumeration on small cases, statistical tests of the batched torch rules, or both")
     parser.add_argument("--cases", type=int, default=500, help="random position cases in exact mode (default 500)")
@@ -178,7 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=1, help="torch threads in statistical mode (default 1)")
     parser.add_argument("--workers", type=int, default=2, help="processes for exact mode (default 2)")
     parser.add_argument("--out", type=Path, default=Path("out/verify_lossless"),
-                        help="folder for report.md and results.csv (default out/verify_lossless)")
+                        help="folder for report.md and results.csv (default out/verify_lossless); one holding another run's files is refused unless --overwrite")
+    add_overwrite_option(parser)
     return parser
 
 
@@ -198,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"{option} is {value}, must lie in (0, 1)")
     if not 0 < args.delta <= 1:
         raise InputError(f"--delta is {args.delta}, must lie in (0, 1]")
+    start_run(args.out, "experiments.verify_lossless", argv, args.overwrite)
     rows, wall, cpu = [], time.perf_counter(), _cpu_seconds()
     if args.mode in ("exact", "both"):
         rows += run_exact(args.cases, args.seed, args.workers, args.max_length, args.max_paths, args.memo)

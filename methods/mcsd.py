@@ -27,22 +27,49 @@ class MCSDConfig(MethodConfig):
     replacement: bool = param(Flag("repl", "draft with replacement", off="norepl"), True)
 
 
-def k_configurations(budget: int = DEFAULT_BUDGET, choices=K_CHOICES, max_depth: int = MAX_DEPTH):
-    """Every (k1, ..., kg), g = 1..max_depth, ki in `choices`, prod(k) <= budget: depth by depth,
-    each in lexicographic order (a pruned depth-first product)."""
+def _next_levels(prod: int, choices: tuple[int, ...], budget: int) -> list[int]:
+    """The k a tree whose levels so far multiply to `prod` may add: the one rule both the
+    enumeration and the count of k-configurations follow."""
+    return [k for k in choices if prod * k <= budget]
+
+
+def _checked(budget: int, choices) -> tuple[int, ...]:
     if budget < 1:
         from common.errors import InputError
         raise InputError(f"--budget must be at least 1, got {budget}")
-    choices = tuple(sorted(set(int(c) for c in choices)))
+    return tuple(sorted(set(int(c) for c in choices)))
+
+
+def k_configurations(budget: int = DEFAULT_BUDGET, choices=K_CHOICES, max_depth: int = MAX_DEPTH):
+    """Every (k1, ..., kg), g = 1..max_depth, ki in `choices`, prod(k) <= budget: depth by depth,
+    each in lexicographic order (a pruned depth-first product)."""
+    choices = _checked(budget, choices)
     out: list[tuple[int, ...]] = []
     frontier: list[tuple[tuple[int, ...], int]] = [((), 1)]
     for _ in range(max_depth):
-        nxt = [(prefix + (k,), prod * k) for prefix, prod in frontier for k in choices if prod * k <= budget]
+        nxt = [(prefix + (k,), prod * k) for prefix, prod in frontier for k in _next_levels(prod, choices, budget)]
         if not nxt:
             break
         out.extend(t for t, _ in nxt)
         frontier = nxt
     return out
+
+
+def count_k_configurations(budget: int = DEFAULT_BUDGET, choices=K_CHOICES, max_depth: int = MAX_DEPTH) -> int:
+    """len(k_configurations(...)) without enumerating them: trees counted per running product, so
+    a budget of 10^8 is counted in milliseconds (the sweep's estimate before it builds a space)."""
+    choices = _checked(budget, choices)
+    total, frontier = 0, {1: 1}           # running product -> trees with it at the current depth
+    for _ in range(max_depth):
+        nxt: dict[int, int] = {}
+        for prod, n in frontier.items():
+            for k in _next_levels(prod, choices, budget):
+                nxt[prod * k] = nxt.get(prod * k, 0) + n
+        if not nxt:
+            break
+        total += sum(nxt.values())
+        frontier = nxt
+    return total
 
 
 def k_matrix(ks, depth: np.ndarray | None = None) -> np.ndarray:
@@ -104,6 +131,11 @@ class MCSD(MethodSpec):
                                 "config": [f"mcsd k{t} {'repl' if repl else 'norepl'}" for t in texts], **levels})
                   for repl in modes]
         return pd.concat(frames, ignore_index=True)
+
+    def space_size(self, setup, budget: int = DEFAULT_BUDGET, max_depth: int = MAX_DEPTH, choices=K_CHOICES) -> int:
+        """Rows of `space` with the same options, counted without building it."""
+        modes = 2 if setup.acceptance.alpha_at_k_without_replacement else 1
+        return modes * count_k_configurations(budget, choices=choices, max_depth=max_depth)
 
     def level_acceptance(self, setup, frame) -> np.ndarray:
         """(C, D) alpha@k_i per level (interpolated where k was not recorded)."""

@@ -164,6 +164,11 @@ class MethodSpec:
         """The sweep's configurations on `setup` (a frame; see `frame_of`)."""
         raise NotImplementedError(f"{self.name} has no search space")
 
+    def space_size(self, setup: Setup, **options: Any) -> int:
+        """Rows `space(setup, **options)` would hold. This default builds the space (the small
+        fixed grids); a method whose space grows with an option counts it without building."""
+        return len(self.space(setup, **options))
+
     def expected_tokens(self, setup: Setup, frame: pd.DataFrame) -> np.ndarray:
         """(C,) tokens one step commits on average (bonus included): the closed form."""
         raise NotImplementedError(f"{self.name} does not define expected_tokens")

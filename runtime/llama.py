@@ -86,7 +86,10 @@ class KVCache:
 
     Layers may hold different lengths for a while (an early-exit drafter runs the shallow layers
     only); a forward over a layer range needs the layers of that range to agree.
+    `runtime.cache.StaticKVCache` is the fixed-capacity variant of the static and graph modes.
     """
+
+    static = False
 
     def __init__(self, config: LlamaConfig, batch: int = 1, capacity: int = 256, dtype=torch.float32, device="cpu"):
         self.config = config
@@ -247,8 +250,12 @@ class Llama(nn.Module):
     def device(self) -> torch.device:
         return self.embed_tokens.weight.device
 
-    def new_cache(self, batch: int = 1, capacity: int = 256) -> KVCache:
-        return KVCache(self.config, batch, capacity, dtype=self.dtype, device=self.device)
+    def new_cache(self, batch: int = 1, capacity: int = 256, *, mode: str = "eager", runner=None) -> KVCache:
+        """A KV cache for this model; `mode` and `runner` as `runtime.cache.make_cache`."""
+        if mode == "eager":
+            return KVCache(self.config, batch, capacity, dtype=self.dtype, device=self.device)
+        from runtime.cache import make_cache
+        return make_cache(self.config, batch, capacity, dtype=self.dtype, device=self.device, mode=mode, runner=runner)
 
     def rope(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin [batch, 1, q, head_dim] for position ids [batch, q] (computed in fp32 like HF)."""
@@ -279,6 +286,9 @@ class Llama(nn.Module):
         the last layer, at the query positions `logits_at` (default all).
         """
         layers = layers if layers is not None else range(self.config.num_layers)
+        if cache is not None and cache.static:
+            return self._static_forward(input_ids, cache, position_ids, mask, hidden, layers, logits, logits_at,
+                                        output_hidden_states)
         x = self.embed_tokens(input_ids) if hidden is None else hidden
         b, q = x.shape[:2]
         past = 0
@@ -304,6 +314,31 @@ class Llama(nn.Module):
         if logits and layers.stop == self.config.num_layers:
             out_logits = self.head(x if logits_at is None else x[:, logits_at])
         return ForwardOutput(out_logits, x, states)
+
+    def _static_forward(self, input_ids, cache, position_ids, mask, hidden, layers, logits, logits_at, states):
+        """The forward over a static cache (`runtime.graph.static_forward`): one pure tensor function
+        of ids or hidden rows, positions, mask and slots, captured per width on a GPU."""
+        from runtime.graph import static_forward
+
+        with_logits = logits and layers.stop == self.config.num_layers
+        rows = {"input_ids": input_ids} if hidden is None else {"hidden": hidden}
+        b, q = (input_ids if hidden is None else hidden).shape[:2]
+
+        def run(positions, mask, slots, input_ids=None, hidden=None):
+            cache.slots = slots
+            x = self.embed_tokens(input_ids) if hidden is None else hidden
+            cos, sin = self.rope(positions)
+            seen = [] if states else None
+            for i in layers:
+                if seen is not None:
+                    seen.append(x)
+                x = self.layers[i](x, cos, sin, mask, cache, i)
+            return (self.head(x) if with_logits else None, x, *(seen + [x] if states else ()))
+
+        key = ("llama", id(self), layers.start, layers.stop, with_logits, states, "hidden" if hidden is not None else "ids")
+        out = static_forward(cache, key, run, q, layers=layers, batch=b, rows=rows, mask=mask, position_ids=position_ids)
+        out_logits = out[0] if logits_at is None or out[0] is None else out[0][:, logits_at]
+        return ForwardOutput(out_logits, out[1], list(out[2:]) if states else None)
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         """Final norm and LM head on last-layer hidden states."""

@@ -86,6 +86,33 @@ ROWS = [
     ("training.__main__", ["vanilla", "--target", "tiny", "--steps", "0", "--out", "{out}"], "--steps"),
     ("training.__main__", ["vanilla", "--target", "tiny", "--set", "foo=1", "--out", "{out}"], "foo"),
     ("training.__main__", ["vanilla", "--target", "tiny", "--lr", "-1", "--out", "{out}"], "-1"),
+    # argparse's own errors: one line through common.errors.CliParser
+    ("experiments.sweep", ["--nope", "--out", "{out}"], "--nope"),
+    ("experiments.sweep", ["--batch", "abc", "--out", "{out}"], "abc"),
+    ("experiments.capacity", ["--nope", "--out", "{out}"], "--nope"),
+    ("experiments.simulate", ["stream", "--profile", P, "--out", "{out}", "--method", "sd", "--repeats", "abc"], "abc"),
+    ("experiments.simulate", ["stream", "--profile", P, "--out", "{out}", "--method", "nope"], "nope"),
+    ("experiments.simulate", ["nope"], "nope"),
+    ("calibrate.fit", ["--out", "{out}/p.json", "--gamma", "x"], "'x'"),
+    ("traces.record", [*RECORD, "--method", "sd", "--nope", "--out", "{out}/r.parquet"], "--nope"),
+    ("traces.check_replay", ["--threads", "abc", "--out", "{out}"], "abc"),
+    ("traces.timing", ["--model", "tiny", "--repeats", "abc", "--out", "{out}/t.parquet"], "abc"),
+    (ENGINE, ["--target", "tiny", "--nope"], "--nope"),
+    ("experiments.verify_lossless", ["--alpha", "abc", "--out", "{out}"], "abc"),
+    ("training.__main__", ["nope", "--out", "{out}"], "nope"),
+    # valid names listed; the option named, not an internal setting
+    ("calibrate.fit", ["--out", "{out}/p.json", "--hardware", "TPU9", "--target", "smollm2-135m",
+                       "--tokens", "data/traces/smollm2-cpu/tokens_vanilla_mt-bench.parquet"], "H100"),
+    ("experiments.sweep", ["--dataset", "nope", *SMALL_SWEEP, "--out", "{out}"], "gsm8k"),
+    ("experiments.sweep", ["--temperature", "0.3", *SMALL_SWEEP, "--out", "{out}"], "0.3"),
+    ("experiments.capacity", ["--temperature", "0.3", "--out", "{out}"], "recorded: 1"),
+    ("experiments.sweep", ["--budget", "100000000", "--methods", "mcsd", "--profile",
+                           "data/profiles/mcsd-llama-13b-a6000.json", "--out", "{out}"], "GB of memory is available"),
+    ("training.__main__", ["vanilla", "--target", "tiny", "--batch-size", "0", "--out", "{out}"], "--batch-size"),
+    ("training.__main__", ["vanilla", "--target", "tiny", "--eval-every", "0", "--out", "{out}"], "--eval-every"),
+    ("training.__main__", ["vanilla", "--target", "tiny", "--generated", "0", "--source", "1", "--out", "{out}"],
+     "--generated"),
+    ("training.__main__", ["vanilla", "--target", "tiny", "--seq-len", "0", "--out", "{out}"], "--seq-len"),
 ]
 
 
@@ -109,3 +136,52 @@ def test_bad_input_is_refused_in_one_line(module, argv, expected, tmp_path, caps
 def test_the_table_covers_enough_bad_inputs_across_the_clis():
     plain = [r for r in ROWS if not hasattr(r, "marks")]
     assert len(plain) >= 25 and len({r[0] for r in plain}) >= 9
+
+
+# A rerun into an --out holding another run's files: (CLI module, argv ({out}: the occupied folder),
+# what occupies it: "run" = a previous run's manifest and file, "files" = files without a manifest,
+# "file" = the single output file exists). Refused in one line naming the folder and --overwrite.
+SMOLLM2 = "data/profiles/smollm2-135m-cpu.json"
+RERUN_ROWS = [
+    ("experiments.sweep", [*SMALL_SWEEP, "--out", "{out}"], "run"),
+    ("experiments.sweep", [*SMALL_SWEEP, "--out", "{out}"], "files"),
+    ("experiments.simulate", ["stream", "--profile", P, "--method", "sd", "--config", "sd g4", "--out", "{out}"], "run"),
+    ("experiments.simulate", ["serve", "--profile", P, "--method", "sd", "--config", "sd g4", "--out", "{out}"], "run"),
+    ("experiments.simulate", ["crossover", "--profile", P, "--batches", "1,2", "--out", "{out}"], "files"),
+    ("experiments.capacity", ["--profile", P, "--out", "{out}"], "run"),
+    ("experiments.verify_lossless", ["--mode", "exact", "--out", "{out}"], "run"),
+    ("experiments.reproduce", ["--out", "{out}"], "run"),
+    ("traces.check_replay", ["--target", "tiny", "--out", "{out}"], "run"),
+    ("experiments.gpu_campaign", ["--tiny", "--out", "{out}"], "run"),
+    ("experiments.fidelity", ["--profile", SMOLLM2, "--target", "smollm2", "--prompts", "mtbench:7-9", "--out", "{out}"],
+     "files"),
+    ("traces.timing", ["--model", "tiny", *TINY_GRID, "--out", "{out}/t.parquet"], "file"),
+]
+
+
+def _occupy(out, kind: str) -> None:
+    from common import atomic, rundir
+
+    if kind == "run":
+        with rundir.open_run(out, "a previous run", []):
+            atomic.write_text(out / "report.md", "the previous run's report\n")
+    elif kind == "files":
+        out.mkdir(parents=True)
+        (out / "report.md").write_text("a report of a run before manifests\n")
+    else:
+        out.mkdir(parents=True)
+        (out / "t.parquet").write_bytes(b"a previous run's output")
+
+
+@pytest.mark.parametrize("module, argv, kind", RERUN_ROWS,
+                         ids=[f"{m.split('.')[-1]}:{' '.join(a[:2])}:{k}" for m, a, k in RERUN_ROWS])
+def test_rerun_into_another_runs_out_is_refused_in_one_line(module, argv, kind, tmp_path, capsys):
+    out = tmp_path / "out"
+    _occupy(out, kind)
+    before = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+    capsys.readouterr()
+    code = importlib.import_module(module).main([a.replace("{out}", str(out)) for a in argv])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), lines
+    assert str(out) in lines[0] and "--overwrite" in lines[0], lines[0]
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before   # nothing touched

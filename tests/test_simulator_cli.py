@@ -58,7 +58,7 @@ def test_profile_without_needed_latency_model(tmp_path, capsys):
     path = tmp_path / "p.json"
     path.write_text(json.dumps(raw))
     assert simulate.main(["stream", "--profile", str(path), "--method", "sd", "--config", SD,
-                          "--out", str(tmp_path)]) == 2
+                          "--out", str(tmp_path / "o")]) == 2
     assert "no latency model for 'llama-68m'" in capsys.readouterr().err
 
 

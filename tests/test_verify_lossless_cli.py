@@ -37,6 +37,6 @@ def test_memo_run_passes_and_max_paths_refuses_in_one_line(tmp_path, capsys):
                                  "--out", str(tmp_path)]) == 0
     assert "all mutants caught" in capsys.readouterr().out
     assert verify_lossless.main(["--mode", "exact", "--cases", "4", "--max-length", "2", "--workers", "1",
-                                 "--max-paths", "3", "--out", str(tmp_path)]) == 2
+                                 "--max-paths", "3", "--out", str(tmp_path / "second")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: exact mode: ") and "max_paths = 3" in err and "\n" not in err

@@ -33,9 +33,10 @@ from methods.config import MethodConfig
 from traces import replay
 from runtime.engine import Sampling, make_decoder
 from runtime.engine.__main__ import check_drafter_spec, load_drafter, own_drafter_methods, parse_method
-from common.errors import InputError, cli_entry
+from common.errors import CliParser, InputError, cli_entry
+from common.rundir import add_overwrite_option, start_run
 from runtime.models import load_model
-from traces.prompts import ByteTokenizer, encode_prompt, load_prompt_mix
+from traces.prompts import BUILTIN_SETS, ByteTokenizer, encode_prompt, load_prompt_mix
 from traces.record import output_steps, teacher_forced_methods, teacher_forced_pass, token_statistics
 
 DEFAULT_METHODS = [f"sd g{g}" for g in range(1, 9)] + ["mcsd k4x2x1", "mcsd k2x2x2x2", "mcsd k8x1x1"]
@@ -139,20 +140,22 @@ def _has_tabulate() -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m traces.check_replay", description=__doc__.splitlines()[0])
+    p = CliParser(prog="python -m traces.check_replay", description=__doc__.splitlines()[0])
     p.add_argument("--target", default="smollm2", help="target model spec (default %(default)s)")
     p.add_argument("--drafter", default="layers:4",
                    help="draft model spec, or layers:K = the target's first K layers (default %(default)s)")
     p.add_argument("--prompts", default="mtbench:2,humaneval:2",
-                   help="prompt sets as name:count joined by commas (default %(default)s)")
+                   help=f"prompt sets ({', '.join(BUILTIN_SETS)} or a JSONL path) as name:count joined by commas "
+                        "(default %(default)s)")
     p.add_argument("--methods", nargs="+", default=DEFAULT_METHODS,
                    help="configurations as labels ('mcsd k4x2x1') or method:{json} of checkable methods "
-                        f"({', '.join(checkable_methods())}); default: sd gamma 1..8 and mcsd 4x2x1, 2x2x2x2, 8x1x1")
+                        f"({', '.join(checkable_methods())}); default: {', '.join(DEFAULT_METHODS)}")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens per prompt (default %(default)s)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default %(default)s)")
     p.add_argument("--min-agreement", type=float, default=0.99,
                    help="exit 1 when the share of agreeing steps is below this fraction in [0, 1] (default %(default)s)")
-    p.add_argument("--out", required=True, help="folder for steps.csv and report.md")
+    p.add_argument("--out", required=True, help="folder for steps.csv and report.md; one holding another run's files is refused unless --overwrite")
+    add_overwrite_option(p)
     return p
 
 
@@ -174,6 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise InputError(f"method {name} cannot be checked (replayable, with a drafter that scores a "
                              f"sequence in one pass: {', '.join(checkable)})")
     prompts = load_prompt_mix(args.prompts)
+    start_run(args.out, "traces.check_replay", argv, args.overwrite)
     target = load_model(args.target)
     drafter = load_drafter(args.drafter, target)
     tokenizer = target.tokenizer or ByteTokenizer(target.vocab_size)

@@ -38,10 +38,10 @@ from traces import schema
 from runtime.engine import Decoder, Generation, Sampling, StepRecord, make_decoder
 from runtime.engine.__main__ import decoder_arguments, load_drafter, own_drafter_methods
 from runtime.engine.draft_methods import AR
-from common.errors import InputError, cli_entry
+from common.errors import CliParser, InputError, cli_entry
 from runtime.models import LoadedModel, load_model
 from traces.timing import DTYPE_NAMES, git_commit, hardware_name
-from traces.prompts import ByteTokenizer, Prompt, encode_prompt, load_prompts
+from traces.prompts import BUILTIN_SETS, ByteTokenizer, Prompt, encode_prompt, load_prompts
 
 
 def teacher_forced_methods() -> list[str]:
@@ -132,7 +132,8 @@ class Run:
                          "prompt_id": prompt.prompt_id, "step": s.step, "ctx_len": s.ctx_len,
                          "draft_forwards": s.draft_forwards, "draft_s": s.draft_s, "verify_tokens": s.verify_tokens,
                          "verify_s": s.verify_s, "overhead_s": s.overhead_s, "accepted": accepted,
-                         "accept_mask": list(s.accept_mask), "confidences": list(s.confidences)})
+                         "accept_mask": list(s.accept_mask), "confidences": list(s.confidences),
+                         "mode": s.mode})
         return rows
 
     # -- one prompt, teacher-forced mode -------------------------------------------------------
@@ -213,7 +214,7 @@ def existing_rows(path: Path, run: Run) -> pd.DataFrame | None:
 # ----------------------------------------------------------------------------- command line
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m traces.record", description=__doc__.splitlines()[0])
+    p = CliParser(prog="python -m traces.record", description=__doc__.splitlines()[0])
     p.add_argument("--target", required=True, help="target model spec: smollm2, tiny[:seed], random:<arch>, path, hub id")
     p.add_argument("--drafter", default=None,
                    help="a draft model spec or layers:K (the target's first K layers); for methods with their own "
@@ -223,9 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default="",
                    help='method configuration as JSON (config keys and decoder options), e.g. \'{"gamma": 4}\', '
                         'or as its label, e.g. "mcsd k4x2x1 repl" (default: the defaults)')
-    p.add_argument("--prompts", required=True, help="mtbench, humaneval, or a JSONL file")
+    p.add_argument("--prompts", required=True, help=f"a bundled prompt set ({', '.join(BUILTIN_SETS)}) or a JSONL file")
     p.add_argument("--field", default="prompt", help="text field of a local JSONL file (default %(default)s)")
-    p.add_argument("--limit", type=int, default=None, help="only the first N prompts of the set")
+    p.add_argument("--limit", type=int, default=None, help="only the first N prompts of the set (default: all)")
     p.add_argument("--turn", type=int, default=1, help="user turn to record (2 = MT-Bench's second turn)")
     p.add_argument("--chat", choices=["auto", "on", "off"], default="auto",
                    help="apply the tokenizer's chat template (auto: when it has one)")
@@ -235,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="base seed; each prompt adds a hash of its id")
     p.add_argument("--teacher-forced", action="store_true", help="write TokenTrace rows instead of StepTrace rows")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own choice)")
     p.add_argument("--out", required=True, help="output parquet file (resumed if it holds this run)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p

@@ -114,9 +114,11 @@ class ReplayedMixin:
         return self.replay.confidence(self.replay_pos + index)
 
 
-def replayed_decoder(method: str, target, drafter: Any = None, *, seed: int = 0, **config: Any) -> Decoder:
-    """A decoder of `method` in replayed mode (greedy); set `.replay` before each `generate`."""
-    decoder = make_decoder(method, target, drafter, sampling=Sampling(0.0), seed=seed, **config)
+def replayed_decoder(method: str, target, drafter: Any = None, *, seed: int = 0, mode: str = "eager",
+                     **config: Any) -> Decoder:
+    """A decoder of `method` in replayed mode (greedy) and runtime `mode` (runtime.cache.MODES);
+    set `.replay` before each `generate`."""
+    decoder = make_decoder(method, target, drafter, sampling=Sampling(0.0), seed=seed, mode=mode, **config)
     base = type(decoder)
     decoder.__class__ = type(f"Replayed{base.__name__}", (ReplayedMixin, base), {})
     return decoder
@@ -191,7 +193,7 @@ def steps_frame(runs: Sequence[ReplayedRun], method: str, config: Any, run_id: s
                              prompt_id=run.prompt_id, step=s.step, ctx_len=s.ctx_len,
                              draft_forwards=s.draft_forwards, draft_s=s.draft_s, verify_tokens=s.verify_tokens,
                              verify_s=s.verify_s, overhead_s=s.overhead_s, accepted=s.accepted,
-                             accept_mask=list(s.accept_mask), confidences=list(s.confidences)))
+                             accept_mask=list(s.accept_mask), confidences=list(s.confidences), mode=s.mode))
     return pd.DataFrame(rows)
 
 

@@ -63,6 +63,13 @@ TOKEN_COLUMNS: dict[str, str] = {
     "target_entropy": "float",# entropy of p in nats
 }
 
+# columns a table may lack (files written before they existed): column -> (kind, value read for them)
+OPTIONAL_COLUMNS: dict[str, dict[str, tuple[str, Any]]] = {
+    "latency": {"mode": ("str", "eager")},   # runtime mode of the forwards (runtime.cache.MODES)
+    "step": {"mode": ("str", "eager")},      # runtime mode of the engine that ran the steps
+    "token": {},
+}
+
 CONTRACTS: dict[str, dict[str, str]] = {
     "latency": LATENCY_COLUMNS,
     "step": STEP_COLUMNS,
@@ -116,7 +123,10 @@ def validate(frame: pd.DataFrame, kind: str, source: str = "trace") -> pd.DataFr
     if missing:
         raise InputError(f"{source}: {kind} trace is missing column(s) {', '.join(missing)}")
     out = frame.copy()
-    for name, col_kind in columns.items():
+    for name, (col_kind, value) in OPTIONAL_COLUMNS[kind].items():
+        if name not in out.columns:
+            out[name] = value
+    for name, col_kind in {**columns, **{k: v[0] for k, v in OPTIONAL_COLUMNS[kind].items()}}.items():
         series = out[name]
         if col_kind in ("int", "float"):
             numeric = pd.to_numeric(series, errors="coerce")
@@ -139,6 +149,12 @@ def validate(frame: pd.DataFrame, kind: str, source: str = "trace") -> pd.DataFr
                 raise InputError(f"{source}: column '{name}' must be >= 1")
         if (out["seconds"] <= 0).any():
             raise InputError(f"{source}: column 'seconds' must be > 0")
+    if "mode" in OPTIONAL_COLUMNS[kind]:
+        from runtime.cache import MODES  # the one list of modes
+        bad = ~out["mode"].isin(MODES)
+        if bad.any():
+            raise InputError(f"{source}: column 'mode' must be one of {', '.join(MODES)}, "
+                             f"got {out['mode'][bad].iloc[0]!r}")
     if kind == "token":
         if (out["draft_rank"] < 0).any():
             raise InputError(f"{source}: column 'draft_rank' must be >= 0")

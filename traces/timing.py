@@ -22,6 +22,9 @@ host synchronisation inside it); on a CPU with perf_counter. A point that stands
 context neighbours (longer than with more context, or a jump over the next smaller context: a
 stall of a shared machine, not the model) is timed again, up to three rounds, keeping the faster
 median (`retime_outliers`).
+`--mode` (default graph on a GPU, eager on a CPU) picks the runtime mode of the cache forwards
+(runtime.cache): in graph mode each point's forward is captured in its warm-up and replayed when
+timed; every row says its mode (heads are plain eager ops).
 """
 from __future__ import annotations
 
@@ -36,7 +39,10 @@ import torch
 
 from traces import schema
 from runtime.drafters.router import LMHeadRouter
-from common.errors import InputError, cli_entry
+from common.errors import CliParser, InputError, cli_entry
+from common.rundir import PointLog, add_overwrite_option, git_commit, resumable_output  # git_commit: re-exported
+from runtime.cache import MODES, default_mode
+from runtime.graph import GraphRunner
 from runtime.llama import KVCache, Llama
 from runtime.engine.__main__ import load_drafter
 from runtime.models import load_model
@@ -125,9 +131,13 @@ class Timer:
         return statistics.median(samples), len(samples)
 
 
-def filled_cache(model: Llama, batch: int, ctx_len: int, extra: int, seed: int) -> KVCache:
-    """A KV cache holding `ctx_len` random entries, with room for `extra` more."""
-    cache = model.new_cache(batch=batch, capacity=ctx_len + extra)
+def filled_cache(model: Llama, batch: int, ctx_len: int, extra: int, seed: int, mode: str = "eager",
+                 runner=None) -> KVCache:
+    """A KV cache (of runtime `mode`) holding `ctx_len` random entries, with room for `extra` more."""
+    if mode == "eager":
+        cache = model.new_cache(batch=batch, capacity=ctx_len + extra)
+    else:
+        cache = model.new_cache(batch=batch, capacity=ctx_len + extra, mode=mode, runner=runner)
     gen = torch.Generator(device=model.device).manual_seed(seed)
     for layer in range(model.config.num_layers):
         for store in (cache.keys, cache.values):
@@ -147,23 +157,54 @@ class Grid:
         return [(n, c, b) for b in self.batch for c in contexts for n in self.tokens]
 
 
-def profile_model(model: Llama, grid: Grid, timer: Timer, seed: int, progress=None) -> list[dict]:
+class Finished:
+    """The points of one unit (role and model) already timed: read back from the run's journal
+    when it resumes, and appended to it as each new point finishes, so a kill loses one point."""
+
+    def __init__(self, log: PointLog | None = None, unit: str = ""):
+        self.log, self.unit = log, unit
+        self.points = {(i["n_tokens"], i["ctx_len"], i["batch"]): (i["seconds"], i["repeats"])
+                       for i in (log.items if log else []) if i["unit"] == unit}
+
+    def __contains__(self, key: tuple[int, int, int]) -> bool:
+        return key in self.points
+
+    def timed(self, key: tuple[int, int, int], measure: Callable[[], tuple[float, int]]) -> tuple[float, int]:
+        if key not in self.points:
+            self.points[key] = measure()
+            if self.log is not None:
+                n, ctx_len, batch = key
+                seconds, repeats = self.points[key]
+                self.log.append({"unit": self.unit, "n_tokens": n, "ctx_len": ctx_len, "batch": batch,
+                                 "seconds": seconds, "repeats": repeats})
+        return self.points[key]
+
+
+def profile_model(model: Llama, grid: Grid, timer: Timer, seed: int, progress=None,
+                  done: Finished | None = None, mode: str = "eager") -> list[dict]:
     """Rows (n_tokens, ctx_len, batch, seconds) for full forwards of `model` over the grid; points
-    that stand out from their context neighbours are timed again (`retime_outliers`)."""
+    that stand out from their context neighbours are timed again (`retime_outliers`). Points in
+    `done` are taken from it, new ones added to it. `mode` (runtime.cache.MODES): graph forwards
+    are captured during the warm-up runs and replayed in the timed ones."""
+    done = done if done is not None else Finished()
     rows = []
     gen = torch.Generator().manual_seed(seed)
+    runner = None
 
     def point(n: int, ctx_len: int, batch: int, cache=None) -> tuple[float, int]:
-        cache = cache if cache is not None else filled_cache(model, batch, ctx_len, n, seed)
+        cache = cache if cache is not None else filled_cache(model, batch, ctx_len, n, seed, mode, runner)
         ids = torch.randint(0, model.config.vocab_size, (batch, n), generator=gen).to(model.device)
         return timer.median(lambda: model(ids, cache), lambda: cache.crop(ctx_len))
 
     with torch.inference_mode():
         for batch in grid.batch:
             for ctx_len in grid.ctx:
-                cache = filled_cache(model, batch, ctx_len, max(grid.tokens), seed)
+                cache = None  # filled for the first point not yet timed
+                runner = GraphRunner(model.device) if mode == "graph" else None  # graphs of this cache only
                 for n in grid.tokens:
-                    seconds, repeats = point(n, ctx_len, batch, cache)
+                    if (n, ctx_len, batch) not in done and cache is None:
+                        cache = filled_cache(model, batch, ctx_len, max(grid.tokens), seed, mode, runner)
+                    seconds, repeats = done.timed((n, ctx_len, batch), lambda: point(n, ctx_len, batch, cache))
                     rows.append({"n_tokens": n, "ctx_len": ctx_len, "batch": batch, "seconds": seconds,
                                  "repeats": repeats})
                     if progress is not None:
@@ -212,8 +253,9 @@ def retime_outliers(rows: list[dict], point: Callable[[int, int, int], tuple[flo
 
 
 def profile_head(model: Llama, router: LMHeadRouter | None, grid: Grid, timer: Timer, seed: int,
-                 progress=None) -> list[dict]:
+                 progress=None, done: Finished | None = None) -> list[dict]:
     """Rows for the final norm + LM head (plain, or routed) on n x batch hidden states."""
+    done = done if done is not None else Finished()
     rows = []
     gen = torch.Generator().manual_seed(seed)
     weight = model.lm_head.weight
@@ -224,7 +266,7 @@ def profile_head(model: Llama, router: LMHeadRouter | None, grid: Grid, timer: T
                 run = lambda: model.head(hidden)
             else:
                 run = lambda: router.routed_logits(model.norm(hidden), weight)
-            seconds, repeats = timer.median(run, lambda: None)
+            seconds, repeats = done.timed((n, 0, batch), lambda: timer.median(run, lambda: None))
             rows.append({"n_tokens": n, "ctx_len": 0, "batch": batch, "seconds": seconds, "repeats": repeats})
             if progress is not None:
                 progress.update(1)
@@ -244,7 +286,7 @@ def build_router(model: Llama, groups: int, top_n: int, seed: int) -> LMHeadRout
 # ----------------------------------------------------------------------------- command line
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m traces.timing", description=__doc__.splitlines()[0])
+    parser = CliParser(prog="python -m traces.timing", description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True,
                         help="target: smollm2, tiny[:seed], random:<architecture>, a .gguf file, a local path or hub id")
     parser.add_argument("--drafter", action="append", default=[],
@@ -276,7 +318,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--hardware", default=None, help="hardware name written to the rows (default: detected)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--seed", type=int, default=0, help="seed of random weights, inputs and cache contents")
-    parser.add_argument("--out", required=True, help="output LatencyTrace parquet file")
+    parser.add_argument("--mode", choices=MODES, default=None,
+                        help="runtime mode of the forwards: eager, static (fixed KV cache) or graph (static, CUDA "
+                             "graphs replayed) (default graph on a GPU, eager on a CPU)")
+    parser.add_argument("--out", required=True,
+                        help="output LatencyTrace parquet file; finished points are journalled to OUT.partial.jsonl "
+                             "as they come, and a run with the same options resumes from it")
+    parser.add_argument("--resume", action="store_true",
+                        help="insist on resuming an interrupted run (refused if OUT.partial.jsonl is missing or was "
+                             "written with other options); without it a run with the same options resumes anyway")
+    add_overwrite_option(parser, "replace an existing OUT, or discard an interrupted run's journal with other options")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser.parse_args(argv)
 
@@ -305,7 +356,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     dtype_name = args.dtype or ("bf16" if device.type == "cuda" else "fp32")
     dtype = DTYPES[dtype_name]
     hardware = args.hardware or hardware_name(device)
+    mode = args.mode or default_mode(device)
 
+    settings = {k: v for k, v in vars(args).items() if k not in ("out", "quiet", "overwrite", "resume")}
+    log = resumable_output(args.out, {**settings, "tokens": list(grid.tokens), "ctx": list(grid.ctx),
+                                      "batch": list(grid.batch), "device": str(device), "dtype": dtype_name,
+                                      "hardware": hardware, "mode": mode},
+                           args.overwrite, args.resume)
     target = load_model(args.model, dtype=dtype, device=device, seed=args.seed)
     model = target.model.to(device=device, dtype=dtype)
     units: list[tuple[str, str, Llama | LMHeadRouter | None, bool]] = []  # name, role, module, is_head
@@ -330,10 +387,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tqdm(total=total, disable=args.quiet, unit="point", desc="profile") as progress:
         for name, role, module, is_head in units:
             progress.set_postfix_str(f"{role} {name}")
-            found = (profile_head(model, module, grid, timer, args.seed, progress) if is_head
-                     else profile_model(module, grid, timer, args.seed, progress))
-            rows += [{"model": name, "hardware": hardware, "dtype": dtype_name, "role": role, **r} for r in found]
-    frame = pd.DataFrame(rows, columns=list(schema.LATENCY_COLUMNS))
+            done = Finished(log, f"{role}/{name}")
+            found = (profile_head(model, module, grid, timer, args.seed, progress, done) if is_head
+                     else profile_model(module, grid, timer, args.seed, progress, done, mode))
+            rows += [{"model": name, "hardware": hardware, "dtype": dtype_name, "role": role,
+                      "mode": "eager" if is_head else mode, **r} for r in found]
+    frame = pd.DataFrame(rows, columns=[*schema.LATENCY_COLUMNS, "mode"])
     metadata = schema.RunMetadata(
         kind="latency", models={"target": target.name, **{f"draft{i}": s for i, s in enumerate(args.drafter)}},
         hardware=hardware, dtype=dtype_name, seed=args.seed, commit=git_commit(),
@@ -343,22 +402,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                "routers": [f"{g}:{n}" for g, n in routers], "torch": torch.__version__},
     )
     schema.write_trace(args.out, frame, metadata)
+    log.remove()
     if not args.quiet:
         print(f"wrote {len(frame)} latency rows to {args.out}")
     return 0
-
-
-def git_commit() -> str:
-    """The checkout's commit (short), or '' outside a git checkout."""
-    import subprocess
-    from pathlib import Path
-
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parent,
-                             capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return out.stdout.strip() if out.returncode == 0 else ""
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from common.errors import InputError, cli_entry
+from common.errors import CliParser, InputError, cli_entry
 from runtime.models import load_model
 from training import kinds
 from training.data import DEFAULT_CACHE, CorpusConfig, training_data
@@ -35,11 +35,11 @@ def parse_options(items: list[str]) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m training", description=__doc__.splitlines()[0])
+    p = CliParser(prog="python -m training", description=__doc__.splitlines()[0])
     p.add_argument("kind", choices=sorted(kinds()), help="drafter kind to train")
     p.add_argument("--target", default="smollm2", help="target model spec (runtime.models.load_model)")
     p.add_argument("--minutes", type=float, default=30.0, help="wall-clock training budget (sets the step count)")
-    p.add_argument("--steps", type=int, default=None, help="fixed step count (exact reproduction; overrides --minutes)")
+    p.add_argument("--steps", type=int, default=None, help="fixed step count (exact reproduction; overrides --minutes; default: none, --minutes decides)")
     p.add_argument("--seed", type=int, default=0, help="seed of initialisation, batch order and corpus")
     p.add_argument("--out", default=None, help="output directory (default artifacts/drafters/<kind>)")
     p.add_argument("--batch-size", type=int, default=8, help="windows per step")
@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    for option in ("seq_len", "threads"):
+        if getattr(args, option) < 1:
+            raise InputError(f"--{option.replace('_', '-')} must be >= 1, got {getattr(args, option)}")
     torch.set_num_threads(args.threads)
     options = parse_options(args.options)
     loop = LoopConfig(minutes=args.minutes, steps=args.steps, batch_size=args.batch_size, lr=args.lr,

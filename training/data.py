@@ -93,12 +93,14 @@ class CorpusConfig:
 
     def __post_init__(self):
         if self.n_generated < 0 or self.n_source < 0 or self.n_generated + self.n_source < 2:
-            raise InputError("corpus needs at least 2 documents (n_generated + n_source >= 2, both >= 0)")
+            raise InputError(f"the corpus needs at least 2 documents: --generated + --source >= 2, both >= 0, "
+                             f"got {self.n_generated} and {self.n_source}")
         if not 0.0 < self.eval_fraction < 1.0:
             raise InputError(f"eval_fraction must lie in (0, 1), got {self.eval_fraction}")
         for name in ("max_new_tokens", "gen_batch", "chunk_tokens", "leak_words"):
-            if getattr(self, name) < 1:
-                raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
+            if getattr(self, name) < 1:   # the CLI's own option where it has one
+                option = "--max-new-tokens" if name == "max_new_tokens" else f"CorpusConfig.{name}"
+                raise InputError(f"{option} must be >= 1, got {getattr(self, name)}")
 
 
 @dataclass

@@ -80,10 +80,14 @@ class LoopConfig:
             raise InputError(f"--minutes must be > 0, got {self.minutes}")
         if self.steps is not None and self.steps < 1:
             raise InputError(f"--steps must be >= 1, got {self.steps}")
-        if self.batch_size < 1 or self.eval_every < 1 or self.warmup_steps < 0:
-            raise InputError("batch_size and eval_every must be >= 1, warmup_steps >= 0")
-        if not self.lr > 0 or not 0 <= self.min_lr_ratio <= 1:
-            raise InputError(f"lr must be > 0 and min_lr_ratio in [0, 1], got {self.lr}, {self.min_lr_ratio}")
+        for option, value in (("--batch-size", self.batch_size), ("--eval-every", self.eval_every)):
+            if value < 1:
+                raise InputError(f"{option} must be >= 1, got {value}")
+        if not self.lr > 0:
+            raise InputError(f"--lr must be > 0, got {self.lr}")
+        if self.warmup_steps < 0 or not 0 <= self.min_lr_ratio <= 1:   # not options of the CLI
+            raise InputError(f"LoopConfig: warmup_steps must be >= 0 and min_lr_ratio in [0, 1], "
+                             f"got {self.warmup_steps}, {self.min_lr_ratio}")
 
 
 # ------------------------------------------------------------------------------ shared objective

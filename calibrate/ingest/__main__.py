@@ -8,7 +8,6 @@ target or drafter is not BASE's). Every write is atomic. Bad input: one line, ex
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ from calibrate.ingest.result import merge_into_profile
 from calibrate.paper_profiles import git_commit
 from calibrate.profile import Profile
 from common import atomic
-from common.errors import InputError, cli_entry
+from common.errors import CliParser, InputError, cli_entry
 from traces.schema import write_trace
 
 
@@ -67,18 +66,18 @@ def write_out(result: Ingested, out: Path, profile: Path | None, options: Ingest
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m calibrate.ingest", description=__doc__.splitlines()[2])
+    parser = CliParser(prog="python -m calibrate.ingest", description=__doc__.splitlines()[2])
     parser.add_argument("format", metavar="FORMAT", help=f"one of: {', '.join(FORMATS)}")
     parser.add_argument("files", metavar="FILE", nargs="+", type=Path,
                         help="input files (vllm-metrics: one scrape, or two: before and after)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    parser.add_argument("--out", type=Path, help="FILE.parquet: the StepTrace; FILE.json: the result or a Profile")
-    parser.add_argument("--profile", type=Path, help="a base Profile: --out gets a copy with the ingested acceptance")
-    parser.add_argument("--drafter", help="the drafter's name when the source does not state it")
-    parser.add_argument("--target", help="the target's name when the source does not state it")
-    parser.add_argument("--dataset", help="the dataset the measurements ran on")
+    parser.add_argument("--out", type=Path, help="FILE.parquet: the StepTrace; FILE.json: the result or a Profile (default: print only)")
+    parser.add_argument("--profile", type=Path, help="a base Profile: --out gets a copy with the ingested acceptance (default: none)")
+    parser.add_argument("--drafter", help="the drafter's name when the source does not state it (default: the source's)")
+    parser.add_argument("--target", help="the target's name when the source does not state it (default: the source's)")
+    parser.add_argument("--dataset", help="the dataset the measurements ran on (default: the source's, where it states one)")
     parser.add_argument("--temperature", type=float, help="sampling temperature of the run (default: 0, greedy)")
-    parser.add_argument("--gamma", type=int, help="draft length when the source does not state it")
+    parser.add_argument("--gamma", type=int, help="draft length when the source does not state it (default: the source's)")
     parser.add_argument("--method", default="sd", help="StepTrace method of imported chain steps (default sd)")
     args = parser.parse_args(argv)
     if args.gamma is not None and args.gamma < 1:

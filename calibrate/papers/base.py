@@ -2,15 +2,13 @@
 Profile with its provenance, the context a paper's workload prices latency at."""
 from __future__ import annotations
 
-import functools
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from calibrate.latency import RooflineLatency
 from calibrate.profile import Profile
+from common.rundir import git_commit
 from costmodel.hardware import get_hardware
 from costmodel.latency import ForwardShape
 from costmodel.params import get_arch
@@ -72,15 +70,6 @@ def make_profile(name, hardware, target, models, latency, drafters, acceptance, 
                    provenance={"built_by": "python -m calibrate.paper_profiles", "commit": git_commit(),
                                "sources": sources, "assumptions": assumptions, "traces": []},
                    engine=dict(engine or {}), workload=dict(workloads or {}))
-
-
-@functools.lru_cache(maxsize=1)
-def git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
 
 
 def slug(text: str) -> str:

@@ -19,6 +19,8 @@ from torch import nn
 from runtime.drafters.common import materialise, positions
 from runtime.drafters.router import LMHeadRouter
 from common.errors import InputError
+from runtime.cache import make_cache
+from runtime.graph import static_forward
 from runtime.llama import DecoderLayer, KVCache, Llama, LlamaConfig
 
 
@@ -86,19 +88,31 @@ class FeatureDrafter(nn.Module):
             clone.router = router.to(device=w.device, dtype=w.dtype)
         return clone.eval()
 
-    def new_cache(self, batch: int = 1, capacity: int = 256) -> KVCache:
+    def new_cache(self, batch: int = 1, capacity: int = 256, *, mode: str = "eager", runner=None) -> KVCache:
         w = self.fc.weight
-        return KVCache(self.layer_config, batch, capacity, dtype=w.dtype, device=w.device)
+        return make_cache(self.layer_config, batch, capacity, dtype=w.dtype, device=w.device, mode=mode,
+                          runner=runner)
 
     def forward(self, input_ids: torch.Tensor, prev_features: torch.Tensor, target: Llama,
                 cache: KVCache | None = None, position_ids: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None) -> torch.Tensor:
         """Output features [batch, q, hidden] for tokens [batch, q] and the features one position earlier."""
         b, q = input_ids.shape
+        if cache is not None and cache.static:
+            def run(positions, mask, slots, input_ids, prev_features):
+                cache.slots = slots
+                return (self._layer(input_ids, prev_features, target, positions, mask, cache),)
+
+            return static_forward(cache, ("coral", id(self), id(target)), run, q, layers=range(1), batch=b,
+                                  rows={"input_ids": input_ids, "prev_features": prev_features}, mask=mask,
+                                  position_ids=position_ids)[0]
         past = cache.length if cache is not None else 0
         position_ids = positions(position_ids, past, b, q, input_ids.device)
-        cos, sin = target.rope(position_ids)
         attn_mask = Llama._attention_mask(mask, past, q, input_ids.device)
+        return self._layer(input_ids, prev_features, target, position_ids, attn_mask, cache)
+
+    def _layer(self, input_ids, prev_features, target: Llama, position_ids, attn_mask, cache) -> torch.Tensor:
+        cos, sin = target.rope(position_ids)
         x = self.fc(torch.cat([target.embed_tokens(input_ids), prev_features], dim=-1))
         return self.layer(x, cos, sin, attn_mask, cache, 0)
 

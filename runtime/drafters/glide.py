@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from runtime.drafters.common import materialise, positions
+from runtime.graph import static_forward
 from common.errors import InputError
 from runtime.llama import ForwardOutput, KVCache, Llama, LlamaConfig, RMSNorm, rotate_half
 
@@ -140,8 +141,8 @@ class GlideDrafter(nn.Module):
         drafter.base.inv_freq = config.llama_config().inv_freq.to(target.device)  # built off the meta device
         return drafter
 
-    def new_cache(self, batch: int = 1, capacity: int = 256) -> KVCache:
-        return self.base.new_cache(batch, capacity)
+    def new_cache(self, batch: int = 1, capacity: int = 256, *, mode: str = "eager", runner=None) -> KVCache:
+        return self.base.new_cache(batch, capacity, mode=mode, runner=runner)
 
     def target_kv(self, cache: KVCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """The target layers' cached (k, v) that drafter layers 0..N_D-1 read."""
@@ -170,16 +171,44 @@ class GlideDrafter(nn.Module):
             cross_mask = causal_cross_mask(position_ids, n_keys)
         while cross_mask.dim() < 4:
             cross_mask = cross_mask.unsqueeze(0) if cross_mask.dim() == 2 else cross_mask.unsqueeze(1)
+        attn_mask = base._attention_mask(mask, past, q, input_ids.device)
+        x = self._layers(input_ids, target_kv, target_rope, position_ids, attn_mask, cross_mask, cache)
+        return ForwardOutput(base.head(x) if logits else None, x)
+
+    def _layers(self, input_ids, target_kv, target_rope, position_ids, attn_mask, cross_mask, cache) -> torch.Tensor:
+        base = self.base
         cos, sin = base.rope(position_ids)
         tcos, tsin = target_rope(position_ids)
-        attn_mask = base._attention_mask(mask, past, q, input_ids.device)
         x = base.embed_tokens(input_ids)
         for m, layer in enumerate(base.layers):
             x = x + layer.self_attn(layer.input_layernorm(x), cos, sin, attn_mask, cache, m)
             keys, values = target_kv[m]
             x = x + self.cross_attn[m](self.cross_norms[m](x), tcos, tsin, keys, values, cross_mask)
             x = x + layer.mlp(layer.post_attention_layernorm(x))
-        return ForwardOutput(base.head(x) if logits else None, x)
+        return x
+
+    def static_draft(self, input_ids: torch.Tensor, target_cache, target_rope, cache,
+                     position_ids: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Draft logits [batch, q, V] over static caches (its own and the target's, read whole).
+
+        The cross mask is the default one (`causal_cross_mask`) restricted to the target's
+        filled entries, built on the device per forward (`runtime.graph.static_forward`).
+        """
+        n_layers = self.config.num_layers
+        target_len = target_cache.lengths[self.config.target_layer(0)]
+        kv = [(target_cache.keys[t], target_cache.values[t]) for t in map(self.config.target_layer, range(n_layers))]
+
+        def run(positions, mask, slots, input_ids, cross_mask):
+            cache.slots = slots
+            return (self.base.head(self._layers(input_ids, kv, target_rope, positions, mask, cross_mask, cache)),)
+
+        def cross(window):
+            visible = causal_cross_mask(window.positions, target_cache.buffer) & target_cache.visible_keys(target_len)
+            return {"cross_mask": visible}
+
+        return static_forward(cache, ("glide", id(self)), run, input_ids.shape[1], layers=range(n_layers),
+                              batch=input_ids.shape[0], rows={"input_ids": input_ids}, mask=mask,
+                              position_ids=position_ids, extra=cross, reads=(target_cache,))[0]
 
 
 

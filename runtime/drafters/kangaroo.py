@@ -21,6 +21,8 @@ from runtime.drafters.common import materialise, positions
 from runtime.drafters.methods import UNTRAINED, check_untrained, resolve_drafter, start_keeping_prefill
 from common.errors import InputError
 from runtime.engine.base import Decoder, Proposal
+from runtime.cache import make_cache
+from runtime.graph import static_forward
 from runtime.llama import Attention, KVCache, Llama, LlamaConfig, RMSNorm
 from verification import rules
 
@@ -82,10 +84,12 @@ class KangarooAdapter(nn.Module):
         config = KangarooConfig.for_target(target.config, exit_layer)
         return materialise(lambda: cls(config, target.config), target, seed, std)
 
-    def new_cache(self, batch: int = 1, capacity: int = 256, *, dtype=None, device=None) -> KVCache:
-        """The adapter's own one-layer KV cache."""
+    def new_cache(self, batch: int = 1, capacity: int = 256, *, dtype=None, device=None, mode: str = "eager",
+                  runner=None) -> KVCache:
+        """The adapter's own one-layer KV cache (of a runtime mode, `runtime.cache.make_cache`)."""
         w = self.norm_in.weight
-        return KVCache(self.attn_config, batch, capacity, dtype=dtype or w.dtype, device=device or w.device)
+        return make_cache(self.attn_config, batch, capacity, dtype=dtype or w.dtype, device=device or w.device,
+                          mode=mode, runner=runner)
 
     def shallow(self, target: Llama, input_ids: torch.Tensor, cache: KVCache, **kw) -> torch.Tensor:
         """Early features: the target's layers 0..l-1 on `input_ids` (writes the target's cache there)."""
@@ -95,12 +99,26 @@ class KangarooAdapter(nn.Module):
                 position_ids: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Draft logits [batch, q, V] from early features [batch, q, hidden] (the adapter cache grows by q)."""
         b, q, _ = features.shape
+        if cache is not None and cache.static:
+            return self._static_forward(features, target, cache, position_ids, mask)
         past = cache.length if cache is not None else 0
         position_ids = positions(position_ids, past, b, q, features.device)
         cos, sin = target.rope(position_ids)
         attn_mask = Llama._attention_mask(mask, past, q, features.device)
         h = features + self.attn(self.norm_in(features), cos, sin, attn_mask, cache, 0)
         return target.lm_head(self.norm_out(h))
+
+    def _static_forward(self, features, target: Llama, cache, position_ids, mask) -> torch.Tensor:
+        """The same forward over a static cache, as one tensor function (`runtime.graph.static_forward`)."""
+        def run(positions, mask, slots, features):
+            cache.slots = slots
+            cos, sin = target.rope(positions)
+            h = features + self.attn(self.norm_in(features), cos, sin, mask, cache, 0)
+            return (target.lm_head(self.norm_out(h)),)
+
+        return static_forward(cache, ("kangaroo", id(self), id(target)), run, features.shape[1], layers=range(1),
+                              batch=features.shape[0], rows={"features": features}, mask=mask,
+                              position_ids=position_ids)[0]
 
 
 DRAFTER = KangarooAdapter     # the class `runtime.drafters.io` loads for its kind
@@ -139,7 +157,7 @@ class Kangaroo(Decoder):
 
     def start(self, prompt: list[int]) -> None:
         out = start_keeping_prefill(self, prompt, output_hidden_states=True)
-        self.adapter_cache = self.adapter.new_cache(capacity=len(prompt) + 64)
+        self.adapter_cache = self.new_cache("adapter", self.adapter, len(prompt))
         # early features (input of layer l) of the committed tokens the adapter has not seen yet
         self.unseen = None if out is None else out.hidden_states[self.config.exit_layer]
 

@@ -61,11 +61,9 @@ def check_untrained(decoder: Decoder) -> None:
 
 def start_keeping_prefill(decoder: Decoder, prompt: list[int], **forward_options: Any):
     """`Decoder.start`, but with the prefill forward run here so that its output (hidden states,
-    features) is kept: the base start gets the first token only (no prefill), then the prompt minus
-    its pending last token goes through the target once. Returns that ForwardOutput (None for a
-    one-token prompt)."""
-    Decoder.start(decoder, prompt[:1])
-    decoder.tokens = list(prompt)
+    features) is kept: the prompt minus its pending last token goes through the target once.
+    Returns that ForwardOutput (None for a one-token prompt)."""
+    decoder.reset(prompt)
     if len(prompt) == 1:
         return None
     with torch.no_grad():
@@ -77,8 +75,8 @@ def start_keeping_prefill(decoder: Decoder, prompt: list[int], **forward_options
 class GlideState(DrafterState):
     """`DrafterState` for a GLIDE drafter: every forward also reads the target's current cache."""
 
-    def __init__(self, model: GlideDrafter, decoder: Decoder, capacity: int):
-        super().__init__(model, capacity)
+    def __init__(self, model: GlideDrafter, decoder: Decoder, cache):
+        super().__init__(model, cache)
         self.decoder = decoder
 
     def feed(self, tokens: list[int], positions: torch.Tensor | None = None,
@@ -86,6 +84,9 @@ class GlideState(DrafterState):
         target = self.decoder.target
         ids = torch.tensor([tokens], dtype=torch.long, device=target.device)
         with torch.no_grad():
+            if self.cache.static:
+                return self.model.static_draft(ids, self.decoder.target_cache, target.rope, self.cache,
+                                               positions, mask)[0]
             out = self.model(ids, self.model.target_kv(self.decoder.target_cache), target.rope,
                              cache=self.cache, position_ids=positions, mask=mask)
         return out.logits[0]
@@ -115,7 +116,7 @@ class Glide(CAPE):
         check_untrained(self)
 
     def start_drafter(self, prompt: list[int]) -> None:
-        self.draft = GlideState(self.drafter, self, capacity=len(prompt) + 64)
+        self.draft = GlideState(self.drafter, self, self.new_cache("drafter", self.drafter, len(prompt)))
 
     def propose(self) -> Proposal:
         return SD.propose(self) if self.config.bins is None else CAPE.propose(self)
@@ -158,7 +159,7 @@ class Coral(Decoder):
         self.features = torch.zeros(1, 1, hidden, dtype=self.target.dtype, device=self.target.device)  # f_{-1} = 0
         if out is not None:
             self.features = torch.cat([self.features, out.hidden], dim=1)
-        self.draft_cache = self.feature_drafter.new_cache(capacity=len(prompt) + 64)
+        self.draft_cache = self.new_cache("drafter", self.feature_drafter, len(prompt))
 
     def _draft(self, tokens: list[int], prev_features: torch.Tensor, start: int) -> torch.Tensor:
         positions = torch.arange(start, start + len(tokens), device=self.target.device)

@@ -19,10 +19,12 @@ from runtime.llama import Llama
 
 
 def make_decoder(method: str, target: Llama, drafter: Any = None, *, sampling: Sampling | None = None,
-                 seed: int = 0, **config: Any) -> Decoder:
+                 seed: int = 0, mode: str = "eager", **config: Any) -> Decoder:
     """A decoder for `method` (the registry's `decoder` class) with its configuration: the method's
-    config keys (one set of defaults, unknown keys refused) and the decoder's own `options`."""
-    return methods.get(method).decoder_class()(target, drafter, sampling=sampling, seed=seed, **config)
+    config keys (one set of defaults, unknown keys refused) and the decoder's own `options`;
+    `mode` the runtime mode (runtime.cache.MODES: eager, static, graph)."""
+    decoder = methods.get(method).decoder_class()(target, drafter, sampling=sampling, seed=seed, **config)
+    return decoder.use_mode(mode) if mode != "eager" else decoder
 
 
 __all__ = ["Decoder", "Generation", "Proposal", "StepRecord", "StepTimer", "DrafterState", "Sampling",

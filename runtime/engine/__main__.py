@@ -19,7 +19,7 @@ import torch
 import methods
 from common import atomic
 from runtime.engine import Sampling, make_decoder
-from common.errors import InputError, cli_entry
+from common.errors import CliParser, InputError, cli_entry
 from runtime.models import LoadedModel, check_same_vocabulary, load_model, truncated
 
 
@@ -106,14 +106,16 @@ def check_options(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m runtime.engine", description=__doc__.splitlines()[0])
+    from traces.prompts import BUILTIN_SETS
+
+    p = CliParser(prog="python -m runtime.engine", description=__doc__.splitlines()[0])
     p.add_argument("--target", default="smollm2",
                    help="target model: smollm2 (default), tiny[:seed] (built in code, byte tokenizer), "
                         "random:<architecture>, an HF id, a directory or a .gguf file")
     p.add_argument("--drafter", default="layers:2",
                    help="drafter spec, or layers:<n> = the target's first n layers (default layers:2)")
     p.add_argument("--prompts", default="mtbench:2,humaneval:2",
-                   help="prompt sets (mtbench, humaneval or a JSONL path) as name:count joined by commas "
+                   help=f"prompt sets ({', '.join(BUILTIN_SETS)} or a JSONL path) as name:count joined by commas "
                         "(default mtbench:2,humaneval:2)")
     p.add_argument("--methods", nargs="+", default=None,
                    help='methods as name, name:{json config} or a label ("mcsd k4x2x1 repl"); methods with '
@@ -126,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass kept when sampling, in (0, 1] (default 1 = all)")
     p.add_argument("--seed", type=int, default=0, help="seed of the decoders' random source when sampling (default 0)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    p.add_argument("--out", default=None, help="optional CSV with one row per method and prompt")
+    p.add_argument("--out", default=None, help="optional CSV with one row per method and prompt (default: none, the table is printed)")
     return p
 
 

@@ -9,6 +9,9 @@ forward takes as the root of the draft tree. A step:
      the ancestor mask and positions root + depth, then the rules (`engine.verify`);
   3. `commit(proposal, verdict)`: keep the prefix and the accepted path in the target cache
      (`KVCache.keep`), append the verdict's tokens; methods roll their own drafter state back.
+Mode (`runtime.cache.MODES`, `use_mode`): eager caches (the default), static caches, or static caches
+whose forwards are padded to width buckets and replayed as CUDA graphs (`runtime.graph`); the
+engine code is the same in all three, every forward goes through the model with its cache.
 Timing: draft (propose) and verify (the target forward) are timed regions, overhead is the rest
 of the step (sampling, tree building, cache edits). On a GPU the timer synchronises only at the
 borders of timed regions, so nothing else is serialised.
@@ -24,6 +27,8 @@ import torch
 from verification import rules
 from runtime.engine import tree as tree_geo
 from runtime.engine.verify import Sampling, TorchSource, greedy_verdict, sampled_verdict
+from runtime.cache import STEP_ROOM, check_mode
+from runtime.graph import GraphRunner
 from common.errors import InputError
 import methods
 from methods.config import MethodConfig
@@ -53,6 +58,7 @@ class StepRecord:
     accepted: int
     accept_mask: list[bool]
     confidences: list[float]
+    mode: str = "eager"                     # runtime mode that produced the step (runtime.cache.MODES)
 
 
 @dataclass
@@ -111,6 +117,34 @@ class Decoder:
         self.seed = seed
         self.config, self.options = self.split_config(config)
         self.check_config()
+        self.mode, self.runner, self.budget = "eager", None, 256
+        self._caches: dict[str, Any] = {}
+
+    def use_mode(self, mode: str) -> "Decoder":
+        """Run in `mode` (eager, static, graph) from the next `start` on; graph gets a `GraphRunner`."""
+        self.mode = check_mode(mode)
+        self.runner = GraphRunner(self.target.device) if mode == "graph" else None
+        self._caches = {}
+        return self
+
+    def new_cache(self, name: str, module: Any, prompt_len: int):
+        """The KV cache `name` of `module` (its `new_cache`) for a prompt of `prompt_len` tokens.
+
+        Eager: a fresh growing cache (room for 64 more tokens, as always). Static and graph: a
+        fixed cache with room for the prompt, `budget` new tokens and one step's widest forward,
+        reused (emptied) across prompts while it is large enough, so captured graphs are reused.
+        """
+        if self.mode == "eager":
+            return module.new_cache(capacity=prompt_len + 64)
+        capacity = prompt_len + self.budget + STEP_ROOM
+        old = self._caches.get(name)
+        if old is not None and old.capacity >= capacity:
+            old.reset()
+            return old
+        if old is not None and self.runner is not None:
+            self.runner.forget(old)
+        cache = self._caches[name] = module.new_cache(capacity=capacity, mode=self.mode, runner=self.runner)
+        return cache
 
     # -- configuration ---------------------------------------------------------------------------
     @classmethod
@@ -142,15 +176,19 @@ class Decoder:
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self, prompt: list[int]) -> None:
         """Reset all state and prefill the target with the prompt minus its last (pending) token."""
-        if not prompt:
-            raise InputError("prompt is empty")
-        self.rng = TorchSource(self.seed)
-        self.tokens = list(prompt)
-        self.target_cache = self.target.new_cache(capacity=len(prompt) + 64)
+        self.reset(prompt)
         if len(prompt) > 1:
             with torch.no_grad():
                 self.target(self._ids(prompt[:-1]), self.target_cache, logits=False)
         self.start_drafter(prompt)
+
+    def reset(self, prompt: list[int]) -> None:
+        """Fresh random source, tokens and (empty) target cache for `prompt`."""
+        if not prompt:
+            raise InputError("prompt is empty")
+        self.rng = TorchSource(self.seed)
+        self.tokens = list(prompt)
+        self.target_cache = self.new_cache("target", self.target, len(prompt))
 
     def start_drafter(self, prompt: list[int]) -> None:
         """Methods with a drafter set up its state here (default: nothing)."""
@@ -204,13 +242,14 @@ class Decoder:
         mask = [i < verdict.n_accepted for i in range(depth)]
         return StepRecord(index, ctx_len, proposal.draft_forwards, draft_s, verify_tokens, verify_s,
                           max(total - draft_s - verify_s, 0.0), len(verdict.tokens), mask,
-                          [float(c) for c in proposal.confidences])
+                          [float(c) for c in proposal.confidences], self.mode)
 
     def generate(self, prompt: list[int], max_new_tokens: int, eos_token_id: int | None = None) -> Generation:
         """Decode up to `max_new_tokens` tokens (stopping after `eos_token_id`)."""
         if max_new_tokens < 1:
             raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         begin = time.perf_counter()
+        self.budget = max_new_tokens
         self.start(prompt)
         steps: list[StepRecord] = []
         while len(self.tokens) - len(prompt) < max_new_tokens:

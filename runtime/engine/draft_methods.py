@@ -18,9 +18,9 @@ from costmodel.cape import confidence_bin
 class DrafterState:
     """A draft model's cache kept in step with the committed tokens (crop to the common prefix)."""
 
-    def __init__(self, model: Llama, capacity: int):
+    def __init__(self, model: Llama, cache):
         self.model = model
-        self.cache = model.new_cache(capacity=capacity)
+        self.cache = cache
         self.seq: list[int] = []   # tokens whose K/V sit in the cache, in order
 
     def catch_up(self, committed: list[int]) -> torch.Tensor:
@@ -58,7 +58,7 @@ class DraftModelDecoder(Decoder):
     needs_drafter = True
 
     def start_drafter(self, prompt: list[int]) -> None:
-        self.draft = DrafterState(self.drafter, capacity=len(prompt) + 64)
+        self.draft = DrafterState(self.drafter, self.new_cache("drafter", self.drafter, len(prompt)))
 
     def after_commit(self, proposal, verdict) -> None:
         self.draft.rollback(len(self.tokens) - 1)
