@@ -84,7 +84,8 @@ def prior_parts(profile, run: StepRun) -> pd.DataFrame:
                          "prior_draft": prior_draft, "prior_verify": prior_verify,
                          "drafted": (drafted > 0).astype(float), "verify_tokens": f["verify_tokens"].to_numpy(float),
                          "draft_s": f["draft_s"].to_numpy(float), "verify_s": f["verify_s"].to_numpy(float),
-                         "overhead_s": f["overhead_s"].to_numpy(float), "accepted": f["accepted"].to_numpy(float)})
+                         "overhead_s": f["overhead_s"].to_numpy(float), "accepted": f["accepted"].to_numpy(float),
+                         "ctx_len": ctx})
 
 
 def _ridge(x: np.ndarray, y: np.ndarray, prior: np.ndarray) -> np.ndarray:
@@ -167,10 +168,15 @@ def fit_engine(profile, runs: list[StepRun]) -> dict:
     per_method, pooled = fit_calibrations(parts)
     errors = heldout_errors(parts)
     abs_err = errors.loc[errors["method"] != "ar", "rel_error"].abs()    # ar is the speedups' baseline
+    plain = parts[parts["method"] == "ar"]
+    reference = {str(d): {"ar_step_s": float((g["draft_s"] + g["verify_s"] + g["overhead_s"]).mean()),
+                          "ctx_len": float(g["ctx_len"].mean()), "steps": int(len(g))}
+                 for d, g in plain.groupby("dataset", sort=True)}
     return {
         "methods": {m: c.to_dict() for m, c in per_method.items()},
         "pooled": pooled.to_dict(),
-        "fit": {"steps": int(len(parts)), "configs": sorted(parts["config"].unique().tolist()),
+        "fit": {"reference": reference,       # the plain step of the calibration window: a later run's drift
+                "steps": int(len(parts)), "configs": sorted(parts["config"].unique().tolist()),
                 "heldout": {"scheme": "leave one configuration out; speedup at measured tokens per step",
                             "speedup_error_median": float(abs_err.median()),
                             "speedup_error_p90": float(abs_err.quantile(0.9)),

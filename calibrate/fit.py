@@ -153,6 +153,11 @@ def build_profile(args: argparse.Namespace) -> Profile:
     target = args.target or base.get("target")
     if target is None:
         raise InputError("--target is required (the model that verifies)")
+    priced = {**base.get("latency", {}), **latency}
+    if target not in priced:        # a Profile that cannot price its own target fails only later
+        raise InputError(f"--target '{target}' has no latency model: the latency traces"
+                         f"{' and --base' if base else ''} measured {', '.join(sorted(priced)) or 'nothing'} "
+                         f"(pass --target one of them, or --latency traces of '{target}')")
     if target not in models:
         arch = resolve_arch(target, parse_arch_overrides(args.arch))
         models[target] = arch or {"source": "no architecture numbers"}

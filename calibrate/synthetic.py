@@ -90,11 +90,12 @@ def synthetic_chain_steps(betas: list[float], n_steps: int = 5000, seed: int = 0
 
 
 def synthetic_ngram_steps(alpha: float, f: float, configs: list, n_steps: int = 4000,
-                          seed: int = 0) -> tuple[pd.DataFrame, RunMetadata]:
+                          seed: int = 0, pool: float | None = None) -> tuple[pd.DataFrame, RunMetadata]:
     """StepTrace rows of an n-gram verifying method for each config (fields N, W, G): with
     probability 1/f a step verifies G n-grams of N - 1 tokens, each token accepted with alpha, and
     commits 1 + the longest accepted prefix; otherwise it commits one token (the process behind the
-    multi-sequence Eq. 5 and the scaling Eq. 7)."""
+    multi-sequence Eq. 5 and the scaling Eq. 7). Its forward carries the pending token, the window
+    (one level of W on a prompt's first step, growing to N - 1 levels) and min(G, Poisson(pool)) candidates (G where `pool` is None)."""
     rng = np.random.default_rng(seed)
     frames = []
     for config in configs:
@@ -103,10 +104,12 @@ def synthetic_ngram_steps(alpha: float, f: float, configs: list, n_steps: int = 
         hits = rng.random((n_steps, g, n - 1)) < alpha
         prefix = np.where(hits.all(axis=2), n - 1, np.argmin(hits, axis=2)).max(axis=1)
         accepted = np.where(good, 1 + prefix, 1)
+        cands = g if pool is None else np.minimum(g, rng.poisson(pool, n_steps))
+        levels = np.minimum(np.arange(n_steps) % 50 + 1, n - 1)         # prompts of 50 steps
         frames.append(pd.DataFrame({
             "run_id": "synthetic", "method": config.method, "config": json.dumps(config.to_dict()),
-            "prompt_id": "p0", "step": np.arange(n_steps), "ctx_len": 128, "draft_forwards": 0, "draft_s": 0.0,
-            "verify_tokens": (w + g) * (n - 1), "verify_s": 2e-2, "overhead_s": 1e-4, "accepted": accepted,
-            "accept_mask": [[]] * n_steps, "confidences": [[]] * n_steps}))
+            "prompt_id": "p0", "ctx_len": 128, "draft_forwards": 0, "draft_s": 0.0,
+            "step": np.arange(n_steps) % 50, "verify_s": 2e-2, "overhead_s": 1e-4, "accepted": accepted,
+            "verify_tokens": 1 + w * levels + cands * (n - 1), "accept_mask": [[]] * n_steps, "confidences": [[]] * n_steps}))
     meta = RunMetadata(kind="step", seed=seed, extra={"synthetic": True, "alpha": alpha, "f": f})
     return validate(pd.concat(frames, ignore_index=True), "step", source="synthetic n-gram steps"), meta

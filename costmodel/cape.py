@@ -80,6 +80,30 @@ def cape_verify_tokens(bins, freq, gamma):
     return check_positive_int("gamma", gamma) * np.sum(f * s, axis=-1)
 
 
+def cape_verify_distribution(bins, freq, gamma) -> tuple[np.ndarray, np.ndarray]:
+    """The verify forward's query tokens, 1 + sum over the gamma positions of S[bin], each position's
+    bin drawn from freq independently: (tokens (C, K), probability (C, K)), K = 1 + gamma_max * max S.
+    Its mean is 1 + cape_verify_tokens."""
+    f = _check_freq(freq)
+    s = np.atleast_2d(check_positive_int("CAPE bin array entry", bins))
+    g = np.atleast_1d(check_positive_int("gamma", gamma))
+    s, g = np.broadcast_to(s, (max(len(s), len(g)), N_BINS)), np.broadcast_to(g, (max(len(s), len(g)),))
+    top = int(s.max())
+    one = np.zeros((len(s), top + 1))                          # one position's P(S = v)
+    np.add.at(one, (np.repeat(np.arange(len(s)), N_BINS), s.reshape(-1)), np.tile(f, len(s)))
+    width = int(g.max()) * top + 1
+    pmf = np.zeros((len(s), width))
+    pmf[:, 0] = 1.0
+    out = np.zeros_like(pmf)
+    for n in range(1, int(g.max()) + 1):                       # convolve one more position in
+        nxt = np.zeros_like(pmf)
+        for v in np.flatnonzero(one.any(axis=0)):
+            nxt[:, v:] += pmf[:, : width - v] * one[:, v : v + 1]
+        pmf = nxt
+        out[g == n] = pmf[g == n]
+    return np.broadcast_to(1.0 + np.arange(width), out.shape), out
+
+
 def confidence_bin(confidence):
     """Bin index floor(10 * conf) in 0..10 for confidences in [0, 1]."""
     return np.minimum(np.floor(10.0 * check_probability("confidence", confidence)).astype(int), N_BINS - 1)

@@ -72,3 +72,48 @@ def fit_alpha_f(measured_s, n, w, g, alpha_grid: int = 400, f_grid: int = 400, f
         lo_a, hi_a = max(1e-6, best[0] - da), min(1 - 1e-9, best[0] + da)
         lo_f, hi_f = max(1.0, best[1] - df), best[1] + df
     return best
+
+
+# ------------------------------------------------------------------------------ the pool's fill
+# The verification branch verifies at most G pool n-grams starting with the pending token, but the
+# pool holds only what the window has collected so far: on short generations far fewer than G (the
+# SmolLM2 engine averaged 0.3-1.6 candidates per step at G = 4-40). The count of stored n-grams that
+# start with the pending token is modelled as Poisson with mean `pool` (fitted per dataset from the
+# engine's StepTraces), so a step verifies E[min(G, Poisson(pool))] candidates of N - 1 tokens.
+
+def expected_candidates(g, pool) -> np.ndarray:
+    """E[min(G, X)], X ~ Poisson(pool): the candidate n-grams one step verifies."""
+    from scipy.stats import poisson
+
+    g_arr = check_positive_int("G", g)
+    pool = float(pool)
+    if not np.isfinite(pool) or pool < 0:
+        raise ValueError(f"pool (mean matching n-grams) must be a finite number >= 0; got {pool!r}")
+    j = np.arange(1, int(np.max(g_arr)) + 1)
+    tail = poisson.sf(j - 1, pool)                                     # P(X >= j)
+    return np.cumsum(tail)[g_arr - 1]
+
+
+def expected_forward_tokens(n, w, g, pool=None) -> np.ndarray:
+    """Query tokens of one step: the pending token, the W (N - 1) window and the candidates'
+    N - 1 tokens each; `pool` None prices a full pool (G candidates: the paper's (W + G)(N - 1) + 1)."""
+    n_arr, w_arr, g_arr = (check_positive_int(k, x) for k, x in (("N", n), ("W", w), ("G", g)))
+    cands = g_arr if pool is None else expected_candidates(g_arr, pool)
+    return 1.0 + (w_arr + cands) * (n_arr - 1)
+
+
+def fit_pool(candidates, g) -> float:
+    """The Poisson mean whose capped expectation E[min(G, X)] best matches the mean `candidates`
+    measured at each G (least squares over configurations, weighted alike)."""
+    from scipy.optimize import minimize_scalar
+
+    observed = np.asarray(candidates, dtype=float)
+    g_arr = np.broadcast_to(check_positive_int("G", g), observed.shape)
+    if observed.size == 0 or np.any(~np.isfinite(observed)) or np.any(observed < 0):
+        raise ValueError("fitting the pool needs finite, non-negative measured candidates per step")
+    if np.any(observed >= g_arr):                   # saturated: at least G everywhere it could tell
+        bound = float(np.max(g_arr)) * 4.0
+    else:
+        bound = float(np.max(observed)) * 10.0 + 1.0
+    loss = lambda lam: float(np.sum((expected_candidates(g_arr, lam) - observed) ** 2))
+    return float(minimize_scalar(loss, bounds=(0.0, bound), method="bounded", options={"xatol": 1e-4}).x)

@@ -44,7 +44,10 @@ class StepShape:
 
     draft_width[c, i]: sequences (query tokens) draft forward i runs, 0 where it does not exist;
     draft_reach[c, i]: probability that it runs; verify_tokens[c]: query tokens per sequence of the
-    verify forward (the pending token included), an expectation where the tree size varies.
+    verify forward (the pending token included), an expectation where the tree size varies;
+    verify_dist: where it varies and the method knows how, (tokens[c, k], probability[c, k]) so the
+    verify forward is priced as E[t(tokens)], not t(E[tokens]) (a latency that is not linear in
+    tokens, such as a CPU's at a few tokens, makes the two differ).
     """
 
     verify_model: str
@@ -57,6 +60,7 @@ class StepShape:
     draft_kv_model: str | None = None      # a drafter with its own KV cache (its prefill is paid too)
     draft_fixed_s: float = 0.0             # extra seconds of a step's first draft forward
     verify_fixed_s: float = 0.0            # extra seconds around the verify forward
+    verify_dist: tuple[np.ndarray, np.ndarray] | None = None   # (tokens (C, K), probability (C, K))
 
     @property
     def size(self) -> int:
@@ -90,7 +94,8 @@ class StepShape:
                          tuple(DraftPart(p.model, pick(p.scale)) for p in self.draft_parts),
                          self.draft_width[rows], None if self.draft_reach is None else self.draft_reach[rows],
                          pick(self.verify_scale), pick(self.overhead_s), self.draft_kv_model,
-                         self.draft_fixed_s, self.verify_fixed_s)
+                         self.draft_fixed_s, self.verify_fixed_s,
+                         None if self.verify_dist is None else tuple(a[rows] for a in self.verify_dist))
 
 
 @dataclass(frozen=True)
@@ -152,10 +157,19 @@ def draft_seconds(latency: Latency, shape: StepShape, ctx, batch: int = 1, reach
 
 
 def verify_seconds(latency: Latency, shape: StepShape, ctx, batch: int = 1, verify_tokens=None) -> np.ndarray:
-    """Seconds of the verify forward (`verify_tokens` overrides the shape's expected query tokens)."""
+    """Seconds of the verify forward: over the shape's token distribution where it has one, at its
+    expected query tokens otherwise (`verify_tokens` overrides both: a realised step)."""
+    ctx = np.asarray(ctx, float)
+    if verify_tokens is None and shape.verify_dist is not None:
+        tokens, prob = (np.asarray(a, float) for a in shape.verify_dist)
+        if ctx.ndim == 0 and np.all(tokens == tokens[:1]):      # one token grid: price it once
+            tokens = tokens[:1]
+        each = latency(shape.verify_model, np.maximum(tokens, 1.0), ctx[..., None], batch)
+        seconds = np.sum(prob * each, axis=-1)
+        return np.asarray(shape.verify_scale, float) * seconds + shape.verify_fixed_s
     tokens = shape.verify_tokens if verify_tokens is None else verify_tokens
     tokens = np.maximum(np.asarray(tokens, dtype=float), 1.0)
-    seconds = latency(shape.verify_model, tokens, np.asarray(ctx, float), batch)
+    seconds = latency(shape.verify_model, tokens, ctx, batch)
     return np.asarray(shape.verify_scale, float) * seconds + shape.verify_fixed_s
 
 

@@ -35,11 +35,13 @@ import pandas as pd
 
 import methods
 from common import atomic
-from common.errors import InputError, cli_entry
-from experiments.measure import Bench, Candidate, parse_candidate, rates
+from common.errors import CliParser, InputError, cli_entry
+from common.rundir import add_overwrite_option, start_run
+from experiments.measure import Bench, Candidate, decode_seconds, parse_candidate, rates
 from experiments.report import _fmt_table
 
 PER_SETUP = 4            # default configurations per (method, drafter)
+SIM_REPEATS = 40         # default simulated streams per configuration
 MAX_VERIFY = 64          # default configurations verify at most this many tokens per step
 
 
@@ -55,9 +57,10 @@ def dataset_of(profile, prompt_set: str) -> str:
     return found[0]
 
 
-def default_candidates(profile, dataset: str, ctx_len: float) -> list[Candidate]:
+def default_candidates(profile, dataset: str, ctx_len: float, per_setup: int = PER_SETUP) -> list[Candidate]:
     """ar, then per method and Profile drafter: the predicted best of its search space and
-    configurations evenly spread over its predicted speedups (verifying <= MAX_VERIFY tokens)."""
+    `per_setup` - 1 more evenly spread over its predicted speedups down to the worst (verifying
+    <= MAX_VERIFY tokens)."""
     from experiments import scoring
     from methods.spec import engine_config
 
@@ -77,7 +80,7 @@ def default_candidates(profile, dataset: str, ctx_len: float) -> list[Candidate]
                 continue
             scored = scoring.score(setup, spec.name, spec.space(setup), setting)
             scored = scored[scored["verified_per_step"] <= MAX_VERIFY].sort_values("speedup", ascending=False)
-            picks = np.unique(np.linspace(0, len(scored) - 1, PER_SETUP).round().astype(int))
+            picks = np.unique(np.linspace(0, len(scored) - 1, per_setup).round().astype(int))
             drafter = setup.drafter if loadable else None     # a model-less entry names acceptance only
             for config in spec.configs_of(scored.iloc[picks]):
                 engine = engine_config(config, setup.drafter_spec) if drafter else config
@@ -127,8 +130,11 @@ def check_held_out(profile, prompt_ids: list[str]) -> None:
 
 # ------------------------------------------------------------------------------ predict
 
-def predict(profile, cands: list[Candidate], dataset: str, ctx_len: float, sim_tokens: int, seed: int) -> pd.DataFrame:
-    """Closed form and simulator for each candidate on `dataset`, at `ctx_len`, from the Profile alone."""
+def predict(profile, cands: list[Candidate], dataset: str, ctx_len: float, sim_tokens: int, seed: int,
+            sim_repeats: int = SIM_REPEATS) -> pd.DataFrame:
+    """Closed form and simulator for each candidate on `dataset`, at `ctx_len`, from the Profile
+    alone; the simulator runs `sim_repeats` streams of `sim_tokens` centred on `ctx_len` (the
+    measured workload: prompts of the mean length, the measured new tokens)."""
     from experiments import scoring
     from methods.spec import priced_config
 
@@ -149,7 +155,7 @@ def predict(profile, cands: list[Candidate], dataset: str, ctx_len: float, sim_t
         priced = priced_config(cand.config, setup.drafter_spec) if cand.drafter else cand.config
         scored = scoring.score(setup, cand.method, spec.frame_of([priced]), setting)
         sim = scoring.simulate_task(scoring.SimTask(profile.to_dict(), cand.method, scoring.sim_config(scored),
-                                                    setting, seed + i, sim_tokens, 5))
+                                                    setting, seed + i, sim_tokens, sim_repeats))
         rows.append({"dataset": dataset, "candidate": cand.label, "method": cand.method,
                      "predicted_speedup": float(scored["speedup"].iloc[0]),
                      "predicted_tokens_per_step": float(scored["tokens_per_step"].iloc[0]),
@@ -170,7 +176,8 @@ def compare(pred: pd.DataFrame, runs: pd.DataFrame, error: float) -> pd.DataFram
         lambda g: float((g["seconds"] / g["steps"]).median()), include_groups=False).rename("ar_step_s")
     m = per.groupby(["dataset", "candidate"]).agg(
         measured_speedup=("speedup", "median"), lo=("speedup", "min"), hi=("speedup", "max"),
-        measured_tokens_per_s=("tokens_per_s", "median"), measured_tokens_per_step=("tokens_per_step", "median"),
+        measured_tokens_per_s=("tokens_per_s", "median"), measured_e2e_tokens_per_s=("e2e_tokens_per_s", "median"),
+        measured_tokens_per_step=("tokens_per_step", "median"),
         seconds=("seconds", "median"), steps=("steps", "median"), n=("repeat", "nunique")).reset_index()
     m["measured_step_s"] = m["seconds"] / m["steps"]
     m["spread"] = (m["hi"] - m["lo"]) / 2 / m["measured_speedup"]
@@ -196,7 +203,7 @@ def compare(pred: pd.DataFrame, runs: pd.DataFrame, error: float) -> pd.DataFram
     keep = ["dataset", "method", "candidate", "predicted_speedup", "simulated_speedup", "measured_speedup",
             "rel_error", "sim_rel_error", "spread", "acceptance_se", "noise", "within_2x_noise", "n",
             "predicted_tokens_per_step", "measured_tokens_per_step", "acceptance_error", "predicted_step_s",
-            "measured_step_s", "latency_error", "measured_tokens_per_s", "ctx_len", "predicted_verdict",
+            "measured_step_s", "latency_error", "measured_tokens_per_s", "measured_e2e_tokens_per_s", "ctx_len", "predicted_verdict",
             "measured_verdict", "verdict_flip"]
     return out[keep]
 
@@ -238,6 +245,20 @@ def plot(fid: pd.DataFrame, path: Path) -> None:
     plt.close(fig)
 
 
+def drift(fid: pd.DataFrame, profile) -> list[str]:
+    """The plain-decoding step of the Profile's calibration window beside this run's: the machine's
+    drift between the two windows moves every speedup's denominator."""
+    reference = profile.engine.get("fit", {}).get("reference", {})
+    lines = []
+    for r in fid[fid["method"] == "ar"].itertuples():
+        ref = reference.get(r.dataset)
+        if ref:
+            lines.append(f"- {r.dataset}: plain step {1e3 * ref['ar_step_s']:.1f} ms at context {ref['ctx_len']:.0f} in the "
+                         f"calibration window; here {1e3 * r.measured_step_s:.1f} ms measured, "
+                         f"{1e3 * r.predicted_step_s:.1f} ms predicted at context {r.ctx_len:.0f}")
+    return lines or ["- the Profile records no calibration-window plain step (calibrated before references were kept)"]
+
+
 def report(fid: pd.DataFrame, reg: pd.DataFrame, args, profile, prompts: list[str], minutes: float) -> str:
     spec = fid[fid["method"] != "ar"]
     err, sim = spec["rel_error"].abs(), spec["sim_rel_error"].abs()
@@ -258,10 +279,12 @@ def report(fid: pd.DataFrame, reg: pd.DataFrame, args, profile, prompts: list[st
         f"- within 2x the measurement noise: {int(spec['within_2x_noise'].sum())}/{len(spec)}",
         f"- verdict flips (predicted speculate/don't against measured): {int(spec['verdict_flip'].sum())}; "
         f"ties (within the Profile's held-out error {100 * args.error:.1f}%): {int((spec['predicted_verdict'] == 'tie').sum())}",
+        "", "## The baseline across windows", "", *drift(fid, profile),
         "", "## Search regret", "", _fmt_table(reg, list(reg.columns), ".3f"), "",
         "## Every configuration", "",
         _fmt_table(fid, [c for c in fid.columns if c != "ctx_len"], ".3f"), "",
-        "Columns: speedups over ar of the same repeat; rel_error = predicted / measured - 1; spread = half the "
+        "Columns: decode speedups over ar of the same repeat (the steps' own times: the prompt's prefill, the same "
+        "work for every method and priced by no step model, is left out; measured_e2e_tokens_per_s includes it); rel_error = predicted / measured - 1; spread = half the "
         "range over repeats (relative); acceptance_se = standard error of tokens per step over prompts "
         "(relative); noise = both combined; latency_error = the error with the measured tokens per step.",
     ]
@@ -271,20 +294,28 @@ def report(fid: pd.DataFrame, reg: pd.DataFrame, args, profile, prompts: list[st
 # ------------------------------------------------------------------------------ CLI
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m experiments.fidelity", description=__doc__.splitlines()[0])
+    p = CliParser(prog="python -m experiments.fidelity", description=__doc__.splitlines()[0])
     p.add_argument("--profile", required=True, type=Path, help="Profile JSON to judge")
     p.add_argument("--target", required=True, help="target model spec the Profile describes (e.g. smollm2)")
     p.add_argument("--prompts", required=True,
                    help="held-out prompts: set:N (first N) or set:A-B (the A-th to B-th, 1-based), comma-separated")
-    p.add_argument("--out", required=True, type=Path, help="output folder")
+    p.add_argument("--out", required=True, type=Path, help="output folder; one holding another run's files is refused unless --overwrite (--report-only works in a "
+                   "finished run's folder)")
+    add_overwrite_option(p)
     p.add_argument("--configs", type=Path, help="file of configurations, one 'label [@drafter]' per line "
                    "(default: the predicted best and spread of every method's space on every Profile drafter)")
     p.add_argument("--drafters", type=Path, default=Path("artifacts/drafters"),
                    help="folder of the trained drafters the Profile names (default artifacts/drafters)")
+    p.add_argument("--per-setup", type=int, default=PER_SETUP,
+                   help=f"default configurations per method and drafter: the predicted best, the worst and "
+                        f"evenly spread between (default {PER_SETUP}; ignored with --configs)")
     p.add_argument("--repeats", type=int, default=3, help="interleaved repeats (default 3)")
     p.add_argument("--max-new-tokens", type=int, default=48, help="tokens per prompt (default 48)")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads, pinned (default 2)")
-    p.add_argument("--sim-tokens", type=int, default=256, help="tokens per simulated run (default 256)")
+    p.add_argument("--sim-tokens", type=int, default=None,
+                   help="tokens per simulated stream (default: --max-new-tokens, the measured workload)")
+    p.add_argument("--sim-repeats", type=int, default=SIM_REPEATS,
+                   help=f"simulated streams per configuration, seeded (default {SIM_REPEATS})")
     p.add_argument("--seed", type=int, default=0, help="seed of the simulator and the decoders (default 0)")
     p.add_argument("--report-only", action="store_true",
                    help="measure nothing: recompute fidelity.csv, the plot and report.md from the "
@@ -311,16 +342,17 @@ def write_results(args, profile, pred: pd.DataFrame, runs: pd.DataFrame, prompt_
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     from calibrate.profile import Profile
-    from experiments.measure import select_prompts
+    from traces.prompts import load_prompt_mix
 
     args = build_parser().parse_args(argv)
     args.argv = argv
-    for name in ("repeats", "max_new_tokens", "threads", "sim_tokens"):
+    args.sim_tokens = args.max_new_tokens if args.sim_tokens is None else args.sim_tokens
+    for name in ("repeats", "max_new_tokens", "threads", "sim_tokens", "sim_repeats", "per_setup"):
         if getattr(args, name) < 1:
             raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     profile = Profile.load(args.profile)
     args.error = profile.heldout_error() or 0.0
-    chosen = select_prompts(args.prompts)
+    chosen = load_prompt_mix(args.prompts)
     if args.report_only:
         found = {name: args.out / name for name in ("predictions.csv", "runs.csv")}
         for name, path in found.items():
@@ -328,14 +360,19 @@ def main(argv: list[str] | None = None) -> int:
                 raise InputError(f"--report-only needs {name} in --out, not found: {path}")
         run = args.out / "run.json"
         minutes = json.loads(run.read_text())["minutes"] if run.is_file() else float("nan")
-        write_results(args, profile, pd.read_csv(found["predictions.csv"]), pd.read_csv(found["runs.csv"]),
-                      [p.prompt_id for p in chosen], minutes)
+        runs = pd.read_csv(found["runs.csv"])
+        if "decode_s" not in runs:      # recorded before runs kept their decode time: from the steps
+            step_files = sorted(args.out.glob("steps_*.parquet"))
+            if not step_files:
+                raise InputError(f"--report-only: runs.csv has no decode_s and --out holds no steps_*.parquet")
+            runs = decode_seconds(runs, pd.concat([pd.read_parquet(f) for f in step_files], ignore_index=True))
+        write_results(args, profile, pd.read_csv(found["predictions.csv"]), runs, [p.prompt_id for p in chosen], minutes)
         return 0
     check_held_out(profile, [p.prompt_id for p in chosen])
     datasets = {p.dataset: dataset_of(profile, p.dataset) for p in chosen}
     given = read_candidates(args.configs) if args.configs else None
     log = lambda m: print(m, flush=True)
-
+    start_run(args.out, "experiments.fidelity", argv, args.overwrite)
     bench = Bench(args.target, profile.drafters, args.drafters, args.threads, args.seed)
     check_target(profile, bench)
     prompts = bench.encode(chosen)
@@ -344,8 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     for prompt_set, dataset in datasets.items():
         lengths = [len(ids) for ds, _pid, ids in prompts if ds == prompt_set]
         ctx = float(np.mean(lengths)) + args.max_new_tokens / 2
-        cands_by[dataset] = given or default_candidates(profile, dataset, ctx)
-        preds.append(predict(profile, cands_by[dataset], dataset, ctx, args.sim_tokens, args.seed))
+        cands_by[dataset] = given or default_candidates(profile, dataset, ctx, args.per_setup)
+        preds.append(predict(profile, cands_by[dataset], dataset, ctx, args.sim_tokens, args.seed, args.sim_repeats))
     pred = pd.concat(preds, ignore_index=True)
     atomic.write_csv(args.out / "predictions.csv", pred)
     log(f"wrote {args.out / 'predictions.csv'} ({len(pred)} predictions) before measuring")

@@ -46,30 +46,6 @@ def parse_candidate(text: str) -> Candidate:
     return Candidate(methods.parse_label(label.strip()), drafter.strip() or None)
 
 
-def select_prompts(spec: str):
-    """'mtbench:7-10,humaneval:4': the 7th to 10th MT-Bench prompts and the first 4 of HumanEval
-    (1-based, in each set's order); a set without a count: all of it."""
-    from traces.prompts import load_prompts
-
-    out = []
-    for part in (p.strip() for p in spec.split(",") if p.strip()):
-        name, _, span = part.partition(":")
-        first, _, last = span.partition("-")
-        try:
-            lo, hi = (1, int(first)) if span and not last else (int(first), int(last)) if span else (1, None)
-        except ValueError:
-            raise InputError(f"prompt spec '{part}': expected set, set:N or set:A-B with integers") from None
-        if lo < 1 or (hi is not None and hi < lo):
-            raise InputError(f"prompt spec '{part}': the range must satisfy 1 <= A <= B")
-        chosen = load_prompts(name)[lo - 1: hi]
-        if hi is not None and len(chosen) < hi - lo + 1:
-            raise InputError(f"prompt spec '{part}': set '{name}' has only {lo - 1 + len(chosen)} prompts")
-        out += chosen
-    if not out:
-        raise InputError(f"no prompts in '{spec}'")
-    return out
-
-
 class Bench:
     """A loaded target and the decoders of the candidates, each drafter loaded once."""
 
@@ -129,8 +105,9 @@ class Bench:
 
     def measure(self, cands: Sequence[Candidate], prompts: Sequence[tuple[str, str, list[int]]], *, repeats: int,
                 max_new_tokens: int, log: Callable[[str], None] = print) -> tuple[pd.DataFrame, pd.DataFrame]:
-        """(one row per generation: candidate, repeat, dataset, prompt, tokens, seconds, steps;
-        StepTrace rows of every step, with the candidate's label and dataset)."""
+        """(one row per generation: candidate, repeat, dataset, prompt, tokens, seconds (prefill
+        included), decode_s (its steps alone), steps; StepTrace rows of every step, with the
+        candidate's label and dataset)."""
         from traces.record import output_steps
 
         decoders = [self.decoder(c) for c in cands]              # built before any timing
@@ -148,24 +125,45 @@ class Bench:
                     out = dec.generate(ids, max_new_tokens, self.eos)
                     runs.append({"candidate": cand.label, "method": cand.method, "drafter": cand.drafter or "-",
                                  "repeat": r, "dataset": dataset, "prompt_id": pid, "tokens": len(out.tokens),
-                                 "seconds": out.seconds, "steps": len(out.steps)})
+                                 "seconds": out.seconds, "steps": len(out.steps),
+                                 "decode_s": sum(st.draft_s + st.verify_s + st.overhead_s for st in out.steps)})
                     for s, accepted in output_steps(out):
                         steps.append({"candidate": cand.label, "dataset": dataset, "run_id": f"{cand.label}#{r}",
                                       "method": cand.method, "config": config, "prompt_id": pid, "step": s.step,
                                       "ctx_len": s.ctx_len, "draft_forwards": s.draft_forwards, "draft_s": s.draft_s,
                                       "verify_tokens": s.verify_tokens, "verify_s": s.verify_s,
                                       "overhead_s": s.overhead_s, "accepted": accepted,
-                                      "accept_mask": list(s.accept_mask), "confidences": list(s.confidences)})
+                                      "accept_mask": list(s.accept_mask), "confidences": list(s.confidences),
+                                      "mode": s.mode})
             log(f"repeat {r + 1}/{repeats} done ({time.perf_counter() - started:.0f} s)")
         return pd.DataFrame(runs), pd.DataFrame(steps)
 
 
+def decode_seconds(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """`runs` with decode_s (the sum of each generation's step times) taken from its StepTrace rows,
+    for runs recorded before measure() kept it."""
+    keyed = steps.assign(repeat=steps["run_id"].str.rsplit("#", n=1).str[1].astype(int),
+                         decode_s=steps["draft_s"] + steps["verify_s"] + steps["overhead_s"])
+    total = keyed.groupby(["dataset", "candidate", "repeat", "prompt_id"])["decode_s"].sum()
+    out = runs.drop(columns=["decode_s"], errors="ignore").merge(
+        total.reset_index(), on=["dataset", "candidate", "repeat", "prompt_id"], how="left")
+    if out["decode_s"].isna().any():
+        raise InputError("the step traces do not cover every measured generation: decode times cannot be derived")
+    return out
+
+
 def rates(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per (dataset, candidate, repeat): tokens, seconds, tokens/s and the speedup over `ar` of the
-    same dataset and repeat (measured back to back in the same rotation)."""
+    """Per (dataset, candidate, repeat): tokens, decode seconds (the steps alone: the prompt's
+    prefill is the same work for every method and no step-cost model prices it), decode tokens/s,
+    end-to-end tokens/s (prefill included) and the decode speedup over `ar` of the same dataset and
+    repeat (measured back to back in the same rotation)."""
+    if "decode_s" not in runs:
+        raise InputError("the measured runs hold no decode_s (step times): derive it from their StepTraces")
     per = runs.groupby(["dataset", "candidate", "method", "drafter", "repeat"], sort=False).agg(
-        tokens=("tokens", "sum"), seconds=("seconds", "sum"), steps=("steps", "sum")).reset_index()
+        tokens=("tokens", "sum"), seconds=("decode_s", "sum"), e2e_seconds=("seconds", "sum"),
+        steps=("steps", "sum")).reset_index()
     per["tokens_per_s"] = per["tokens"] / per["seconds"]
+    per["e2e_tokens_per_s"] = per["tokens"] / per["e2e_seconds"]
     ar = per[per["method"] == "ar"].set_index(["dataset", "repeat"])["tokens_per_s"]
     if ar.empty:
         raise InputError("the measured candidates hold no plain decoding (ar): speedups need it")

@@ -122,11 +122,69 @@ def temperature_for(profile: Profile, setting: Setting) -> float:
     return (profile.temperatures() or [0.0])[0]
 
 
-def replays(method: str, setting: Setting) -> bool:
-    """Whether `method` is scored by exact greedy replay of the setting's TokenTrace."""
+def replays(method: str, setting: Setting, setup: Setup | None = None) -> bool:
+    """Whether `method` is scored by exact greedy replay of the setting's TokenTrace: a method that
+    replays, on the drafter that recorded the trace (any drafter when `setup` is not given)."""
     from traces.replay import replayable
 
-    return bool(setting.token_trace) and method in replayable()
+    if not setting.token_trace or method not in replayable():
+        return False
+    return setup is None or trace_drafter_is(_token_meta(setting.token_trace), setup.profile, setup.drafter)
+
+
+def _norm(name: str | None) -> str:
+    return "".join(ch for ch in str(name or "").lower() if ch.isalnum())
+
+
+@functools.lru_cache(maxsize=8)
+def _token_trace(path: str):
+    """(frame, metadata) of a TokenTrace, read once per process."""
+    from traces.schema import read_trace
+
+    return read_trace(path, kind="token")
+
+
+def _token_meta(path: str):
+    return _token_trace(path)[1]
+
+
+def trace_drafter_is(meta, profile: Profile, drafter: str | None) -> bool:
+    """Whether the TokenTrace's drafter is the Profile drafter `drafter` (its name, model or file)."""
+    if drafter is None:
+        return False
+    recorded = str(meta.models.get("drafter", ""))
+    spec = profile.drafters.get(drafter, {})
+    names = {drafter, spec.get("model"), spec.get("file")}
+    return any(n and (recorded == n or recorded.endswith("/" + str(n))) for n in names)
+
+
+def check_token_trace(path: str, profiles: list[Profile], dataset: str | None) -> str | None:
+    """Refuse a TokenTrace recorded on another target than every profile prices (by architecture
+    where the trace's model spec names one, else by vocabulary), or on another dataset than
+    --dataset; returns the profile dataset the trace was recorded on (its rows' label), if named."""
+    from runtime.models import architecture_of
+
+    frame, meta = _token_trace(path)
+    target = str(meta.models.get("target", ""))
+    arch = architecture_of(target)
+    top_token = int(frame["token"].max()) if len(frame) else None
+    for profile in profiles:
+        if arch is not None and arch != profile.target:
+            raise InputError(f"--token-trace {path} was recorded on target '{target}' ({arch}); profile "
+                             f"'{profile.name}' prices '{profile.target}': pass --profile files of that target")
+        vocab = profile.models.get(profile.target, {}).get("vocab")
+        if arch is None and vocab and top_token is not None and top_token >= int(vocab):
+            raise InputError(f"--token-trace {path} holds token id {top_token}, outside the {int(vocab)}-token "
+                             f"vocabulary of profile '{profile.name}': it was recorded on another target")
+        if not any(trace_drafter_is(meta, profile, d) for d in profile.drafters):
+            raise InputError(f"--token-trace {path} was recorded with drafter '{meta.models.get('drafter')}', "
+                             f"which profile '{profile.name}' does not name (its drafters: {', '.join(profile.drafters)})")
+    if not meta.dataset:
+        return dataset
+    recorded = sorted({d for p in profiles for d in p.datasets() if _norm(d) == _norm(meta.dataset)})
+    if dataset is not None and _norm(dataset) != _norm(meta.dataset):
+        raise InputError(f"--token-trace {path} was recorded on dataset '{meta.dataset}', not --dataset '{dataset}'")
+    return dataset if dataset is not None else (recorded[0] if recorded else None)
 
 
 def setups(profile: Profile, method: str, setting: Setting) -> list[Setup]:
@@ -149,10 +207,8 @@ def setup_of(profile: Profile, base: dict[str, Any]) -> Setup:
 @functools.lru_cache(maxsize=8)
 def _token_table(path: str):
     from traces.replay import TokenTable
-    from traces.schema import read_trace
 
-    frame, _meta = read_trace(path, kind="token")
-    return TokenTable.from_frame(frame)
+    return TokenTable.from_frame(_token_trace(path)[0])
 
 
 def score(setup: Setup, method: str, configs: pd.DataFrame, setting: Setting) -> pd.DataFrame:
@@ -167,7 +223,7 @@ def score(setup: Setup, method: str, configs: pd.DataFrame, setting: Setting) ->
     except ValueError as exc:   # costmodel's one-line input errors
         raise InputError(f"{method} on '{profile.name}' ({setup.acceptance_key}): {exc}") from None
     scored_by = "closed form"
-    if replays(method, setting):
+    if replays(method, setting, setup):
         tokens = replay_tokens(_token_table(setting.token_trace), method, configs)
         scored_by = "trace replay"
     latency, ctx, batch = tabulated(profile.seconds), float(setting.ctx_len), setting.batch

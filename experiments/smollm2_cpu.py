@@ -1,11 +1,11 @@
-"""`python -m experiments.smollm2_cpu`: re-record the project's own SmolLM2 data on this CPU (issue 7).
+"""`python -m experiments.smollm2_cpu`: re-record the project's own SmolLM2 data on this CPU.
 
 Stages (`--stages`, default all; each recording skips what its output file already holds):
 1. `latency`: `traces.timing` of SmolLM2-135M-Instruct, of the vanilla drafter's shape (the
    target's first layer: latency does not depend on weights) and of the LM head with and without
    CORAL's 16:2 router; then one decode-step draft forward of the GLIDE, Kangaroo (exit layer 2)
    and EAGLE/CORAL (plain, 16:2 router) drafters at SmolLM2's shape
-   (`experiments.gpu_campaign.drafter_rows`) -> `latency.parquet`, `drafter_latency.parquet`;
+   (`traces.drafter_timing.drafter_rows`) -> `latency.parquet`, `drafter_latency.parquet`;
 2. `tokens`: teacher-forced TokenTraces of the trained vanilla drafter and Kangaroo adapter;
 3. `steps`: real greedy StepTraces of every method with the trained drafters (`RUNS`);
 4. `profile`: everything calibrated into one Profile (`--profile`), the sweep's default data;
@@ -33,9 +33,9 @@ import numpy as np
 import pandas as pd
 
 import methods
-from common.errors import InputError, cli_entry
+from common.errors import CliParser, InputError, cli_entry
 from costmodel.cape import PAPER_BINS
-from experiments.gpu_campaign import KANGAROO_EXIT
+from traces.drafter_timing import KANGAROO_EXIT
 from methods.spec import drafter_fixed, engine_config, priced_config
 from methods import MethodConfig
 from traces.record import teacher_forced_methods
@@ -144,7 +144,7 @@ def stage_latency(args, log) -> None:
         return
     import torch
 
-    from experiments.gpu_campaign import write_drafter_latency
+    from traces.drafter_timing import write_drafter_latency
     from traces.timing import Timer
 
     torch.set_num_threads(args.threads)
@@ -186,7 +186,8 @@ def calibration_prompts(args) -> str:
 def stage_steps(args, log) -> None:
     """Greedy StepTraces of RUNS on the calibration prompts, measured in one process with the
     interleaved repeats of experiments.measure (the way experiments.fidelity measures)."""
-    from experiments.measure import Bench, Candidate, select_prompts
+    from experiments.measure import Bench, Candidate
+    from traces.prompts import load_prompt_mix
     from traces import schema
     from traces.timing import git_commit
 
@@ -194,7 +195,7 @@ def stage_steps(args, log) -> None:
     if not todo:
         return
     bench = Bench("smollm2", DRAFTERS, args.drafters, args.threads)
-    prompts = bench.encode(select_prompts(calibration_prompts(args)))
+    prompts = bench.encode(load_prompt_mix(calibration_prompts(args)))
     cands = [Candidate(run.config, run.drafter) for run in RUNS]
     _runs, steps = bench.measure(cands, prompts, repeats=args.repeats, max_new_tokens=args.max_new_tokens, log=log)
     by_dataset = {name: profile_name for profile_name, name in DATASETS.items()}
@@ -349,7 +350,7 @@ def stage_tables(args, log) -> None:
 # ------------------------------------------------------------------------------------ CLI
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m experiments.smollm2_cpu", description=__doc__.splitlines()[0])
+    p = CliParser(prog="python -m experiments.smollm2_cpu", description=__doc__.splitlines()[0])
     p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {', '.join(STAGES)}")
     p.add_argument("--drafters", type=Path, default=Path("artifacts/drafters"), help="trained drafters' folder")
     p.add_argument("--out", type=Path, default=Path("data/traces/smollm2-cpu"), help="trace folder")
@@ -362,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=1, help="interleaved repeats of the step calibration (default 1)")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     p.add_argument("--sim-tokens", type=int, default=512, help="tokens per simulated run (default 512)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the simulator runs")
+    p.add_argument("--seed", type=int, default=0, help="seed of the simulator runs (default 0)")
     return p
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 import methods
+from experiments.report import _fmt_table
 from experiments.smollm2_cpu import (BASELINE, CHAIN_RUNS, DATASETS, DRAFTERS, ROUTER, RUNS, TARGET_ARCH, Run,
                                      best_runs, latency_rows, step_path)
 
@@ -175,10 +176,7 @@ def training_table(drafters) -> pd.DataFrame:
 
 
 def _md(frame: pd.DataFrame, digits: int = 3) -> str:
-    cols = list(frame.columns)
-    fmt = lambda v: f"{v:.{digits}f}" if isinstance(v, float) else str(v)
-    return "\n".join(["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-                     + ["| " + " | ".join(fmt(v) for v in row) + " |" for row in frame.itertuples(index=False)])
+    return _fmt_table(frame, list(frame.columns), f".{digits}f")
 
 
 def write_report(args, log) -> None:

@@ -348,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     opts = options_from_args(args)
     profiles = load_profiles(args.profile)
+    if opts.token_trace:        # a trace of another target, drafter or dataset is refused, not relabelled
+        opts.dataset = scoring.check_token_trace(opts.token_trace, profiles, opts.dataset)
     scoring.check_recorded(profiles, opts.temperature, opts.dataset)
     progress = progress_enabled(args.progress)
     cost = estimate(profiles, opts, _space, _setting)     # before any space is built (experiments.estimate)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from costmodel.cape import N_BINS, PAPER_BINS, cape_expected_tokens, cape_verify_tokens, format_bins, parse_bins
+from costmodel.cape import N_BINS, PAPER_BINS, cape_expected_tokens, cape_verify_distribution, cape_verify_tokens, format_bins, parse_bins
 from costmodel.step import DraftPart, StepShape, chain_width
 from methods.config import Int, IntTuple, MethodConfig, param
 from methods.sd import MAX_DEPTH, drafter_model, own_kv
@@ -41,13 +41,14 @@ def bin_matrix(frame: pd.DataFrame) -> np.ndarray:
     return np.asarray([tuple(b) for b in frame["bins"]], dtype=np.int64).reshape(len(frame), N_BINS)
 
 
-def expansion_tokens(setup, frame, method: str) -> tuple[np.ndarray, np.ndarray]:
-    """(expected tokens, verified tokens) of CAPE steps: 1 + hS sum_i h1^(i-1); 1 + gamma E[S]."""
+def expansion_tokens(setup, frame, method: str) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """(expected tokens, verified tokens, their distribution) of CAPE steps: 1 + hS sum_i h1^(i-1);
+    1 + gamma E[S]; 1 + the sum of gamma independent S[bin]."""
     conf = setup.need("conf_bins", method)
     gamma = frame["gamma"].to_numpy(np.int64)
     bins = bin_matrix(frame)
     tokens = cape_expected_tokens(bins, conf.freq, {int(k): v for k, v in conf.topk_hit.items()}, gamma)
-    return tokens, 1.0 + cape_verify_tokens(bins, conf.freq, gamma)
+    return tokens, 1.0 + cape_verify_tokens(bins, conf.freq, gamma), cape_verify_distribution(bins, conf.freq, gamma)
 
 
 def expansion_sampler(setup, config, method: str):
@@ -85,9 +86,9 @@ class CAPE(MethodSpec):
 
     def step_shape(self, setup, frame):
         gamma = frame["gamma"].to_numpy(np.int64)
-        verify = expansion_tokens(setup, frame, self.name)[1]
+        _, verify, dist = expansion_tokens(setup, frame, self.name)
         return StepShape(setup.target, verify, (DraftPart(drafter_model(setup)),), chain_width(gamma),
-                         overhead_s=setup.overhead_s, draft_kv_model=own_kv(setup))
+                         overhead_s=setup.overhead_s, draft_kv_model=own_kv(setup), verify_dist=dist)
 
     def sampler(self, setup, config, **options):
         return expansion_sampler(setup, config, self.name)

@@ -53,10 +53,17 @@ class GLIDE(MethodSpec):
         gamma = frame["gamma"].to_numpy(np.int64)
         verify = gamma + 1.0
         cape = self._with_bins(frame)
-        if cape.any():
-            verify[cape] = expansion_tokens(setup, frame[cape], self.name)[1]
+        dist = None
+        if cape.any():               # chains verify gamma + 1 tokens; rows with bins a distribution
+            _, verify[cape], (tokens, prob) = expansion_tokens(setup, frame[cape], self.name)
+            width = max(tokens.shape[1], int(gamma.max()) + 2)
+            dist_tokens = np.broadcast_to(1.0 + np.arange(width), (len(frame), width))
+            dist_prob = np.zeros((len(frame), width))
+            dist_prob[~cape, gamma[~cape]] = 1.0
+            dist_prob[cape, : tokens.shape[1]] = prob
+            dist = (dist_tokens, dist_prob)
         return StepShape(setup.target, verify, (DraftPart(drafter_model(setup)),), chain_width(gamma),
-                         overhead_s=setup.overhead_s)
+                         overhead_s=setup.overhead_s, verify_dist=dist)
 
     def sampler(self, setup, config, acceptance_model="independent", **options):
         if config.bins is not None:

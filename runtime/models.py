@@ -186,6 +186,16 @@ def load_hf(spec: str, *, dtype: torch.dtype | None = None, device: str | torch.
     return LoadedModel(model.eval(), tokenizer, spec)
 
 
+def architecture_of(spec: str) -> str | None:
+    """The ARCHITECTURES name a model spec loads, where the spec says it without loading anything
+    (`smollm2`, `random:<name>`); None for tiny models, local checkpoints and hub names."""
+    if spec == "smollm2":
+        return "smollm2-135m"
+    if spec.startswith("random:"):
+        return spec.split(":", 1)[1]
+    return None
+
+
 def load_model(spec: str, *, dtype: torch.dtype | None = None, device: str | torch.device | None = None,
                seed: int = 0) -> LoadedModel:
     """Dispatch on the spec string (see the module docstring)."""

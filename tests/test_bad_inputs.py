@@ -24,6 +24,9 @@ ROWS = [
     ("experiments.sweep", ["--sim-repeats", "0", "--out", "{out}"], "--sim-repeats"),
     ("experiments.sweep", ["--rescore", "-1", "--out", "{out}"], "--rescore"),
     ("experiments.sweep", ["--token-trace", "missing.parquet", "--out", "{out}"], "missing.parquet"),
+    # a SmolLM2 trace is not relabelled as a Vicuna-13B one
+    ("experiments.sweep", ["--token-trace", "data/traces/smollm2-cpu/tokens_vanilla_mt-bench.parquet",
+                           "--profile", "data/profiles/glide-vicuna-13b-h800.json", "--out", "{out}"], "smollm2"),
     ("experiments.sweep", ["--workers", "0", *SMALL_SWEEP, "--out", "{out}"], "--workers"),
     ("experiments.sweep", ["--workers", "-3", *SMALL_SWEEP, "--out", "{out}"], "--workers"),
     ("experiments.sweep", ["--ctx-len", "0", *SMALL_SWEEP, "--out", "{out}"], "--ctx-len"),
@@ -50,6 +53,8 @@ ROWS = [
     ("calibrate.fit", ["--out", "{out}/p.json", "--gamma", "0"], "--gamma"),
     ("calibrate.fit", ["--out", "{out}/p.json", "--tokens", "missing.parquet"], "missing.parquet"),
     ("calibrate.fit", ["--out", "{out}/p.json", "--arch", "foo"], "foo"),
+    ("calibrate.fit", ["--out", "{out}/p.json", "--target", "nope",
+                       "--tokens", "data/traces/smollm2-cpu/tokens_vanilla_mt-bench.parquet"], "nope"),
     ("traces.check_replay", ["--min-agreement", "5", "--out", "{out}"], "--min-agreement"),
     ("traces.check_replay", ["--min-agreement", "nan", "--out", "{out}"], "--min-agreement"),
     ("traces.check_replay", ["--threads", "0", "--out", "{out}"], "--threads"),

@@ -135,10 +135,11 @@ def test_fit_cli_writes_a_profile_with_provenance(tmp_path, capsys):
     ([], "no trace files given"),
     (["--latency", "{lat}", "--latency-kind", "roofline", "--arch", "vicuna-7b=nonsense"], "--arch vicuna-7b=nonsense"),
     (["--latency", "{lat}", "--gamma", "0"], "--gamma must be >= 1"),
+    (["--tokens", "{tok}"], "--target 'vicuna-7b' has no latency model: the latency traces measured nothing"),
 ])
 def test_fit_cli_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, message):
     _write_traces(tmp_path)
-    argv = [a.replace("{lat}", str(tmp_path / "lat.parquet")) for a in argv]
+    argv = [a.replace("{lat}", str(tmp_path / "lat.parquet")).replace("{tok}", str(tmp_path / "tok.parquet")) for a in argv]
     code = fit_cli.main(["--out", str(tmp_path / "p.json"), "--target", "vicuna-7b", *argv])
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1

@@ -76,6 +76,10 @@ def test_fit_recovers_the_engine_costs(profile):
     assert set(engine["methods"]) == {"ar", "sd"}
     # leaving a configuration out still predicts its speedup (the others pin every part)
     assert engine["fit"]["heldout"]["speedup_error_max"] < 0.03
+    plain = runs[-1].frame                  # the calibration window's plain step, kept as a drift reference
+    ref = engine["fit"]["reference"][runs[-1].dataset]
+    assert ref["ar_step_s"] == pytest.approx((plain["draft_s"] + plain["verify_s"] + plain["overhead_s"]).mean())
+    assert ref["steps"] == len(plain)
     calibrated = Profile.from_dict({**profile.to_dict(), "engine": engine})
     assert calibrated.step_calibration("sd").draft_scale == pytest.approx(fitted.draft_scale)
     assert calibrated.step_calibration("kangaroo") == StepCalibration.from_dict(engine["pooled"])

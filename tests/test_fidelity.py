@@ -10,21 +10,12 @@ from calibrate.profile import Profile
 from common.bundled import bundled
 from common.errors import InputError
 from experiments import fidelity
-from experiments.measure import Candidate, parse_candidate, rates, select_prompts
+from experiments.measure import Candidate, parse_candidate, rates
 
 
 @pytest.fixture(scope="module")
 def profile() -> Profile:
     return Profile.load(bundled("profiles", "smollm2-135m-cpu.json"))
-
-
-def test_prompt_specs_select_ranges():
-    assert [p.prompt_id for p in select_prompts("mtbench:2-3")] == [p.prompt_id for p in select_prompts("mtbench:3")][1:]
-    assert len(select_prompts("humaneval:4,mtbench:1-2")) == 6
-    for bad, message in [("mtbench:a", "expected set, set:N or set:A-B"), ("mtbench:3-2", "1 <= A <= B"),
-                         ("mtbench:0-2", "1 <= A <= B"), ("humaneval:160-170", "has only 164 prompts")]:
-        with pytest.raises(InputError, match=message):
-            select_prompts(bad)
 
 
 def test_candidates_parse_labels_with_drafters():
@@ -50,7 +41,8 @@ def test_prompt_sets_map_to_profile_datasets(profile):
 
 
 def _runs(speedups: dict[str, float], tokens_per_step: dict[str, float], repeats=3, prompts=2) -> pd.DataFrame:
-    """Generations whose tokens/s over ar are `speedups` (ar: 10 tokens/s), with a 2% wobble by repeat."""
+    """Generations whose decode tokens/s over ar are `speedups` (ar: 10 tokens/s), with a 2% wobble by
+    repeat, each after a 0.5 s prefill (the same for every method: speedups must leave it out)."""
     rows = []
     for r in range(repeats):
         for cand, speedup in speedups.items():
@@ -58,8 +50,8 @@ def _runs(speedups: dict[str, float], tokens_per_step: dict[str, float], repeats
                 tokens = 40
                 tps = 10 * speedup * (1 + 0.02 * (r - 1)) if cand != "ar" else 10.0
                 rows.append({"candidate": cand, "method": cand.split()[0], "drafter": "-", "repeat": r,
-                             "dataset": "mt-bench", "prompt_id": f"p{p}", "tokens": tokens, "seconds": tokens / tps,
-                             "steps": tokens / tokens_per_step[cand]})
+                             "dataset": "mt-bench", "prompt_id": f"p{p}", "tokens": tokens, "seconds": 0.5 + tokens / tps,
+                             "decode_s": tokens / tps, "steps": tokens / tokens_per_step[cand]})
     return pd.DataFrame(rows)
 
 
@@ -89,6 +81,25 @@ def test_compare_regret_and_verdicts():
     assert bool(fid.set_index("candidate").loc["sd g1", "verdict_flip"])
     pred.loc[2, "predicted_speedup"] = 1.5                  # now the pick, measured 0.9 against 1.2
     assert fidelity.regret(fidelity.compare(pred, runs, 0.03)).loc[0, "regret"] == pytest.approx(0.25)
+    # the baseline across windows: the Profile's calibration-window plain step beside this run's
+    calibrated = type("P", (), {"engine": {"fit": {"reference": {"mt-bench": {"ar_step_s": 0.0688, "ctx_len": 90.0}}}}})
+    [line] = fidelity.drift(fid, calibrated)
+    assert "68.8 ms at context 90" in line and f"{1e3 * fid.iloc[0]['measured_step_s']:.1f} ms measured" in line
+
+
+def test_decode_seconds_come_from_the_step_traces():
+    from experiments.measure import decode_seconds
+
+    runs = _runs({"ar": 1.0, "sd g4": 1.2}, {"ar": 1.0, "sd g4": 2.0}, repeats=1, prompts=1)
+    steps = pd.DataFrame({"dataset": "mt-bench", "candidate": ["ar", "ar", "sd g4"], "run_id": ["ar#0", "ar#0", "sd g4#0"],
+                          "prompt_id": "p0", "draft_s": [0.0, 0.0, 1.0], "verify_s": [1.5, 2.0, 1.0],
+                          "overhead_s": [0.25, 0.25, 0.5]})
+    got = decode_seconds(runs, steps).set_index("candidate")["decode_s"]
+    assert got["ar"] == pytest.approx(4.0) and got["sd g4"] == pytest.approx(2.5)
+    with pytest.raises(InputError, match="do not cover every measured generation"):
+        decode_seconds(runs, steps[steps["candidate"] == "ar"])
+    with pytest.raises(InputError, match="no decode_s"):
+        rates(runs.drop(columns=["decode_s"]))
 
 
 def test_rates_need_a_baseline():

@@ -101,9 +101,14 @@ def test_prompt_mix_takes_counts_per_set(tmp_path):
     path.write_text("".join(json.dumps({"prompt": f"p{i}"}) + "\n" for i in range(3)))
     ids = [p.prompt_id for p in load_prompt_mix(f"mtbench:2, humaneval:1,{path}")]
     assert ids == ["mtbench/81", "mtbench/82", "HumanEval/0", "m/1", "m/2", "m/3"]
-    with pytest.raises(InputError, match="'mtbench:0': count 0 must be >= 1"):
+    with pytest.raises(InputError, match="'mtbench:0': the range must satisfy 1 <= A <= B"):
         load_prompt_mix("mtbench:0")
-    with pytest.raises(InputError, match="'mtbench:abc': count 'abc' is not a positive integer"):
+    with pytest.raises(InputError, match="'mtbench:abc': 'abc' is not a count N or a range A-B"):
         load_prompt_mix("mtbench:abc")
+    # ranges: the A-th to the B-th, 1-based
+    assert [p.prompt_id for p in load_prompt_mix(f"mtbench:2-3,{path}:3")] == ["mtbench/82", "mtbench/83", "m/1", "m/2", "m/3"]
+    for bad, message in (("mtbench:3-2", "1 <= A <= B"), ("mtbench:0-2", "1 <= A <= B"), (f"{path}:2-5", "has only 3 prompts")):
+        with pytest.raises(InputError, match=message):
+            load_prompt_mix(bad)
     with pytest.raises(InputError, match="prompt file not found: missing.jsonl"):
         load_prompt_mix("missing.jsonl")

@@ -11,6 +11,7 @@ import pytest
 
 import methods
 from calibrate.profile import Profile
+from common.errors import InputError
 from costmodel.params import arch_dict, drafter_arch
 from experiments import scoring, sweep
 from experiments.executor import LocalExecutor
@@ -260,6 +261,32 @@ def test_dask_cluster_gives_the_local_results(toy):
     pd.testing.assert_frame_equal(local.best, dask.best)
 
 
+def test_token_trace_of_another_target_drafter_or_dataset_is_refused(tmp_path, toy):
+    from traces.schema import RunMetadata, write_trace
+
+    frame = pd.DataFrame({"run_id": "r", "prompt_id": "a", "pos": np.arange(4), "token": [1, 2, 3, 4],
+                          "draft_rank": 0, "draft_conf": 0.5, "draft_q_token": 0.5, "alpha": 0.5, "target_entropy": 1.0})
+
+    def trace(name, **meta):
+        return str(write_trace(tmp_path / name, frame, RunMetadata(kind="token", **meta)))
+
+    ok = trace("ok.parquet", models={"target": "random:vicuna-7b", "drafter": "llama-68m"}, dataset="mtbench")
+    assert scoring.check_token_trace(ok, [toy], None) == "mt-bench"          # the trace's dataset labels the rows
+    for path, message in [
+        (trace("smol.parquet", models={"target": "smollm2", "drafter": "llama-68m"}), "recorded on target 'smollm2'"),
+        (trace("who.parquet", models={"target": "random:vicuna-7b", "drafter": "other"}), "drafter 'other'"),
+        (trace("anon.parquet"), "drafter 'None'"),
+    ]:
+        with pytest.raises(InputError, match=message):
+            scoring.check_token_trace(path, [toy], None)
+    with pytest.raises(InputError, match="not --dataset 'humaneval'"):
+        scoring.check_token_trace(ok, [toy], "humaneval")
+    wide = frame.assign(token=[1, 2, 3, 40000])                 # no architecture named: the vocabulary decides
+    path = str(write_trace(tmp_path / "wide.parquet", wide, RunMetadata(kind="token", models={"target": "tiny", "drafter": "llama-68m"})))
+    with pytest.raises(InputError, match="token id 40000, outside the 32000-token vocabulary"):
+        scoring.check_token_trace(path, [toy], None)
+
+
 def test_token_trace_switches_to_exact_replay(tmp_path, toy):
     from traces.schema import RunMetadata, write_trace
 
@@ -269,11 +296,14 @@ def test_token_trace_switches_to_exact_replay(tmp_path, toy):
                           "token": rng.integers(0, 100, n), "draft_rank": rng.choice([0, 0, 0, 1, 3], n),
                           "draft_conf": rng.uniform(0, 1, n), "draft_q_token": rng.uniform(0, 1, n),
                           "alpha": rng.uniform(0, 1, n), "target_entropy": rng.uniform(0, 2, n)})
-    path = write_trace(tmp_path / "tokens.parquet", frame, RunMetadata(kind="token"))
+    meta = RunMetadata(kind="token", models={"target": "random:vicuna-7b", "drafter": "llama-68m"}, dataset="mtbench")
+    path = write_trace(tmp_path / "tokens.parquet", frame, meta)
     opts = sweep.SweepOptions(methods=["sd", "mcsd", "cape", "kangaroo"], budget=4, rescore=0, token_trace=str(path))
     result = sweep.run_sweep([toy], opts, LocalExecutor(workers=1, progress=False))
-    for method, table in result.tables.items():
-        assert (table.scored_by == "trace replay").all(), method
+    for method in ("sd", "mcsd", "cape"):
+        assert (result.tables[method].scored_by == "trace replay").all(), method
+    # the trace's drafter is llama-68m: Kangaroo's own drafter is priced in closed form, not replayed onto it
+    assert (result.tables["kangaroo"].scored_by == "closed form").all()
     assert result.tables["mcsd"].monotone.all()                 # replay keeps MCSD's monotonic rule
     sd = result.tables["sd"].set_index("gamma")
     from traces.replay import TokenTable, replay_summary

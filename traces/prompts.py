@@ -176,34 +176,41 @@ def _is_set_name(name: str) -> bool:
     return name.strip().lower().replace("-", "").replace("_", "") in BUILTIN_SETS
 
 
-def parse_prompt_mix(spec: str) -> list[tuple[str, int | None]]:
-    """`mtbench:2,humaneval` -> [("mtbench", 2), ("humaneval", None)] (no count = all). A part whose
-    suffix after the last colon is not a count is a path (paths may hold colons), unless its name is a
-    built-in set or an existing file: then the count is wrong and the part is refused in one line."""
+def parse_prompt_mix(spec: str) -> list[tuple[str, int, int | None]]:
+    """`mtbench:2,humaneval,mtbench:7-9` -> [("mtbench", 1, 2), ("humaneval", 1, None), ("mtbench", 7, 9)]:
+    each set with the 1-based, inclusive range of its prompts (N: the first N; A-B: the A-th to the B-th;
+    nothing: all of it). A part whose suffix after the last colon is not a count or a range is a path
+    (paths may hold colons), unless its name is a built-in set or an existing file: then the count is
+    wrong and the part is refused in one line."""
     parts = [p.strip() for p in str(spec).split(",") if p.strip()]
     if not parts:
-        raise InputError(f"prompt spec {spec!r} names no prompt set (use name:count joined by commas, "
-                         f"e.g. mtbench:2,humaneval:2; sets: {', '.join(BUILTIN_SETS)} or a JSONL path)")
+        raise InputError(f"prompt spec {spec!r} names no prompt set (use name:count or name:A-B joined by commas, "
+                         f"e.g. mtbench:2,humaneval:7-9; sets: {', '.join(BUILTIN_SETS)} or a JSONL path)")
     out = []
     for part in parts:
-        name, colon, count = part.rpartition(":")
-        if count.isdigit():
-            if int(count) < 1:
-                raise InputError(f"prompt spec '{part}': count {count} must be >= 1")
-            out.append((name, int(count)))
+        name, colon, span = part.rpartition(":")
+        first, dash, last = span.partition("-")
+        if colon and first.isdigit() and (not dash or last.isdigit()):
+            lo, hi = (int(first), int(last)) if dash else (1, int(first))
+            if lo < 1 or hi < lo:
+                raise InputError(f"prompt spec '{part}': the range must satisfy 1 <= A <= B (a count N >= 1)")
+            out.append((name, lo, hi))
         elif colon and (_is_set_name(name) or Path(name).is_file()):
-            raise InputError(f"prompt spec '{part}': count '{count}' is not a positive integer (use name:count, "
-                             f"e.g. {name}:2)")
+            raise InputError(f"prompt spec '{part}': '{span}' is not a count N or a range A-B of positive integers "
+                             f"(e.g. {name}:2 or {name}:7-9)")
         else:
-            out.append((part, None))
+            out.append((part, 1, None))
     return out
 
 
 def load_prompt_mix(spec: str, field: str = "prompt") -> list[Prompt]:
-    """`mtbench:2,humaneval:2` -> the first 2 prompts of each set, in that order (no count = all)."""
+    """The prompts of `spec` (parse_prompt_mix), in its order; a range past a set's end is refused."""
     prompts: list[Prompt] = []
-    for name, count in parse_prompt_mix(spec):
-        prompts += load_prompts(name, limit=count, field=field)
+    for name, lo, hi in parse_prompt_mix(spec):
+        chosen = load_prompts(name, limit=hi, field=field)[lo - 1:]
+        if hi is not None and len(chosen) < hi - lo + 1:
+            raise InputError(f"prompt spec '{name}:{lo}-{hi}': set '{name}' has only {lo - 1 + len(chosen)} prompts")
+        prompts += chosen
     if not prompts:
         raise InputError(f"no prompts in '{spec}'")
     return prompts
