@@ -210,14 +210,19 @@ def compare(pred: pd.DataFrame, runs: pd.DataFrame, error: float) -> pd.DataFram
 
 def regret(fid: pd.DataFrame) -> pd.DataFrame:
     """Per dataset: the configuration the Profile picks (highest predicted speedup, ar included)
-    against the best measured one."""
+    against the best measured one; and the pick that follows the verdicts (the highest predicted
+    among those called "speculate", else plain decoding: a tie does not speculate)."""
     rows = []
     for dataset, g in fid.groupby("dataset"):
         pick = g.loc[g["predicted_speedup"].idxmax()]
         best = g.loc[g["measured_speedup"].idxmax()]
+        sure = g[(g["predicted_verdict"] == "speculate") | (g["method"] == "ar")]
+        by_verdict = sure.loc[sure["predicted_speedup"].idxmax()]
         rows.append({"dataset": dataset, "picked": pick["candidate"], "picked_measured": pick["measured_speedup"],
                      "best": best["candidate"], "best_measured": best["measured_speedup"],
-                     "regret": 1 - pick["measured_speedup"] / best["measured_speedup"]})
+                     "regret": 1 - pick["measured_speedup"] / best["measured_speedup"],
+                     "verdict_pick": by_verdict["candidate"],
+                     "verdict_regret": 1 - by_verdict["measured_speedup"] / best["measured_speedup"]})
     return pd.DataFrame(rows)
 
 

@@ -81,6 +81,10 @@ def test_compare_regret_and_verdicts():
     assert bool(fid.set_index("candidate").loc["sd g1", "verdict_flip"])
     pred.loc[2, "predicted_speedup"] = 1.5                  # now the pick, measured 0.9 against 1.2
     assert fidelity.regret(fidelity.compare(pred, runs, 0.03)).loc[0, "regret"] == pytest.approx(0.25)
+    # a tie does not speculate: within a 60% held-out error nothing is "speculate", so the verdicts pick ar
+    tied = fidelity.regret(fidelity.compare(pred, runs, 0.6)).loc[0]
+    assert tied["picked"] == "sd g1" and tied["verdict_pick"] == "ar"
+    assert tied["verdict_regret"] == pytest.approx(1 - 1 / 1.2)
     # the baseline across windows: the Profile's calibration-window plain step beside this run's
     calibrated = type("P", (), {"engine": {"fit": {"reference": {"mt-bench": {"ar_step_s": 0.0688, "ctx_len": 90.0}}}}})
     [line] = fidelity.drift(fid, calibrated)
