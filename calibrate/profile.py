@@ -148,6 +148,11 @@ class Profile:
     def datasets(self) -> list[str]:
         return sorted({str(s["dataset"]) for s in self.acceptance.values() if s.get("dataset")})
 
+    def dataset_named(self, name: str) -> str | None:
+        """The recorded dataset a prompt set or trace calls `name` ('mtbench' -> 'mt-bench'), if any."""
+        norm = lambda s: str(s).lower().replace("-", "").replace("_", "")
+        return next((d for d in self.datasets() if norm(d) == norm(name)), None)
+
     def drafters_of(self, *kinds: str) -> list[str]:
         """Drafter names of the given kinds, in the Profile's order."""
         return [name for name, spec in self.drafters.items() if spec.get("kind") in kinds]

@@ -49,12 +49,11 @@ MAX_VERIFY = 64          # default configurations verify at most this many token
 
 def dataset_of(profile, prompt_set: str) -> str:
     """The Profile dataset a prompt set's prompts belong to ('mtbench' -> 'mt-bench')."""
-    norm = lambda s: s.lower().replace("-", "").replace("_", "")
-    found = [d for d in profile.datasets() if norm(d) == norm(prompt_set)]
-    if not found:
+    found = profile.dataset_named(prompt_set)
+    if found is None:
         raise InputError(f"prompt set '{prompt_set}' matches no dataset of profile '{profile.name}' "
                          f"(has: {', '.join(profile.datasets())})")
-    return found[0]
+    return found
 
 
 def default_candidates(profile, dataset: str, ctx_len: float, per_setup: int = PER_SETUP) -> list[Candidate]:

@@ -75,30 +75,25 @@ def mcsd_tables_2_3() -> list[dict]:
     """
     t1, t7 = papers.table("mcsd", "1"), papers.table("mcsd", "7")
     out = []
-    for table, draft in (("2", "LLaMA-68M"), ("3", "LLaMA-160M")):
-        for rec in papers.records("mcsd", table, column="tau"):
-            config = papers.k_config(rec)
-            if config is None:
-                continue
-            _, target, dataset, temp, _method = [s.strip() for s in rec.row.split(" / ")]
-            alpha1 = t1[f"{draft} / {target} / {temp}"][dataset]
-            ks = trees.parse_k_config(config)
-            if all(k == 1 for k in ks):
-                out.append(_row("mcsd", table, rec.row, f"tau [{config}]", rec.value,
-                                trees.expected_tokens_tree(config, {1: alpha1})))
-                continue
-            family13 = target.replace("33B", "13B")
-            gain = t7[f"{draft} / {family13} / {temp}"][f"{dataset} alpha@4"] - t7[f"{draft} / {family13} / {temp}"][f"{dataset} alpha@1"]
-            variants = [("13B gain, geometric miss", "geometric miss", 1.0),
-                        ("sensitivity: linear in log2 k", "linear", 1.0),
-                        ("sensitivity: gain x0.75", "geometric miss", 0.75),
-                        ("sensitivity: gain x1.25", "geometric miss", 1.25)]
-            for name, form, scale in variants:
-                curve = _alpha_curve(alpha1, min(alpha1 + scale * gain, 0.999), form)
-                out.append(_row("mcsd", table, rec.row, f"tau [{config}]", rec.value,
-                                trees.expected_tokens_tree(config, curve),
-                                variant=MAIN if name.startswith("13B") else name,
-                                assumption="alpha@4(33B) = alpha@1(33B) + 13B gain; curve: " + form))
+    for table, draft, rec, config, target, dataset, temp in papers.mcsd_tau_rows():
+        alpha1 = t1[f"{draft} / {target} / {temp}"][dataset]
+        ks = trees.parse_k_config(config)
+        if all(k == 1 for k in ks):
+            out.append(_row("mcsd", table, rec.row, f"tau [{config}]", rec.value,
+                            trees.expected_tokens_tree(config, {1: alpha1})))
+            continue
+        family13 = target.replace("33B", "13B")
+        gain = t7[f"{draft} / {family13} / {temp}"][f"{dataset} alpha@4"] - t7[f"{draft} / {family13} / {temp}"][f"{dataset} alpha@1"]
+        variants = [("13B gain, geometric miss", "geometric miss", 1.0),
+                    ("sensitivity: linear in log2 k", "linear", 1.0),
+                    ("sensitivity: gain x0.75", "geometric miss", 0.75),
+                    ("sensitivity: gain x1.25", "geometric miss", 1.25)]
+        for name, form, scale in variants:
+            curve = _alpha_curve(alpha1, min(alpha1 + scale * gain, 0.999), form)
+            out.append(_row("mcsd", table, rec.row, f"tau [{config}]", rec.value,
+                            trees.expected_tokens_tree(config, curve),
+                            variant=MAIN if name.startswith("13B") else name,
+                            assumption="alpha@4(33B) = alpha@1(33B) + 13B gain; curve: " + form))
     return out
 
 

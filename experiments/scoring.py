@@ -129,11 +129,7 @@ def replays(method: str, setting: Setting, setup: Setup | None = None) -> bool:
 
     if not setting.token_trace or method not in replayable():
         return False
-    return setup is None or trace_drafter_is(_token_meta(setting.token_trace), setup.profile, setup.drafter)
-
-
-def _norm(name: str | None) -> str:
-    return "".join(ch for ch in str(name or "").lower() if ch.isalnum())
+    return setup is None or trace_drafter_is(_token_trace(setting.token_trace)[1], setup.profile, setup.drafter)
 
 
 @functools.lru_cache(maxsize=8)
@@ -142,10 +138,6 @@ def _token_trace(path: str):
     from traces.schema import read_trace
 
     return read_trace(path, kind="token")
-
-
-def _token_meta(path: str):
-    return _token_trace(path)[1]
 
 
 def trace_drafter_is(meta, profile: Profile, drafter: str | None) -> bool:
@@ -181,8 +173,8 @@ def check_token_trace(path: str, profiles: list[Profile], dataset: str | None) -
                              f"which profile '{profile.name}' does not name (its drafters: {', '.join(profile.drafters)})")
     if not meta.dataset:
         return dataset
-    recorded = sorted({d for p in profiles for d in p.datasets() if _norm(d) == _norm(meta.dataset)})
-    if dataset is not None and _norm(dataset) != _norm(meta.dataset):
+    recorded = sorted({d for p in profiles if (d := p.dataset_named(meta.dataset))})
+    if dataset is not None and dataset not in recorded:
         raise InputError(f"--token-trace {path} was recorded on dataset '{meta.dataset}', not --dataset '{dataset}'")
     return dataset if dataset is not None else (recorded[0] if recorded else None)
 

@@ -41,11 +41,6 @@ class LookaheadConfig(MethodConfig):
     prompt_ngrams: bool = param(Flag("+prompt", "also take n-grams from the prompt", off=""), False)
 
 
-def forward_tokens(W, N, G):
-    """Query tokens of one lookahead forward with a full pool: (W + G)(N - 1) + 1 (the most it verifies)."""
-    return (np.asarray(W) + np.asarray(G)) * (np.asarray(N) - 1) + 1
-
-
 def window_tokens(W, N, step):
     """The Jacobi window's query tokens at a prompt's `step` (0-based): it grows by a level of W
     per step until it holds N - 1 levels."""
@@ -64,7 +59,7 @@ class Lookahead(MethodSpec):
         rows = [(w, n, g, p) for w, n, p in itertools.product(windows, ngrams, prompt_ngrams)
                 for g in sorted({1, max(1, w // 2), w, 2 * w})]
         frame = pd.DataFrame(rows, columns=["W", "N", "G", "prompt_ngrams"])
-        frame["tokens_per_forward"] = forward_tokens(frame.W, frame.N, frame.G)
+        frame["tokens_per_forward"] = expected_forward_tokens(frame.N, frame.W, frame.G).astype(np.int64)
         frame["config"] = [LookaheadConfig(*r).label for r in rows]
         return frame
 

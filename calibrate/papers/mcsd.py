@@ -128,16 +128,11 @@ def cells() -> list[Cell]:
     loads = workloads()
     out = []
     profile_of = {label: f"mcsd-{arch}-a6000" for arch, label in TARGETS.items()}
-    for table, draft in (("2", "llama-68m"), ("3", "llama-160m")):
-        for rec in papers.records("mcsd", table, column="tau"):
-            config = papers.k_config(rec)
-            if config is None:
-                continue
-            _, target, dataset, _temp, _method = [s.strip() for s in rec.row.split(" / ")]
-            published = papers.value("mcsd", table, rec.row, "speedup")
-            out.append(speedup_cell("mcsd", table, rec.row, "speedup", published, rec.value, profile_of[target],
-                                    "mcsd", f"mcsd k{config}", drafter=draft,
-                                    ctx=workload_ctx(loads[dataset.lower()]), note=f"k={config}"))
+    for table, draft, rec, config, target, dataset, _temp in papers.mcsd_tau_rows():
+        published = papers.value("mcsd", table, rec.row, "speedup")
+        out.append(speedup_cell("mcsd", table, rec.row, "speedup", published, rec.value, profile_of[target],
+                                "mcsd", f"mcsd k{config}", drafter=draft.lower(),
+                                ctx=workload_ctx(loads[dataset.lower()]), note=f"k={config}"))
     t2 = papers.table("mcsd", "2")
     t4 = papers.table("mcsd", "4")
     for row, repl in TABLE_4_ROWS.items():

@@ -18,7 +18,7 @@ import math
 from costmodel.papers import coral, glide, kangaroo, lookahead, mcsd, mistral
 from costmodel.papers._records import Record
 
-__all__ = ["Record", "PAPERS", "records", "value", "table", "tables", "to_rows", "k_config"]
+__all__ = ["Record", "PAPERS", "records", "value", "table", "tables", "to_rows", "k_config", "mcsd_tau_rows"]
 
 PAPERS = {
     "glide": glide.RECORDS,
@@ -29,6 +29,7 @@ PAPERS = {
     "mistral": mistral.RECORDS,
 }
 k_config = mcsd.k_config
+mcsd_tau_rows = mcsd.tau_rows
 
 
 def records(paper: str | None = None, table: str | None = None, row: str | None = None,

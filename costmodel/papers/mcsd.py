@@ -170,3 +170,16 @@ RECORDS = (
         scalar(PAPER, "text", "search space", "max new tokens", 128, "tokens", "Sec. 4.1"),
     ]
 )
+
+
+def tau_rows():
+    """(table, draft, record, k configuration, target, dataset, temperature) of every Table 2/3 tau
+    record whose k configuration the source kept ("Ours" rows: LLaMA-68M in Table 2, -160M in 3)."""
+    from costmodel.papers import records
+
+    for table, draft in (("2", "LLaMA-68M"), ("3", "LLaMA-160M")):
+        for rec in records(PAPER, table, column="tau"):
+            config = k_config(rec)
+            if config is not None:
+                _, target, dataset, temp, _method = [s.strip() for s in rec.row.split(" / ")]
+                yield table, draft, rec, config, target, dataset, temp
