@@ -14,7 +14,14 @@ step (`costmodel.step` on the method's shape, the step's realised draft forwards
 per method (`costmodel.step.StepCalibration`), and pooled over every method for methods without
 traces. Each fit is a ridge regression towards the prior (scale 1, nothing fixed); where the prior
 barely varies (one configuration of a method) only the scale is fitted, so a direction the traces
-do not explore stays at the prior instead of wandering.
+do not explore stays at the prior instead of wandering. Two structures compete (`STRUCTURES`):
+every part per method, or the verify forward shared by the speculative methods (draft and
+overhead per method); the one with the lower leave-one-configuration-out error is kept, and both
+errors are recorded.
+
+Traces measured in pairs (each generation beside plain decoding of its prompt, `traces.drift`) are
+first rescaled to the machine's typical speed, so the fit sees the methods' costs, not the minute
+each was measured in.
 
 `fit_engine(profile, runs)` returns the Profile's "engine" section with its held-out error: every
 configuration is left out in turn, the rest refitted, and its speedup over plain decoding
@@ -24,7 +31,7 @@ configuration is left out in turn, the rest refitted, and its speedup over plain
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -33,8 +40,10 @@ import methods
 from common.errors import InputError
 from costmodel.step import StepCalibration, draft_seconds, verify_seconds
 from methods.spec import priced_config
+from traces import drift
 
 RIDGE = 1e-3      # pull towards the prior, relative to each feature's own scale
+STRUCTURES = ("per method", "shared verify")    # fit_calibrations; fit_engine keeps the better held out
 VARIES = 0.05     # a prior that varies less than this (relative spread) fits a scale only
 
 
@@ -129,19 +138,30 @@ def predict_parts(calibration: StepCalibration, parts: pd.DataFrame) -> np.ndarr
             + c.overhead_s + c.overhead_per_token_s * parts["verify_tokens"]).to_numpy(float)
 
 
-def fit_calibrations(parts: pd.DataFrame) -> tuple[dict[str, StepCalibration], StepCalibration]:
-    """(per method, pooled over all) StepCalibrations."""
-    return {m: fit_parts(g) for m, g in parts.groupby("method", sort=True)}, fit_parts(parts)
+def fit_calibrations(parts: pd.DataFrame, structure: str = "per method"
+                     ) -> tuple[dict[str, StepCalibration], StepCalibration]:
+    """(per method, pooled over all) StepCalibrations. `structure` "shared verify": the verify
+    forward's scale and fixed cost are fitted once over every speculative method's steps (it is
+    the same target forward; two configurations of one method pin a line through two points),
+    the draft and overhead parts per method; plain decoding (ar) keeps its own."""
+    per = {m: fit_parts(g) for m, g in parts.groupby("method", sort=True)}
+    if structure == "shared verify":
+        shared = fit_parts(parts[parts["method"] != "ar"])
+        per = {m: c if m == "ar" else replace(c, verify_scale=shared.verify_scale, verify_fixed_s=shared.verify_fixed_s)
+               for m, c in per.items()}
+    elif structure != "per method":
+        raise InputError(f"unknown engine fit structure '{structure}' (known: {', '.join(STRUCTURES)})")
+    return per, fit_parts(parts)
 
 
-def heldout_errors(parts: pd.DataFrame) -> pd.DataFrame:
+def heldout_errors(parts: pd.DataFrame, structure: str = "per method") -> pd.DataFrame:
     """Leave one configuration out: refit without it (its method's other configurations, else the
     pool) and compare its speedup over plain decoding (measured tokens per step; predicted step
     times, the plain steps of its dataset predicted the same way) with the measured speedup."""
     rows = []
     for (dataset, config), held in parts.groupby(["dataset", "config"], sort=True):
         rest = parts[parts["config"] != config]
-        per_method, pooled = fit_calibrations(rest)
+        per_method, pooled = fit_calibrations(rest, structure)
         method = str(held["method"].iloc[0])
         plain = parts[(parts["method"] == "ar") & (parts["dataset"] == dataset)]
         if plain.empty:
@@ -164,10 +184,16 @@ def fit_engine(profile, runs: list[StepRun]) -> dict:
     """The Profile's "engine" section from `runs` (module docstring)."""
     if not runs:
         raise InputError("engine calibration needs at least one StepTrace")
+    factors = drift.pair_factors(pd.concat([run.frame for run in runs], ignore_index=True))
+    runs = [StepRun(drift.normalise(run.frame, factors), run.drafter, run.dataset) for run in runs]
     parts = pd.concat([prior_parts(profile, run) for run in runs], ignore_index=True)
-    per_method, pooled = fit_calibrations(parts)
-    errors = heldout_errors(parts)
-    abs_err = errors.loc[errors["method"] != "ar", "rel_error"].abs()    # ar is the speedups' baseline
+    # the structure whose held-out error is lower (ar, the speedups' baseline, is not judged)
+    judged = {s: heldout_errors(parts, s) for s in STRUCTURES}
+    median = {s: float(e.loc[e["method"] != "ar", "rel_error"].abs().median()) for s, e in judged.items()}
+    structure = min(STRUCTURES, key=lambda s: (median[s], STRUCTURES.index(s)))
+    per_method, pooled = fit_calibrations(parts, structure)
+    errors = judged[structure]
+    abs_err = errors.loc[errors["method"] != "ar", "rel_error"].abs()
     plain = parts[parts["method"] == "ar"]
     reference = {str(d): {"ar_step_s": float((g["draft_s"] + g["verify_s"] + g["overhead_s"]).mean()),
                           "ctx_len": float(g["ctx_len"].mean()), "steps": int(len(g))}
@@ -176,7 +202,9 @@ def fit_engine(profile, runs: list[StepRun]) -> dict:
         "methods": {m: c.to_dict() for m, c in per_method.items()},
         "pooled": pooled.to_dict(),
         "fit": {"reference": reference,       # the plain step of the calibration window: a later run's drift
+                "drift": drift.summary(factors),  # the machine's drift within the window, divided out
                 "steps": int(len(parts)), "configs": sorted(parts["config"].unique().tolist()),
+                "structure": {"chosen": structure, "heldout_median": {k: round(v, 5) for k, v in median.items()}},
                 "heldout": {"scheme": "leave one configuration out; speedup at measured tokens per step",
                             "speedup_error_median": float(abs_err.median()),
                             "speedup_error_p90": float(abs_err.quantile(0.9)),

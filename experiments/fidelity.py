@@ -11,8 +11,10 @@
    the engine-calibrated step cost) and the simulator, priced at the prompts' own context (their
    mean length plus half the new tokens).
 3. Measurement (experiments.measure): warm-up, configurations in rotating order per repeat,
-   pinned threads; per configuration the median speedup over `ar` of the same repeat, its spread
-   (half the range over repeats, relative) and the sampling error of the acceptance over prompts.
+   pinned threads, every generation beside plain decoding of the same prompt (its pair: the
+   machine's drift cancels, traces.drift); per configuration the median over repeats of the
+   speedup over its partners, its spread (half the range over repeats, relative) and the sampling
+   error of the acceptance over prompts.
 4. fidelity.csv, report.md and fidelity.png (predicted against measured, with y = x): the error of
    every configuration split into acceptance (tokens per step) and latency (step time), the
    search regret (measured speedup of the configuration the Profile would pick against the best
@@ -171,8 +173,6 @@ def compare(pred: pd.DataFrame, runs: pd.DataFrame, error: float) -> pd.DataFram
     per_prompt = runs.groupby(["dataset", "candidate", "prompt_id"]).agg(tokens=("tokens", "sum"), steps=("steps", "sum"))
     tps = (per_prompt["tokens"] / per_prompt["steps"]).groupby(level=[0, 1])
     accept_se = (tps.std(ddof=1) / np.sqrt(tps.count()) / tps.mean()).rename("acceptance_se")
-    ar_step = per[per["method"] == "ar"].groupby("dataset").apply(
-        lambda g: float((g["seconds"] / g["steps"]).median()), include_groups=False).rename("ar_step_s")
     m = per.groupby(["dataset", "candidate"]).agg(
         measured_speedup=("speedup", "median"), lo=("speedup", "min"), hi=("speedup", "max"),
         measured_tokens_per_s=("tokens_per_s", "median"), measured_e2e_tokens_per_s=("e2e_tokens_per_s", "median"),
@@ -180,17 +180,17 @@ def compare(pred: pd.DataFrame, runs: pd.DataFrame, error: float) -> pd.DataFram
         seconds=("seconds", "median"), steps=("steps", "median"), n=("repeat", "nunique")).reset_index()
     m["measured_step_s"] = m["seconds"] / m["steps"]
     m["spread"] = (m["hi"] - m["lo"]) / 2 / m["measured_speedup"]
-    m = m.merge(accept_se.reset_index(), on=["dataset", "candidate"], how="left").merge(
-        ar_step.reset_index(), on="dataset", how="left")
+    m = m.merge(accept_se.reset_index(), on=["dataset", "candidate"], how="left")
     out = pred.merge(m, on=["dataset", "candidate"], how="inner")
     out["acceptance_se"] = out["acceptance_se"].fillna(0.0)
     out["rel_error"] = out["predicted_speedup"] / out["measured_speedup"] - 1.0
     out["sim_rel_error"] = out["simulated_speedup"] / out["measured_speedup"] - 1.0
     out["acceptance_error"] = out["predicted_tokens_per_step"] / out["measured_tokens_per_step"] - 1.0
     # the speedup the Profile predicts with the measured tokens per step: its latency error alone
+    # (measured: plain step over this step, as the speedup measured it, i.e. against the partners)
     ar_pred = out.loc[out["method"] == "ar"].set_index("dataset")["predicted_step_s"]
     out["latency_error"] = ((out["dataset"].map(ar_pred) / out["predicted_step_s"])
-                            / (out["ar_step_s"] / out["measured_step_s"]) - 1.0)
+                            / (out["measured_speedup"] / out["measured_tokens_per_step"]) - 1.0)
     out["noise"] = np.hypot(out["spread"], out["acceptance_se"])
     out["within_2x_noise"] = out["rel_error"].abs() <= 2 * out["noise"]
     out["predicted_verdict"] = np.where(out["predicted_speedup"] > 1 + error, "speculate",
@@ -249,11 +249,19 @@ def plot(fid: pd.DataFrame, path: Path) -> None:
     plt.close(fig)
 
 
-def drift(fid: pd.DataFrame, profile) -> list[str]:
-    """The plain-decoding step of the Profile's calibration window beside this run's: the machine's
-    drift between the two windows moves every speedup's denominator."""
+def drift(fid: pd.DataFrame, profile, runs: pd.DataFrame | None = None) -> list[str]:
+    """The plain-decoding step of the Profile's calibration window beside this run's, and the
+    machine's drift within this run (from the plain decoding paired with each generation)."""
+    from traces.drift import run_factors
+
     reference = profile.engine.get("fit", {}).get("reference", {})
     lines = []
+    factors = run_factors(runs) if runs is not None and "decode_s" in runs else pd.Series(dtype=float)
+    if not factors.empty:
+        lines.append(f"- within this run, the plain decoding beside each generation ran at {factors.quantile(0.1):.2f}-"
+                     f"{factors.quantile(0.9):.2f}x (p10-p90) of its prompt's median step, worst "
+                     f"{factors.min():.2f}-{factors.max():.2f}x over {len(factors)} pairs: each speedup divides "
+                     "by its own pair's")
     for r in fid[fid["method"] == "ar"].itertuples():
         ref = reference.get(r.dataset)
         if ref:
@@ -263,7 +271,8 @@ def drift(fid: pd.DataFrame, profile) -> list[str]:
     return lines or ["- the Profile records no calibration-window plain step (calibrated before references were kept)"]
 
 
-def report(fid: pd.DataFrame, reg: pd.DataFrame, args, profile, prompts: list[str], minutes: float) -> str:
+def report(fid: pd.DataFrame, reg: pd.DataFrame, args, profile, prompts: list[str], minutes: float,
+           runs: pd.DataFrame) -> str:
     spec = fid[fid["method"] != "ar"]
     err, sim = spec["rel_error"].abs(), spec["sim_rel_error"].abs()
     lines = [
@@ -271,7 +280,9 @@ def report(fid: pd.DataFrame, reg: pd.DataFrame, args, profile, prompts: list[st
         f"- Profile: `{args.profile}` ({profile.name}); calibration prompts (not used here): "
         f"{', '.join(profile.provenance.get('calibration_prompts', []))}",
         f"- Validation prompts (held out): {', '.join(prompts)}; {args.max_new_tokens} new tokens each, greedy",
-        f"- {len(spec)} speculative configurations + ar, {args.repeats} interleaved repeats, "
+        f"- {len(spec)} speculative configurations + ar, {args.repeats} interleaved repeats"
+        + (", every generation paired with plain decoding of its prompt" if "pair" in runs and (runs["pair"] >= 0).any() else "")
+        + ", "
         f"{args.threads} threads; measured in "
         + (f"{minutes:.1f} min" if minutes == minutes else "(time not recorded by this run)"),
         f"- Command: `python -m experiments.fidelity {' '.join(sys.argv[1:]) if args.argv is None else ' '.join(args.argv)}`",
@@ -283,11 +294,12 @@ def report(fid: pd.DataFrame, reg: pd.DataFrame, args, profile, prompts: list[st
         f"- within 2x the measurement noise: {int(spec['within_2x_noise'].sum())}/{len(spec)}",
         f"- verdict flips (predicted speculate/don't against measured): {int(spec['verdict_flip'].sum())}; "
         f"ties (within the Profile's held-out error {100 * args.error:.1f}%): {int((spec['predicted_verdict'] == 'tie').sum())}",
-        "", "## The baseline across windows", "", *drift(fid, profile),
+        "", "## The baseline across windows", "", *drift(fid, profile, runs),
         "", "## Search regret", "", _fmt_table(reg, list(reg.columns), ".3f"), "",
         "## Every configuration", "",
         _fmt_table(fid, [c for c in fid.columns if c != "ctx_len"], ".3f"), "",
-        "Columns: decode speedups over ar of the same repeat (the steps' own times: the prompt's prefill, the same "
+        "Columns: decode speedups over plain decoding: over each generation's own ar partner (the same prompt, run "
+        "right beside it) where the runs are paired, else over ar of the same repeat (the steps' own times: the prompt's prefill, the same "
         "work for every method and priced by no step model, is left out; measured_e2e_tokens_per_s includes it); rel_error = predicted / measured - 1; spread = half the "
         "range over repeats (relative); acceptance_se = standard error of tokens per step over prompts "
         "(relative); noise = both combined; latency_error = the error with the measured tokens per step.",
@@ -334,7 +346,7 @@ def write_results(args, profile, pred: pd.DataFrame, runs: pd.DataFrame, prompt_
     reg = regret(fid)
     atomic.write_csv(args.out / "fidelity.csv", fid)
     plot(fid, args.out / "fidelity.png")
-    atomic.write_text(args.out / "report.md", report(fid, reg, args, profile, prompt_ids, minutes))
+    atomic.write_text(args.out / "report.md", report(fid, reg, args, profile, prompt_ids, minutes, runs))
     spec = fid[fid["method"] != "ar"]
     print(f"closed form |error| median {100 * spec['rel_error'].abs().median():.1f}% worst "
           f"{100 * spec['rel_error'].abs().max():.1f}%; flips {int(spec['verdict_flip'].sum())}; "

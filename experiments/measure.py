@@ -6,6 +6,9 @@ calibrated on and the data it is judged against are measured the same way:
 - torch threads pinned (`threads`); every decoder warms up on a short generation before timing;
 - repeats rotate the order of the configurations (repeat r starts at configuration r), so drift of
   the machine (thermal, other load) hits every configuration alike;
+- plain decoding (ar) runs on the same prompt right next to every other generation, first or
+  second by turns (a pair, `traces.drift`): a speedup is a generation's tokens/s over its own
+  partner's, so the machine's minute-to-minute drift cancels instead of moving every speedup;
 - each generation's wall clock comes from the engine (`Generation.seconds`), each step's parts
   from its StepRecords, which become StepTrace rows (`run_id` = configuration label and repeat).
 """
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import pandas as pd
 
 import methods
@@ -104,39 +108,55 @@ class Bench:
         return [(p.dataset, p.prompt_id, list(encode_prompt(p, self.target.tokenizer))) for p in prompts]
 
     def measure(self, cands: Sequence[Candidate], prompts: Sequence[tuple[str, str, list[int]]], *, repeats: int,
-                max_new_tokens: int, log: Callable[[str], None] = print) -> tuple[pd.DataFrame, pd.DataFrame]:
+                max_new_tokens: int, log: Callable[[str], None] = print, paired: bool = True
+                ) -> tuple[pd.DataFrame, pd.DataFrame]:
         """(one row per generation: candidate, repeat, dataset, prompt, tokens, seconds (prefill
-        included), decode_s (its steps alone), steps; StepTrace rows of every step, with the
-        candidate's label and dataset)."""
-        from traces.record import output_steps
-
+        included), decode_s (its steps alone), steps, pair; StepTrace rows of every step, with the
+        candidate's label and dataset). `paired` (and an ar candidate among `cands`): ar runs beside
+        every other generation instead of in a slot of its own."""
         decoders = [self.decoder(c) for c in cands]              # built before any timing
         for dec in decoders:                                       # warm-up, untimed
             dec.generate(prompts[0][2], 8, self.eos)
-        runs, steps = [], []
+        plain = next((i for i, c in enumerate(cands) if c.method == "ar"), None)
+        paired = paired and plain is not None and len(cands) > 1
+        slots = [i for i in range(len(cands)) if not (paired and i == plain)]
+        runs, steps, pairs = [], [], 0
         started = time.perf_counter()
         for r in range(repeats):
-            order = list(range(len(cands)))
-            order = order[r % len(order):] + order[: r % len(order)]
-            for i in order:
-                cand, dec = cands[i], decoders[i]
-                config = json.dumps(cand.config.to_dict(), sort_keys=True)
-                for dataset, pid, ids in prompts:
-                    out = dec.generate(ids, max_new_tokens, self.eos)
-                    runs.append({"candidate": cand.label, "method": cand.method, "drafter": cand.drafter or "-",
-                                 "repeat": r, "dataset": dataset, "prompt_id": pid, "tokens": len(out.tokens),
-                                 "seconds": out.seconds, "steps": len(out.steps),
-                                 "decode_s": sum(st.draft_s + st.verify_s + st.overhead_s for st in out.steps)})
-                    for s, accepted in output_steps(out):
-                        steps.append({"candidate": cand.label, "dataset": dataset, "run_id": f"{cand.label}#{r}",
-                                      "method": cand.method, "config": config, "prompt_id": pid, "step": s.step,
-                                      "ctx_len": s.ctx_len, "draft_forwards": s.draft_forwards, "draft_s": s.draft_s,
-                                      "verify_tokens": s.verify_tokens, "verify_s": s.verify_s,
-                                      "overhead_s": s.overhead_s, "accepted": accepted,
-                                      "accept_mask": list(s.accept_mask), "confidences": list(s.confidences),
-                                      "mode": s.mode})
+            for i in slots[r % len(slots):] + slots[: r % len(slots)]:
+                for k, prompt in enumerate(prompts):
+                    if not paired:
+                        self._generate(cands[i], decoders[i], prompt, r, -1, max_new_tokens, runs, steps)
+                        continue
+                    order = (plain, i) if (k + r) % 2 == 0 else (i, plain)    # ar first or second by turns
+                    for j in order:
+                        self._generate(cands[j], decoders[j], prompt, r, pairs, max_new_tokens, runs, steps)
+                    pairs += 1
             log(f"repeat {r + 1}/{repeats} done ({time.perf_counter() - started:.0f} s)")
         return pd.DataFrame(runs), pd.DataFrame(steps)
+
+    def _generate(self, cand: Candidate, dec, prompt: tuple[str, str, list[int]], repeat: int, pair: int,
+                  max_new_tokens: int, runs: list[dict], steps: list[dict]) -> None:
+        """One timed generation: its row onto `runs`, its StepTrace rows onto `steps`."""
+        from traces.record import output_steps
+
+        dataset, pid, ids = prompt
+        out = dec.generate(ids, max_new_tokens, self.eos)
+        runs.append({"candidate": cand.label, "method": cand.method, "drafter": cand.drafter or "-",
+                     "repeat": repeat, "dataset": dataset, "prompt_id": pid, "tokens": len(out.tokens),
+                     "seconds": out.seconds, "steps": len(out.steps), "pair": pair,
+                     "decode_s": sum(st.draft_s + st.verify_s + st.overhead_s for st in out.steps)})
+        config = json.dumps(cand.config.to_dict(), sort_keys=True)
+        # one run_id per generation sequence: a paired ar generation is its own (prompts repeat in it)
+        run_id = f"{cand.label}~{pair}#{repeat}" if pair >= 0 and cand.method == "ar" else f"{cand.label}#{repeat}"
+        for s, accepted in output_steps(out):
+            steps.append({"candidate": cand.label, "dataset": dataset, "run_id": run_id, "pair": pair,
+                          "method": cand.method, "config": config, "prompt_id": pid, "step": s.step,
+                          "ctx_len": s.ctx_len, "draft_forwards": s.draft_forwards, "draft_s": s.draft_s,
+                          "verify_tokens": s.verify_tokens, "verify_s": s.verify_s,
+                          "overhead_s": s.overhead_s, "accepted": accepted,
+                          "accept_mask": list(s.accept_mask), "confidences": list(s.confidences),
+                          "mode": s.mode})
 
 
 def decode_seconds(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
@@ -144,9 +164,9 @@ def decode_seconds(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     for runs recorded before measure() kept it."""
     keyed = steps.assign(repeat=steps["run_id"].str.rsplit("#", n=1).str[1].astype(int),
                          decode_s=steps["draft_s"] + steps["verify_s"] + steps["overhead_s"])
-    total = keyed.groupby(["dataset", "candidate", "repeat", "prompt_id"])["decode_s"].sum()
-    out = runs.drop(columns=["decode_s"], errors="ignore").merge(
-        total.reset_index(), on=["dataset", "candidate", "repeat", "prompt_id"], how="left")
+    key = ["dataset", "candidate", "repeat", "prompt_id"] + (["pair"] if "pair" in runs and "pair" in steps else [])
+    total = keyed.groupby(key)["decode_s"].sum()
+    out = runs.drop(columns=["decode_s"], errors="ignore").merge(total.reset_index(), on=key, how="left")
     if out["decode_s"].isna().any():
         raise InputError("the step traces do not cover every measured generation: decode times cannot be derived")
     return out
@@ -155,18 +175,32 @@ def decode_seconds(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
 def rates(runs: pd.DataFrame) -> pd.DataFrame:
     """Per (dataset, candidate, repeat): tokens, decode seconds (the steps alone: the prompt's
     prefill is the same work for every method and no step-cost model prices it), decode tokens/s,
-    end-to-end tokens/s (prefill included) and the decode speedup over `ar` of the same dataset and
-    repeat (measured back to back in the same rotation)."""
+    end-to-end tokens/s (prefill included) and the decode speedup over plain decoding: over each
+    generation's own ar partner where the runs are paired (`pair`), else over ar of the same
+    dataset and repeat (its slot in the same rotation)."""
     if "decode_s" not in runs:
         raise InputError("the measured runs hold no decode_s (step times): derive it from their StepTraces")
-    per = runs.groupby(["dataset", "candidate", "method", "drafter", "repeat"], sort=False).agg(
+    if not (runs["method"] == "ar").any():
+        raise InputError("the measured candidates hold no plain decoding (ar): speedups need it")
+    keys = ["dataset", "candidate", "method", "drafter", "repeat"]
+    runs = runs.assign(ar_tokens=np.nan, ar_s=np.nan)
+    paired = (runs["pair"] >= 0) if "pair" in runs else pd.Series(False, index=runs.index)
+    if paired.any():
+        partner = runs[paired & (runs["method"] == "ar")].set_index(["dataset", "pair"])   # ids count per dataset
+        spec = paired & (runs["method"] != "ar")
+        mine = pd.MultiIndex.from_frame(runs.loc[spec, ["dataset", "pair"]])
+        if not mine.isin(partner.index).all():
+            raise InputError("a paired generation has no plain-decoding partner among the runs")
+        runs.loc[spec, "ar_tokens"] = partner["tokens"].reindex(mine).to_numpy(float)
+        runs.loc[spec, "ar_s"] = partner["decode_s"].reindex(mine).to_numpy(float)
+    per = runs.groupby(keys, sort=False).agg(
         tokens=("tokens", "sum"), seconds=("decode_s", "sum"), e2e_seconds=("seconds", "sum"),
-        steps=("steps", "sum")).reset_index()
+        steps=("steps", "sum"), ar_tokens=("ar_tokens", "sum"), ar_s=("ar_s", "sum")).reset_index()
     per["tokens_per_s"] = per["tokens"] / per["seconds"]
     per["e2e_tokens_per_s"] = per["tokens"] / per["e2e_seconds"]
-    ar = per[per["method"] == "ar"].set_index(["dataset", "repeat"])["tokens_per_s"]
-    if ar.empty:
-        raise InputError("the measured candidates hold no plain decoding (ar): speedups need it")
-    per["speedup"] = per["tokens_per_s"] / ar.reindex(pd.MultiIndex.from_frame(per[["dataset", "repeat"]])).to_numpy()
+    same_repeat = per[per["method"] == "ar"].set_index(["dataset", "repeat"])["tokens_per_s"]
+    baseline = np.where(per["ar_s"] > 0, per["ar_tokens"] / per["ar_s"].where(per["ar_s"] > 0, 1.0),
+                        same_repeat.reindex(pd.MultiIndex.from_frame(per[["dataset", "repeat"]])).to_numpy())
+    per["speedup"] = per["tokens_per_s"] / baseline
     per["tokens_per_step"] = per["tokens"] / per["steps"]
-    return per
+    return per.drop(columns=["ar_tokens", "ar_s"])

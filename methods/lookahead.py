@@ -51,7 +51,7 @@ class Lookahead(MethodSpec):
     name, config, summary = "lookahead", LookaheadConfig, "Jacobi window + n-gram pool, no drafter"
     needs = "lookahead"
     decoder = "runtime.engine.lookahead:Lookahead"
-    calibration = ("lookahead W5 N3 G5", "lookahead W7 N4 G7")
+    calibration = ("lookahead W2 N3 G2", "lookahead W5 N3 G5", "lookahead W7 N4 G7")   # small windows too
     plot = PlotSpec(x="W", hue="N", y="G")
 
     def space(self, setup, windows=WINDOWS, ngrams=NGRAMS, prompt_ngrams=(False,)):

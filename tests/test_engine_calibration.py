@@ -136,3 +136,50 @@ def test_workload_is_the_context_the_traces_saw(profile):
     p = Profile.from_dict({**profile.to_dict(), "workload": got})
     assert p.workload_ctx("mt-bench") == pytest.approx(77.25)
     assert p.workload_ctx("humaneval") is None
+
+
+def test_paired_plain_decoding_divides_out_the_machine_drift(profile):
+    """Each generation measured while the machine ran slower or faster (a factor per pair), its
+    plain-decoding partner slowed alike: the calibration divides the factors out (traces.drift)."""
+    rng = np.random.default_rng(2)
+    runs = [synthetic_run(profile, label, "vanilla", rng) for label in ("sd g1", "sd g4", "sd g7")]
+    runs.append(synthetic_run(profile, "ar", None, rng))
+    slow = np.array([1.0, 1.6, 0.8, 1.3, 0.9, 1.45])          # per pair: the machine's speed then
+    for i, run in enumerate(runs[:3]):
+        run.frame["pair"] = np.repeat([2 * i, 2 * i + 1], 60)
+    runs[3].frame["pair"] = np.repeat(np.arange(6), 20)
+    for run in runs:
+        for part in ("draft_s", "verify_s", "overhead_s"):
+            run.frame[part] *= slow[run.frame["pair"]]
+    engine = fit_engine(profile, runs)
+    assert engine["fit"]["drift"]["pairs"] == 6
+    assert engine["fit"]["drift"]["factor_p90"] / engine["fit"]["drift"]["factor_p10"] > 1.4
+    assert engine["fit"]["heldout"]["speedup_error_max"] < 0.03
+    unpaired = [StepRun(r.frame.assign(pair=-1), r.drafter, r.dataset) for r in runs]
+    blind = fit_engine(profile, unpaired)
+    assert blind["fit"]["drift"] is None
+    assert blind["fit"]["heldout"]["speedup_error_max"] > 0.05        # the drift shows up as error
+    # a paired step whose partner is missing is refused
+    with pytest.raises(InputError, match=r"pair 5 \(prompt p\) has no plain-decoding partner"):
+        fit_engine(profile, [*runs[:3], StepRun(runs[3].frame[runs[3].frame["pair"] != 5], None, "mt-bench")])
+
+
+def test_the_structure_with_the_lower_heldout_error_is_kept(profile):
+    """Methods whose verify forwards truly cost differently keep their own verify fit; the
+    shared-verify structure prices every speculative method's verify alike."""
+    from calibrate.engine import fit_calibrations
+
+    rng = np.random.default_rng(3)
+    runs = [synthetic_run(profile, label, drafter, rng) for label, drafter in
+            (("sd g1", "vanilla"), ("sd g4", "vanilla"), ("sd g7", "vanilla"),
+             ("glide g2", "glide"), ("glide g4", "glide"), ("glide g6", "glide"), ("ar", None))]
+    for run in runs[3:6]:
+        run.frame["verify_s"] *= 1.8              # glide's verify forward: 80% dearer than sd's
+    engine = fit_engine(profile, runs)
+    medians = engine["fit"]["structure"]["heldout_median"]
+    assert engine["fit"]["structure"]["chosen"] == "per method" and medians["per method"] < medians["shared verify"]
+    parts = pd.concat([prior_parts(profile, r) for r in runs], ignore_index=True)
+    per, _ = fit_calibrations(parts, "shared verify")
+    assert per["sd"].verify_scale == per["glide"].verify_scale and per["ar"].verify_scale != per["sd"].verify_scale
+    with pytest.raises(InputError, match="unknown engine fit structure 'both'"):
+        fit_calibrations(parts, "both")

@@ -122,3 +122,41 @@ def test_fidelity_refuses_bad_options_before_loading_a_model(tmp_path, capsys, p
     assert "--repeats must be >= 1" in capsys.readouterr().err
     assert fidelity.main(argv + ["--prompts", "mtbench:2-3", "--configs", str(tmp_path / "none.txt")]) == 2
     assert "--configs file not found" in capsys.readouterr().err
+
+
+def test_every_generation_runs_beside_plain_decoding_of_its_prompt():
+    """experiments.measure on a tiny model: paired runs, ar first or second by turns, and rates
+    dividing each generation by its own partner."""
+    from experiments.measure import Bench, decode_seconds
+
+    bench = Bench("tiny", {}, ".", threads=1)
+    cands = [Candidate(methods.get("ar").config()), Candidate(methods.parse_label("lookahead W3 N2 G2")),
+             Candidate(methods.parse_label("lookahead W4 N3 G2"))]
+    prompts = [("mtbench", "p0", [1, 2, 3, 4]), ("mtbench", "p1", [5, 6, 7])]
+    runs, steps = bench.measure(cands, prompts, repeats=2, max_new_tokens=5, log=lambda _m: None)
+    assert len(runs) == 2 * 2 * 2 * 2            # (2 speculative x 2 prompts) pairs x 2 generations x 2 repeats
+    spec, plain = runs[runs["method"] != "ar"], runs[runs["method"] == "ar"]
+    assert sorted(spec["pair"]) == sorted(plain["pair"]) == list(range(8))
+    partner = plain.set_index("pair")["prompt_id"]
+    assert (spec["prompt_id"].to_numpy() == spec["pair"].map(partner).to_numpy()).all()
+    first = runs.groupby("pair")["method"].first()
+    assert set(first) == {"ar", "lookahead"}      # ar first or second by turns
+    assert set(steps["pair"]) == set(range(8)) and steps.loc[steps["method"] == "ar", "run_id"].nunique() == 8
+    assert decode_seconds(runs, steps)["decode_s"].to_numpy() == pytest.approx(runs["decode_s"].to_numpy())
+    # a partner that ran 1.5x slower halves nothing but its own pair's speedup
+    slowed = runs.copy()
+    slowed.loc[(slowed["method"] == "ar") & (slowed["pair"] == 0), "decode_s"] *= 1.5
+    per, per_slow = rates(runs).set_index(["candidate", "repeat"]), rates(slowed).set_index(["candidate", "repeat"])
+    moved = (per_slow["speedup"] / per["speedup"] - 1).abs() > 1e-9
+    assert moved.sum() == 1 and per_slow.loc[("ar", 0), "speedup"] == pytest.approx(1.0)
+    with pytest.raises(InputError, match="no plain-decoding partner"):
+        rates(runs[~((runs["method"] == "ar") & (runs["pair"] == 3))])
+    unpaired, _ = bench.measure(cands, prompts[:1], repeats=1, max_new_tokens=3, log=lambda _m: None, paired=False)
+    assert list(unpaired["pair"]) == [-1, -1, -1] and list(unpaired["method"]) == ["ar", "lookahead", "lookahead"]
+    # pair ids count per dataset (each dataset is measured by its own call)
+    twice = pd.concat([runs, runs.assign(dataset="humaneval")], ignore_index=True)
+    assert rates(twice).groupby("dataset")["speedup"].sum().to_numpy() == pytest.approx(
+        [rates(runs)["speedup"].sum()] * 2)
+    # the report states the drift the pairs saw within the run
+    [line] = fidelity.drift(pd.DataFrame({"method": []}), type("P", (), {"engine": {}}), slowed)
+    assert "over 8 pairs" in line and float(line.split("worst ")[1].split("-")[1].split("x")[0]) >= 1.2

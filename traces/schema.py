@@ -66,7 +66,8 @@ TOKEN_COLUMNS: dict[str, str] = {
 # columns a table may lack (files written before they existed): column -> (kind, value read for them)
 OPTIONAL_COLUMNS: dict[str, dict[str, tuple[str, Any]]] = {
     "latency": {"mode": ("str", "eager")},   # runtime mode of the forwards (runtime.cache.MODES)
-    "step": {"mode": ("str", "eager")},      # runtime mode of the engine that ran the steps
+    "step": {"mode": ("str", "eager"),       # runtime mode of the engine that ran the steps
+             "pair": ("int", -1)},           # generation paired with plain decoding (traces.drift); -1: none
     "token": {},
 }
 

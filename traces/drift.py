@@ -1,0 +1,77 @@
+"""Paired plain-decoding references: how fast the machine ran while each generation was measured.
+
+The 2-core CPU's speed wanders by tens of percent within a minute: the same plain step on the same
+prompt took 67 to 112 ms in one two-minute probe (stop 19), so a configuration measured minutes
+away from the plain decoding it is divided by can gain or lose 20% by timing alone.
+`experiments.measure` therefore runs plain decoding (ar) on the same prompt right next to every
+other generation: the two form a pair and share an id in the StepTrace column `pair` (-1: not
+paired). Two uses, one rule:
+
+- a measured speedup is a generation's tokens/s over its own partner's (`experiments.measure.rates`);
+- before a calibration fits step times, each step is rescaled to the machine's typical speed
+  (`normalise`): divided by its pair's factor, the partner's mean plain step over the median of
+  the plain generations of the same prompt.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from common.errors import InputError
+
+PARTS = ("draft_s", "verify_s", "overhead_s")
+
+
+def pair_factors(steps: pd.DataFrame) -> pd.Series:
+    """(prompt id, pair id) -> how much slower than typical the machine ran during that pair (1.0:
+    typical), from the paired plain-decoding (ar) steps in `steps`. Empty when nothing is paired."""
+    plain = _paired_plain(steps)
+    return _factors(plain.assign(step_s=plain[list(PARTS)].sum(axis=1)))
+
+
+def run_factors(runs: pd.DataFrame) -> pd.Series:
+    """`pair_factors` from one row per generation (experiments.measure's runs: decode_s, steps)."""
+    plain = _paired_plain(runs)
+    return _factors(plain.assign(step_s=plain["decode_s"] / plain["steps"]))
+
+
+def _paired_plain(frame: pd.DataFrame) -> pd.DataFrame:
+    if "pair" not in frame:
+        return frame.iloc[:0]
+    return frame[(frame["method"] == "ar") & (frame["pair"] >= 0)]
+
+
+def _factors(plain: pd.DataFrame) -> pd.Series:
+    if plain.empty:
+        return pd.Series(dtype=float)
+    per_pair = plain.groupby(["prompt_id", "pair"])["step_s"].mean()
+    typical = per_pair.groupby(level="prompt_id").transform("median")
+    return (per_pair / typical).rename("factor")
+
+
+def normalise(steps: pd.DataFrame, factors: pd.Series) -> pd.DataFrame:
+    """`steps` with each paired step's parts divided by its pair's factor (unpaired rows unchanged)."""
+    if factors.empty or "pair" not in steps:
+        return steps
+    paired = (steps["pair"] >= 0).to_numpy()
+    keys = pd.MultiIndex.from_frame(steps[["prompt_id", "pair"]])
+    factor = factors.reindex(keys).to_numpy(float)
+    lost = paired & pd.isna(factor)
+    if lost.any():
+        prompt, pair = keys[int(lost.argmax())]
+        raise InputError(f"pair {pair} (prompt {prompt}) has no plain-decoding partner among the step traces: "
+                         "calibrate on the plain-decoding trace recorded with them")
+    factor = pd.Series(factor).where(paired, 1.0).to_numpy(float)
+    out = steps.copy()
+    for part in PARTS:
+        out[part] = out[part].to_numpy(float) / factor
+    return out
+
+
+def summary(factors: pd.Series) -> dict | None:
+    """What the Profile records of the drift its calibration removed (None: nothing was paired)."""
+    if factors.empty:
+        return None
+    return {"scheme": "each generation beside plain decoding of the same prompt; steps divided by the partner's "
+                      "mean plain step over the prompt's median", "pairs": int(len(factors)),
+            "factor_p10": round(float(factors.quantile(0.1)), 4), "factor_median": round(float(factors.median()), 4),
+            "factor_p90": round(float(factors.quantile(0.9)), 4)}
