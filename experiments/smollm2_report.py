@@ -73,7 +73,7 @@ def sweep_result(profile, dataset: str, ctx_len: float, sim_tokens: int, seed: i
 def predict_run(profile, run: Run, setting, sim_tokens: int, seed: int) -> dict[str, float]:
     """One recorded run priced from the Profile alone: the closed form (`experiments.scoring.score`
     of the configuration the Profile prices, on the run's drafter and the dataset's acceptance
-    entry) and the simulator (mean of 5 seeded runs)."""
+    entry) and the simulator (5 seeded streams, pooled: `experiments.scoring.simulate_task`)."""
     from experiments import scoring
 
     spec = methods.get(run.method)
@@ -228,8 +228,9 @@ def write_report(args, log) -> None:
         + _md(acc),
         "## The papers' qualitative claims on this pair\n" + "\n".join(f"- {line}" for line in lines),
         "## Measured vs predicted on the CALIBRATION data (in-sample)\nMeasured: decode wall clock of the "
-        "StepTraces (draft + verify + overhead per token) against `ar` on the same prompts. Predicted from the "
-        "Profile alone: the sweep's closed form and the simulator (mean of 5 seeded runs). These are the runs the "
+        "StepTraces (draft + verify + overhead per token) against `ar` on the same prompts (each run against its own "
+        "plain-decoding partners where it was recorded in pairs). Predicted from the "
+        "Profile alone: the sweep's closed form and the simulator (5 seeded streams, pooled). These are the runs the "
         "Profile's acceptance and engine calibration were fitted on, so this table checks the fit, not a "
         "prediction; the held-out judgement is `python -m experiments.fidelity` on other prompts "
         f"(examples/smollm2_fidelity).\n\n{summary}\n\n" + _md(show),
