@@ -98,7 +98,7 @@ def _on(config: MethodConfig, drafter: str | None) -> Run:
 
 BASELINE = Run(methods.get("ar").config())
 # the StepTraces the engine calibration is fitted on, for every dataset: every method's
-# calibration configurations (two sizes: each step part's scale and fixed cost can be told
+# calibration configurations (two sizes or more: each step part's scale and fixed cost can be told
 # apart) on every drafter it runs on
 RUNS: list[Run] = [_on(config, d) for spec in methods.specs() for d in drafters_of(spec)
                    for config in spec.calibration_configs()]

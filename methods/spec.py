@@ -117,7 +117,7 @@ class MethodSpec:
         return None
 
     def calibration_configs(self) -> list[MethodConfig]:
-        """Configurations to record for the engine calibration (calibrate.engine): two sizes, so
+        """Configurations to record for the engine calibration (calibrate.engine): two sizes or more, so
         that each step part's scale and fixed cost can be told apart; default: the defaults."""
         return [self.config.from_label(label) for label in self.calibration] or [self.config()]
 
