@@ -41,6 +41,7 @@ from common.errors import InputError
 from costmodel.step import StepCalibration, draft_seconds, verify_seconds
 from methods.spec import priced_config
 from traces import drift
+from traces.schema import step_wall_s
 
 RIDGE = 1e-3      # pull towards the prior, relative to each feature's own scale
 STRUCTURES = ("per method", "shared verify")    # fit_calibrations; fit_engine keeps the better held out
@@ -168,8 +169,8 @@ def heldout_errors(parts: pd.DataFrame, structure: str = "per method") -> pd.Dat
             raise InputError(f"no plain decoding (ar) steps of dataset '{dataset}': speedups need them")
         predicted_step = predict_parts(per_method.get(method, pooled), held).mean()
         predicted_ar = predict_parts(per_method.get("ar", pooled), plain).mean()
-        measured_step = float((held["draft_s"] + held["verify_s"] + held["overhead_s"]).mean())
-        measured_ar = float((plain["draft_s"] + plain["verify_s"] + plain["overhead_s"]).mean())
+        measured_step = float(step_wall_s(held).mean())
+        measured_ar = float(step_wall_s(plain).mean())
         tokens = float(held["accepted"].mean())
         measured = tokens * measured_ar / measured_step
         predicted = tokens * predicted_ar / predicted_step
@@ -195,7 +196,7 @@ def fit_engine(profile, runs: list[StepRun]) -> dict:
     errors = judged[structure]
     abs_err = errors.loc[errors["method"] != "ar", "rel_error"].abs()
     plain = parts[parts["method"] == "ar"]
-    reference = {str(d): {"ar_step_s": float((g["draft_s"] + g["verify_s"] + g["overhead_s"]).mean()),
+    reference = {str(d): {"ar_step_s": float(step_wall_s(g).mean()),
                           "ctx_len": float(g["ctx_len"].mean()), "steps": int(len(g))}
                  for d, g in plain.groupby("dataset", sort=True)}
     return {

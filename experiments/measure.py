@@ -162,8 +162,10 @@ class Bench:
 def decode_seconds(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """`runs` with decode_s (the sum of each generation's step times) taken from its StepTrace rows,
     for runs recorded before measure() kept it."""
+    from traces.schema import step_wall_s
+
     keyed = steps.assign(repeat=steps["run_id"].str.rsplit("#", n=1).str[1].astype(int),
-                         decode_s=steps["draft_s"] + steps["verify_s"] + steps["overhead_s"])
+                         decode_s=step_wall_s(steps))
     key = ["dataset", "candidate", "repeat", "prompt_id"] + (["pair"] if "pair" in runs and "pair" in steps else [])
     total = keyed.groupby(key)["decode_s"].sum()
     out = runs.drop(columns=["decode_s"], errors="ignore").merge(total.reset_index(), on=key, how="left")

@@ -23,7 +23,9 @@ from experiments.smollm2_cpu import (BASELINE, CHAIN_RUNS, DATASETS, DRAFTERS, R
 
 def decode_rate(frame: pd.DataFrame) -> tuple[float, float, float]:
     """(seconds per token, tokens per step, mean context) over a StepTrace's decode steps."""
-    seconds = float((frame["draft_s"] + frame["verify_s"] + frame["overhead_s"]).sum())
+    from traces.schema import step_wall_s
+
+    seconds = float(step_wall_s(frame).sum())
     tokens = float(frame["accepted"].sum())
     return seconds / tokens, tokens / len(frame), float(frame["ctx_len"].mean())
 

@@ -24,6 +24,7 @@ from simulator.acceptance import StepDraws, draw_stream
 from simulator.costs import Parallelism, StepCosts, latency_for
 from simulator.methods import build_step_model, load_profile
 from common.errors import InputError
+from traces.schema import step_wall_s
 
 ENGINES = ("fast", "simpy")
 
@@ -110,7 +111,7 @@ def simulate_stream(profile, method: str, config: Mapping | str | None = None, n
         raise InputError(f"the given draws commit {int(draws.accepted.sum())} tokens; n_tokens - 1 = {int(n_tokens) - 1}")
     if engine == "fast":
         table = time_steps_fast(costs, draws, prompt_len)
-        decode_s = float((table["draft_s"] + table["verify_s"] + table["overhead_s"]).sum())
+        decode_s = float(step_wall_s(table).sum())
     else:
         table, decode_s = time_steps_simpy(costs, draws, prompt_len)
     prefill_s = costs.prefill_seconds(prompt_len)

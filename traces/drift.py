@@ -17,6 +17,7 @@ from __future__ import annotations
 import pandas as pd
 
 from common.errors import InputError
+from traces.schema import step_wall_s
 
 PARTS = ("draft_s", "verify_s", "overhead_s")
 
@@ -25,7 +26,7 @@ def pair_factors(steps: pd.DataFrame) -> pd.Series:
     """(prompt id, pair id) -> how much slower than typical the machine ran during that pair (1.0:
     typical), from the paired plain-decoding (ar) steps in `steps`. Empty when nothing is paired."""
     plain = _paired_plain(steps)
-    return _factors(plain.assign(step_s=plain[list(PARTS)].sum(axis=1)))
+    return _factors(plain.assign(step_s=step_wall_s(plain)))
 
 
 def run_factors(runs: pd.DataFrame) -> pd.Series:

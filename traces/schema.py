@@ -51,6 +51,13 @@ STEP_COLUMNS: dict[str, str] = {
     "confidences": "list",   # per drafted position: drafter top-1 probability
 }
 
+
+
+def step_wall_s(steps: pd.DataFrame) -> pd.Series:
+    """Each step row's wall clock (a StepTrace's or a simulated step table's): draft + verify + overhead."""
+    return steps["draft_s"] + steps["verify_s"] + steps["overhead_s"]
+
+
 TOKEN_COLUMNS: dict[str, str] = {
     "run_id": "str",
     "prompt_id": "str",
