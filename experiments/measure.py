@@ -108,19 +108,20 @@ class Bench:
         return [(p.dataset, p.prompt_id, list(encode_prompt(p, self.target.tokenizer))) for p in prompts]
 
     def measure(self, cands: Sequence[Candidate], prompts: Sequence[tuple[str, str, list[int]]], *, repeats: int,
-                max_new_tokens: int, log: Callable[[str], None] = print, paired: bool = True
-                ) -> tuple[pd.DataFrame, pd.DataFrame]:
+                max_new_tokens: int, log: Callable[[str], None] = print, paired: bool = True,
+                first_pair: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
         """(one row per generation: candidate, repeat, dataset, prompt, tokens, seconds (prefill
         included), decode_s (its steps alone), steps, pair; StepTrace rows of every step, with the
         candidate's label and dataset). `paired` (and an ar candidate among `cands`): ar runs beside
-        every other generation instead of in a slot of its own."""
+        every other generation instead of in a slot of its own. Pair ids count from `first_pair`
+        (a recording that extends earlier traces keeps their ids apart)."""
         decoders = [self.decoder(c) for c in cands]              # built before any timing
         for dec in decoders:                                       # warm-up, untimed
             dec.generate(prompts[0][2], 8, self.eos)
         plain = next((i for i, c in enumerate(cands) if c.method == "ar"), None)
         paired = paired and plain is not None and len(cands) > 1
         slots = [i for i in range(len(cands)) if not (paired and i == plain)]
-        runs, steps, pairs = [], [], 0
+        runs, steps, pairs = [], [], first_pair
         started = time.perf_counter()
         for r in range(repeats):
             for i in slots[r % len(slots):] + slots[: r % len(slots)]:

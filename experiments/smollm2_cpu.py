@@ -185,29 +185,53 @@ def calibration_prompts(args) -> str:
 
 def stage_steps(args, log) -> None:
     """Greedy StepTraces of RUNS on the calibration prompts, measured in one process with the
-    interleaved repeats of experiments.measure (the way experiments.fidelity measures)."""
+    interleaved repeats of experiments.measure (the way experiments.fidelity measures). Only the
+    configurations without a trace are recorded, each beside plain decoding of its prompt: their
+    pair ids continue after the recorded ones and the plain partners join the ar trace, so the
+    drift normalisation (traces.drift) puts old and new recordings on one scale."""
     from experiments.measure import Bench, Candidate
     from traces.prompts import load_prompt_mix
+
+    todo = [run for run in RUNS if any(not step_path(args, run.label, d).exists() for d in DATASETS)]
+    if not todo:
+        return
+    if BASELINE not in todo:
+        todo = [BASELINE] + todo                    # the partner every generation is measured beside
+    bench = Bench("smollm2", DRAFTERS, args.drafters, args.threads)
+    prompts = bench.encode(load_prompt_mix(calibration_prompts(args)))
+    cands = [Candidate(run.config, run.drafter) for run in todo]
+    _runs, steps = bench.measure(cands, prompts, repeats=args.repeats, max_new_tokens=args.max_new_tokens, log=log,
+                                 first_pair=next_pair(args))
+    by_dataset = {name: profile_name for profile_name, name in DATASETS.items()}
+    for run, cand in zip(todo, cands):
+        for prompt_set, dataset in by_dataset.items():
+            rows = steps[(steps["candidate"] == cand.label) & (steps["dataset"] == prompt_set)]
+            write_steps(args, run, dataset, rows.drop(columns=["candidate", "dataset"]))
+    log(f"wrote {len(todo) * len(DATASETS)} step traces to {args.out}")
+
+
+def next_pair(args) -> int:
+    """The first pair id after every pair the recorded StepTraces hold (0: none recorded)."""
+    from traces import schema
+
+    frames = [schema.read_trace(path, "step")[0] for path in sorted(args.out.glob("steps_*.parquet"))]
+    ids = [int(f["pair"].max()) for f in frames if "pair" in f and len(f)]
+    return max(ids, default=-1) + 1
+
+
+def write_steps(args, run: Run, dataset: str, rows: pd.DataFrame) -> None:
+    """Write `run`'s StepTrace of `dataset`; plain decoding's rows are added to the ones recorded."""
     from traces import schema
     from traces.timing import git_commit
 
-    todo = [run for dataset in DATASETS for run in RUNS if not step_path(args, run.label, dataset).exists()]
-    if not todo:
-        return
-    bench = Bench("smollm2", DRAFTERS, args.drafters, args.threads)
-    prompts = bench.encode(load_prompt_mix(calibration_prompts(args)))
-    cands = [Candidate(run.config, run.drafter) for run in RUNS]
-    _runs, steps = bench.measure(cands, prompts, repeats=args.repeats, max_new_tokens=args.max_new_tokens, log=log)
-    by_dataset = {name: profile_name for profile_name, name in DATASETS.items()}
-    for run, cand in zip(RUNS, cands):
-        for prompt_set, dataset in by_dataset.items():
-            rows = steps[(steps["candidate"] == cand.label) & (steps["dataset"] == prompt_set)]
-            meta = schema.RunMetadata(kind="step", models={"target": "smollm2", **({"drafter": run.drafter} if run.drafter else {})},
-                                      hardware="CPU", dtype="fp32", temperature=0.0, dataset=dataset, seed=0,
-                                      commit=git_commit(), extra={"label": run.label, "threads": args.threads,
-                                                                  "repeats": args.repeats, "measured_by": "experiments.measure"})
-            schema.write_trace(step_path(args, run.label, dataset), rows.drop(columns=["candidate", "dataset"]), meta)
-    log(f"wrote {len(RUNS) * len(DATASETS)} step traces to {args.out}")
+    path = step_path(args, run.label, dataset)
+    if run == BASELINE and path.exists():
+        rows = pd.concat([schema.read_trace(path, "step")[0], rows], ignore_index=True)
+    meta = schema.RunMetadata(kind="step", models={"target": "smollm2", **({"drafter": run.drafter} if run.drafter else {})},
+                              hardware="CPU", dtype="fp32", temperature=0.0, dataset=dataset, seed=0,
+                              commit=git_commit(), extra={"label": run.label, "threads": args.threads,
+                                                          "repeats": args.repeats, "measured_by": "experiments.measure"})
+    schema.write_trace(path, rows, meta)
 
 
 # ------------------------------------------------------------------------------------ calibration

@@ -75,7 +75,7 @@ class CAPE(MethodSpec):
     drafter_kinds = ("draft_model",)      # on a GLIDE drafter it is method glide with bins
     needs = "conf_bins"
     decoder = "runtime.engine.draft_methods:CAPE"
-    calibration = ("cape g2 S88886666442", "cape g4 S88886666442")
+    calibration = ("cape g2 S88886666442", "cape g4 S88886666442", "cape g8 S88886666442")
     plot = PlotSpec(x="gamma", hue="bins_mean")
 
     def space(self, setup, gammas=GAMMAS, most_values: int = 5):

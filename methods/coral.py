@@ -67,7 +67,7 @@ class CORAL(MethodSpec):
     name, config, summary = "coral", CORALConfig, "EAGLE feature drafter + LM-head router"
     drafter_kinds = ("coral",)
     decoder = "runtime.drafters.methods:Coral"
-    calibration = ("coral g2", "coral g4")
+    calibration = ("coral g2", "coral g4", "coral g8")
     plot = PlotSpec(x="gamma", hue="router")
 
     def space(self, setup, groups=GROUPS, top_n=TOP_N, depths=DEPTHS):

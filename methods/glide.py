@@ -25,7 +25,7 @@ class GLIDE(MethodSpec):
     name, config, summary = "glide", GLIDEConfig, "GLIDE drafter (reads the target's KV cache), chain or CAPE"
     drafter_kinds = ("glide",)
     decoder = "runtime.drafters.methods:Glide"
-    calibration = ("glide g2", "glide g4")
+    calibration = ("glide g2", "glide g4", "glide g8")
     plot = PlotSpec(x="gamma", hue="bins_mean")
 
     def space(self, setup, gammas=GAMMAS, most_values: int = 5):

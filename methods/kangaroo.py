@@ -33,7 +33,7 @@ class Kangaroo(MethodSpec):
     name, config, summary = "kangaroo", KangarooConfig, "shallow layers + adapter, early exit at eta"
     drafter_kinds = ("kangaroo",)
     decoder = "runtime.drafters.kangaroo:Kangaroo"
-    calibration = ("kangaroo L2 g2 eta0.3", "kangaroo L2 g6 eta0.6")
+    calibration = ("kangaroo L2 g2 eta0.3", "kangaroo L2 g6 eta0.6", "kangaroo L2 g8 eta0")
     plot = PlotSpec(x="eta", hue="gamma")
 
     def space(self, setup, steps=STEPS, etas=ETAS):

@@ -110,7 +110,7 @@ class MCSD(MethodSpec):
     drafter_kinds = ("draft_model",)
     needs = "alpha_at_k"
     decoder = "runtime.engine.draft_methods:MCSD"
-    calibration = ("mcsd k2x2x1 repl", "mcsd k4x2 repl")
+    calibration = ("mcsd k2x2x1 repl", "mcsd k4x2 repl", "mcsd k4x2x2x2 repl")
     plot = PlotSpec(x="budget", hue="gamma")
 
     def space(self, setup, budget: int = DEFAULT_BUDGET, max_depth: int = MAX_DEPTH, choices=K_CHOICES):

@@ -58,7 +58,7 @@ class SD(MethodSpec):
     name, config, summary = "sd", SDConfig, "draft-model chain of gamma tokens"
     drafter_kinds = ("draft_model",)
     decoder = "runtime.engine.draft_methods:SD"
-    calibration = ("sd g1", "sd g4")
+    calibration = ("sd g1", "sd g4", "sd g8")
     plot = PlotSpec(x="gamma")
 
     def space(self, setup, gammas=GAMMAS):
