@@ -141,6 +141,13 @@ class Profile:
             return None
         return float(entry["prompt_tokens"]) + float(entry["new_tokens"]) / 2.0
 
+    def workload_new_tokens(self, dataset: str | None) -> int | None:
+        """Mean new tokens per prompt in the traces of `dataset` (None: no workload recorded)."""
+        if dataset is None:
+            dataset = next(iter(self.workload), None)
+        entry = self.workload.get(dataset)
+        return max(1, int(round(float(entry["new_tokens"])))) if entry else None
+
     def temperatures(self) -> list[float]:
         """Temperatures with recorded acceptance, ascending."""
         return sorted({float(s.get("temperature", 0.0)) for s in self.acceptance.values()})

@@ -89,27 +89,36 @@ def synthetic_chain_steps(betas: list[float], n_steps: int = 5000, seed: int = 0
     return validate(frame, "step", source="synthetic step trace"), meta
 
 
-def synthetic_ngram_steps(alpha: float, f: float, configs: list, n_steps: int = 4000,
-                          seed: int = 0, pool: float | None = None) -> tuple[pd.DataFrame, RunMetadata]:
-    """StepTrace rows of an n-gram verifying method for each config (fields N, W, G): with
-    probability 1/f a step verifies G n-grams of N - 1 tokens, each token accepted with alpha, and
-    commits 1 + the longest accepted prefix; otherwise it commits one token (the process behind the
-    multi-sequence Eq. 5 and the scaling Eq. 7). Its forward carries the pending token, the window
-    (one level of W on a prompt's first step, growing to N - 1 levels) and min(G, Poisson(pool)) candidates (G where `pool` is None)."""
+def synthetic_ngram_steps(model: dict, configs: list, prompts: int = 60, steps: int = 40,
+                          seed: int = 0) -> tuple[pd.DataFrame, RunMetadata]:
+    """StepTrace rows of an n-gram verifying method (fields N, W, G) under the pool's growth
+    (costmodel.lookahead), written out as the process itself: at step t of a prompt the window has
+    collected W max(0, t - N + 2) n-grams; with probability hit (1 - exp(-collected / fill)) the
+    step finds min(G, 1 + Poisson(pool)) candidates of N - 1 tokens, and commits 1 + the longest
+    accepted prefix among them: a candidate's first token accepted with alpha, each later one with
+    alpha_next. `model["spread"]` 1: the
+    candidates are independent; 0: they are copies of one. Its forward carries the pending token,
+    the window (one level of W on a prompt's first step, growing to N - 1 levels) and the candidates."""
+    if model["spread"] not in (0, 1):
+        raise ValueError("the synthetic n-gram process takes spread 0 (copies) or 1 (independent candidates)")
     rng = np.random.default_rng(seed)
     frames = []
     for config in configs:
         n, w, g = config.N, config.W, config.G
-        good = rng.random(n_steps) < 1.0 / f
-        hits = rng.random((n_steps, g, n - 1)) < alpha
-        prefix = np.where(hits.all(axis=2), n - 1, np.argmin(hits, axis=2)).max(axis=1)
-        accepted = np.where(good, 1 + prefix, 1)
-        cands = g if pool is None else np.minimum(g, rng.poisson(pool, n_steps))
-        levels = np.minimum(np.arange(n_steps) % 50 + 1, n - 1)         # prompts of 50 steps
+        t = np.tile(np.arange(steps), prompts)
+        collected = w * np.maximum(0, t - n + 2)
+        found = rng.random(t.size) < model["hit"] * -np.expm1(-collected / model["fill"])
+        cands = np.where(found, np.minimum(g, 1 + rng.poisson(model["pool"], t.size)), 0)
+        hits = rng.random((t.size, g, n - 1)) < np.r_[model["alpha"], np.full(n - 2, model["alpha_next"])]
+        if model["spread"] == 0:
+            hits[:] = hits[:, :1]
+        prefix = np.where(hits.all(axis=2), n - 1, np.argmin(hits, axis=2))
+        longest = np.where(np.arange(g)[None, :] < cands[:, None], prefix, 0).max(axis=1)
         frames.append(pd.DataFrame({
             "run_id": "synthetic", "method": config.method, "config": json.dumps(config.to_dict()),
-            "prompt_id": "p0", "ctx_len": 128, "draft_forwards": 0, "draft_s": 0.0,
-            "step": np.arange(n_steps) % 50, "verify_s": 2e-2, "overhead_s": 1e-4, "accepted": accepted,
-            "verify_tokens": 1 + w * levels + cands * (n - 1), "accept_mask": [[]] * n_steps, "confidences": [[]] * n_steps}))
-    meta = RunMetadata(kind="step", seed=seed, extra={"synthetic": True, "alpha": alpha, "f": f})
+            "prompt_id": np.repeat([f"p{i}" for i in range(prompts)], steps), "ctx_len": 128,
+            "draft_forwards": 0, "draft_s": 0.0, "step": t, "verify_s": 2e-2, "overhead_s": 1e-4,
+            "accepted": 1 + longest, "verify_tokens": 1 + w * np.minimum(t + 1, n - 1) + cands * (n - 1),
+            "accept_mask": [[]] * t.size, "confidences": [[]] * t.size}))
+    meta = RunMetadata(kind="step", seed=seed, extra={"synthetic": True, **model})
     return validate(pd.concat(frames, ignore_index=True), "step", source="synthetic n-gram steps"), meta

@@ -105,6 +105,7 @@ class StepCalibration:
 
     verify_scale: float = 1.0
     verify_fixed_s: float = 0.0
+    verify_per_token_s: float = 0.0     # beyond the isolated forward's growth (logits at every position)
     draft_scale: float = 1.0
     draft_fixed_s: float = 0.0
     overhead_s: float = 0.0
@@ -126,7 +127,8 @@ class StepCalibration:
         parts = tuple(DraftPart(p.model, np.asarray(p.scale, float) * self.draft_scale) for p in shape.draft_parts)
         return replace(shape, draft_parts=parts,
                        verify_scale=np.asarray(shape.verify_scale, float) * self.verify_scale,
-                       overhead_s=shape.overhead_s + self.overhead_s + self.overhead_per_token_s * tokens,
+                       overhead_s=(shape.overhead_s + self.overhead_s
+                                   + (self.overhead_per_token_s + self.verify_per_token_s) * tokens),
                        draft_fixed_s=shape.draft_fixed_s + (self.draft_fixed_s if parts else 0.0),
                        verify_fixed_s=shape.verify_fixed_s + self.verify_fixed_s)
 

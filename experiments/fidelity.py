@@ -58,14 +58,15 @@ def dataset_of(profile, prompt_set: str) -> str:
     return found
 
 
-def default_candidates(profile, dataset: str, ctx_len: float, per_setup: int = PER_SETUP) -> list[Candidate]:
+def default_candidates(profile, dataset: str, ctx_len: float, per_setup: int = PER_SETUP,
+                       new_tokens: int | None = None) -> list[Candidate]:
     """ar, then per method and Profile drafter: the predicted best of its search space and
     `per_setup` - 1 more evenly spread over its predicted speedups down to the worst (verifying
-    <= MAX_VERIFY tokens)."""
+    <= MAX_VERIFY tokens), predicted for generations of `new_tokens`."""
     from experiments import scoring
     from methods.spec import engine_config
 
-    setting = scoring.Setting(temperature=0.0, ctx_len=int(round(ctx_len)), dataset=dataset)
+    setting = scoring.Setting(temperature=0.0, ctx_len=int(round(ctx_len)), dataset=dataset, new_tokens=new_tokens)
     out = [Candidate(methods.get("ar").config())]
     for spec in methods.specs():
         if not spec.sweep:
@@ -135,11 +136,12 @@ def predict(profile, cands: list[Candidate], dataset: str, ctx_len: float, sim_t
             sim_repeats: int = SIM_REPEATS) -> pd.DataFrame:
     """Closed form and simulator for each candidate on `dataset`, at `ctx_len`, from the Profile
     alone; the simulator runs `sim_repeats` streams of `sim_tokens` centred on `ctx_len` (the
-    measured workload: prompts of the mean length, the measured new tokens)."""
+    measured workload: prompts of the mean length, the measured new tokens), and the closed form
+    prices generations of the same length."""
     from experiments import scoring
     from methods.spec import priced_config
 
-    setting = scoring.Setting(temperature=0.0, ctx_len=int(round(ctx_len)), dataset=dataset)
+    setting = scoring.Setting(temperature=0.0, ctx_len=int(round(ctx_len)), dataset=dataset, new_tokens=sim_tokens)
     from costmodel.step import step_seconds
     from methods.spec import plain_shape
 
@@ -397,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     for prompt_set, dataset in datasets.items():
         lengths = [len(ids) for ds, _pid, ids in prompts if ds == prompt_set]
         ctx = float(np.mean(lengths)) + args.max_new_tokens / 2
-        cands_by[dataset] = given or default_candidates(profile, dataset, ctx, args.per_setup)
+        cands_by[dataset] = given or default_candidates(profile, dataset, ctx, args.per_setup, args.sim_tokens)
         preds.append(predict(profile, cands_by[dataset], dataset, ctx, args.sim_tokens, args.seed, args.sim_repeats))
     pred = pd.concat(preds, ignore_index=True)
     atomic.write_csv(args.out / "predictions.csv", pred)

@@ -18,7 +18,7 @@ tokens_per_s (all sequences of the batch), scored_by.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -44,6 +44,7 @@ class Setting:
     ctx_len: int = 512
     dataset: str | None = None          # None: MT-Bench where recorded, else the first listed
     token_trace: str | None = None
+    new_tokens: int | None = None       # tokens generated per request (None: a steady state)
 
 
 @dataclass
@@ -207,6 +208,7 @@ def score(setup: Setup, method: str, configs: pd.DataFrame, setting: Setting) ->
     """`configs` (a frame of `method`'s configurations) with the setup columns and SCORE_COLUMNS."""
     spec = methods.get(method)
     profile = setup.profile
+    setup = replace(setup, new_tokens=setting.new_tokens)
     try:
         tokens = np.asarray(spec.expected_tokens(setup, configs), dtype=float)
         shape = spec.priced_shape(setup, configs)

@@ -72,17 +72,20 @@ def sweep_result(profile, dataset: str, ctx_len: float, sim_tokens: int, seed: i
     return run_sweep([profile], opts, LocalExecutor(workers=1, progress=False))
 
 
+SIM_STREAMS = 20       # the simulator's streams per recorded run (as long as the recorded generations)
+
+
 def predict_run(profile, run: Run, setting, sim_tokens: int, seed: int) -> dict[str, float]:
     """One recorded run priced from the Profile alone: the closed form (`experiments.scoring.score`
     of the configuration the Profile prices, on the run's drafter and the dataset's acceptance
-    entry) and the simulator (5 seeded streams, pooled: `experiments.scoring.simulate_task`)."""
+    entry) and the simulator (SIM_STREAMS seeded streams, pooled: `experiments.scoring.simulate_task`)."""
     from experiments import scoring
 
     spec = methods.get(run.method)
     setup = profile.setups_for(spec, temperature=setting.temperature, dataset=setting.dataset, drafter=run.drafter)[0]
     scored = scoring.score(setup, run.method, spec.frame_of([run.priced]), setting)
     sim = scoring.simulate_task(scoring.SimTask(profile.to_dict(), run.method, scoring.sim_config(scored), setting,
-                                                seed, sim_tokens, 5))
+                                                seed, sim_tokens, SIM_STREAMS))
     return {"predicted_speedup": float(scored["speedup"].iloc[0]),
             "predicted_tokens_per_step": float(scored["tokens_per_step"].iloc[0]),
             "simulated_speedup": sim["sim_speedup"], "simulated_p05": sim["sim_p05"], "simulated_p95": sim["sim_p95"]}
@@ -90,13 +93,15 @@ def predict_run(profile, run: Run, setting, sim_tokens: int, seed: int) -> dict[
 
 def predictions(profile, dataset: str, ctx_len: float, sim_tokens: int, seed: int,
                 best: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per recorded run: closed-form and simulated speedup; the sweep's best per method)."""
+    """(per recorded run: closed-form and simulated speedup for generations as long as the traces'
+    (the Profile's workload); the sweep's best per method)."""
     from experiments import scoring
 
     result = sweep_result(profile, dataset, ctx_len, sim_tokens, seed)
-    setting = scoring.Setting(temperature=0.0, ctx_len=int(round(ctx_len)), dataset=dataset)
+    recorded = profile.workload_new_tokens(dataset) or sim_tokens
+    setting = scoring.Setting(temperature=0.0, ctx_len=int(round(ctx_len)), dataset=dataset, new_tokens=recorded)
     runs = [run for run in RUNS if run != BASELINE] + list(best)
-    rows = [{"dataset": dataset, "run": run.label, **predict_run(profile, run, setting, sim_tokens, seed + i)}
+    rows = [{"dataset": dataset, "run": run.label, **predict_run(profile, run, setting, recorded, seed + i)}
             for i, run in enumerate(runs)]
     best = result.best[["method", "drafter", "config", "speedup", "tokens_per_step"]
                        + [c for c in ("sim_speedup",) if c in result.best]].copy()
@@ -232,7 +237,8 @@ def write_report(args, log) -> None:
         "## Measured vs predicted on the CALIBRATION data (in-sample)\nMeasured: decode wall clock of the "
         "StepTraces (draft + verify + overhead per token) against `ar` on the same prompts (each run against its own "
         "plain-decoding partners where it was recorded in pairs). Predicted from the "
-        "Profile alone: the sweep's closed form and the simulator (5 seeded streams, pooled). These are the runs the "
+        f"Profile alone, for generations as long as the recorded ones: the sweep's closed form and the simulator "
+        f"({SIM_STREAMS} seeded streams, pooled). These are the runs the "
         "Profile's acceptance and engine calibration were fitted on, so this table checks the fit, not a "
         "prediction; the held-out judgement is `python -m experiments.fidelity` on other prompts "
         f"(examples/smollm2_fidelity).\n\n{summary}\n\n" + _md(show),

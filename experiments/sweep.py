@@ -59,7 +59,7 @@ class SweepOptions:
     ctx_len: int | None = None    # None: each Profile's workload context (else DEFAULT_CTX)
     seed: int = 0
     rescore: int = 2          # best configurations per (profile, method) re-scored in the simulator
-    sim_tokens: int = 256     # tokens generated per simulated run
+    sim_tokens: int = 256     # tokens generated per request: simulated, and priced by the closed forms
     sim_repeats: int = 5      # seeded simulated runs per configuration
     token_trace: str | None = None
     batch_sizes: list[int] | None = None   # per-deployment answers at these batches (None: --batch only)
@@ -113,7 +113,8 @@ def _setting(profile: Profile, opts: SweepOptions, batch: int | None = None) -> 
     context of the workload its traces saw (prompt + half the new tokens), else DEFAULT_CTX."""
     ctx = opts.ctx_len if opts.ctx_len is not None else (profile.workload_ctx(opts.dataset) or DEFAULT_CTX)
     return scoring.Setting(temperature=opts.temperature, batch=opts.batch if batch is None else batch,
-                           ctx_len=int(round(ctx)), dataset=opts.dataset, token_trace=opts.token_trace)
+                           ctx_len=int(round(ctx)), dataset=opts.dataset, token_trace=opts.token_trace,
+                           new_tokens=opts.sim_tokens)
 
 
 def run_sweep(profiles: list[Profile], opts: SweepOptions, executor) -> SweepResult:
@@ -285,7 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "default: none, every method is scored by the closed forms")
     p.add_argument("--rescore", type=int, default=2,
                    help="best configurations per (profile, method) re-scored in the simulator (default 2; 0 = none)")
-    p.add_argument("--sim-tokens", type=int, default=256, help="tokens generated per simulated run (default 256)")
+    p.add_argument("--sim-tokens", type=int, default=256,
+                   help="tokens generated per request: each simulated run generates them, and the closed forms price "
+                        "what changes along a generation (Lookahead's pool filling up) over them (default 256)")
     p.add_argument("--sim-repeats", type=int, default=5,
                    help="seeded simulated runs per configuration, for the spread (default 5)")
     p.add_argument("--batch-sizes", default=None, metavar="B,B,..",

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from costmodel.lookahead import compression_ratio, expected_forward_tokens, fit_pool
+from costmodel.lookahead import (compression_ratio, expected_forward_tokens, fit_pool_growth,
+                                 pool_trajectory)
 from common.errors import InputError
 from costmodel.step import StepShape
 from methods.config import Flag, Int, MethodConfig, param
@@ -21,15 +22,29 @@ NGRAMS = tuple(range(2, 9))
 
 @dataclass(frozen=True)
 class NgramAcceptance:
-    """The acceptance part of an entry: alpha (n-gram token acceptance), f (Eq. 7's scaling) and
-    the pool's fill (mean stored n-grams matching the pending token; None: a full pool of G)."""
+    """The acceptance part of an entry, one of two models (costmodel.lookahead). Eq. 7 (the
+    papers' profiles): alpha (n-gram token acceptance), f (steps per good speculation) and the
+    pool's fill (mean stored n-grams matching the pending token; None: a full pool of G). The
+    pool's growth (`hit` set; fitted on the engine's steps): alpha and alpha_next (a candidate's
+    first token, and each later one given those before), spread (how independent the candidates
+    are), hit and fill (P(any candidate) against n-grams collected), pool (candidates beyond the
+    first, Poisson mean)."""
 
     alpha: float
-    f: float
+    f: float | None = None
     pool: float | None = None
+    hit: float | None = None
+    fill: float | None = None
+    spread: float | None = None
+    alpha_next: float | None = None
+
+    @property
+    def grows(self) -> bool:
+        return self.hit is not None
 
     def to_dict(self) -> dict[str, float]:
-        return {"alpha": self.alpha, "f": self.f, **({} if self.pool is None else {"pool": self.pool})}
+        return {k: v for k, v in (("alpha", self.alpha), ("alpha_next", self.alpha_next), ("f", self.f), ("pool", self.pool),
+                                   ("hit", self.hit), ("fill", self.fill), ("spread", self.spread)) if v is not None}
 
 
 @dataclass(frozen=True)
@@ -51,7 +66,7 @@ class Lookahead(MethodSpec):
     name, config, summary = "lookahead", LookaheadConfig, "Jacobi window + n-gram pool, no drafter"
     needs = "lookahead"
     decoder = "runtime.engine.lookahead:Lookahead"
-    calibration = ("lookahead W2 N3 G2", "lookahead W5 N3 G5", "lookahead W7 N4 G7")   # small windows too
+    calibration = ("lookahead W2 N3 G2", "lookahead W5 N3 G5", "lookahead W7 N4 G7", "lookahead W10 N6 G5")
     plot = PlotSpec(x="W", hue="N", y="G")
 
     def space(self, setup, windows=WINDOWS, ngrams=NGRAMS, prompt_ngrams=(False,)):
@@ -66,62 +81,77 @@ class Lookahead(MethodSpec):
     def expected_tokens(self, setup, frame):
         la = setup.need("lookahead", self.name)
         n, w, g = (frame[c].to_numpy(np.int64) for c in ("N", "W", "G"))
+        if la.grows:
+            return pool_trajectory(la, n, w, g, setup.new_tokens)[0]
         return compression_ratio(la.alpha, la.f, n, w, g)
 
     def step_shape(self, setup, frame):
         """One target forward of the window and the candidates the pool holds (a full pool of G
-        where the Profile has no measured fill: the papers' profiles)."""
-        pool = setup.acceptance.part(self.name).pool if setup.acceptance_key and setup.acceptance.has(self.name) else None
+        where the Profile has no measured fill: the papers' profiles; the pool's growth over the
+        generation where it has a fitted one, priced over its distribution of verify sizes)."""
+        la = setup.acceptance.part(self.name) if setup.acceptance_key and setup.acceptance.has(self.name) else None
         n, w, g = (frame[c].to_numpy(np.int64) for c in ("N", "W", "G"))
-        verify = expected_forward_tokens(n, w, g, pool)
+        dist = None
+        if la is not None and la.grows:
+            _, grid, prob = pool_trajectory(la, n, w, g, setup.new_tokens)
+            verify, dist = prob @ grid, (np.broadcast_to(grid, prob.shape), prob)
+        else:
+            verify = expected_forward_tokens(n, w, g, None if la is None else la.pool)
         return StepShape(setup.target, verify, draft_width=np.zeros((len(frame), 0), dtype=np.int64),
-                         overhead_s=setup.overhead_s)
+                         overhead_s=setup.overhead_s, verify_dist=dist)
 
     def sampler(self, setup, config, **options):
-        from simulator.acceptance import NgramSampler
+        from simulator.acceptance import NgramSampler, PoolSampler
         la = setup.need("lookahead", self.name)
+        if la.grows:
+            return PoolSampler(config.W, config.N, config.G, la)
         verify = float(expected_forward_tokens(config.N, config.W, config.G, la.pool))
         return NgramSampler(config.G, config.N - 1, la.alpha, la.f, int(round(verify)))
 
     def acceptance_part(self, raw, where):
-        if not isinstance(raw, dict) or "alpha" not in raw or "f" not in raw:
-            raise InputError(f"{where}: {self.name} needs 'alpha' and 'f'")
-        alpha, f, pool = raw["alpha"], raw["f"], raw.get("pool")
-        for key, value, low, high in (("alpha", alpha, 0.0, 1.0), ("f", f, 1.0, math.inf), ("pool", pool, 0.0, 1e6)):
-            if key == "pool" and value is None:
+        grows = isinstance(raw, dict) and "hit" in raw
+        needed = ("alpha", "alpha_next", "spread", "hit", "fill", "pool") if grows else ("alpha", "f")
+        if not isinstance(raw, dict) or any(k not in raw for k in needed):
+            raise InputError(f"{where}: {self.name} needs {', '.join(repr(k) for k in needed)}")
+        bounds = {"alpha": (0.0, 1.0), "alpha_next": (0.0, 1.0), "f": (1.0, math.inf), "pool": (0.0, 1e6), "hit": (0.0, 1.0),
+                  "fill": (1e-9, math.inf), "spread": (0.0, 1.0)}
+        for key, (low, high) in bounds.items():
+            value = raw.get(key)
+            if value is None and key not in needed:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
                 raise InputError(f"{where}: {self.name}.{key} must be a number in [{low:g}, {high:g}], got {value!r}")
-        return NgramAcceptance(float(alpha), float(f), None if pool is None else float(pool))
+        return NgramAcceptance(**{k: float(raw[k]) for k in bounds if raw.get(k) is not None})
 
     def fit_steps(self, frame, *, dataset, temperature, source):
-        """alpha and f (Eq. 7) from the measured S (mean tokens per step) of two or more (N, W, G)."""
-        from costmodel.lookahead import fit_alpha_f
-
+        """The pool-growth model (costmodel.lookahead.fit_pool_growth) from every measured step of
+        two or more (N, W, G): the candidates a step verified are its query tokens beyond the window."""
         rows = frame[frame["method"] == self.name]
         if rows.empty:
             raise InputError(f"{source}: no {self.name} steps")
         configs = rows["config"].map(self.parse)
-        keys = configs.map(lambda c: (c.N, c.W, c.G))
+        n, w, g = (configs.map(lambda c, k=k: getattr(c, k)).to_numpy(np.int64) for k in ("N", "W", "G"))
+        keys = pd.Series(list(zip(n, w, g)), index=rows.index)
+        if keys.nunique() < 2:
+            raise InputError(f"{source}: fitting the pool needs two or more (N, W, G) configurations, "
+                             f"got {keys.nunique()}")
+        step = rows["step"].to_numpy(np.int64)
+        cands = (rows["verify_tokens"].to_numpy(float) - 1 - window_tokens(w, n, step)) / (n - 1)
+        try:
+            model = fit_pool_growth(n, w, g, step, cands, rows["accepted"].to_numpy(float))
+        except ValueError as exc:
+            raise InputError(f"{source}: {exc}") from None
+        fitted = NgramAcceptance(**model)
         measured = rows.groupby(keys)["accepted"].agg(["mean", "size"])
-        if len(measured) < 2:
-            raise InputError(f"{source}: fitting alpha and f needs two or more (N, W, G) configurations, "
-                             f"got {len(measured)}")
-        n, w, g = (np.array([k[i] for k in measured.index]) for i in range(3))
-        alpha, f, rms = fit_alpha_f(measured["mean"].to_numpy(), n, w, g)
-        # the pool's fill: candidates verified per step = the step's query tokens beyond the window
-        cands = (rows["verify_tokens"] - 1 - window_tokens(configs.map(lambda c: c.W), configs.map(lambda c: c.N),
-                                                           rows["step"])) / (configs.map(lambda c: c.N) - 1)
-        per_config = cands.groupby(keys).mean()
-        pool = fit_pool(per_config.to_numpy(), np.array([k[2] for k in per_config.index]))
-        return {"drafter": self.name, "temperature": float(temperature), "dataset": dataset, "alpha": float(alpha),
-                self.name: {"alpha": float(alpha), "f": float(f), "pool": round(pool, 5)},
-                "fit": {"rms_rel_error": float(rms),
-                        "candidates_per_step": {f"N{a} W{b} G{c}": round(float(v), 4)
-                                                for (a, b, c), v in per_config.items()},
-                        "configs": [{"N": int(a), "W": int(b), "G": int(c), "S": float(v), "steps": int(z)}
+        predicted = {(a, b, c): float(pool_trajectory(fitted, a, b, c)[0][0]) for a, b, c in measured.index}
+        return {"drafter": self.name, "temperature": float(temperature), "dataset": dataset, "alpha": model["alpha"],
+                self.name: {k: round(v, 5) for k, v in model.items()},
+                "fit": {"model": "pool growth (costmodel.lookahead)",
+                        "hit_share": round(float(np.mean(cands > 0.5)), 4),
+                        "configs": [{"N": int(a), "W": int(b), "G": int(c), "S": float(v), "steps": int(z),
+                                     "S_steady_state": round(predicted[(a, b, c)], 4)}
                                     for (a, b, c), v, z in zip(measured.index, measured["mean"], measured["size"])]},
-                "source": f"{source}: alpha, f fitted to measured S"}
+                "source": f"{source}: the pool's growth fitted to every measured step"}
 
 
 SPEC = Lookahead()

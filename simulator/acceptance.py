@@ -244,6 +244,39 @@ class NgramSampler:
         return StepDraws(accepted.astype(np.int64), np.zeros(n, dtype=np.int64), np.full(n, self.verify, dtype=np.int64)), None
 
 
+class PoolSampler:
+    """Lookahead under the pool's growth (costmodel.lookahead): at a sequence's step t the pool
+    holds W max(0, t - N + 2) n-grams, the step finds candidates with the hit probability they
+    give, verifies K = min(G, 1 + Poisson(pool)) of them and commits 1 + the longest accepted
+    prefix (alpha, then alpha_next per token; Eq. 5's tail with b = 1 + spread (K - 1)). The state is each sequence's step index;
+    the query tokens follow the window's levels and the candidates."""
+
+    stateful = True
+    fixed_shape = None          # the verify forward grows with the window and the candidates
+
+    def __init__(self, w: int, n: int, g: int, model):
+        self.w, self.n, self.g, self.model = int(w), int(n), int(g), model
+
+    def initial_state(self, n: int) -> np.ndarray:
+        return np.zeros(n, dtype=np.int64)
+
+    def draw(self, rng, n, state=None):
+        step = self.initial_state(n) if state is None else np.asarray(state, dtype=np.int64)
+        return self.at(rng, step), step + 1
+
+    def at(self, rng: np.random.Generator, step: np.ndarray) -> StepDraws:
+        """One draw per entry of `step` (the step index of a sequence)."""
+        from costmodel.lookahead import collected_ngrams, hit_probability, prefix_tail
+
+        m, size = self.model, step.size
+        found = rng.random(size) < hit_probability(m.hit, m.fill, collected_ngrams(self.n, self.w, step))
+        cands = np.where(found, np.minimum(self.g, 1 + rng.poisson(m.pool, size)), 0)
+        tail = prefix_tail(m, self.n - 1, np.maximum(cands, 1))
+        longest = np.where(found, (rng.random(size)[:, None] < tail).sum(axis=1), 0)
+        verify = 1 + self.w * np.minimum(step + 1, self.n - 1) + cands * (self.n - 1)
+        return StepDraws((1 + longest).astype(np.int64), np.zeros(size, dtype=np.int64), verify.astype(np.int64))
+
+
 class AutoregressiveSampler:
     """Plain decoding: one token per step, no draft."""
 
@@ -265,6 +298,9 @@ def draw_stream(sampler, rng: np.random.Generator, n_tokens: int) -> StepDraws:
         m = max(16, int((n_tokens - committed) / 1.5) + 16)
         if isinstance(sampler, MarkovChainSampler):
             draws = sampler.stream(rng, m)
+        elif isinstance(sampler, PoolSampler):          # the sequence's next m step indices
+            done = sum(p.accepted.size for p in parts)
+            draws = sampler.at(rng, np.arange(done, done + m, dtype=np.int64))
         else:
             draws, state = sampler.draw(rng, m, state)
         parts.append(draws)

@@ -88,14 +88,20 @@ def test_step_fit_recovers_per_position_betas():
     assert entry["conf_bins"]["topk_hit"]["1"][9] > entry["conf_bins"]["topk_hit"]["1"][1]
 
 
-def test_lookahead_fit_recovers_alpha_and_f():
-    configs = [(5, 15, 15), (5, 30, 1), (5, 1, 30), (3, 10, 10), (7, 8, 4), (4, 5, 2)]
-    configs = [methods.parse_label(f"lookahead W{w} N{n} G{g}") for n, w, g in configs]
-    frame, _ = synthetic_ngram_steps(0.425, 3.106, configs, n_steps=6000, seed=8)
+@pytest.mark.parametrize("spread", [0, 1])
+def test_lookahead_fit_recovers_the_pool_growth(spread):
+    truth = {"alpha": 0.45, "alpha_next": 0.7, "spread": spread, "hit": 0.5, "fill": 25.0, "pool": 1.2}
+    configs = [methods.parse_label(f"lookahead W{w} N{n} G{g}") for w, n, g in
+               ((1, 3, 2), (2, 5, 4), (5, 3, 5), (7, 4, 7), (10, 6, 3))]
+    frame, _ = synthetic_ngram_steps(truth, configs, prompts=80, steps=40, seed=8)
     spec = methods.get("lookahead")
-    fitted = spec.fit_steps(frame, dataset="d", temperature=0.0, source="synthetic")
-    assert fitted["alpha"] == pytest.approx(0.425, abs=0.03)
-    assert fitted[spec.name]["f"] == pytest.approx(3.106, rel=0.06)
+    fitted = spec.fit_steps(frame, dataset="d", temperature=0.0, source="synthetic")[spec.name]
+    assert fitted["alpha"] == pytest.approx(0.45, abs=0.03)
+    assert fitted["alpha_next"] == pytest.approx(0.7, abs=0.05)
+    assert fitted["spread"] == pytest.approx(spread, abs=0.25)
+    assert fitted["hit"] == pytest.approx(0.5, abs=0.04)
+    assert fitted["fill"] == pytest.approx(25.0, rel=0.25)
+    assert fitted["pool"] == pytest.approx(1.2, rel=0.1)
     with pytest.raises(InputError, match="two or more"):
         spec.fit_steps(frame[frame["config"] == frame["config"].iloc[0]], dataset="d", temperature=0.0, source="s")
     assert methods.get("sd").fit_steps(frame, dataset="d", temperature=0.0, source="s") is None

@@ -46,18 +46,19 @@ def synthetic_run(profile, label: str, drafter, rng, n_steps=120) -> StepRun:
     config = methods.parse_label(label)
     spec = methods.get(config.method)
     setup = profile.setups_for(spec, dataset="mt-bench", drafter=drafter)[0]
-    depth = spec.step_shape(setup, spec.frame_of([config])).max_drafted
+    shape = spec.step_shape(setup, spec.frame_of([config]))
+    depth, tokens = shape.max_drafted, int(np.asarray(shape.verify_tokens).item())
     ctx = 100 + np.arange(n_steps)
     frame = pd.DataFrame({"run_id": "r", "method": config.method, "config": json.dumps(config.to_dict()),
                           "prompt_id": "p", "step": np.arange(n_steps), "ctx_len": ctx,
-                          "draft_forwards": depth, "draft_s": 0.0, "verify_tokens": depth + 1, "verify_s": 0.0,
+                          "draft_forwards": depth, "draft_s": 0.0, "verify_tokens": tokens, "verify_s": 0.0,
                           "overhead_s": 0.0, "accepted": rng.integers(1, depth + 2, n_steps)})
     run = StepRun(frame, drafter, "mt-bench")
     parts = prior_parts(profile, run)
     noise = lambda: 1 + 0.01 * rng.standard_normal(n_steps)
     frame["draft_s"] = (TRUTH.draft_scale * parts["prior_draft"] + TRUTH.draft_fixed_s * (depth > 0)) * noise()
     frame["verify_s"] = (TRUTH.verify_scale * parts["prior_verify"] + TRUTH.verify_fixed_s) * noise()
-    frame["overhead_s"] = TRUTH.overhead_s + TRUTH.overhead_per_token_s * (depth + 1)
+    frame["overhead_s"] = TRUTH.overhead_s + TRUTH.overhead_per_token_s * tokens
     return run
 
 
@@ -176,10 +177,31 @@ def test_the_structure_with_the_lower_heldout_error_is_kept(profile):
     for run in runs[3:6]:
         run.frame["verify_s"] *= 1.8              # glide's verify forward: 80% dearer than sd's
     engine = fit_engine(profile, runs)
-    medians = engine["fit"]["structure"]["heldout_median"]
-    assert engine["fit"]["structure"]["chosen"] == "per method" and medians["per method"] < medians["shared verify"]
+    means = engine["fit"]["structure"]["heldout_mean"]
+    assert engine["fit"]["structure"]["chosen"] == "per method" and means["per method"] < means["shared verify"]
     parts = pd.concat([prior_parts(profile, r) for r in runs], ignore_index=True)
     per, _ = fit_calibrations(parts, "shared verify")
     assert per["sd"].verify_scale == per["glide"].verify_scale and per["ar"].verify_scale != per["sd"].verify_scale
     with pytest.raises(InputError, match="unknown engine fit structure 'both'"):
         fit_calibrations(parts, "both")
+
+
+def test_a_cost_per_verified_token_is_found_where_the_verify_has_one(profile):
+    """Verify forwards that cost 2 ms per verified token beyond the isolated forward (logits at
+    every position): the per-token structure wins held out and recovers the cost; the shared
+    line without it cannot price 2-token and 60-token verifies both."""
+    from calibrate.engine import fit_calibrations
+
+    rng = np.random.default_rng(4)
+    runs = [synthetic_run(profile, label, drafter, rng) for label, drafter in
+            (("sd g1", "vanilla"), ("sd g4", "vanilla"), ("mcsd k4x2 repl", "vanilla"), ("mcsd k4x2x2x2 repl", "vanilla"),
+             ("mcsd k2x2x1 repl", "vanilla"), ("glide g2", "glide"), ("glide g6", "glide"), ("ar", None))]
+    for run in runs[:-1]:
+        run.frame["verify_s"] += 0.002 * run.frame["verify_tokens"]
+    engine = fit_engine(profile, runs)
+    means = engine["fit"]["structure"]["heldout_mean"]
+    assert engine["fit"]["structure"]["chosen"] == "shared verify per token"
+    assert means["shared verify per token"] < 0.5 * min(means["shared verify"], means["per method"])
+    parts = pd.concat([prior_parts(profile, r) for r in runs], ignore_index=True)
+    per, _ = fit_calibrations(parts, "shared verify per token")
+    assert per["mcsd"].verify_per_token_s == pytest.approx(0.002, rel=0.1) and per["ar"].verify_per_token_s == 0

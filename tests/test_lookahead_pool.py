@@ -4,7 +4,8 @@ import pytest
 
 import methods
 from calibrate.synthetic import synthetic_ngram_steps
-from costmodel.lookahead import expected_candidates, expected_forward_tokens, fit_pool
+from common.errors import InputError
+from costmodel.lookahead import expected_candidates, expected_forward_tokens
 
 
 def test_expected_candidates_is_the_capped_poisson_mean():
@@ -22,13 +23,44 @@ def test_forward_tokens_full_pool_is_the_papers_count_and_fill_prices_fewer():
         expected_candidates(3, float("nan"))
 
 
-def test_fit_pool_recovers_the_fill_from_step_traces():
-    configs = [methods.parse_label(f"lookahead W{w} N{n} G{g}") for w, n, g in ((5, 3, 1), (7, 4, 2), (13, 3, 6), (4, 2, 20))]
-    frame, _ = synthetic_ngram_steps(0.5, 3.0, configs, n_steps=3000, seed=3, pool=1.3)
-    fitted = methods.get("lookahead").fit_steps(frame, dataset="d", temperature=0.0, source="synthetic")
-    assert fitted["lookahead"]["pool"] == pytest.approx(1.3, rel=0.05)
-    assert fit_pool([0.5, 0.9], [1, 3]) == pytest.approx(fit_pool([0.5, 0.9], [1, 3]))
-    assert methods.get("lookahead").acceptance_part(fitted["lookahead"], "t").pool == pytest.approx(1.3, rel=0.05)
+GROWTH = {"alpha": 0.4, "alpha_next": 0.75, "spread": 1, "hit": 0.45, "fill": 20.0, "pool": 0.8}
+
+
+def test_pool_growth_closed_form_is_the_mean_of_the_process():
+    """The closed form's tokens and query tokens per step over a 32-token generation, and in the
+    steady state, against the process written out (calibrate.synthetic) and the simulator's sampler."""
+    from costmodel.lookahead import pool_trajectory
+    from methods.lookahead import NgramAcceptance
+    from simulator.acceptance import PoolSampler, draw_stream
+
+    model = NgramAcceptance(**GROWTH)
+    for w, n, g in ((1, 5, 2), (7, 4, 7), (12, 6, 1)):
+        config = methods.parse_label(f"lookahead W{w} N{n} G{g}")
+        frame, _ = synthetic_ngram_steps(GROWTH, [config], prompts=4000, steps=200, seed=w)
+        steady = frame[frame["step"] >= 150]
+        tokens, grid, prob = pool_trajectory(model, n, w, g)
+        assert tokens[0] == pytest.approx(steady["accepted"].mean(), rel=0.01)
+        sizes = np.bincount(steady["verify_tokens"], minlength=grid.size + 1)[1:] / len(steady)
+        assert np.abs(prob[0] - sizes).max() < 0.01 and prob.sum() == pytest.approx(1.0)
+        rng = np.random.default_rng(0)
+        streams = [draw_stream(PoolSampler(w, n, g, model), rng, 32) for _ in range(4000)]
+        per_step = 32 * len(streams) / sum(s.accepted.size for s in streams)
+        short, _, short_prob = pool_trajectory(model, n, w, g, 32)
+        assert short[0] == pytest.approx(per_step, rel=0.01)
+        drawn = np.bincount(np.concatenate([s.verify_tokens for s in streams]), minlength=grid.size + 1)[1:]
+        assert np.abs(short_prob[0] - drawn / drawn.sum()).max() < 0.01
+        assert short[0] < tokens[0]                        # the pool is still filling on a short generation
+
+
+def test_pool_growth_part_round_trips_and_refuses_bad_values():
+    spec = methods.get("lookahead")
+    part = spec.acceptance_part(GROWTH, "t")
+    assert part.grows and spec.acceptance_part(part.to_dict(), "t") == part
+    assert not spec.acceptance_part({"alpha": 0.4, "f": 2.0}, "t").grows          # the papers' Eq. 7
+    with pytest.raises(InputError, match="lookahead.hit must be a number in"):
+        spec.acceptance_part({**GROWTH, "hit": 1.5}, "t")
+    with pytest.raises(InputError, match="needs 'alpha', 'alpha_next', 'spread', 'hit', 'fill', 'pool'"):
+        spec.acceptance_part({k: v for k, v in GROWTH.items() if k != "fill"}, "t")
 
 
 def test_cape_verify_distribution_is_the_sum_of_independent_sets():
