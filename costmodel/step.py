@@ -6,6 +6,7 @@ A step runs D sequential draft forwards, then one verify forward, then fixed per
     draft_s  = sum_i reach_i * sum_parts scale_p * t(model_p, width_i, ctx + i, batch)
                + reach_0 * draft_fixed_s
     verify_s = verify_scale * t(verify_model, verify_tokens, ctx, batch) + verify_fixed_s
+               + verify_per_token_s * verify_tokens
     step_s   = draft_s + verify_s + overhead_s
 
 `StepShape` holds these for C configurations at once (arrays with a leading C axis). `reach_i` is
@@ -61,6 +62,7 @@ class StepShape:
     draft_fixed_s: float = 0.0             # extra seconds of a step's first draft forward
     verify_fixed_s: float = 0.0            # extra seconds around the verify forward
     verify_dist: tuple[np.ndarray, np.ndarray] | None = None   # (tokens (C, K), probability (C, K))
+    verify_per_token_s: float = 0.0        # per verified token beyond the forward (logits, masks, sampling)
 
     @property
     def size(self) -> int:
@@ -95,7 +97,8 @@ class StepShape:
                          self.draft_width[rows], None if self.draft_reach is None else self.draft_reach[rows],
                          pick(self.verify_scale), pick(self.overhead_s), self.draft_kv_model,
                          self.draft_fixed_s, self.verify_fixed_s,
-                         None if self.verify_dist is None else tuple(a[rows] for a in self.verify_dist))
+                         None if self.verify_dist is None else tuple(a[rows] for a in self.verify_dist),
+                         self.verify_per_token_s)
 
 
 @dataclass(frozen=True)
@@ -123,12 +126,11 @@ class StepCalibration:
         """`shape` priced as the engine runs it."""
         if self == StepCalibration():
             return shape
-        tokens = np.asarray(shape.verify_tokens, dtype=float)
         parts = tuple(DraftPart(p.model, np.asarray(p.scale, float) * self.draft_scale) for p in shape.draft_parts)
         return replace(shape, draft_parts=parts,
                        verify_scale=np.asarray(shape.verify_scale, float) * self.verify_scale,
-                       overhead_s=(shape.overhead_s + self.overhead_s
-                                   + (self.overhead_per_token_s + self.verify_per_token_s) * tokens),
+                       overhead_s=shape.overhead_s + self.overhead_s,   # the per-token parts go with each step's tokens
+                       verify_per_token_s=shape.verify_per_token_s + self.verify_per_token_s + self.overhead_per_token_s,
                        draft_fixed_s=shape.draft_fixed_s + (self.draft_fixed_s if parts else 0.0),
                        verify_fixed_s=shape.verify_fixed_s + self.verify_fixed_s)
 
@@ -164,15 +166,16 @@ def verify_seconds(latency: Latency, shape: StepShape, ctx, batch: int = 1, veri
     ctx = np.asarray(ctx, float)
     if verify_tokens is None and shape.verify_dist is not None:
         tokens, prob = (np.asarray(a, float) for a in shape.verify_dist)
+        mean = np.sum(prob * np.maximum(tokens, 1.0), axis=-1)
         if ctx.ndim == 0 and np.all(tokens == tokens[:1]):      # one token grid: price it once
             tokens = tokens[:1]
         each = latency(shape.verify_model, np.maximum(tokens, 1.0), ctx[..., None], batch)
         seconds = np.sum(prob * each, axis=-1)
-        return np.asarray(shape.verify_scale, float) * seconds + shape.verify_fixed_s
+        return np.asarray(shape.verify_scale, float) * seconds + shape.verify_fixed_s + shape.verify_per_token_s * mean
     tokens = shape.verify_tokens if verify_tokens is None else verify_tokens
     tokens = np.maximum(np.asarray(tokens, dtype=float), 1.0)
     seconds = latency(shape.verify_model, tokens, ctx, batch)
-    return np.asarray(shape.verify_scale, float) * seconds + shape.verify_fixed_s
+    return np.asarray(shape.verify_scale, float) * seconds + shape.verify_fixed_s + shape.verify_per_token_s * tokens
 
 
 def step_seconds(latency: Latency, shape: StepShape, ctx, batch: int = 1) -> np.ndarray:

@@ -12,7 +12,7 @@ from calibrate.engine import StepRun, fit_engine, fit_parts, prior_parts, worklo
 from calibrate.profile import Profile
 from common.bundled import bundled
 from common.errors import InputError
-from costmodel.step import StepCalibration, StepShape, DraftPart, chain_width, step_seconds
+from costmodel.step import StepCalibration, StepShape, DraftPart, chain_width, step_seconds, verify_seconds
 
 TRUTH = StepCalibration(verify_scale=1.2, verify_fixed_s=0.004, draft_scale=1.1, draft_fixed_s=0.006,
                         overhead_s=0.0005, overhead_per_token_s=0.0001)
@@ -39,6 +39,18 @@ def test_apply_prices_every_part():
     assert StepCalibration().apply(shape) is shape
     no_draft = StepShape("t", np.array([1.0]))
     assert step_seconds(fixed, TRUTH.apply(no_draft), 0.0) == pytest.approx([1.2 * 0.06 + 0.004 + 0.0005 + 0.0001])
+
+
+def test_per_token_costs_follow_each_steps_own_tokens():
+    """The per-token parts go with the tokens a step verifies: a realised step (the simulator)
+    pays them on its own tokens, a verify distribution (the closed form) on its mean."""
+    calibration = StepCalibration(verify_per_token_s=0.002, overhead_per_token_s=0.0005)
+    shape = calibration.apply(StepShape("t", np.array([5.0])))
+    realised = verify_seconds(fixed, shape, 100.0, verify_tokens=np.array([2.0, 8.0]))
+    assert realised[1] - realised[0] == pytest.approx(6 * (0.01 + 0.0025))
+    spread = calibration.apply(StepShape("t", np.array([5.0]), verify_dist=(np.array([[2.0, 8.0]]), np.array([[0.5, 0.5]]))))
+    assert verify_seconds(fixed, spread, 100.0) == pytest.approx(realised.mean())
+    assert step_seconds(fixed, shape, 100.0) == pytest.approx([0.01 * 5 + 0.05 + 0.0025 * 5])
 
 
 def synthetic_run(profile, label: str, drafter, rng, n_steps=120) -> StepRun:
