@@ -157,6 +157,10 @@ def test_every_generation_runs_beside_plain_decoding_of_its_prompt():
     twice = pd.concat([runs, runs.assign(dataset="humaneval")], ignore_index=True)
     assert rates(twice).groupby("dataset")["speedup"].sum().to_numpy() == pytest.approx(
         [rates(runs)["speedup"].sum()] * 2)
-    # the report states the drift the pairs saw within the run
-    [line] = fidelity.drift(pd.DataFrame({"method": []}), type("P", (), {"engine": {}}), slowed)
-    assert "over 8 pairs" in line and float(line.split("worst ")[1].split("-")[1].split("x")[0]) >= 1.2
+    # the report states the drift the pairs saw within the run: plain steps of 10 ms everywhere
+    # (this machine's own wander left out) but pair 0's, 1.5x slower
+    steady = runs.copy()
+    plain_rows = steady["method"] == "ar"
+    steady.loc[plain_rows, "decode_s"] = 0.01 * steady.loc[plain_rows, "steps"] * np.where(steady.loc[plain_rows, "pair"] == 0, 1.5, 1.0)
+    [line] = fidelity.drift(pd.DataFrame({"method": []}), type("P", (), {"engine": {}}), steady)
+    assert "over 8 pairs" in line and "worst 1.00-1.50x" in line
