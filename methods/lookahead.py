@@ -2,6 +2,7 @@
 Jacobi tokens and G candidate n-grams from the pool (costmodel.lookahead, Eq. 7)."""
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -62,6 +63,21 @@ def window_tokens(W, N, step):
     return np.asarray(W) * np.minimum(np.asarray(step) + 1, np.asarray(N) - 1)
 
 
+def trajectory(la: NgramAcceptance, n, w, g, new_tokens):
+    """`costmodel.lookahead.pool_trajectory`, computed once for a space's tokens and its step shape
+    (scoring asks both of the same configurations)."""
+    arrays = [np.ascontiguousarray(a, dtype=np.int64) for a in (n, w, g)]
+    return _trajectory(la, *(a.tobytes() for a in arrays), new_tokens)
+
+
+@functools.lru_cache(maxsize=4)
+def _trajectory(la, n, w, g, new_tokens):
+    tokens, grid, prob = pool_trajectory(la, *(np.frombuffer(a, dtype=np.int64) for a in (n, w, g)), new_tokens)
+    for a in (tokens, grid, prob):
+        a.flags.writeable = False           # shared between callers
+    return tokens, grid, prob
+
+
 class Lookahead(MethodSpec):
     name, config, summary = "lookahead", LookaheadConfig, "Jacobi window + n-gram pool, no drafter"
     needs = "lookahead"
@@ -82,7 +98,7 @@ class Lookahead(MethodSpec):
         la = setup.need("lookahead", self.name)
         n, w, g = (frame[c].to_numpy(np.int64) for c in ("N", "W", "G"))
         if la.grows:
-            return pool_trajectory(la, n, w, g, setup.new_tokens)[0]
+            return trajectory(la, n, w, g, setup.new_tokens)[0]
         return compression_ratio(la.alpha, la.f, n, w, g)
 
     def step_shape(self, setup, frame):
@@ -93,7 +109,7 @@ class Lookahead(MethodSpec):
         n, w, g = (frame[c].to_numpy(np.int64) for c in ("N", "W", "G"))
         dist = None
         if la is not None and la.grows:
-            _, grid, prob = pool_trajectory(la, n, w, g, setup.new_tokens)
+            _, grid, prob = trajectory(la, n, w, g, setup.new_tokens)
             verify, dist = prob @ grid, (np.broadcast_to(grid, prob.shape), prob)
         else:
             verify = expected_forward_tokens(n, w, g, None if la is None else la.pool)
