@@ -8,11 +8,18 @@ context), so each part is regressed on what the Profile's forward latencies pred
 step (`costmodel.step` on the method's shape, the step's realised draft forwards and tokens):
 
     verify_s   ~ verify_scale * prior_verify + verify_fixed_s [+ verify_per_token_s * verify_tokens]
-    draft_s    ~ draft_scale  * prior_draft  + draft_fixed_s * [any draft forward ran]
+    draft_s    ~ draft_scale  * prior_draft  + draft_per_forward_s * draft_forwards
+                 + draft_per_token_s * verify_tokens
     overhead_s ~ overhead_s + overhead_per_token_s * verify_tokens
 
 per method (`costmodel.step.StepCalibration`), and pooled over every method for methods without
-traces. Each fit is a ridge regression towards the prior (scale 1, nothing fixed); where the prior
+traces. The draft part pays per forward and per proposed token besides the forwards' own cost
+(cache views, masks, top-k sampling and tree building around each forward and node): on SmolLM2,
+MCSD's tree drafter 0.72x its isolated forwards + 10.6 ms per forward + 0.6 ms per node. A fixed
+cost per step instead priced a one-level 4-wide tree at half its measured draft time and 43-64-node
+trees at 1.2-1.3x theirs (held-out draft error median 7.7% -> 5.3%, worst 61% -> 27%). A chain
+verifies one token more than it drafts, so only its per-forward + per-token sum is determined (one
+of the two may come out negative). Each fit is a ridge regression towards the prior (scale 1, nothing fixed); where the prior
 barely varies (one configuration of a method) only the scale is fitted, so a direction the traces
 do not explore stays at the prior instead of wandering. Three structures compete (`STRUCTURES`):
 every part per method; the verify forward shared by the speculative methods (draft and overhead
@@ -95,7 +102,8 @@ def prior_parts(profile, run: StepRun) -> pd.DataFrame:
     prior_verify = verify_seconds(latency, shape, ctx, 1, verify_tokens=f["verify_tokens"].to_numpy(float))
     return pd.DataFrame({"method": run.method, "config": run.label, "dataset": run.dataset,
                          "prior_draft": prior_draft, "prior_verify": prior_verify,
-                         "drafted": (drafted > 0).astype(float), "verify_tokens": f["verify_tokens"].to_numpy(float),
+                         "drafted": (drafted > 0).astype(float), "forwards": drafted.astype(float),
+                         "verify_tokens": f["verify_tokens"].to_numpy(float),
                          "draft_s": f["draft_s"].to_numpy(float), "verify_s": f["verify_s"].to_numpy(float),
                          "overhead_s": f["overhead_s"].to_numpy(float), "accepted": f["accepted"].to_numpy(float),
                          "ctx_len": ctx})
@@ -108,18 +116,22 @@ def _ridge(x: np.ndarray, y: np.ndarray, prior: np.ndarray) -> np.ndarray:
     return np.linalg.solve(a, x.T @ y + RIDGE * scale * prior)
 
 
-def _scale_and_fixed(prior: np.ndarray, fixed: np.ndarray, measured: np.ndarray) -> tuple[float, float]:
-    """(scale, fixed seconds) with measured ~ scale * prior + fixed_s * fixed. Where the prior
-    barely varies (one configuration: coefficient of variation under VARIES) the two cannot be
-    told apart, and the scale alone is fitted (fixed 0); a non-positive scale falls back the same way."""
-    prior, fixed, measured = (np.asarray(a, float) for a in (prior, fixed, measured))
+def _scale_and_fixed(prior: np.ndarray, fixed: np.ndarray, measured: np.ndarray) -> tuple[float, ...]:
+    """(scale, *fixed seconds) with measured ~ scale * prior + fixed @ fixed_s (`fixed`: one column
+    per fixed cost, or a vector for one). Where the prior barely varies (one configuration:
+    coefficient of variation under VARIES) they cannot be told apart, and the scale alone is fitted
+    (fixed 0); a non-positive scale falls back the same way."""
+    prior, measured = np.asarray(prior, float), np.asarray(measured, float)
+    fixed = np.asarray(fixed, float)
+    fixed = fixed[:, None] if fixed.ndim == 1 else fixed
+    zeros = (0.0,) * fixed.shape[1]
     if len(prior) == 0 or not np.any(prior > 0):
-        return 1.0, 0.0
+        return (1.0, *zeros)
     if np.std(prior) > VARIES * np.mean(prior):
-        scale, fixed_s = _ridge(np.c_[prior, fixed], measured, np.array([1.0, 0.0]))
-        if scale > 0:
-            return float(scale), float(fixed_s)
-    return float(np.sum(prior * measured) / np.sum(prior * prior)), 0.0
+        fitted = _ridge(np.c_[prior, fixed], measured, np.r_[1.0, np.zeros(fixed.shape[1])])
+        if fitted[0] > 0:
+            return tuple(float(v) for v in fitted)
+    return (float(np.sum(prior * measured) / np.sum(prior * prior)), *zeros)
 
 
 def fit_parts(parts: pd.DataFrame, per_token: bool = False) -> StepCalibration:
@@ -135,19 +147,21 @@ def fit_parts(parts: pd.DataFrame, per_token: bool = False) -> StepCalibration:
         if fitted[0] > 0:
             verify, per_token_s = (float(fitted[0]), float(fitted[1])), float(fitted[2])
     drafting = parts[parts["drafted"] > 0]
-    draft = _scale_and_fixed(drafting["prior_draft"], drafting["drafted"], drafting["draft_s"])
+    draft = _scale_and_fixed(drafting["prior_draft"], np.c_[drafting["forwards"], drafting["verify_tokens"]],
+                             drafting["draft_s"])
     over = _ridge(np.c_[np.ones(len(parts)), parts["verify_tokens"]], parts["overhead_s"].to_numpy(), np.zeros(2))
     return StepCalibration(verify_scale=verify[0], verify_fixed_s=verify[1], verify_per_token_s=per_token_s,
-                           draft_scale=draft[0], draft_fixed_s=draft[1],
+                           draft_scale=draft[0], draft_per_forward_s=draft[1], draft_per_token_s=draft[2],
                            overhead_s=float(over[0]), overhead_per_token_s=float(over[1]))
 
 
 def predict_parts(calibration: StepCalibration, parts: pd.DataFrame) -> np.ndarray:
     """Predicted seconds of each step in `parts` (realised draft forwards and verified tokens)."""
     c = calibration
-    return (c.draft_scale * parts["prior_draft"] + c.draft_fixed_s * parts["drafted"]
+    per_token = c.overhead_per_token_s + c.verify_per_token_s + c.draft_per_token_s * parts["drafted"]
+    return (c.draft_scale * parts["prior_draft"] + c.draft_per_forward_s * parts["forwards"]
             + c.verify_scale * parts["prior_verify"] + c.verify_fixed_s
-            + c.overhead_s + (c.overhead_per_token_s + c.verify_per_token_s) * parts["verify_tokens"]).to_numpy(float)
+            + c.overhead_s + per_token * parts["verify_tokens"]).to_numpy(float)
 
 
 def fit_calibrations(parts: pd.DataFrame, structure: str = "per method"

@@ -33,7 +33,7 @@ Layout (schema_version 1)::
                       "<method>": {...},        # optional: a method's own part (calibrate.acceptance)
                       "source": "MCSD Table 1"}},
       "engine": {                           # optional: what the engine pays beyond the isolated forwards
-        "methods": {"sd": {"verify_scale": .., "verify_fixed_s": .., "draft_scale": .., "draft_fixed_s": ..,
+        "methods": {"sd": {"verify_scale": .., "verify_fixed_s": .., "draft_scale": .., "draft_per_forward_s": ..,
                            "overhead_s": .., "overhead_per_token_s": ..}, ...},   # costmodel.step.StepCalibration
         "pooled": {...},                    # the same fitted over every method (methods without traces)
         "fit": {"heldout": {...}, ...}},    # calibrate.engine: leave-one-configuration-out errors

@@ -3,8 +3,7 @@ step's shape. Written once; the closed-form scorers, the simulator and the GPU c
 
 A step runs D sequential draft forwards, then one verify forward, then fixed per-step work:
 
-    draft_s  = sum_i reach_i * sum_parts scale_p * t(model_p, width_i, ctx + i, batch)
-               + reach_0 * draft_fixed_s
+    draft_s  = sum_i reach_i * (sum_parts scale_p * t(model_p, width_i, ctx + i, batch) + draft_per_forward_s)
     verify_s = verify_scale * t(verify_model, verify_tokens, ctx, batch) + verify_fixed_s
                + verify_per_token_s * verify_tokens
     step_s   = draft_s + verify_s + overhead_s
@@ -17,8 +16,9 @@ numpy arrays (a Profile's fitted models, a fixed latency in tests, parallelism w
 
 A method's shape states what its step runs; `StepCalibration` states what the engine pays on top
 of the isolated forwards (calibrate.engine fits it from StepTraces): scales of the forward costs,
-a fixed cost of the first draft forward of a step (catching the drafter up), a fixed verify cost
-(masks, tree building around the forward) and per-step overhead linear in the verified tokens.
+a fixed cost per draft forward (the engine's work around each: cache views, masks, sampling), a
+fixed verify cost (masks, tree building around the forward) and costs per verified token (the
+drafter sampling and building the nodes it proposes, logits at every verified position, cache edits).
 `StepCalibration.apply(shape)` folds it into the shape, so every consumer prices the same step.
 """
 from __future__ import annotations
@@ -59,7 +59,7 @@ class StepShape:
     verify_scale: np.ndarray | float = 1.0
     overhead_s: np.ndarray | float = 0.0    # fixed seconds per step ((C,) or scalar)
     draft_kv_model: str | None = None      # a drafter with its own KV cache (its prefill is paid too)
-    draft_fixed_s: float = 0.0             # extra seconds of a step's first draft forward
+    draft_per_forward_s: float = 0.0       # extra seconds of every draft forward that runs
     verify_fixed_s: float = 0.0            # extra seconds around the verify forward
     verify_dist: tuple[np.ndarray, np.ndarray] | None = None   # (tokens (C, K), probability (C, K))
     verify_per_token_s: float = 0.0        # per verified token beyond the forward (logits, masks, sampling)
@@ -96,7 +96,7 @@ class StepShape:
                          tuple(DraftPart(p.model, pick(p.scale)) for p in self.draft_parts),
                          self.draft_width[rows], None if self.draft_reach is None else self.draft_reach[rows],
                          pick(self.verify_scale), pick(self.overhead_s), self.draft_kv_model,
-                         self.draft_fixed_s, self.verify_fixed_s,
+                         self.draft_per_forward_s, self.verify_fixed_s,
                          None if self.verify_dist is None else tuple(a[rows] for a in self.verify_dist),
                          self.verify_per_token_s)
 
@@ -110,7 +110,8 @@ class StepCalibration:
     verify_fixed_s: float = 0.0
     verify_per_token_s: float = 0.0     # beyond the isolated forward's growth (logits at every position)
     draft_scale: float = 1.0
-    draft_fixed_s: float = 0.0
+    draft_per_forward_s: float = 0.0    # around each draft forward (cache views, masks, sampling)
+    draft_per_token_s: float = 0.0      # per verified token a drafter proposed (a drafting step's nodes)
     overhead_s: float = 0.0
     overhead_per_token_s: float = 0.0
 
@@ -127,11 +128,13 @@ class StepCalibration:
         if self == StepCalibration():
             return shape
         parts = tuple(DraftPart(p.model, np.asarray(p.scale, float) * self.draft_scale) for p in shape.draft_parts)
+        drafts = 1.0 if parts else 0.0       # every step of a drafting method drafts before it verifies
+        per_token = self.verify_per_token_s + self.overhead_per_token_s + drafts * self.draft_per_token_s
         return replace(shape, draft_parts=parts,
                        verify_scale=np.asarray(shape.verify_scale, float) * self.verify_scale,
                        overhead_s=shape.overhead_s + self.overhead_s,   # the per-token parts go with each step's tokens
-                       verify_per_token_s=shape.verify_per_token_s + self.verify_per_token_s + self.overhead_per_token_s,
-                       draft_fixed_s=shape.draft_fixed_s + (self.draft_fixed_s if parts else 0.0),
+                       verify_per_token_s=shape.verify_per_token_s + per_token,
+                       draft_per_forward_s=shape.draft_per_forward_s + drafts * self.draft_per_forward_s,
                        verify_fixed_s=shape.verify_fixed_s + self.verify_fixed_s)
 
 
@@ -157,7 +160,7 @@ def draft_seconds(latency: Latency, shape: StepShape, ctx, batch: int = 1, reach
         scale = np.asarray(part.scale, dtype=float)
         scale = scale[..., None] if scale.ndim else scale
         per_forward = per_forward + scale * latency(part.model, np.maximum(width, 1), ctx_i, batch)
-    return np.sum(reach * per_forward, axis=-1) + shape.draft_fixed_s * reach[..., 0]
+    return np.sum(reach * (per_forward + shape.draft_per_forward_s), axis=-1)
 
 
 def verify_seconds(latency: Latency, shape: StepShape, ctx, batch: int = 1, verify_tokens=None) -> np.ndarray:

@@ -82,7 +82,8 @@ class Lookahead(MethodSpec):
     name, config, summary = "lookahead", LookaheadConfig, "Jacobi window + n-gram pool, no drafter"
     needs = "lookahead"
     decoder = "runtime.engine.lookahead:Lookahead"
-    calibration = ("lookahead W2 N3 G2", "lookahead W5 N3 G5", "lookahead W7 N4 G7", "lookahead W10 N6 G5")
+    calibration = ("lookahead W2 N3 G2", "lookahead W5 N3 G5", "lookahead W7 N4 G7", "lookahead W10 N6 G5",
+                   "lookahead W4 N8 G4")
     plot = PlotSpec(x="W", hue="N", y="G")
 
     def space(self, setup, windows=WINDOWS, ngrams=NGRAMS, prompt_ngrams=(False,)):
