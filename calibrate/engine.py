@@ -10,6 +10,7 @@ step (`costmodel.step` on the method's shape, the step's realised draft forwards
     verify_s   ~ verify_scale * prior_verify + verify_fixed_s [+ verify_per_token_s * verify_tokens]
     draft_s    ~ draft_scale  * prior_draft  + draft_per_forward_s * draft_forwards
                  + draft_per_token_s * verify_tokens
+                 + [a generation's first step] (first_draft_s + first_draft_per_token_s * prompt_len)
     overhead_s ~ overhead_s + overhead_per_token_s * verify_tokens
 
 per method (`costmodel.step.StepCalibration`), and pooled over every method for methods without
@@ -19,7 +20,9 @@ MCSD's tree drafter 0.72x its isolated forwards + 10.6 ms per forward + 0.6 ms p
 cost per step instead priced a one-level 4-wide tree at half its measured draft time and 43-64-node
 trees at 1.2-1.3x theirs (held-out draft error median 7.7% -> 5.3%, worst 61% -> 27%). A chain
 verifies one token more than it drafts, so only its per-forward + per-token sum is determined (one
-of the two may come out negative). Each fit is a ridge regression towards the prior (scale 1, nothing fixed); where the prior
+of the two may come out negative). A generation's first draft runs the whole prompt through the
+drafter: +50-145 ms on SmolLM2, 1.5% of a 32-token generation's decode, fitted as a fixed cost plus
+one per prompt token. Each fit is a ridge regression towards the prior (scale 1, nothing fixed); where the prior
 barely varies (one configuration of a method) only the scale is fitted, so a direction the traces
 do not explore stays at the prior instead of wandering. Three structures compete (`STRUCTURES`):
 every part per method; the verify forward shared by the speculative methods (draft and overhead
@@ -103,6 +106,7 @@ def prior_parts(profile, run: StepRun) -> pd.DataFrame:
     return pd.DataFrame({"method": run.method, "config": run.label, "dataset": run.dataset,
                          "prior_draft": prior_draft, "prior_verify": prior_verify,
                          "drafted": (drafted > 0).astype(float), "forwards": drafted.astype(float),
+                         "first": ((f["step"].to_numpy() == 0) & (drafted > 0)).astype(float),
                          "verify_tokens": f["verify_tokens"].to_numpy(float),
                          "draft_s": f["draft_s"].to_numpy(float), "verify_s": f["verify_s"].to_numpy(float),
                          "overhead_s": f["overhead_s"].to_numpy(float), "accepted": f["accepted"].to_numpy(float),
@@ -147,11 +151,13 @@ def fit_parts(parts: pd.DataFrame, per_token: bool = False) -> StepCalibration:
         if fitted[0] > 0:
             verify, per_token_s = (float(fitted[0]), float(fitted[1])), float(fitted[2])
     drafting = parts[parts["drafted"] > 0]
-    draft = _scale_and_fixed(drafting["prior_draft"], np.c_[drafting["forwards"], drafting["verify_tokens"]],
-                             drafting["draft_s"])
+    first = drafting["first"].to_numpy(float)
+    draft = _scale_and_fixed(drafting["prior_draft"], np.c_[drafting["forwards"], drafting["verify_tokens"],
+                                                            first, first * drafting["ctx_len"]], drafting["draft_s"])
     over = _ridge(np.c_[np.ones(len(parts)), parts["verify_tokens"]], parts["overhead_s"].to_numpy(), np.zeros(2))
     return StepCalibration(verify_scale=verify[0], verify_fixed_s=verify[1], verify_per_token_s=per_token_s,
                            draft_scale=draft[0], draft_per_forward_s=draft[1], draft_per_token_s=draft[2],
+                           first_draft_s=draft[3], first_draft_per_token_s=draft[4],
                            overhead_s=float(over[0]), overhead_per_token_s=float(over[1]))
 
 
@@ -160,6 +166,7 @@ def predict_parts(calibration: StepCalibration, parts: pd.DataFrame) -> np.ndarr
     c = calibration
     per_token = c.overhead_per_token_s + c.verify_per_token_s + c.draft_per_token_s * parts["drafted"]
     return (c.draft_scale * parts["prior_draft"] + c.draft_per_forward_s * parts["forwards"]
+            + parts["first"] * (c.first_draft_s + c.first_draft_per_token_s * parts["ctx_len"])
             + c.verify_scale * parts["prior_verify"] + c.verify_fixed_s
             + c.overhead_s + per_token * parts["verify_tokens"]).to_numpy(float)
 

@@ -4,6 +4,7 @@ step's shape. Written once; the closed-form scorers, the simulator and the GPU c
 A step runs D sequential draft forwards, then one verify forward, then fixed per-step work:
 
     draft_s  = sum_i reach_i * (sum_parts scale_p * t(model_p, width_i, ctx + i, batch) + draft_per_forward_s)
+               [+ catch_up_s = first_draft_s + first_draft_per_token_s * prompt_len in a generation's first step]
     verify_s = verify_scale * t(verify_model, verify_tokens, ctx, batch) + verify_fixed_s
                + verify_per_token_s * verify_tokens
     step_s   = draft_s + verify_s + overhead_s
@@ -18,7 +19,10 @@ A method's shape states what its step runs; `StepCalibration` states what the en
 of the isolated forwards (calibrate.engine fits it from StepTraces): scales of the forward costs,
 a fixed cost per draft forward (the engine's work around each: cache views, masks, sampling), a
 fixed verify cost (masks, tree building around the forward) and costs per verified token (the
-drafter sampling and building the nodes it proposes, logits at every verified position, cache edits).
+drafter sampling and building the nodes it proposes, logits at every verified position, cache edits),
+and what a generation's first step pays beyond the others (`catch_up_seconds`: the drafter's first
+forward runs the whole prompt; the simulator pays it in that step, the closed form spreads it over
+the generation's steps).
 `StepCalibration.apply(shape)` folds it into the shape, so every consumer prices the same step.
 """
 from __future__ import annotations
@@ -63,6 +67,8 @@ class StepShape:
     verify_fixed_s: float = 0.0            # extra seconds around the verify forward
     verify_dist: tuple[np.ndarray, np.ndarray] | None = None   # (tokens (C, K), probability (C, K))
     verify_per_token_s: float = 0.0        # per verified token beyond the forward (logits, masks, sampling)
+    first_draft_s: float = 0.0             # a generation's first step: its drafter catching up on the prompt,
+    first_draft_per_token_s: float = 0.0   # fixed and per prompt token (`catch_up_seconds`)
 
     @property
     def size(self) -> int:
@@ -98,7 +104,7 @@ class StepShape:
                          pick(self.verify_scale), pick(self.overhead_s), self.draft_kv_model,
                          self.draft_per_forward_s, self.verify_fixed_s,
                          None if self.verify_dist is None else tuple(a[rows] for a in self.verify_dist),
-                         self.verify_per_token_s)
+                         self.verify_per_token_s, self.first_draft_s, self.first_draft_per_token_s)
 
 
 @dataclass(frozen=True)
@@ -112,6 +118,8 @@ class StepCalibration:
     draft_scale: float = 1.0
     draft_per_forward_s: float = 0.0    # around each draft forward (cache views, masks, sampling)
     draft_per_token_s: float = 0.0      # per verified token a drafter proposed (a drafting step's nodes)
+    first_draft_s: float = 0.0          # a generation's first step: the drafter catching up on the prompt
+    first_draft_per_token_s: float = 0.0
     overhead_s: float = 0.0
     overhead_per_token_s: float = 0.0
 
@@ -135,6 +143,8 @@ class StepCalibration:
                        overhead_s=shape.overhead_s + self.overhead_s,   # the per-token parts go with each step's tokens
                        verify_per_token_s=shape.verify_per_token_s + per_token,
                        draft_per_forward_s=shape.draft_per_forward_s + drafts * self.draft_per_forward_s,
+                       first_draft_s=shape.first_draft_s + drafts * self.first_draft_s,
+                       first_draft_per_token_s=shape.first_draft_per_token_s + drafts * self.first_draft_per_token_s,
                        verify_fixed_s=shape.verify_fixed_s + self.verify_fixed_s)
 
 
@@ -179,6 +189,12 @@ def verify_seconds(latency: Latency, shape: StepShape, ctx, batch: int = 1, veri
     tokens = np.maximum(np.asarray(tokens, dtype=float), 1.0)
     seconds = latency(shape.verify_model, tokens, ctx, batch)
     return np.asarray(shape.verify_scale, float) * seconds + shape.verify_fixed_s + shape.verify_per_token_s * tokens
+
+
+def catch_up_seconds(shape: StepShape, prompt_len) -> np.ndarray:
+    """Seconds a generation's first step pays beyond a later one: its drafter's first forward
+    catches up on every prompt token (measured on SmolLM2: +50-145 ms over a ~20 ms draft)."""
+    return shape.first_draft_s + shape.first_draft_per_token_s * np.asarray(prompt_len, dtype=float)
 
 
 def step_seconds(latency: Latency, shape: StepShape, ctx, batch: int = 1) -> np.ndarray:

@@ -43,7 +43,7 @@ from experiments.measure import Bench, Candidate, decode_seconds, parse_candidat
 from experiments.report import _fmt_table
 
 PER_SETUP = 4            # default configurations per (method, drafter)
-SIM_REPEATS = 40         # default simulated streams per configuration
+SIM_REPEATS = 200        # default simulated streams per configuration (seed noise ~0.5%)
 MAX_VERIFY = 64          # default configurations verify at most this many tokens per step
 
 
@@ -151,7 +151,7 @@ def predict(profile, cands: list[Candidate], dataset: str, ctx_len: float, sim_t
         if cand.method == "ar":          # the baseline: one target step per token
             rows.append({"dataset": dataset, "candidate": cand.label, "method": "ar", "predicted_speedup": 1.0,
                          "predicted_tokens_per_step": 1.0, "predicted_step_s": plain_s, "simulated_speedup": 1.0,
-                         "ctx_len": float(ctx_len)})
+                         "sim_se": 0.0, "ctx_len": float(ctx_len)})
             continue
         spec = methods.get(cand.method)
         setup = profile.setups_for(spec, temperature=0.0, dataset=dataset, drafter=cand.drafter)[0]
@@ -163,7 +163,7 @@ def predict(profile, cands: list[Candidate], dataset: str, ctx_len: float, sim_t
                      "predicted_speedup": float(scored["speedup"].iloc[0]),
                      "predicted_tokens_per_step": float(scored["tokens_per_step"].iloc[0]),
                      "predicted_step_s": float(scored["step_s"].iloc[0]),
-                     "simulated_speedup": sim["sim_speedup"], "ctx_len": float(ctx_len)})
+                     "simulated_speedup": sim["sim_speedup"], "sim_se": sim["sim_se"], "ctx_len": float(ctx_len)})
     return pd.DataFrame(rows)
 
 
@@ -187,6 +187,9 @@ def compare(pred: pd.DataFrame, runs: pd.DataFrame, error: float) -> pd.DataFram
     out["acceptance_se"] = out["acceptance_se"].fillna(0.0)
     out["rel_error"] = out["predicted_speedup"] / out["measured_speedup"] - 1.0
     out["sim_rel_error"] = out["simulated_speedup"] / out["measured_speedup"] - 1.0
+    out["sim_vs_closed"] = out["simulated_speedup"] / out["predicted_speedup"] - 1.0
+    if "sim_se" not in out:             # predicted before the simulator reported its seed noise
+        out["sim_se"] = np.nan
     out["acceptance_error"] = out["predicted_tokens_per_step"] / out["measured_tokens_per_step"] - 1.0
     # the speedup the Profile predicts with the measured tokens per step: its latency error alone
     # (measured: plain step over this step, as the speedup measured it, i.e. against the partners)
@@ -202,7 +205,7 @@ def compare(pred: pd.DataFrame, runs: pd.DataFrame, error: float) -> pd.DataFram
     out["verdict_flip"] = ((out["predicted_verdict"] != "tie") & (out["predicted_verdict"] != "baseline")
                            & (out["predicted_verdict"] != out["measured_verdict"]))
     keep = ["dataset", "method", "candidate", "predicted_speedup", "simulated_speedup", "measured_speedup",
-            "rel_error", "sim_rel_error", "spread", "acceptance_se", "noise", "within_2x_noise", "n",
+            "rel_error", "sim_rel_error", "sim_vs_closed", "sim_se", "spread", "acceptance_se", "noise", "within_2x_noise", "n",
             "predicted_tokens_per_step", "measured_tokens_per_step", "acceptance_error", "predicted_step_s",
             "measured_step_s", "latency_error", "measured_tokens_per_s", "measured_e2e_tokens_per_s", "ctx_len", "predicted_verdict",
             "measured_verdict", "verdict_flip"]
@@ -273,6 +276,17 @@ def drift(fid: pd.DataFrame, profile, runs: pd.DataFrame | None = None) -> list[
     return lines or ["- the Profile records no calibration-window plain step (calibrated before references were kept)"]
 
 
+def agreement(spec: pd.DataFrame) -> str:
+    """The simulator against the closed form (one model, two evaluations), judged against the
+    simulator's own seed noise."""
+    gap, se = spec["sim_vs_closed"].abs(), spec["sim_se"]
+    line = f"- simulator vs closed form: median |gap| {100 * gap.median():.1f}%, max {100 * gap.max():.1f}%"
+    if se.notna().all():
+        line += (f"; within 1%: {int((gap <= 0.01).sum())}/{len(spec)}, within 2 seed standard errors (median "
+                 f"{100 * se.median():.2f}%): {int((gap <= 2 * se).sum())}/{len(spec)}")
+    return line
+
+
 def report(fid: pd.DataFrame, reg: pd.DataFrame, args, profile, prompts: list[str], minutes: float,
            runs: pd.DataFrame) -> str:
     spec = fid[fid["method"] != "ar"]
@@ -291,6 +305,7 @@ def report(fid: pd.DataFrame, reg: pd.DataFrame, args, profile, prompts: list[st
         "", "## Summary", "",
         f"- closed form: median |error| {100 * err.median():.1f}%, worst {100 * err.max():.1f}%",
         f"- simulator: median |error| {100 * sim.median():.1f}%, worst {100 * sim.max():.1f}%",
+        agreement(spec),
         f"- of which acceptance (tokens/step): median |error| {100 * spec['acceptance_error'].abs().median():.1f}%, "
         f"latency (step time): median |error| {100 * spec['latency_error'].abs().median():.1f}%",
         f"- within 2x the measurement noise: {int(spec['within_2x_noise'].sum())}/{len(spec)}",
@@ -304,7 +319,8 @@ def report(fid: pd.DataFrame, reg: pd.DataFrame, args, profile, prompts: list[st
         "right beside it) where the runs are paired, else over ar of the same repeat (the steps' own times: the prompt's prefill, the same "
         "work for every method and priced by no step model, is left out; measured_e2e_tokens_per_s includes it); rel_error = predicted / measured - 1; spread = half the "
         "range over repeats (relative); acceptance_se = standard error of tokens per step over prompts "
-        "(relative); noise = both combined; latency_error = the error with the measured tokens per step.",
+        "(relative); noise = both combined; latency_error = the error with the measured tokens per step; "
+        "sim_vs_closed = simulated / closed form - 1; sim_se = the simulator's seed standard error (relative).",
     ]
     return "\n".join(lines) + "\n"
 

@@ -27,7 +27,7 @@ import pandas as pd
 import methods
 from calibrate.profile import Profile
 from common.errors import InputError
-from costmodel.step import draft_seconds, step_seconds, verify_seconds
+from costmodel.step import catch_up_seconds, draft_seconds, step_seconds, verify_seconds
 from methods.spec import Setup, plain_shape
 
 TABULATE_MIN = 4096      # forwards asked at once from which integer token counts are priced on a table
@@ -222,6 +222,9 @@ def score(setup: Setup, method: str, configs: pd.DataFrame, setting: Setting) ->
         scored_by = "trace replay"
     latency, ctx, batch = tabulated(profile.seconds), float(setting.ctx_len), setting.batch
     draft_s = draft_seconds(latency, shape, ctx, batch)       # step_seconds' terms, the draft kept for draft_cost
+    if setting.new_tokens:              # the first step's catch-up, spread over the generation's steps
+        prompt = max(1.0, ctx - setting.new_tokens / 2)
+        draft_s = draft_s + catch_up_seconds(shape, prompt) * tokens / setting.new_tokens
     step_s = draft_s + verify_seconds(latency, shape, ctx, batch) + shape.overhead_s
     baseline = float(step_seconds(latency, plain_shape(profile), ctx, batch)[0])
     acceptance = profile.acceptance[setup.acceptance_key]
@@ -306,8 +309,19 @@ def simulate_task(task: SimTask) -> dict[str, float]:
                                  seed=task.seed * 1000 + r, prompt_len=centred_prompt(task)).summary
                  for r in range(task.repeats)]
     s = np.array([x["speedup"] for x in summaries])
-    pooled = sum(x["ar_decode_s"] for x in summaries) / sum(x["decode_s"] for x in summaries)
-    return {"sim_speedup": float(pooled), "sim_p05": float(np.quantile(s, 0.05)),
-            "sim_p95": float(np.quantile(s, 0.95)),
+    ar, decode = (np.array([x[k] for x in summaries]) for k in ("ar_decode_s", "decode_s"))
+    pooled = ar.sum() / decode.sum()
+    return {"sim_speedup": float(pooled), "sim_se": pooled_ratio_se(ar, decode),
+            "sim_p05": float(np.quantile(s, 0.05)), "sim_p95": float(np.quantile(s, 0.95)),
             "sim_tokens_per_step": float(np.mean([x["tokens_per_step"] for x in summaries]))}
+
+
+def pooled_ratio_se(num: np.ndarray, den: np.ndarray) -> float:
+    """Relative standard error of sum(num) / sum(den) over independent streams (the delta
+    method): the simulator's own seed noise, against which its gap to the closed form is judged."""
+    num, den = np.asarray(num, float), np.asarray(den, float)
+    if len(num) < 2:
+        return float("nan")
+    ratio = num.sum() / den.sum()
+    return float(np.std(num - ratio * den, ddof=1) / np.sqrt(len(num)) / num.mean())
 

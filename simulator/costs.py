@@ -169,8 +169,17 @@ class StepCosts:
         return hit
 
     def prefill_seconds(self, prompt_len, batch=1) -> float:
-        """Prompt forward of the target, plus the drafter's own when it keeps a cache."""
+        """Prompt forward of the target, plus the drafter's own when it keeps a cache and the engine
+        calibration did not measure it in the first decode step instead (`catch_up_seconds`)."""
         seconds = float(np.sum(self.forward(self.step.target, np.asarray(prompt_len), 0, batch)))
-        if self.step.draft_kv_model:
+        if self.step.draft_kv_model and not self.catches_up:
             seconds += float(np.sum(self.forward(self.step.draft_kv_model, np.asarray(prompt_len), 0, batch)))
         return seconds
+
+    @property
+    def catches_up(self) -> bool:
+        return bool(self.shape.first_draft_s or self.shape.first_draft_per_token_s)
+
+    def catch_up_seconds(self, prompt_len) -> float:
+        """What a request's first decode step pays beyond a later one (costmodel.step)."""
+        return float(np.sum(step_cost.catch_up_seconds(self.shape, prompt_len)))

@@ -147,6 +147,7 @@ class _Sim:
             if admit:
                 lengths = self.prompt[admit] + self.generated[admit]
                 seconds = costs.prefill_seconds(int(round(lengths.mean())), len(admit))
+                seconds += costs.catch_up_seconds(self.prompt[admit])    # each drafter's first forward, paid here
                 yield env.timeout(seconds)
                 self.busy[rep.index] += seconds
                 self._log(rep, "prefill", len(admit), int(lengths.mean()), 0, int(lengths.sum()), seconds, len(admit))

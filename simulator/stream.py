@@ -46,6 +46,8 @@ def time_steps_fast(costs: StepCosts, draws: StepDraws, prompt_len: int) -> pd.D
     """Per-step timings of one stream, vectorised."""
     ctx = prompt_len + np.cumsum(draws.accepted) - draws.accepted
     draft = costs.draft_seconds(ctx, draws.drafted, 1)
+    if draft.size and draws.drafted[0] > 0:
+        draft[0] += costs.catch_up_seconds(prompt_len)          # the drafter's first forward runs the prompt
     verify = costs.verify_seconds(ctx, draws.verify_tokens, 1)
     overhead = np.full(ctx.shape, costs.step.overhead_s)
     return pd.DataFrame({
@@ -67,6 +69,8 @@ def time_steps_simpy(costs: StepCosts, draws: StepDraws, prompt_len: int) -> tup
             drafted = int(draws.drafted[i])
             for seconds in costs.draft_forward_seconds(ctx)[:drafted]:
                 yield env.timeout(float(seconds))
+            if i == 0 and drafted:
+                yield env.timeout(costs.catch_up_seconds(prompt_len))
             if drafted and costs.parallel.draft_transfer_s:
                 yield env.timeout(costs.parallel.draft_transfer_s)
             t1 = env.now

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -15,7 +16,8 @@ from common.errors import InputError
 from costmodel.step import StepCalibration, StepShape, DraftPart, chain_width, step_seconds, verify_seconds
 
 TRUTH = StepCalibration(verify_scale=1.2, verify_fixed_s=0.004, draft_scale=1.1, draft_per_forward_s=0.006,
-                        draft_per_token_s=0.002, overhead_s=0.0005, overhead_per_token_s=0.0001)
+                        draft_per_token_s=0.002, first_draft_s=0.012, first_draft_per_token_s=0.0006,
+                        overhead_s=0.0005, overhead_per_token_s=0.0001)
 
 
 def fixed(model, n, ctx, batch=1):
@@ -53,26 +55,32 @@ def test_per_token_costs_follow_each_steps_own_tokens():
     assert step_seconds(fixed, shape, 100.0) == pytest.approx([0.01 * 5 + 0.05 + 0.0025 * 5])
 
 
-def synthetic_run(profile, label: str, drafter, rng, n_steps=120) -> StepRun:
-    """Steps whose parts are TRUTH applied to the prior of their own shape, with 1% noise."""
+def synthetic_run(profile, label: str, drafter, rng, n_steps=120, prompts=(60, 100, 140, 180, 220, 260),
+                  truth=TRUTH) -> StepRun:
+    """Steps whose parts are `truth` applied to the prior of their own shape, with 1% noise: one
+    generation per prompt length, its first step paying the drafter's catch-up on the prompt."""
     config = methods.parse_label(label)
     spec = methods.get(config.method)
     setup = profile.setups_for(spec, dataset="mt-bench", drafter=drafter)[0]
     shape = spec.step_shape(setup, spec.frame_of([config]))
     depth, tokens = shape.max_drafted, int(np.asarray(shape.verify_tokens).item())
-    ctx = 100 + np.arange(n_steps)
+    per = n_steps // len(prompts)
+    step = np.tile(np.arange(per), len(prompts))
+    prompt = np.repeat(prompts, per)
+    ctx = prompt + step
     frame = pd.DataFrame({"run_id": "r", "method": config.method, "config": json.dumps(config.to_dict()),
-                          "prompt_id": "p", "step": np.arange(n_steps), "ctx_len": ctx,
+                          "prompt_id": [f"p{n}" for n in prompt], "step": step, "ctx_len": ctx,
                           "draft_forwards": depth, "draft_s": 0.0, "verify_tokens": tokens, "verify_s": 0.0,
                           "overhead_s": 0.0, "accepted": rng.integers(1, depth + 2, n_steps)})
     run = StepRun(frame, drafter, "mt-bench")
     parts = prior_parts(profile, run)
-    noise = lambda: 1 + 0.01 * rng.standard_normal(n_steps)
-    frame["draft_s"] = (TRUTH.draft_scale * parts["prior_draft"] + TRUTH.draft_per_forward_s * depth
-                        + TRUTH.draft_per_token_s * tokens * (depth > 0)) * noise()
-    frame["verify_s"] = (TRUTH.verify_scale * parts["prior_verify"] + TRUTH.verify_fixed_s) * noise()
-    frame["overhead_s"] = TRUTH.overhead_s + TRUTH.overhead_per_token_s * tokens
-    return run
+    noise = lambda: 1 + 0.01 * rng.standard_normal(len(frame))
+    catch_up = (step == 0) * (truth.first_draft_s + truth.first_draft_per_token_s * prompt)
+    frame["draft_s"] = (truth.draft_scale * parts["prior_draft"] + truth.draft_per_forward_s * depth
+                        + (truth.draft_per_token_s * tokens + catch_up) * (depth > 0)) * noise()
+    frame["verify_s"] = (truth.verify_scale * parts["prior_verify"] + truth.verify_fixed_s) * noise()
+    frame["overhead_s"] = truth.overhead_s + truth.overhead_per_token_s * tokens
+    return StepRun(frame, drafter, "mt-bench")
 
 
 def test_fit_recovers_the_engine_costs(profile):
@@ -84,10 +92,13 @@ def test_fit_recovers_the_engine_costs(profile):
     fitted = fit_parts(sd)
     # a chain's draft forwards all run one token and it verifies one more than it drafts: its scale,
     # per-forward and per-token costs are not told apart, only what a step of each length pays
+    # (its generations' first steps, catching up on the prompt, included)
     for (_, measured), (_, predicted) in zip(sd.groupby("config")["draft_s"],
                                              sd.assign(p=fitted.draft_scale * sd["prior_draft"]
                                                        + fitted.draft_per_forward_s * sd["forwards"]
-                                                       + fitted.draft_per_token_s * sd["verify_tokens"]).groupby("config")["p"]):
+                                                       + fitted.draft_per_token_s * sd["verify_tokens"]
+                                                       + sd["first"] * (fitted.first_draft_s + fitted.first_draft_per_token_s
+                                                                        * sd["ctx_len"])).groupby("config")["p"]):
         assert predicted.mean() == pytest.approx(measured.mean(), rel=0.01)
     assert fitted.verify_scale == pytest.approx(TRUTH.verify_scale, rel=0.1)
     assert fitted.overhead_s + 5 * fitted.overhead_per_token_s == pytest.approx(
@@ -112,6 +123,9 @@ def test_trees_pin_the_draft_cost_per_forward_and_per_proposed_token(profile):
     runs = [synthetic_run(profile, label, "vanilla", rng) for label in ("mcsd k4", "mcsd k2x2x1", "mcsd k4x2", "mcsd k1x1x1")]
     fitted = fit_parts(pd.concat([prior_parts(profile, r) for r in runs]))
     assert fitted.draft_scale == pytest.approx(TRUTH.draft_scale, rel=0.1)
+    # a generation's first step: a fixed catch-up and one per prompt token (prompts of 60-260)
+    assert fitted.first_draft_per_token_s == pytest.approx(TRUTH.first_draft_per_token_s, rel=0.1)
+    assert fitted.first_draft_s == pytest.approx(TRUTH.first_draft_s, abs=0.006)
     assert fitted.draft_per_forward_s == pytest.approx(TRUTH.draft_per_forward_s, abs=0.0015)
     assert fitted.draft_per_token_s == pytest.approx(TRUTH.draft_per_token_s, abs=0.0005)
 
@@ -148,6 +162,34 @@ def test_scoring_and_simulator_price_the_calibrated_step(profile):
     assert sim["decode_s"] > sim_plain["decode_s"]
 
 
+@pytest.mark.parametrize("engine", ["fast", "simpy"])
+def test_the_first_steps_catch_up_is_paid_once_by_the_simulator_and_spread_by_the_closed_form(profile, engine):
+    """The drafter's catch-up on the prompt: the simulator's first decode step pays it (and its
+    prefill no longer runs the drafter's prompt forward); the closed form spreads it over the
+    generation's expected steps; fails if either drops it or pays it per step."""
+    from experiments import scoring
+    from simulator.stream import simulate_stream
+
+    catch_up = StepCalibration(first_draft_s=0.02, first_draft_per_token_s=0.001)
+    with_it = Profile.from_dict({**profile.to_dict(), "engine": {"methods": {"sd": catch_up.to_dict()}}})
+    without = Profile.from_dict({**profile.to_dict(), "engine": {}})
+    run = lambda p, method="sd": simulate_stream(p, method, f"{method} g4" if method == "sd" else "ar", n_tokens=40,
+                                                 seed=3, prompt_len=100, engine=engine).summary
+    paid, plain = run(with_it), run(without)
+    assert paid["decode_s"] - plain["decode_s"] == pytest.approx(0.02 + 0.001 * 100, rel=1e-9)
+    assert paid["ar_decode_s"] == pytest.approx(plain["ar_decode_s"], rel=1e-12)
+    spec = methods.get("sd")
+    frame = spec.frame_of([methods.parse_label("sd g4")])
+    setting = scoring.Setting(temperature=0.0, ctx_len=120, dataset="mt-bench", new_tokens=40)
+    scored = {name: scoring.score(p.setups_for(spec, dataset="mt-bench")[0], "sd", frame, setting).iloc[0]
+              for name, p in (("with", with_it), ("without", without))}
+    spread = (0.02 + 0.001 * 100) * scored["with"]["tokens_per_step"] / 40       # prompt = 120 - 40 / 2
+    assert scored["with"]["step_s"] - scored["without"]["step_s"] == pytest.approx(spread, rel=1e-9)
+    steady = replace(setting, new_tokens=None)       # a steady state has no first step
+    assert scoring.score(with_it.setups_for(spec, dataset="mt-bench")[0], "sd", frame, steady).iloc[0]["step_s"] == \
+        pytest.approx(scoring.score(without.setups_for(spec, dataset="mt-bench")[0], "sd", frame, steady).iloc[0]["step_s"])
+
+
 @pytest.mark.parametrize("engine, message", [
     ({"methods": {"sd": {"verify_scale": "x"}}}, "engine.methods.sd.verify_scale must be a finite number"),
     ({"methods": {"sd": {"scale": 1.0}}}, "engine.methods.sd has unknown key 'scale'"),
@@ -173,8 +215,9 @@ def test_paired_plain_decoding_divides_out_the_machine_drift(profile):
     """Each generation measured while the machine ran slower or faster (a factor per pair), its
     plain-decoding partner slowed alike: the calibration divides the factors out (traces.drift)."""
     rng = np.random.default_rng(2)
-    runs = [synthetic_run(profile, label, "vanilla", rng) for label in ("sd g1", "sd g4", "sd g7")]
-    runs.append(synthetic_run(profile, "ar", None, rng))
+    one = lambda label, drafter: synthetic_run(profile, label, drafter, rng, prompts=(100,))   # pairs of one prompt
+    runs = [one(label, "vanilla") for label in ("sd g1", "sd g4", "sd g7")]
+    runs.append(one("ar", None))
     slow = np.array([1.0, 1.6, 0.8, 1.3, 0.9, 1.45])          # per pair: the machine's speed then
     for i, run in enumerate(runs[:3]):
         run.frame["pair"] = np.repeat([2 * i, 2 * i + 1], 60)
@@ -191,7 +234,7 @@ def test_paired_plain_decoding_divides_out_the_machine_drift(profile):
     assert blind["fit"]["drift"] is None
     assert blind["fit"]["heldout"]["speedup_error_max"] > 0.05        # the drift shows up as error
     # a paired step whose partner is missing is refused
-    with pytest.raises(InputError, match=r"pair 5 \(prompt p\) has no plain-decoding partner"):
+    with pytest.raises(InputError, match=r"pair 5 \(prompt p100\) has no plain-decoding partner"):
         fit_engine(profile, [*runs[:3], StepRun(runs[3].frame[runs[3].frame["pair"] != 5], None, "mt-bench")])
 
 
@@ -223,7 +266,9 @@ def test_a_cost_per_verified_token_is_found_where_the_verify_has_one(profile):
     from calibrate.engine import fit_calibrations
 
     rng = np.random.default_rng(4)
-    runs = [synthetic_run(profile, label, drafter, rng) for label, drafter in
+    plain_draft = replace(TRUTH, draft_per_forward_s=0.0, draft_per_token_s=0.0, first_draft_s=0.0,
+                          first_draft_per_token_s=0.0)       # the verify is under test; two chains of a method pin no more
+    runs = [synthetic_run(profile, label, drafter, rng, truth=plain_draft) for label, drafter in
             (("sd g1", "vanilla"), ("sd g4", "vanilla"), ("mcsd k4x2 repl", "vanilla"), ("mcsd k4x2x2x2 repl", "vanilla"),
              ("mcsd k2x2x1 repl", "vanilla"), ("glide g2", "glide"), ("glide g6", "glide"), ("ar", None))]
     for run in runs[:-1]:

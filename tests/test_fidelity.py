@@ -91,6 +91,30 @@ def test_compare_regret_and_verdicts():
     assert "68.8 ms at context 90" in line and f"{1e3 * fid.iloc[0]['measured_step_s']:.1f} ms measured" in line
 
 
+def test_simulator_agreement_is_judged_against_its_seed_noise():
+    spec = pd.DataFrame({"sim_vs_closed": [0.004, -0.012, 0.03], "sim_se": [0.003, 0.007, 0.005]})
+    line = fidelity.agreement(spec)
+    assert "median |gap| 1.2%, max 3.0%" in line
+    assert "within 1%: 1/3" in line and "within 2 seed standard errors (median 0.50%): 2/3" in line
+    assert "within 1%" not in fidelity.agreement(spec.assign(sim_se=np.nan))   # predicted before sim_se existed
+
+
+def test_the_pooled_ratio_standard_error_matches_its_spread_over_seeds():
+    """The delta-method standard error of sum(ar) / sum(decode) against the ratio's spread over
+    2000 independent sets of 50 streams; fails if it is computed on the per-stream ratios' spread
+    alone or without the sqrt(n)."""
+    from experiments.scoring import pooled_ratio_se
+
+    rng = np.random.default_rng(0)
+    def streams():
+        decode = rng.gamma(20.0, 0.05, 50)                     # streams of varying length
+        return decode * 0.4 * (1 + 0.15 * rng.standard_normal(50)), decode
+    ratios = [a.sum() / d.sum() for a, d in (streams() for _ in range(2000))]
+    predicted = np.median([pooled_ratio_se(*streams()) for _ in range(200)])
+    assert predicted == pytest.approx(np.std(ratios) / np.mean(ratios), rel=0.1)
+    assert np.isnan(pooled_ratio_se(np.ones(1), np.ones(1)))
+
+
 def test_decode_seconds_come_from_the_step_traces():
     from experiments.measure import decode_seconds
 
