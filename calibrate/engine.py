@@ -122,12 +122,10 @@ def _ridge(x: np.ndarray, y: np.ndarray, prior: np.ndarray) -> np.ndarray:
 
 def _scale_and_fixed(prior: np.ndarray, fixed: np.ndarray, measured: np.ndarray) -> tuple[float, ...]:
     """(scale, *fixed seconds) with measured ~ scale * prior + fixed @ fixed_s (`fixed`: one column
-    per fixed cost, or a vector for one). Where the prior barely varies (one configuration:
-    coefficient of variation under VARIES) they cannot be told apart, and the scale alone is fitted
-    (fixed 0); a non-positive scale falls back the same way."""
-    prior, measured = np.asarray(prior, float), np.asarray(measured, float)
-    fixed = np.asarray(fixed, float)
-    fixed = fixed[:, None] if fixed.ndim == 1 else fixed
+    per fixed cost). Where the prior barely varies (one configuration: coefficient of variation
+    under VARIES) they cannot be told apart, and the scale alone is fitted (fixed 0); a non-positive
+    scale falls back the same way."""
+    prior, fixed, measured = np.asarray(prior, float), np.asarray(fixed, float), np.asarray(measured, float)
     zeros = (0.0,) * fixed.shape[1]
     if len(prior) == 0 or not np.any(prior > 0):
         return (1.0, *zeros)
@@ -143,7 +141,7 @@ def fit_parts(parts: pd.DataFrame, per_token: bool = False) -> StepCalibration:
     verify part also has a cost per verified token)."""
     if parts.empty:
         return StepCalibration()
-    verify = _scale_and_fixed(parts["prior_verify"], np.ones(len(parts)), parts["verify_s"])
+    verify = _scale_and_fixed(parts["prior_verify"], np.ones((len(parts), 1)), parts["verify_s"])
     per_token_s = 0.0
     if per_token and parts["verify_tokens"].std() > VARIES * parts["verify_tokens"].mean():
         fitted = _ridge(np.c_[parts["prior_verify"], np.ones(len(parts)), parts["verify_tokens"]],

@@ -223,7 +223,7 @@ def score(setup: Setup, method: str, configs: pd.DataFrame, setting: Setting) ->
     latency, ctx, batch = tabulated(profile.seconds), float(setting.ctx_len), setting.batch
     draft_s = draft_seconds(latency, shape, ctx, batch)       # step_seconds' terms, the draft kept for draft_cost
     if setting.new_tokens:              # the first step's catch-up, spread over the generation's steps
-        prompt = max(1.0, ctx - setting.new_tokens / 2)
+        prompt = centred_prompt(ctx, setting.new_tokens)
         draft_s = draft_s + catch_up_seconds(shape, prompt) * tokens / setting.new_tokens
     step_s = draft_s + verify_seconds(latency, shape, ctx, batch) + shape.overhead_s
     baseline = float(step_seconds(latency, plain_shape(profile), ctx, batch)[0])
@@ -292,10 +292,10 @@ def sim_config(row: pd.DataFrame) -> dict[str, Any]:
     return config
 
 
-def centred_prompt(task: SimTask) -> int:
-    """The simulated prompt length that centres the stream's context on the setting's ctx_len
-    (the closed form prices every step there; the stream's context grows by n_tokens)."""
-    return max(1, int(task.setting.ctx_len) - int(task.n_tokens) // 2)
+def centred_prompt(ctx_len: float, new_tokens: int) -> int:
+    """The prompt length that centres a generation of `new_tokens` on `ctx_len` (the closed form
+    prices every step there; the simulated stream's context grows by its tokens)."""
+    return max(1, int(ctx_len) - int(new_tokens) // 2)
 
 
 def simulate_task(task: SimTask) -> dict[str, float]:
@@ -306,7 +306,7 @@ def simulate_task(task: SimTask) -> dict[str, float]:
 
     profile = Profile.from_dict(task.profile, source=task.profile.get("name", "profile"))
     summaries = [simulate_stream(profile, task.method, task.config, n_tokens=task.n_tokens,
-                                 seed=task.seed * 1000 + r, prompt_len=centred_prompt(task)).summary
+                                 seed=task.seed * 1000 + r, prompt_len=centred_prompt(task.setting.ctx_len, task.n_tokens)).summary
                  for r in range(task.repeats)]
     s = np.array([x["speedup"] for x in summaries])
     ar, decode = (np.array([x[k] for x in summaries]) for k in ("ar_decode_s", "decode_s"))
