@@ -14,7 +14,7 @@ import re
 
 import numpy as np
 
-from costmodel.leviathan import check_positive_int, check_probability
+from costmodel.leviathan import check_positive_int, check_probability, generation_tokens
 
 N_BINS = 11
 
@@ -61,14 +61,19 @@ def cape_hit_rates(bins, freq, topk_hit):
     return f @ table[0], np.sum(f * hit_s, axis=-1)
 
 
-def cape_expected_tokens(bins, freq, topk_hit, gamma):
-    """Expected tokens per step (bonus included): 1 + hS * sum_{i=1..gamma} h1^(i-1)."""
+def cape_expected_tokens(bins, freq, topk_hit, gamma, new_tokens=None):
+    """Expected tokens per step (bonus included): 1 + hS * sum_{i=1..gamma} h1^(i-1); over a
+    generation of `new_tokens` where given (`leviathan.generation_tokens`)."""
     h1, hs = cape_hit_rates(bins, freq, topk_hit)
     g = check_positive_int("gamma", gamma)
-    h1 = np.asarray(h1, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        series = np.where(h1 >= 1.0, g, -np.expm1(g * np.log1p(np.minimum(h1, 1.0) - 1.0)) / (1.0 - h1))
-    return 1.0 + hs * series
+    h1, hs = np.broadcast_arrays(np.asarray(h1, dtype=float), np.asarray(hs, dtype=float), g)[:2]
+    if new_tokens is None:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            series = np.where(h1 >= 1.0, g, -np.expm1(g * np.log1p(np.minimum(h1, 1.0) - 1.0)) / (1.0 - h1))
+        return 1.0 + hs * series
+    i = np.arange(1, int(np.max(g)) + 1)
+    reach = hs[..., None] * np.minimum(h1, 1.0)[..., None] ** (i - 1) * (i <= np.asarray(g)[..., None])
+    return generation_tokens(reach, new_tokens)
 
 
 def cape_verify_tokens(bins, freq, gamma):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel.leviathan import check_nonnegative, check_positive_int, check_probability
+from costmodel.leviathan import check_nonnegative, check_positive_int, check_probability, generation_tokens
 from costmodel.params import Arch, attention_params
 
 
@@ -45,13 +45,14 @@ def continue_probability(eta, n_bins: int = 11):
     return np.where(upper > lower, share, (lower > e[..., None]).astype(float))
 
 
-def early_exit(freq, hit, eta, gamma, cont=None):
+def early_exit(freq, hit, eta, gamma, cont=None, new_tokens=None):
     """(expected draft steps, expected tokens per step = CR) under early exit.
 
     freq, hit: (n_bins,) bin frequencies (sum 1) and P(top-1 matches the target | bin); eta the
     threshold (ignored if cont, the per-bin continue probability, is given); gamma max draft steps.
     E[steps] = sum_{i<=g} c^(i-1) with c = P(continue); CR = 1 + sum_{i<=g} u^(i-1) a with
-    u = P(match and continue), a = P(match).
+    u = P(match and continue), a = P(match); over a generation of `new_tokens` where given
+    (`leviathan.generation_tokens`).
     """
     f = check_probability("bin frequency", freq)
     h = check_probability("hit", hit)
@@ -65,8 +66,8 @@ def early_exit(freq, hit, eta, gamma, cont=None):
     powers = np.arange(int(np.max(g)))
     mask = powers < np.asarray(g)[..., None]
     steps = np.sum(np.where(mask, np.asarray(c)[..., None] ** powers, 0.0), axis=-1)
-    tokens = 1.0 + a * np.sum(np.where(mask, np.asarray(u)[..., None] ** powers, 0.0), axis=-1)
-    return steps, tokens
+    reach = np.where(mask, np.asarray(a)[..., None] * np.asarray(u)[..., None] ** powers, 0.0)
+    return steps, generation_tokens(reach, new_tokens)
 
 
 def speedup(compression_rate, draft_steps, shallow_cost, adapter_cost):

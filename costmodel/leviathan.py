@@ -32,25 +32,59 @@ def expected_tokens(alpha, gamma):
     return np.where(a >= 1.0, g + 1.0, np.where(a <= 0.0, 1.0, geometric))
 
 
-def expected_tokens_by_position(beta, gamma=None):
+def expected_tokens_by_position(beta, gamma=None, new_tokens=None):
     """Position-dependent form: 1 + sum_{i<=g} prod_{j<=i} beta_j.
 
     beta: array (..., G) of per-position conditional acceptance probabilities (beta_i = P(token i
     accepted | tokens 1..i-1 accepted)); gamma (optional, broadcast against beta[..., 0]) uses only
-    the first gamma positions (default all G).
+    the first gamma positions (default all G); new_tokens: over a generation of that many tokens
+    (`generation_tokens`), default the steady state.
     """
     b = check_probability("beta", beta)
     if b.ndim == 0 or b.shape[-1] == 0:
         raise ValueError("beta must have a last axis of positions, length >= 1")
     reach = np.cumprod(b, axis=-1)
-    if gamma is None:
-        return 1.0 + reach.sum(axis=-1)
-    g = check_positive_int("gamma", gamma)
-    if np.any(g > b.shape[-1]):
-        raise ValueError(f"gamma {int(np.max(g))} exceeds the {b.shape[-1]} positions given in beta")
-    positions = np.arange(1, b.shape[-1] + 1)
-    mask = positions <= g[..., None]
-    return 1.0 + np.sum(reach * mask, axis=-1)
+    if gamma is not None:
+        g = check_positive_int("gamma", gamma)
+        if np.any(g > b.shape[-1]):
+            raise ValueError(f"gamma {int(np.max(g))} exceeds the {b.shape[-1]} positions given in beta")
+        reach = reach * (np.arange(1, b.shape[-1] + 1) <= g[..., None])
+    return generation_tokens(reach, new_tokens)
+
+
+def generation_tokens(reach, new_tokens=None):
+    """Tokens a step commits on average, bonus included, from reach[..., i - 1] = P(a step commits
+    more than i tokens), i = 1..G. None: the steady state, 1 + sum(reach). Else over a generation
+    that stops after `new_tokens` (its last step clipped there): new_tokens / E[steps], exact.
+    A step starts at every committed count the generation stops on below new_tokens, so E[steps]
+    sums the renewal probabilities u(n) = sum_j P(X = j) u(n - j), u(0) = 1, over n < new_tokens;
+    u(n) settles at 1 / E[X] geometrically, and once the last G + 1 all have, the rest is summed in
+    closed form. Short generations matter: a step's tokens past the end are wasted (at 32 tokens
+    and E[X] = 4.3, 8% fewer per step than the steady state)."""
+    r = np.asarray(reach, dtype=float)
+    if r.ndim == 0 or r.shape[-1] == 0:
+        raise ValueError("reach must have a last axis of positions, length >= 1")
+    if np.any(~np.isfinite(r)) or np.any(r < 0) or np.any(r > 1) or np.any(np.diff(r, axis=-1) > 1e-12):
+        raise ValueError("reach must be probabilities in [0, 1], non-increasing along positions")
+    mean = 1.0 + r.sum(axis=-1)
+    if new_tokens is None:
+        return mean
+    total = int(check_positive_int("new_tokens", new_tokens))
+    flat = r.reshape(-1, r.shape[-1])
+    survival = np.concatenate([np.ones((flat.shape[0], 1)), flat, np.zeros((flat.shape[0], 1))], axis=1)
+    p = survival[:, :-1] - survival[:, 1:]                  # P(X = j), j = 1..G + 1
+    limit = 1.0 / mean.reshape(-1)
+    recent = np.zeros_like(p)                               # recent[:, j - 1] = u(n - j)
+    recent[:, 0] = 1.0
+    steps = np.ones(flat.shape[0])                          # u(0)
+    for n in range(1, total):
+        u = np.einsum("mj,mj->m", p, recent)
+        steps += u
+        recent = np.concatenate([u[:, None], recent[:, :-1]], axis=1)
+        if n >= p.shape[1] and np.max(np.abs(recent - limit[:, None])) < 1e-13:
+            steps += (total - 1 - n) * limit
+            break
+    return (total / steps).reshape(mean.shape)
 
 
 def alpha_from_expected_tokens(tau, gamma, iterations: int = 60):

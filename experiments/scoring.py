@@ -67,7 +67,7 @@ class SimTask:
     config: dict[str, Any]        # the method's config fields plus the setup keys (`sim_config`)
     setting: Setting
     seed: int
-    n_tokens: int
+    n_tokens: int                 # tokens each stream's decode steps commit (the closed form's new_tokens)
     repeats: int
 
 
@@ -305,9 +305,11 @@ def simulate_task(task: SimTask) -> dict[str, float]:
     from simulator.stream import simulate_stream
 
     profile = Profile.from_dict(task.profile, source=task.profile.get("name", "profile"))
-    summaries = [simulate_stream(profile, task.method, task.config, n_tokens=task.n_tokens,
-                                 seed=task.seed * 1000 + r, prompt_len=centred_prompt(task.setting.ctx_len, task.n_tokens)).summary
-                 for r in range(task.repeats)]
+    # decode steps commit all n_tokens, as the engine's do (its prefill leaves the prompt's last
+    # token pending) and as the closed form prices them; simulate_stream's prefill emits one more
+    prompt = centred_prompt(task.setting.ctx_len, task.n_tokens)
+    summaries = [simulate_stream(profile, task.method, task.config, n_tokens=task.n_tokens + 1,
+                                 seed=task.seed * 1000 + r, prompt_len=prompt).summary for r in range(task.repeats)]
     s = np.array([x["speedup"] for x in summaries])
     ar, decode = (np.array([x[k] for x in summaries]) for k in ("ar_decode_s", "decode_s"))
     pooled = ar.sum() / decode.sum()

@@ -47,7 +47,8 @@ def expansion_tokens(setup, frame, method: str) -> tuple[np.ndarray, np.ndarray,
     conf = setup.need("conf_bins", method)
     gamma = frame["gamma"].to_numpy(np.int64)
     bins = bin_matrix(frame)
-    tokens = cape_expected_tokens(bins, conf.freq, {int(k): v for k, v in conf.topk_hit.items()}, gamma)
+    hits = {int(k): v for k, v in conf.topk_hit.items()}
+    tokens = cape_expected_tokens(bins, conf.freq, hits, gamma, new_tokens=setup.new_tokens)
     return tokens, 1.0 + cape_verify_tokens(bins, conf.freq, gamma), cape_verify_distribution(bins, conf.freq, gamma)
 
 

@@ -58,7 +58,8 @@ class Kangaroo(MethodSpec):
             tokens[chain] = chain_tokens(setup, gamma[chain])
         if (~chain).any():
             conf = setup.need("conf_bins", self.name)
-            _, cr = early_exit(conf.freq, conf.hit(1), eta[~chain][:, None], gamma[~chain][:, None])
+            _, cr = early_exit(conf.freq, conf.hit(1), eta[~chain][:, None], gamma[~chain][:, None],
+                               new_tokens=setup.new_tokens)
             tokens[~chain] = cr[:, 0]
             go_on = (conf.freq * continue_probability(eta[~chain])).sum(axis=-1)
             reach[~chain] = go_on[:, None] ** np.arange(reach.shape[1])[None, :]

@@ -153,7 +153,7 @@ class MCSD(MethodSpec):
     def expected_tokens(self, setup, frame):
         """E = 1 + sum_i prod_{j<=i} alpha@k_j (costmodel.trees), whole matrix at once."""
         kmat = level_matrix(frame)
-        return expected_tokens_by_position(self.level_acceptance(setup, frame), _depth(frame, kmat))
+        return expected_tokens_by_position(self.level_acceptance(setup, frame), _depth(frame, kmat), setup.new_tokens)
 
     def step_shape(self, setup, frame):
         kmat = level_matrix(frame)

@@ -23,12 +23,13 @@ class SDConfig(MethodConfig):
 
 def chain_tokens(setup, gamma: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
     """Leviathan with per-position acceptance beta_i, times a per-configuration `scale` (a
-    router's recall) when given: E = 1 + sum_i prod_{j<=i} beta_j."""
+    router's recall) when given: E = 1 + sum_i prod_{j<=i} beta_j (over the setup's generation
+    length where it has one)."""
     gamma = np.asarray(gamma, dtype=np.int64)
     beta = setup.acceptance.beta(int(gamma.max()))
     if scale is not None:
         beta = np.clip(beta[None, :] * np.asarray(scale, dtype=float)[:, None], 0.0, 1.0)
-    return expected_tokens_by_position(beta, gamma)
+    return expected_tokens_by_position(beta, gamma, setup.new_tokens)
 
 
 def chain_sampler(setup, config, gamma: int, scale: float = 1.0, acceptance_model: str = "independent"):

@@ -44,7 +44,7 @@ class Setup:
     drafter: str | None = None
     acceptance_key: str | None = None
     overhead_s: float = 0.0
-    new_tokens: int | None = None       # the generation's length where a method's steps change along it
+    new_tokens: int | None = None       # the generation's length, its last step clipped (None: a steady state)
 
     @property
     def target(self) -> str:

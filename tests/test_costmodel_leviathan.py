@@ -39,6 +39,43 @@ def test_position_dependent_form_matches_monte_carlo():
     assert leviathan.expected_tokens_by_position(beta, gamma=2) == pytest.approx(1 + 0.9 + 0.9 * 0.75)
 
 
+def _generation_mc(rng, accept_probs, new_tokens, n):
+    """Tokens per step of generations that stop after `new_tokens`: steps of `_chain_mc` until the
+    output is complete, the last one clipped (as the engine cuts it)."""
+    steps = np.empty(n)
+    for g in range(n):
+        committed, count = 0, 0
+        while committed < new_tokens:
+            committed += int(_chain_mc(rng, accept_probs, 1)[0])
+            count += 1
+        steps[g] = count
+    return steps
+
+
+@pytest.mark.parametrize("alpha,gamma,new_tokens", [(0.1, 1, 32), (0.8, 8, 32), (0.95, 16, 32), (0.6, 4, 7)])
+def test_generation_tokens_matches_monte_carlo_of_clipped_generations(alpha, gamma, new_tokens):
+    rng = np.random.default_rng(3)
+    steps = _generation_mc(rng, [alpha] * gamma, new_tokens, 20_000)
+    predicted = float(leviathan.expected_tokens_by_position([alpha] * gamma, new_tokens=new_tokens))
+    _assert_within(steps, new_tokens / predicted)          # E[steps] = new_tokens / tokens per step
+
+
+def test_generation_tokens_steady_state_and_limits():
+    beta = np.array([0.9, 0.75, 0.6])
+    reach = np.cumprod(beta)
+    steady = leviathan.generation_tokens(reach)
+    assert steady == pytest.approx(float(leviathan.expected_tokens_by_position(beta)))
+    short = [float(leviathan.generation_tokens(reach, n)) for n in (1, 8, 64, 4096)]
+    assert short[0] == 1.0                                 # one token: one step, whatever it drafts
+    assert short == sorted(short) and short[-1] == pytest.approx(steady, rel=1e-3)
+    batch = leviathan.generation_tokens(np.stack([reach, reach * 0.5]), 32)
+    assert batch[0] == pytest.approx(leviathan.generation_tokens(reach, 32))
+    with pytest.raises(ValueError, match="non-increasing"):
+        leviathan.generation_tokens([0.3, 0.5], 32)
+    with pytest.raises(ValueError, match="new_tokens"):
+        leviathan.generation_tokens(reach, 0)
+
+
 @pytest.mark.parametrize("alpha,gamma,b", [(0.425, 4, 15), (0.6, 3, 1), (0.3, 6, 4), (0.8, 2, 30)])
 def test_eq5_matches_monte_carlo_of_b_sequences(alpha, gamma, b):
     rng = np.random.default_rng(2)
