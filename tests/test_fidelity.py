@@ -1,6 +1,8 @@
 """experiments.fidelity and experiments.measure: held-out checks, the comparison, regret, prompt specs."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -9,7 +11,7 @@ import methods
 from calibrate.profile import Profile
 from common.bundled import bundled
 from common.errors import InputError
-from experiments import fidelity
+from experiments import fidelity, fidelity_report
 from experiments.measure import Candidate, parse_candidate, rates
 
 
@@ -65,7 +67,7 @@ def test_compare_regret_and_verdicts():
                          "predicted_speedup": [1.0, 1.26, 1.02], "predicted_tokens_per_step": [1.0, 2.0, 1.2],
                          "predicted_step_s": [0.1, 0.1 * 2.0 / 1.26, 0.1 * 1.2 / 1.02],
                          "simulated_speedup": [1.0, 1.25, 1.0], "ctx_len": 100.0})
-    fid = fidelity.compare(pred, runs, error=0.03)
+    fid = fidelity_report.compare(pred, runs, error=0.03)
     row = fid.set_index("candidate")
     assert row.loc["sd g4", "rel_error"] == pytest.approx(0.05)
     assert row.loc["sd g4", "acceptance_error"] == pytest.approx(0.0)
@@ -73,30 +75,30 @@ def test_compare_regret_and_verdicts():
     assert row.loc["sd g4", "spread"] == pytest.approx(0.02)
     assert row.loc["sd g4", "predicted_verdict"] == "speculate" and not row.loc["sd g4", "verdict_flip"]
     assert row.loc["sd g1", "predicted_verdict"] == "tie" and not row.loc["sd g1", "verdict_flip"]
-    reg = fidelity.regret(fid)
+    reg = fidelity_report.regret(fid)
     assert reg.loc[0, "picked"] == "sd g4" and reg.loc[0, "regret"] == pytest.approx(0.0)
     # a flip: predicted to gain 10% where the measurement loses
     pred.loc[2, "predicted_speedup"] = 1.10
-    fid = fidelity.compare(pred, runs, error=0.03)
+    fid = fidelity_report.compare(pred, runs, error=0.03)
     assert bool(fid.set_index("candidate").loc["sd g1", "verdict_flip"])
     pred.loc[2, "predicted_speedup"] = 1.5                  # now the pick, measured 0.9 against 1.2
-    assert fidelity.regret(fidelity.compare(pred, runs, 0.03)).loc[0, "regret"] == pytest.approx(0.25)
+    assert fidelity_report.regret(fidelity_report.compare(pred, runs, 0.03)).loc[0, "regret"] == pytest.approx(0.25)
     # a tie does not speculate: within a 60% held-out error nothing is "speculate", so the verdicts pick ar
-    tied = fidelity.regret(fidelity.compare(pred, runs, 0.6)).loc[0]
+    tied = fidelity_report.regret(fidelity_report.compare(pred, runs, 0.6)).loc[0]
     assert tied["picked"] == "sd g1" and tied["verdict_pick"] == "ar"
     assert tied["verdict_regret"] == pytest.approx(1 - 1 / 1.2)
     # the baseline across windows: the Profile's calibration-window plain step beside this run's
     calibrated = type("P", (), {"engine": {"fit": {"reference": {"mt-bench": {"ar_step_s": 0.0688, "ctx_len": 90.0}}}}})
-    [line] = fidelity.drift(fid, calibrated)
+    [line] = fidelity_report.drift(fid, calibrated)
     assert "68.8 ms at context 90" in line and f"{1e3 * fid.iloc[0]['measured_step_s']:.1f} ms measured" in line
 
 
 def test_simulator_agreement_is_judged_against_its_seed_noise():
     spec = pd.DataFrame({"sim_vs_closed": [0.004, -0.012, 0.03], "sim_se": [0.003, 0.007, 0.005]})
-    line = fidelity.agreement(spec)
+    line = fidelity_report.agreement(spec)
     assert "median |gap| 1.2%, max 3.0%" in line
     assert "within 1%: 1/3" in line and "within 2 seed standard errors (median 0.50%): 2/3" in line
-    assert "within 1%" not in fidelity.agreement(spec.assign(sim_se=np.nan))   # predicted before sim_se existed
+    assert "within 1%" not in fidelity_report.agreement(spec.assign(sim_se=np.nan))   # predicted before sim_se existed
 
 
 def test_the_pooled_ratio_standard_error_matches_its_spread_over_seeds():
@@ -186,5 +188,36 @@ def test_every_generation_runs_beside_plain_decoding_of_its_prompt():
     steady = runs.copy()
     plain_rows = steady["method"] == "ar"
     steady.loc[plain_rows, "decode_s"] = 0.01 * steady.loc[plain_rows, "steps"] * np.where(steady.loc[plain_rows, "pair"] == 0, 1.5, 1.0)
-    [line] = fidelity.drift(pd.DataFrame({"method": []}), type("P", (), {"engine": {}}), steady)
+    [line] = fidelity_report.drift(pd.DataFrame({"method": []}), type("P", (), {"engine": {}}), steady)
     assert "over 8 pairs" in line and "worst 1.00-1.50x" in line
+
+
+def test_repredict_judges_a_finished_run_again_and_keeps_its_first_predictions(tmp_path, capsys):
+    """--report-only --repredict: the run's configurations predicted again from the Profile, the
+    predictions made before the measurement kept once (predictions_first.csv), the report saying so."""
+    run_dir = Path(__file__).resolve().parents[1] / "examples" / "smollm2_fidelity"
+    keep = ["ar", "sd g1 @vanilla", "lookahead W3 N2 G1"]
+    pred = pd.read_csv(run_dir / "predictions.csv")
+    pred = pred[pred["candidate"].isin(keep)]
+    runs = pd.read_csv(run_dir / "runs.csv")
+    runs = runs[runs["candidate"].isin(keep)]
+    out = tmp_path / "run"
+    out.mkdir()
+    pred.to_csv(out / "predictions.csv", index=False)
+    runs.to_csv(out / "runs.csv", index=False)
+    argv = ["--profile", str(bundled("profiles", "smollm2-135m-cpu.json")), "--target", "smollm2",
+            "--prompts", "mtbench:22-25,humaneval:22-25", "--out", str(out), "--max-new-tokens", "32"]
+    assert fidelity.main(argv + ["--repredict"]) == 2
+    assert "give --report-only too" in capsys.readouterr().err
+    first = pred.copy()
+    pred.assign(predicted_speedup=pred["predicted_speedup"] * 2).to_csv(out / "predictions.csv", index=False)
+    assert fidelity.main(argv + ["--report-only", "--repredict", "--sim-repeats", "20"]) == 0
+    kept = pd.read_csv(out / "predictions_first.csv")
+    assert kept["predicted_speedup"].to_numpy() == pytest.approx(2 * first["predicted_speedup"].to_numpy())
+    again = pd.read_csv(out / "predictions.csv")
+    assert list(again["candidate"]) == list(first["candidate"])
+    assert (again["predicted_speedup"].to_numpy() < 1.5 * first["predicted_speedup"].to_numpy()).all()   # not the doubled
+    report = (out / "report.md").read_text()
+    assert "Predictions made again after the measurement" in report
+    assert fidelity.main(argv + ["--report-only", "--repredict", "--sim-repeats", "20"]) == 0
+    assert pd.read_csv(out / "predictions_first.csv").equals(kept)           # the first ones are never replaced
