@@ -174,7 +174,7 @@ def claims(args, profile, acc: pd.DataFrame) -> list[str]:
 
 def training_table(drafters) -> pd.DataFrame:
     """The final numbers of each drafter's `training.json` (python -m training), with the command
-    that repeats the run exactly."""
+    that repeats the run exactly, or the JSON's word that it does not."""
     rows = []
     for path in sorted(drafters.glob("*/training.json")):
         info = json.loads(path.read_text())
@@ -182,7 +182,9 @@ def training_table(drafters) -> pd.DataFrame:
                      "untrained_eval_loss": info["untrained"]["eval_loss"],
                      "untrained_eval_top1": info["untrained"]["eval_top1"],
                      "final_train_loss": info["final"]["train_loss"], "final_eval_loss": info["final"]["eval_loss"],
-                     "final_eval_top1": info["final"]["eval_top1"], "reproduce": f"`{info['reproduce']}`"})
+                     "final_eval_top1": info["final"]["eval_top1"],
+                     "reproduce": f"`{info['reproduce']}`" + (" does not rebuild these weights (training.json: "
+                                                               "reproduce_caveat)" if "reproduce_caveat" in info else "")})
     return pd.DataFrame(rows)
 
 

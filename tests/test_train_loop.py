@@ -68,9 +68,41 @@ def test_time_budget_sets_the_step_count_and_records_it():
     summary = train(trainee, data, LoopConfig(minutes=0.05, warmup_steps=3, eval_every=1000),
                     None, log=lambda *_: None, clock=lambda: now[0])
     assert summary["steps"] == summary["planned_steps"] >= 4
-    assert summary["reproduce"].endswith(f"--steps {summary['steps']} --seed 0")
+    assert f"--steps {summary['steps']} --batch-size 8 --lr 0.001 --seed 0" in summary["reproduce"]
+    assert "--planned-steps" not in summary["reproduce"]
     assert summary["seconds"] < 0.05 * 60 * 1.15 + 5
     assert math.isfinite(summary["final"]["eval_loss"])
+
+
+def test_a_run_the_budget_stopped_early_reproduces_from_its_command(tmp_path):
+    """Stopped at step 6 of a 12-step schedule: the reproduce command names both, and rerunning
+    it gives the same weights (a plain --steps 7 would anneal the learning rate over 7)."""
+    target, data = tiny_data(SignalSpec(topk=8))
+    trainee, now, calls = VanillaTrainee(target.model), [0.0], [0]
+    real_loss = trainee.loss
+
+    def timed_loss(batch):        # on a simulated clock, 0.4 s a training step while the count is planned, then 1.2 s
+        if torch.is_grad_enabled():
+            calls[0] += 1
+            now[0] += 0.4 if calls[0] <= 2 else 1.2
+        return real_loss(batch)
+
+    trainee.loss = timed_loss
+    cut = train(trainee, data, LoopConfig(minutes=0.08, warmup_steps=2, eval_every=1000), tmp_path / "cut",
+                log=lambda *_: None, clock=lambda: now[0])
+    assert cut["steps"] < cut["planned_steps"]
+    words = cut["reproduce"].split()
+    steps, planned = (int(words[words.index(flag) + 1]) for flag in ("--steps", "--planned-steps"))
+    assert (steps, planned) == (cut["steps"], cut["planned_steps"])
+    again = train(VanillaTrainee(target.model), data, LoopConfig(steps=steps, planned_steps=planned, warmup_steps=2,
+                                                                 eval_every=1000), tmp_path / "again", log=lambda *_: None)
+    short = train(VanillaTrainee(target.model), data, LoopConfig(steps=steps, warmup_steps=2, eval_every=1000),
+                  None, log=lambda *_: None)
+    assert again["final"] == cut["final"] and short["final"] != cut["final"]
+    a, b = (load_vanilla(tmp_path / d / "vanilla.safetensors", target.model) for d in ("cut", "again"))
+    assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
+    with pytest.raises(InputError, match="planned-steps"):
+        LoopConfig(steps=5, planned_steps=4)
 
 
 def test_bad_loop_config_is_input_error():

@@ -40,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default="smollm2", help="target model spec (runtime.models.load_model)")
     p.add_argument("--minutes", type=float, default=30.0, help="wall-clock training budget (sets the step count)")
     p.add_argument("--steps", type=int, default=None, help="fixed step count (exact reproduction; overrides --minutes; default: none, --minutes decides)")
+    p.add_argument("--planned-steps", type=int, default=None,
+                   help="the learning-rate schedule's length where it exceeds --steps (reproduces a run the time budget stopped early; default: none, --steps)")
     p.add_argument("--seed", type=int, default=0, help="seed of initialisation, batch order and corpus")
     p.add_argument("--out", default=None, help="output directory (default artifacts/drafters/<kind>)")
     p.add_argument("--batch-size", type=int, default=8, help="windows per step")
@@ -64,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"--{option.replace('_', '-')} must be >= 1, got {getattr(args, option)}")
     torch.set_num_threads(args.threads)
     options = parse_options(args.options)
-    loop = LoopConfig(minutes=args.minutes, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                      eval_every=args.eval_every, seed=args.seed)
+    loop = LoopConfig(minutes=args.minutes, steps=args.steps, planned_steps=args.planned_steps,
+                      batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every, seed=args.seed)
     corpus = CorpusConfig(n_generated=args.generated, max_new_tokens=args.max_new_tokens, n_source=args.source,
                           seed=args.seed)
     module = kinds()[args.kind]
@@ -79,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     data = training_data(target, trainee.spec, corpus_config=corpus, seq_len=args.seq_len, cache_dir=args.cache)
     print(f"data: {json.dumps(data.meta)}")
     out = Path(args.out or f"artifacts/drafters/{args.kind}")
-    summary = train(trainee, data, loop, out)
+    command = ["--target", args.target, "--generated", str(args.generated), "--max-new-tokens", str(args.max_new_tokens),
+               "--source", str(args.source), "--seq-len", str(args.seq_len), *(f"--set {o}" for o in args.options)]
+    summary = train(trainee, data, loop, out, command=command)
     print(json.dumps({"kind": args.kind, "steps": summary["steps"], "seconds": summary["seconds"],
                       "untrained": summary["untrained"], "final": summary["final"], "weights": summary["weights"]}))
     return 0

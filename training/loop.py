@@ -21,8 +21,10 @@ to `min_lr_ratio`, gradient clipping, seeded batch order (torch.Generator(seed))
 top-1 agreement on the held-out windows before training, every `eval_every` steps and at the end.
 Budget: `steps` fixes the step count (bit-for-bit reproducible); otherwise the count is set from
 the `minutes` budget after timing the warm-up steps (whose learning rates do not depend on the
-count) and the first eval, recorded in the JSON, and a run passing the recorded `steps` repeats
-it exactly; a run past 1.15 x the budget stops early and says so. The final numbers and the curve go to
+count) and the first eval; a run past 1.15 x the budget stops early and says so. The JSON's
+`reproduce` command repeats a run exactly: every option that shaped the weights spelled out (a
+default changed later must not change them; a corpus default did once), and `--planned-steps`
+where the budget stopped it before the end of its schedule. The final numbers and the curve go to
 `training.json` next to the weights (atomic writes throughout).
 """
 from __future__ import annotations
@@ -32,7 +34,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
@@ -66,6 +68,7 @@ class Trainee(Protocol):
 class LoopConfig:
     minutes: float = 30.0
     steps: int | None = None      # fixed step count (overrides the time budget)
+    planned_steps: int | None = None  # the schedule's length where it is not `steps` (a run the budget cut short)
     batch_size: int = 8
     lr: float = 1e-3
     min_lr_ratio: float = 0.1
@@ -80,6 +83,9 @@ class LoopConfig:
             raise InputError(f"--minutes must be > 0, got {self.minutes}")
         if self.steps is not None and self.steps < 1:
             raise InputError(f"--steps must be >= 1, got {self.steps}")
+        if self.planned_steps is not None and (self.steps is None or self.planned_steps < self.steps):
+            raise InputError(f"--planned-steps needs --steps and must be >= it, got {self.planned_steps} "
+                             f"with --steps {self.steps}")
         for option, value in (("--batch-size", self.batch_size), ("--eval-every", self.eval_every)):
             if value < 1:
                 raise InputError(f"{option} must be >= 1, got {value}")
@@ -151,10 +157,20 @@ def _optimizer(params: list[torch.nn.Parameter], config: LoopConfig) -> torch.op
                               {"params": plain, "weight_decay": 0.0}], lr=config.lr)
 
 
+def reproduce_options(config: LoopConfig, steps: int, planned: int) -> list[str]:
+    """The loop's options that rerun a finished run step for step, all explicit (a default that
+    changes later must not change the weights): its steps and, where the time budget stopped it
+    early, the schedule it planned."""
+    out = ["--steps", str(steps)] + (["--planned-steps", str(planned)] if planned != steps else [])
+    return out + ["--batch-size", str(config.batch_size), "--lr", f"{config.lr:g}", "--seed", str(config.seed)]
+
+
 def train(trainee: Trainee, data: TrainingData, config: LoopConfig, out_dir: str | Path | None = None,
-          *, device=None, log=print, clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
+          *, device=None, log=print, clock: Callable[[], float] = time.perf_counter,
+          command: Sequence[str] = ()) -> dict[str, Any]:
     """Train `trainee` on `data`; write weights and training.json to `out_dir` (if given); return the summary.
-    `clock` (seconds) drives the time budget; tests pass a simulated one."""
+    `clock` (seconds) drives the time budget; tests pass a simulated one. `command`: the caller's
+    options that shaped `data` and `trainee`, appended to the summary's reproduce command."""
     params = [p for p in trainee.parameters() if p.requires_grad]
     if not params:
         raise InputError(f"{trainee.kind}: no trainable parameters")
@@ -167,12 +183,13 @@ def train(trainee: Trainee, data: TrainingData, config: LoopConfig, out_dir: str
     initial = evaluate(trainee, data.eval, config.batch_size, device)
     eval_s = clock() - started
     log(f"{trainee.kind}: untrained eval loss {initial['eval_loss']:.3f} top-1 {initial['eval_top1']:.3f}")
-    total = config.steps or max(config.warmup_steps + 1, 10 ** 9)
+    total = config.planned_steps or config.steps or max(config.warmup_steps + 1, 10 ** 9)   # the schedule's length
+    stop = config.steps or total
     budget_s = config.minutes * 60.0
     step_times: list[float] = []
     history, window = [], []
     step = 0
-    while step < total:
+    while step < stop:
         t0 = clock()
         index = torch.randint(0, n_train, (config.batch_size,), generator=gen)
         for group in opt.param_groups:
@@ -187,9 +204,9 @@ def train(trainee: Trainee, data: TrainingData, config: LoopConfig, out_dir: str
         step_times.append(clock() - t0)
         if config.steps is None and step == max(1, config.warmup_steps) and total >= 10 ** 9:
             per_step = statistics.median(step_times) + eval_s / config.eval_every
-            total = max(step + 1, int((budget_s - (clock() - started)) / per_step) + step)
+            total = stop = max(step + 1, int((budget_s - (clock() - started)) / per_step) + step)
             log(f"{trainee.kind}: {statistics.median(step_times):.2f} s/step -> {total} steps in {config.minutes} min")
-        if step % config.eval_every == 0 or step == total:
+        if step % config.eval_every == 0 or step == stop:
             row = {"step": step, "seconds": round(clock() - started, 1),
                    "lr": lr_at(step - 1, total, config),
                    "train_loss": statistics.fmean(w[0] for w in window),
@@ -215,7 +232,8 @@ def train(trainee: Trainee, data: TrainingData, config: LoopConfig, out_dir: str
                "median_step_s": round(statistics.median(step_times), 4),
                "untrained": initial, "final": {k: final[k] for k in ("train_loss", "train_top1", "eval_loss", "eval_top1")},
                "data": data.meta, "history": history,
-               "reproduce": f"python -m training {trainee.kind} --steps {step} --seed {config.seed}"}
+               "reproduce": " ".join([f"python -m training {trainee.kind}", *reproduce_options(config, step, total),
+                                      *command])}
     if out_dir is not None:
         out = Path(out_dir)
         summary["weights"] = str(trainee.save(out))
