@@ -218,6 +218,20 @@ def start_run(out: str | os.PathLike, cli: str, argv: Sequence[str] | None, over
     return run
 
 
+def add_to_run(out: str | os.PathLike, path: str | os.PathLike) -> None:
+    """List `path` in the finished run's manifest in `out`: a later command that adds a file to a
+    run (fidelity's --report-only --repredict) makes it that run's, so --overwrite clears it too."""
+    root = Path(out)
+    manifest = read_manifest(root)
+    if manifest is None or manifest.get("status") == "unreadable":
+        return
+    rel = Path(path).resolve().relative_to(root.resolve()).as_posix()
+    files = set(manifest.get("files") or [])
+    if rel not in files:
+        manifest["files"] = sorted(files | {rel})
+        atomic.write_json(root / MANIFEST, manifest, notify=False)
+
+
 def finish_run(run: RunDir, exc: BaseException | None = None) -> None:
     """Record how the run ended (ok; interrupted: Ctrl-C, SIGTERM; failed: the error's first line)
     and every file it wrote."""

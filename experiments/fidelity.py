@@ -27,7 +27,6 @@ spread evenly over the predicted speedups, so the set spans good and bad choices
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -38,8 +37,8 @@ import pandas as pd
 import methods
 from common import atomic
 from common.errors import CliParser, InputError, cli_entry
-from common.rundir import add_overwrite_option, start_run
-from experiments.fidelity_report import compare, first_predictions, regret, plot, report
+from common.rundir import add_overwrite_option, add_to_run, start_run
+from experiments.fidelity_report import compare, first_predictions, plot, read_run, regret, report
 from experiments.measure import Bench, Candidate, decode_seconds, parse_candidate
 
 PER_SETUP = 4            # default configurations per (method, drafter)
@@ -210,15 +209,17 @@ def repredict(args, profile, pred: pd.DataFrame, runs: pd.DataFrame) -> pd.DataF
     from traces.timing import git_commit
 
     first = args.out / "predictions_first.csv"
-    if not first.is_file():
+    run = read_run(args.out)
+    if not run.get("repredicted"):             # the first repredict keeps the run's own predictions
         atomic.write_csv(first, pred)
+        add_to_run(args.out, first)
     tokens = int(runs["tokens"].max())                   # the run's new tokens per generation
     fresh = [predict(profile, [parse_candidate(label) for label in group["candidate"]], dataset,
                      float(group["ctx_len"].iloc[0]), tokens, args.seed, args.sim_repeats)
              for dataset, group in pred.groupby("dataset", sort=False)]
     out = pd.concat(fresh, ignore_index=True)
     atomic.write_csv(args.out / "predictions.csv", out)
-    args.repredicted = git_commit()
+    atomic.write_json(args.out / "run.json", {**run, "repredicted": git_commit() or "unknown commit"})
     return out
 
 
@@ -258,8 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, path in found.items():
             if not path.is_file():
                 raise InputError(f"--report-only needs {name} in --out, not found: {path}")
-        run = args.out / "run.json"
-        minutes = json.loads(run.read_text())["minutes"] if run.is_file() else float("nan")
+        minutes = read_run(args.out).get("minutes", float("nan"))
         runs = pd.read_csv(found["runs.csv"])
         if "decode_s" not in runs:      # recorded before runs kept their decode time: from the steps
             step_files = sorted(args.out.glob("steps_*.parquet"))

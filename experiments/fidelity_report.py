@@ -2,6 +2,7 @@
 search regret, the predicted-vs-measured plot and report.md."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -133,16 +134,32 @@ def agreement(spec: pd.DataFrame) -> str:
     return line
 
 
+def read_run(out: Path) -> dict:
+    """run.json of the run in `out` (minutes, argv; "repredicted": the commit that predicted again), or {}."""
+    path = out / "run.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def command_lines(args) -> list[str]:
+    """The command that measured (from run.json under --report-only), and the one that wrote this report if another."""
+    this = " ".join(sys.argv[1:] if args.argv is None else args.argv)
+    measured = " ".join(read_run(args.out).get("argv") or []) if args.report_only else this
+    lines = [f"- Command: `python -m experiments.fidelity {measured or '(not recorded by this run)'}`"]
+    if measured != this:
+        lines.append(f"- Report written again from the run's files: `python -m experiments.fidelity {this}`")
+    return lines
+
+
 def first_predictions(args, runs: pd.DataFrame) -> list[str]:
     """Where the predictions were made again after the measurement (--repredict): a line saying
     so, with the error of the predictions made before it."""
-    path = args.out / "predictions_first.csv"
-    if not path.is_file():
+    when = read_run(args.out).get("repredicted")     # a fresh run's run.json has none: a file left by
+    path = args.out / "predictions_first.csv"        # another run is not this one's
+    if not when or not path.is_file():
         return []
     first = compare(pd.read_csv(path), runs, args.error)
     err = first.loc[first["method"] != "ar", "rel_error"].abs()
-    when = getattr(args, "repredicted", None)
-    return [f"- Predictions made again after the measurement (`--repredict`{f' at commit {when}' if when else ''}), "
+    return [f"- Predictions made again after the measurement (`--repredict` at commit {when}), "
             f"from a Profile still calibrated on other prompts; the predictions made before it "
             f"(predictions_first.csv) erred by median {100 * err.median():.1f}%, worst {100 * err.max():.1f}%"]
 
@@ -161,7 +178,7 @@ def report(fid: pd.DataFrame, reg: pd.DataFrame, args, profile, prompts: list[st
         + ", "
         f"{args.threads} threads; measured in "
         + (f"{minutes:.1f} min" if minutes == minutes else "(time not recorded by this run)"),
-        f"- Command: `python -m experiments.fidelity {' '.join(sys.argv[1:]) if args.argv is None else ' '.join(args.argv)}`",
+        *command_lines(args),
         *notes, "", "## Summary", "",
         f"- closed form: median |error| {100 * err.median():.1f}%, worst {100 * err.max():.1f}%",
         f"- simulator: median |error| {100 * sim.median():.1f}%, worst {100 * sim.max():.1f}%",

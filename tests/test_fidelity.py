@@ -1,6 +1,8 @@
 """experiments.fidelity and experiments.measure: held-out checks, the comparison, regret, prompt specs."""
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 
 import numpy as np
@@ -196,7 +198,7 @@ def test_repredict_judges_a_finished_run_again_and_keeps_its_first_predictions(t
     """--report-only --repredict: the run's configurations predicted again from the Profile, the
     predictions made before the measurement kept once (predictions_first.csv), the report saying so."""
     run_dir = Path(__file__).resolve().parents[1] / "examples" / "smollm2_fidelity"
-    keep = ["ar", "sd g1 @vanilla", "lookahead W3 N2 G1"]
+    keep = ["ar", "sd g1 @vanilla", "lookahead W4 N2 G1"]
     pred = pd.read_csv(run_dir / "predictions.csv")
     pred = pred[pred["candidate"].isin(keep)]
     runs = pd.read_csv(run_dir / "runs.csv")
@@ -206,7 +208,9 @@ def test_repredict_judges_a_finished_run_again_and_keeps_its_first_predictions(t
     pred.to_csv(out / "predictions.csv", index=False)
     runs.to_csv(out / "runs.csv", index=False)
     argv = ["--profile", str(bundled("profiles", "smollm2-135m-cpu.json")), "--target", "smollm2",
-            "--prompts", "mtbench:22-25,humaneval:22-25", "--out", str(out), "--max-new-tokens", "32"]
+            "--prompts", "mtbench:26-29,humaneval:26-29", "--out", str(out), "--max-new-tokens", "32"]
+    (out / "manifest.json").write_text(json.dumps({"cli": "experiments.fidelity", "status": "ok",
+                                                   "files": ["predictions.csv", "runs.csv"]}))
     assert fidelity.main(argv + ["--repredict"]) == 2
     assert "give --report-only too" in capsys.readouterr().err
     first = pred.copy()
@@ -221,3 +225,8 @@ def test_repredict_judges_a_finished_run_again_and_keeps_its_first_predictions(t
     assert "Predictions made again after the measurement" in report
     assert fidelity.main(argv + ["--report-only", "--repredict", "--sim-repeats", "20"]) == 0
     assert pd.read_csv(out / "predictions_first.csv").equals(kept)           # the first ones are never replaced
+    assert "predictions_first.csv" in json.loads((out / "manifest.json").read_text())["files"]  # --overwrite clears it
+    # a fresh run in the folder (run.json without "repredicted") does not take a left-over file for its own
+    (out / "run.json").write_text(json.dumps({"minutes": 1.0}))
+    assert fidelity.main(argv + ["--report-only"]) == 0
+    assert "Predictions made again" not in (out / "report.md").read_text()
