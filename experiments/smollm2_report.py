@@ -183,8 +183,7 @@ def training_table(drafters) -> pd.DataFrame:
                      "untrained_eval_top1": info["untrained"]["eval_top1"],
                      "final_train_loss": info["final"]["train_loss"], "final_eval_loss": info["final"]["eval_loss"],
                      "final_eval_top1": info["final"]["eval_top1"],
-                     "reproduce": f"`{info['reproduce']}`" + (" does not rebuild these weights (training.json: "
-                                                               "reproduce_caveat)" if "reproduce_caveat" in info else "")})
+                     "reproduce": f"`{info['reproduce']}`"})
     return pd.DataFrame(rows)
 
 
