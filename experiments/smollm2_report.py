@@ -243,8 +243,11 @@ def write_report(args, log) -> None:
         "Profile's acceptance and engine calibration were fitted on, so this table checks the fit, not a "
         "prediction; the held-out judgement is `python -m experiments.fidelity` on other prompts "
         f"(examples/smollm2_fidelity).\n\n{summary}\n\n" + _md(show),
-        "## The sweep's best configuration per method on this Profile\nPredicted here; stage `best` recorded "
-        "each of them for real: the `best ...` rows of the table above are their measured speedups.\n\n" + _md(best),
+        "## The sweep's best configuration per method on this Profile\n" + (
+            "Predicted here; stage `best` recorded each of them for real: the `best ...` rows of the table above "
+            "are their measured speedups." if best_runs(args) else
+            "Predicted here only (stage `best` has not recorded them: `--stages best,tables` adds their measured "
+            "speedups to the table above as `best ...` rows).") + "\n\n" + _md(best),
     ])
     atomic.write_text(out / "README.md", text + "\n")
     print(text)

@@ -71,6 +71,8 @@ def test_bundled_profile_and_tables_follow_from_the_bundled_traces(tmp_path):
     table = pd.read_csv(BUNDLED_REPORT / "measured_vs_predicted.csv")
     assert {run.label for run in smollm2_cpu.RUNS} <= set(table["run"])
     assert table.loc[table["run"] != "ar", "simulator_error"].notna().all()
+    text = (report / "README.md").read_text()        # no best_runs.json: the best are not claimed as measured
+    assert "Predicted here only" in text and "recorded each of them for real" not in text
 
 
 def test_sweep_rows_become_engine_runs():
