@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import shutil
 import subprocess
 import sys
 import time
@@ -164,12 +165,16 @@ SWEEP = [sys.executable, "-m", "experiments.sweep", "--profile", "data/profiles/
 @pytest.mark.slow
 def test_sweep_killed_mid_write_leaves_nothing_half_written(tmp_path):
     out = tmp_path / "sweep"
-    proc = subprocess.Popen([*SWEEP, "--out", str(out)], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
     writing = lambda: [p for p in temps(out) if atomic.temp_target(p.name) != rundir.MANIFEST]  # noqa: E731
     landed = lambda: (out / rundir.MANIFEST).exists() and json.loads((out / rundir.MANIFEST).read_text())["files"]  # noqa: E731
-    kill_when(proc, lambda: bool(writing()) and bool(landed()))   # past its first file, writing another: kill -9
-    stale = temps(out)
+    for _attempt in range(5):       # the write seen in flight may land before the signal does: try again
+        shutil.rmtree(out, ignore_errors=True)
+        proc = subprocess.Popen([*SWEEP, "--out", str(out)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        kill_when(proc, lambda: bool(writing()) and bool(landed()))   # past its first file, writing another: kill -9
+        stale = temps(out)
+        if stale:
+            break
     assert stale, "the kill should have caught a write in flight"
     manifest = json.loads((out / rundir.MANIFEST).read_text())
     assert manifest["status"] == "running"
