@@ -223,6 +223,25 @@ def repredict(args, profile, pred: pd.DataFrame, runs: pd.DataFrame) -> pd.DataF
     return out
 
 
+def adopt_measured_settings(args, runs: pd.DataFrame, given: list[str]) -> list[str]:
+    """Under --report-only the report describes the run that measured, not this command's
+    defaults: its repeats and tokens per generation from runs.csv, its threads from the command
+    it recorded. Returns its prompts, which must be the ones --prompts names."""
+    measured = list(dict.fromkeys(runs["prompt_id"]))
+    if set(measured) != set(given):
+        raise InputError(f"--prompts {args.prompts} names {', '.join(given)}; the run in {args.out} "
+                         f"measured {', '.join(measured)}")
+    args.repeats = int(runs["repeat"].nunique())
+    args.max_new_tokens = int(runs["tokens"].max())
+    recorded = read_run(args.out).get("argv") or []
+    for i, word in enumerate(recorded):
+        if word == "--threads" and i + 1 < len(recorded):
+            args.threads = int(recorded[i + 1])
+        elif word.startswith("--threads="):
+            args.threads = int(word.split("=", 1)[1])
+    return measured
+
+
 def write_results(args, profile, pred: pd.DataFrame, runs: pd.DataFrame, prompt_ids: list[str],
                   minutes: float) -> pd.DataFrame:
     """fidelity.csv, fidelity.png and report.md from the predictions and the measured runs."""
@@ -267,10 +286,11 @@ def main(argv: list[str] | None = None) -> int:
                 raise InputError(f"--report-only: runs.csv has no decode_s and --out holds no steps_*.parquet")
             runs = decode_seconds(runs, pd.concat([pd.read_parquet(f) for f in step_files], ignore_index=True))
         pred = pd.read_csv(found["predictions.csv"])
+        prompt_ids = adopt_measured_settings(args, runs, [p.prompt_id for p in chosen])
         if args.repredict:
-            check_held_out(profile, [p.prompt_id for p in chosen])
+            check_held_out(profile, prompt_ids)
             pred = repredict(args, profile, pred, runs)
-        write_results(args, profile, pred, runs, [p.prompt_id for p in chosen], minutes)
+        write_results(args, profile, pred, runs, prompt_ids, minutes)
         return 0
     if args.repredict:
         raise InputError("--repredict works on a finished run: give --report-only too")

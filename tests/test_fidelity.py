@@ -208,7 +208,7 @@ def test_repredict_judges_a_finished_run_again_and_keeps_its_first_predictions(t
     pred.to_csv(out / "predictions.csv", index=False)
     runs.to_csv(out / "runs.csv", index=False)
     argv = ["--profile", str(bundled("profiles", "smollm2-135m-cpu.json")), "--target", "smollm2",
-            "--prompts", "mtbench:26-29,humaneval:26-29", "--out", str(out), "--max-new-tokens", "32"]
+            "--prompts", "mtbench:30-33,humaneval:30-33", "--out", str(out)]
     (out / "manifest.json").write_text(json.dumps({"cli": "experiments.fidelity", "status": "ok",
                                                    "files": ["predictions.csv", "runs.csv"]}))
     assert fidelity.main(argv + ["--repredict"]) == 2
@@ -223,6 +223,11 @@ def test_repredict_judges_a_finished_run_again_and_keeps_its_first_predictions(t
     assert (again["predicted_speedup"].to_numpy() < 1.5 * first["predicted_speedup"].to_numpy()).all()   # not the doubled
     report = (out / "report.md").read_text()
     assert "Predictions made again after the measurement" in report
+    # the header describes the run that measured, not this command's defaults (48 tokens, 3 repeats)
+    assert f"; {runs['tokens'].max()} new tokens each" in report
+    assert f"+ ar, {runs['repeat'].nunique()} interleaved repeats" in report
+    assert fidelity.main([*argv[:5], "mtbench:26-29,humaneval:26-29", *argv[6:], "--report-only"]) == 2
+    assert "the run in" in capsys.readouterr().err
     assert fidelity.main(argv + ["--report-only", "--repredict", "--sim-repeats", "20"]) == 0
     assert pd.read_csv(out / "predictions_first.csv").equals(kept)           # the first ones are never replaced
     assert "predictions_first.csv" in json.loads((out / "manifest.json").read_text())["files"]  # --overwrite clears it
