@@ -81,20 +81,29 @@ def test_an_out_that_is_a_file_is_refused(tmp_path):
         rundir.start_run(tmp_path / "f", "demo", [])
 
 
+# The writer starts from the signal state a shell gives a CLI (SIGTERM default, unblocked): a state
+# inherited from the test process is reported, not tested (a full CI run once saw SIGTERM ignored
+# for 20 s by this writer, and a lone run never did).
 WRITER = """
-import sys, time
+import signal, sys, time
+inherited = (signal.getsignal(signal.SIGTERM), sorted(signal.pthread_sigmask(signal.SIG_BLOCK, [])))
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])
 from common import atomic, rundir
 with rundir.open_run(sys.argv[1], "writer", []):
     with atomic.atomic_path(sys.argv[1] + "/big.csv") as tmp:
         tmp.write_text("half")
-        print("writing", flush=True)
+        handled = signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)
+        print("writing", handled, "inherited", *inherited, flush=True)
         time.sleep(60)
 """
 
 
 def start_writer(out: Path) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-c", WRITER, str(out)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "writing"
+    line = proc.stdout.readline().strip()
+    assert line.startswith("writing True "), line          # the run installed its SIGTERM handler
+    proc.started_line = line
     return proc
 
 
@@ -103,7 +112,14 @@ def test_sigterm_removes_the_temp_file_and_marks_the_run_interrupted(tmp_path):
     proc = start_writer(out)
     assert len(temps(out)) == 1
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=20) == 128 + signal.SIGTERM
+    try:
+        code = proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        status = Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+        proc.kill()
+        raise AssertionError(f"SIGTERM did not end the writer ({proc.started_line}): "
+                             f"{[x for x in status if x.startswith(('State', 'Sig', 'Shd'))]}")
+    assert code == 128 + signal.SIGTERM
     assert temps(out) == [] and not (out / "big.csv").exists()
     assert json.loads((out / rundir.MANIFEST).read_text())["status"] == "interrupted"
 
