@@ -216,7 +216,8 @@ def verify_distribution(model, n, w, g, weight, hits, levels) -> tuple[np.ndarra
         ok = level <= n - 1
         np.add.at(prob, (rows[ok], base[ok]), none[ok])
         for k in range(1, pmf.shape[1] + 1):
-            np.add.at(prob, (rows[ok], (base + k * (n - 1))[ok]), (some * pmf[:, k - 1])[ok])
+            fits = ok & (k <= g)               # a row of smaller G has no k candidates (its grid may end first)
+            np.add.at(prob, (rows[fits], (base + k * (n - 1))[fits]), (some * pmf[:, k - 1])[fits])
     return grid, prob
 
 

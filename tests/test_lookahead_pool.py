@@ -52,6 +52,22 @@ def test_pool_growth_closed_form_is_the_mean_of_the_process():
         assert short[0] < tokens[0]                        # the pool is still filling on a short generation
 
 
+def test_pool_trajectory_of_many_configurations_is_each_ones_own():
+    """Configurations of different G in one call (a space's frame): each row is what it is alone,
+    also where a smaller-G row's grid ends before the call's largest G would reach."""
+    from costmodel.lookahead import pool_trajectory
+    from methods.lookahead import NgramAcceptance
+
+    model = NgramAcceptance(**GROWTH)
+    n, w, g = np.array([2, 7, 7]), np.array([4, 4, 11]), np.array([1, 4, 1])
+    for new_tokens in (None, 32):
+        tokens, grid, prob = pool_trajectory(model, n, w, g, new_tokens)
+        for i in range(3):
+            alone, alone_grid, alone_prob = pool_trajectory(model, n[i], w[i], g[i], new_tokens)
+            assert tokens[i] == pytest.approx(alone[0])
+            assert prob[i, :alone_grid.size] == pytest.approx(alone_prob[0]) and prob[i, alone_grid.size:].sum() == 0
+
+
 def test_pool_growth_part_round_trips_and_refuses_bad_values():
     spec = methods.get("lookahead")
     part = spec.acceptance_part(GROWTH, "t")
