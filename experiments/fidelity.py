@@ -202,27 +202,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def repredict(args, profile, pred: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """The run's configurations predicted again from `profile` at the contexts the run predicted
-    at; the predictions made before it measured are kept once, in predictions_first.csv."""
-    from experiments.measure import parse_candidate
-    from traces.timing import git_commit
-
-    first = args.out / "predictions_first.csv"
-    run = read_run(args.out)
-    if not run.get("repredicted"):             # the first repredict keeps the run's own predictions
-        atomic.write_csv(first, pred)
-        add_to_run(args.out, first)
-    tokens = int(runs["tokens"].max())                   # the run's new tokens per generation
-    fresh = [predict(profile, [parse_candidate(label) for label in group["candidate"]], dataset,
-                     float(group["ctx_len"].iloc[0]), tokens, args.seed, args.sim_repeats)
-             for dataset, group in pred.groupby("dataset", sort=False)]
-    out = pd.concat(fresh, ignore_index=True)
-    atomic.write_csv(args.out / "predictions.csv", out)
-    atomic.write_json(args.out / "run.json", {**run, "repredicted": git_commit() or "unknown commit"})
-    return out
-
-
 def adopt_measured_settings(args, runs: pd.DataFrame, given: list[str]) -> list[str]:
     """Under --report-only the report describes the run that measured, not this command's
     defaults: its repeats and tokens per generation from runs.csv, its threads from the command
@@ -233,13 +212,30 @@ def adopt_measured_settings(args, runs: pd.DataFrame, given: list[str]) -> list[
                          f"measured {', '.join(measured)}")
     args.repeats = int(runs["repeat"].nunique())
     args.max_new_tokens = int(runs["tokens"].max())
-    recorded = read_run(args.out).get("argv") or []
-    for i, word in enumerate(recorded):
-        if word == "--threads" and i + 1 < len(recorded):
-            args.threads = int(recorded[i + 1])
-        elif word.startswith("--threads="):
-            args.threads = int(word.split("=", 1)[1])
+    recorded = read_run(args.out).get("argv")
+    if recorded:
+        args.threads = build_parser().parse_args(recorded).threads
     return measured
+
+
+def repredict(args, profile, pred: pd.DataFrame) -> pd.DataFrame:
+    """The run's configurations predicted again from `profile` at the contexts the run predicted
+    at, for its own tokens per generation (`adopt_measured_settings` ran first); the predictions
+    made before it measured are kept once, in predictions_first.csv."""
+    from traces.timing import git_commit
+
+    first = args.out / "predictions_first.csv"
+    run = read_run(args.out)
+    if not run.get("repredicted"):             # the first repredict keeps the run's own predictions
+        atomic.write_csv(first, pred)
+        add_to_run(args.out, first)
+    fresh = [predict(profile, [parse_candidate(label) for label in group["candidate"]], dataset,
+                     float(group["ctx_len"].iloc[0]), args.max_new_tokens, args.seed, args.sim_repeats)
+             for dataset, group in pred.groupby("dataset", sort=False)]
+    out = pd.concat(fresh, ignore_index=True)
+    atomic.write_csv(args.out / "predictions.csv", out)
+    atomic.write_json(args.out / "run.json", {**run, "repredicted": git_commit() or "unknown commit"})
+    return out
 
 
 def write_results(args, profile, pred: pd.DataFrame, runs: pd.DataFrame, prompt_ids: list[str],
@@ -289,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         prompt_ids = adopt_measured_settings(args, runs, [p.prompt_id for p in chosen])
         if args.repredict:
             check_held_out(profile, prompt_ids)
-            pred = repredict(args, profile, pred, runs)
+            pred = repredict(args, profile, pred)
         write_results(args, profile, pred, runs, prompt_ids, minutes)
         return 0
     if args.repredict:
