@@ -24,7 +24,8 @@ from calibrate.paper_profiles import git_commit
 from calibrate.profile import Profile
 from costmodel.hardware import get_hardware, hardware_names
 from costmodel.params import Arch, get_arch
-from common.errors import CliParser, InputError, cli_entry
+from common.errors import InputError
+from common.cli import CliParser, cli_entry
 from traces.schema import read_trace
 
 

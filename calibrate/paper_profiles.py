@@ -24,7 +24,7 @@ from calibrate import paper_fit
 from calibrate.papers import MODELS
 from calibrate.papers.base import CTX_REF, git_commit  # noqa: F401  (re-exported: calibrate.fit, ingest)
 from calibrate.profile import Profile
-from common.errors import CliParser, cli_entry
+from common.cli import CliParser, cli_entry
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "data" / "profiles"
 

@@ -1,75 +1,9 @@
-"""Bad input is reported as one line and exit code 2, never a traceback.
-
-Library code raises `InputError` (a ValueError) with a message that names the offending value;
-command lines wrap their `main` in `cli_entry`, which turns it into `error: <message>` on stderr.
-Every command line builds its parser with `CliParser`, so argparse's own complaints (an unknown
-option, a value of the wrong type) are the same one line, and `--help` states every default.
+"""Bad input is one error type, `InputError`: library code raises it with a message that names the
+offending value, and every command line (`common.cli.cli_entry`) turns it into one line on stderr
+and exit code 2, never a traceback.
 """
 from __future__ import annotations
-
-import argparse
-import functools
-import sys
-from typing import Callable
 
 
 class InputError(ValueError):
     """User-supplied input (argument, file, vector, profile) is invalid."""
-
-
-class HelpFormatter(argparse.HelpFormatter):
-    """Appends "(default: X)" to an option whose help does not already state its default; flags
-    and options whose default is None are left as written (their help must say what None means)."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if "default" in text.lower() or action.default in (None, argparse.SUPPRESS) or action.nargs == 0:
-            return text
-        if not action.option_strings and action.nargs not in (argparse.OPTIONAL, argparse.ZERO_OR_MORE):
-            return text
-        return f"{text} (default: %(default)s)".strip()
-
-    def _fill_text(self, text: str, width: int, indent: str) -> str:
-        """Paragraphs are wrapped; a paragraph of indented lines (commands) is kept as written."""
-        wrap = super()._fill_text
-        return "\n\n".join(block if block.startswith("  ") else wrap(block, width, indent)
-                             for block in text.split("\n\n"))
-
-
-class CliParser(argparse.ArgumentParser):
-    """argparse with the project's one-line errors: a usage error raises InputError (exit 2 through
-    `cli_entry`) instead of printing the usage block and exiting inside argparse."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        kwargs.setdefault("formatter_class", HelpFormatter)
-        super().__init__(*args, **kwargs)
-
-    def format_help(self) -> str:
-        if callable(self.epilog):       # an epilog that costs work (loading data) is built only for --help
-            self.epilog = self.epilog()
-        return super().format_help()
-
-    def error(self, message: str):
-        raise InputError(f"{self.prog}: {message} (see --help)")
-
-
-def cli_entry(main: Callable[..., int | None]) -> Callable[..., int]:
-    """Wrap a CLI main so that invalid input exits with status 2 and a single line."""
-
-    @functools.wraps(main)
-    def wrapped(*args, **kwargs) -> int:
-        from common.rundir import closing_runs  # late: rundir raises InputError from here
-
-        try:
-            with closing_runs():  # a run's manifest records how main ended
-                code = main(*args, **kwargs)
-        except (InputError, ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError) as exc:
-            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            print(f"error: {message}", file=sys.stderr)
-            return 2
-        except KeyboardInterrupt:
-            print("error: interrupted", file=sys.stderr)
-            return 130
-        return 0 if code is None else int(code)
-
-    return wrapped

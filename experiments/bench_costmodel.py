@@ -13,7 +13,8 @@ import time
 import numpy as np
 
 from costmodel import leviathan, multiseq
-from common.errors import CliParser, InputError, cli_entry
+from common.errors import InputError
+from common.cli import CliParser, cli_entry
 
 
 def _rate(fn, n: int, repeats: int) -> tuple[float, float]:

@@ -16,7 +16,8 @@ from pathlib import Path
 from simulator import Cluster, Workload, simulate_serving, simulate_stream
 from simulator.methods import load_profile
 from common import atomic
-from common.errors import CliParser, InputError, cli_entry
+from common.errors import InputError
+from common.cli import CliParser, cli_entry
 
 DEFAULT_PROFILE = Path(__file__).resolve().parent.parent / "data" / "profiles" / "glide-vicuna-7b-h800.json"
 SD = {"gamma": 5, "drafter": "llama-68m", "dataset": "gsm8k"}

@@ -19,7 +19,8 @@ import pandas as pd
 import methods
 from calibrate.profile import Profile
 from common import atomic
-from common.errors import CliParser, InputError, cli_entry
+from common.errors import InputError
+from common.cli import CliParser, cli_entry
 from experiments import scoring
 from experiments.sweep import BUNDLED_PROFILES, SweepOptions, _space
 

@@ -40,7 +40,8 @@ from experiments.executor import EXECUTORS, make_executor
 from experiments.sweep import BUNDLED_PROFILES, SweepOptions, run_sweep
 from simulator.workload import sample_lengths
 from common import atomic
-from common.errors import CliParser, InputError, cli_entry
+from common.errors import InputError
+from common.cli import CliParser, cli_entry
 from costmodel.hardware import hardware_names
 from common.rundir import add_overwrite_option, start_run
 from methods import names as method_names, parse_methods

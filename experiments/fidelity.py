@@ -36,7 +36,8 @@ import pandas as pd
 
 import methods
 from common import atomic
-from common.errors import CliParser, InputError, cli_entry
+from common.errors import InputError
+from common.cli import CliParser, cli_entry
 from common.rundir import add_overwrite_option, add_to_run, start_run
 from experiments.fidelity_report import compare, first_predictions, plot, read_run, regret, report
 from experiments.measure import Bench, Candidate, decode_seconds, parse_candidate

@@ -42,7 +42,8 @@ from costmodel.step import draft_seconds, verify_seconds
 from methods import MethodConfig, Setup
 from methods.spec import drafter_fixed, engine_config, priced_config
 from traces import schema
-from common.errors import CliParser, InputError, cli_entry
+from common.errors import InputError
+from common.cli import CliParser, cli_entry
 from common.rundir import add_overwrite_option, start_run
 from runtime.cache import MODES, default_mode
 from runtime.graph import mode_agreement

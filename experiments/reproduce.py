@@ -22,7 +22,7 @@ from costmodel import coral, kangaroo, leviathan, lookahead, papers, trees
 from costmodel.params import get_arch, layer_params, lm_head_params, non_embedding_params
 from experiments.report import _fmt_table
 from common import atomic
-from common.errors import CliParser, cli_entry
+from common.cli import CliParser, cli_entry
 from common.rundir import add_overwrite_option, start_run
 
 MAIN = "paper inputs"

@@ -28,7 +28,8 @@ from simulator.replay import prompt_ids, replay_draws
 from simulator.report import batch_crossover, write_crossover_report, write_run
 from common import atomic
 from common.bundled import bundled
-from common.errors import CliParser, InputError, cli_entry
+from common.errors import InputError
+from common.cli import CliParser, cli_entry
 from common.rundir import add_overwrite_option, start_run
 
 

@@ -33,7 +33,8 @@ import numpy as np
 import pandas as pd
 
 import methods
-from common.errors import CliParser, InputError, cli_entry
+from common.errors import InputError
+from common.cli import CliParser, cli_entry
 from costmodel.cape import PAPER_BINS
 from traces.drafter_timing import KANGAROO_EXIT
 from methods.spec import drafter_fixed, engine_config, priced_config

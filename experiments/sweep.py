@@ -31,7 +31,8 @@ import pandas as pd
 
 import methods
 from calibrate.profile import Profile
-from common.errors import CliParser, InputError, cli_entry
+from common.errors import InputError
+from common.cli import CliParser, cli_entry
 from common.rundir import add_overwrite_option, open_run
 from experiments import deployments, scoring
 from costmodel.hardware import hardware_names

@@ -20,7 +20,8 @@ import pandas as pd
 import torch
 
 from common import atomic
-from common.errors import CliParser, InputError, cli_entry
+from common.errors import InputError
+from common.cli import CliParser, cli_entry
 from common.rundir import add_overwrite_option, start_run
 from verification.cases import RULES, SequenceCase, random_position_case
 from verification.exact import DEFAULT_MAX_PATHS, exact_check

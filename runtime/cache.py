@@ -1,7 +1,7 @@
 """The runtime modes and the static KV cache that graph capture needs.
 
 Three modes run the same engine code (`MODES`):
-- "eager": `llama.KVCache`, buffers that grow and attention over the valid entries only (the CPU
+- "eager": `KVCache`, buffers that grow and attention over the valid entries only (the CPU
   default, unchanged);
 - "static": `StaticKVCache`, one allocation of fixed capacity (plus `HEADROOM` for padded queries),
   written at device slot indices; every forward attends over the whole buffer with a boolean mask
@@ -22,11 +22,85 @@ from dataclasses import dataclass
 import torch
 
 from common.errors import InputError
-from runtime.llama import KVCache, LlamaConfig
 
 MODES = ("eager", "static", "graph")
 HEADROOM = 256          # buffer entries past the capacity, written only by padded queries
 STEP_ROOM = 512         # capacity beyond prompt + new tokens: one step's widest tree or window
+
+
+class KVCache:
+    """Per-layer key/value buffers [batch, kv_heads, capacity, head_dim] with a length per layer.
+
+    Layers may hold different lengths for a while (an early-exit drafter runs the shallow layers
+    only); a forward over a layer range needs the layers of that range to agree.
+    `runtime.cache.StaticKVCache` is the fixed-capacity variant of the static and graph modes.
+    """
+
+    static = False
+
+    def __init__(self, config, batch: int = 1, capacity: int = 256, dtype=torch.float32, device="cpu"):
+        self.config = config
+        self.batch, self.dtype, self.device = batch, dtype, torch.device(device)
+        shape = (batch, config.num_kv_heads, max(capacity, 1), config.head_dim)
+        self.keys = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(config.num_layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(config.num_layers)]
+        self.lengths = [0] * config.num_layers
+
+    @property
+    def length(self) -> int:
+        """Cached tokens in layer 0 (all layers agree outside of an early-exit draft)."""
+        return self.lengths[0]
+
+    def layer_kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The valid keys and values of one layer, [batch, kv_heads, length, head_dim] (views)."""
+        n = self.lengths[layer]
+        return self.keys[layer][:, :, :n], self.values[layer][:, :, :n]
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write new k/v after the layer's valid entries; return all valid k/v of the layer."""
+        start, n = self.lengths[layer], k.shape[2]
+        if start + n > self.keys[layer].shape[2]:
+            self._grow(layer, start + n)
+        self.keys[layer][:, :, start : start + n] = k
+        self.values[layer][:, :, start : start + n] = v
+        self.lengths[layer] = start + n
+        return self.layer_kv(layer)
+
+    def _grow(self, layer: int, needed: int) -> None:
+        new_cap = max(needed, 2 * self.keys[layer].shape[2])
+        for store in (self.keys, self.values):
+            old = store[layer]
+            grown = torch.zeros(old.shape[:2] + (new_cap, old.shape[3]), dtype=old.dtype, device=old.device)
+            grown[:, :, : old.shape[2]] = old
+            store[layer] = grown
+
+    def crop(self, length: int, layers: range | None = None) -> None:
+        """Roll back to the first `length` entries (rejected draft tokens are dropped)."""
+        for layer in layers if layers is not None else range(len(self.lengths)):
+            if length > self.lengths[layer]:
+                raise ValueError(f"cannot crop layer {layer} of length {self.lengths[layer]} to {length}")
+            self.lengths[layer] = length
+
+    def keep(self, start: int, indices: list[int] | torch.Tensor, layers: range | None = None) -> None:
+        """Keep entries [0, start) plus the entries at absolute `indices` (>= start, ascending), packed.
+
+        After a tree verification this keeps the prefix and the accepted path only.
+        """
+        idx = torch.as_tensor(indices, dtype=torch.long, device=self.device)
+        for layer in layers if layers is not None else range(len(self.lengths)):
+            n = int(idx.numel())
+            if n:
+                for store in (self.keys, self.values):
+                    picked = store[layer].index_select(2, idx)
+                    store[layer][:, :, start : start + n] = picked
+            self.lengths[layer] = start + n
+
+
+def causal_mask(past: int, q: int, device="cpu") -> torch.Tensor:
+    """[q, past + q] boolean: every new token sees the whole cache and the new tokens up to itself."""
+    keys = torch.arange(past + q, device=device)
+    return keys[None, :] <= (past + torch.arange(q, device=device))[:, None]
+
 
 
 def check_mode(mode: str) -> str:
@@ -40,7 +114,7 @@ def default_mode(device: torch.device | str) -> str:
     return "graph" if torch.device(device).type == "cuda" else "eager"
 
 
-def make_cache(config: LlamaConfig, batch: int, capacity: int, *, dtype, device, mode: str = "eager",
+def make_cache(config, batch: int, capacity: int, *, dtype, device, mode: str = "eager",
                runner=None) -> KVCache:
     """The KV cache of a mode: eager (growing) or static (fixed, with the graph runner of the mode)."""
     if check_mode(mode) == "eager":

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import CliParser
+from common.cli import CliParser
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -5,7 +5,8 @@ import pandas as pd
 import pytest
 
 from calibrate.profile import Profile
-from common.errors import InputError, cli_entry
+from common.errors import InputError
+from common.cli import cli_entry
 from traces.schema import RunMetadata, read_trace, write_trace
 
 

@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from common.errors import InputError
-from runtime.llama import causal_mask, from_hf
+from runtime.cache import causal_mask
+from runtime.llama import from_hf
 from runtime.models import (
     ARCHITECTURES, LoadedModel, architecture_config, check_same_vocabulary, load_model, random_architecture,
     tiny_model, truncated,

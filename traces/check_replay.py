@@ -33,7 +33,8 @@ from methods.config import MethodConfig
 from traces import replay
 from runtime.engine import Sampling, make_decoder
 from runtime.engine.__main__ import check_drafter_spec, load_drafter, own_drafter_methods, parse_method
-from common.errors import CliParser, InputError, cli_entry
+from common.errors import InputError
+from common.cli import CliParser, cli_entry
 from common.rundir import add_overwrite_option, start_run
 from runtime.models import load_model
 from traces.prompts import BUILTIN_SETS, ByteTokenizer, encode_prompt, load_prompt_mix

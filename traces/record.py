@@ -38,7 +38,8 @@ from traces import schema
 from runtime.engine import Decoder, Generation, Sampling, StepRecord, make_decoder
 from runtime.engine.__main__ import decoder_arguments, load_drafter, own_drafter_methods
 from runtime.engine.draft_methods import AR
-from common.errors import CliParser, InputError, cli_entry
+from common.errors import InputError
+from common.cli import CliParser, cli_entry
 from runtime.models import LoadedModel, load_model
 from traces.timing import DTYPE_NAMES, git_commit, hardware_name
 from traces.prompts import BUILTIN_SETS, ByteTokenizer, Prompt, encode_prompt, load_prompts

@@ -39,11 +39,13 @@ import torch
 
 from traces import schema
 from runtime.drafters.router import LMHeadRouter
-from common.errors import CliParser, InputError, cli_entry
+from common.errors import InputError
+from common.cli import CliParser, cli_entry
 from common.rundir import PointLog, add_overwrite_option, git_commit, resumable_output  # git_commit: re-exported
 from runtime.cache import MODES, default_mode
 from runtime.graph import GraphRunner
-from runtime.llama import KVCache, Llama
+from runtime.cache import KVCache
+from runtime.llama import Llama
 from runtime.engine.__main__ import load_drafter
 from runtime.models import load_model
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import torch
 
-from common.errors import CliParser, InputError, cli_entry
+from common.errors import InputError
+from common.cli import CliParser, cli_entry
 from runtime.models import load_model
 from training import kinds
 from training.data import DEFAULT_CACHE, CorpusConfig, training_data

@@ -39,7 +39,8 @@ import torch
 
 from common import atomic
 from common.errors import InputError
-from runtime.llama import Llama, causal_mask
+from runtime.cache import causal_mask
+from runtime.llama import Llama
 from runtime.models import LoadedModel
 from traces.prompts import ByteTokenizer, Prompt, encode_prompt, load_prompts
 

@@ -17,7 +17,8 @@ from calibrate.ingest.result import merge_into_profile
 from calibrate.paper_profiles import git_commit
 from calibrate.profile import Profile
 from common import atomic
-from common.errors import CliParser, InputError, cli_entry
+from common.errors import InputError
+from common.cli import CliParser, cli_entry
 from traces.schema import write_trace
 
 

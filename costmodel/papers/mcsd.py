@@ -175,10 +175,8 @@ RECORDS = (
 def tau_rows():
     """(table, draft, record, k configuration, target, dataset, temperature) of every Table 2/3 tau
     record whose k configuration the source kept ("Ours" rows: LLaMA-68M in Table 2, -160M in 3)."""
-    from costmodel.papers import records
-
     for table, draft in (("2", "LLaMA-68M"), ("3", "LLaMA-160M")):
-        for rec in records(PAPER, table, column="tau"):
+        for rec in (r for r in RECORDS if r.table == table and r.column == "tau"):
             config = k_config(rec)
             if config is not None:
                 _, target, dataset, temp, _method = [s.strip() for s in rec.row.split(" / ")]

@@ -21,7 +21,8 @@ from runtime.drafters.router import LMHeadRouter
 from common.errors import InputError
 from runtime.cache import make_cache
 from runtime.graph import static_forward
-from runtime.llama import DecoderLayer, KVCache, Llama, LlamaConfig
+from runtime.cache import KVCache
+from runtime.llama import DecoderLayer, Llama, LlamaConfig
 
 
 @dataclass

@@ -23,7 +23,8 @@ from torch import nn
 from runtime.drafters.common import materialise, positions
 from runtime.graph import static_forward
 from common.errors import InputError
-from runtime.llama import ForwardOutput, KVCache, Llama, LlamaConfig, RMSNorm, rotate_half
+from runtime.cache import KVCache
+from runtime.llama import ForwardOutput, Llama, LlamaConfig, RMSNorm, rotate_half
 
 
 @dataclass

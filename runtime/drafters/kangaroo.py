@@ -23,7 +23,8 @@ from common.errors import InputError
 from runtime.engine.base import Decoder, Proposal
 from runtime.cache import make_cache
 from runtime.graph import static_forward
-from runtime.llama import Attention, KVCache, Llama, LlamaConfig, RMSNorm
+from runtime.cache import KVCache
+from runtime.llama import Attention, Llama, LlamaConfig, RMSNorm
 from verification import rules
 
 

@@ -19,7 +19,8 @@ import torch
 import methods
 from common import atomic
 from runtime.engine import Sampling, make_decoder
-from common.errors import CliParser, InputError, cli_entry
+from common.errors import InputError
+from common.cli import CliParser, cli_entry
 from runtime.models import LoadedModel, check_same_vocabulary, load_model, truncated
 
 
