@@ -52,6 +52,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from methods import BASELINE
 import methods
 from common.errors import InputError
 from costmodel.step import StepCalibration, draft_seconds, verify_seconds
@@ -181,8 +182,8 @@ def fit_calibrations(parts: pd.DataFrame, structure: str = "per method"
     per token": the same with a cost per verified token in the shared verify."""
     per = {m: fit_parts(g) for m, g in parts.groupby("method", sort=True)}
     if structure in ("shared verify", "shared verify per token"):
-        shared = fit_parts(parts[parts["method"] != "ar"], per_token=structure.endswith("per token"))
-        per = {m: c if m == "ar" else replace(c, verify_scale=shared.verify_scale, verify_fixed_s=shared.verify_fixed_s,
+        shared = fit_parts(parts[parts["method"] != BASELINE], per_token=structure.endswith("per token"))
+        per = {m: c if m == BASELINE else replace(c, verify_scale=shared.verify_scale, verify_fixed_s=shared.verify_fixed_s,
                                                verify_per_token_s=shared.verify_per_token_s)
                for m, c in per.items()}
     elif structure != "per method":
@@ -199,11 +200,11 @@ def heldout_errors(parts: pd.DataFrame, structure: str = "per method") -> pd.Dat
         rest = parts[parts["config"] != config]
         per_method, pooled = fit_calibrations(rest, structure)
         method = str(held["method"].iloc[0])
-        plain = parts[(parts["method"] == "ar") & (parts["dataset"] == dataset)]
+        plain = parts[(parts["method"] == BASELINE) & (parts["dataset"] == dataset)]
         if plain.empty:
             raise InputError(f"no plain decoding (ar) steps of dataset '{dataset}': speedups need them")
         predicted_step = predict_parts(per_method.get(method, pooled), held).mean()
-        predicted_ar = predict_parts(per_method.get("ar", pooled), plain).mean()
+        predicted_ar = predict_parts(per_method.get(BASELINE, pooled), plain).mean()
         measured_step = float(step_wall_s(held).mean())
         measured_ar = float(step_wall_s(plain).mean())
         tokens = float(held["accepted"].mean())
@@ -226,13 +227,13 @@ def fit_engine(profile, runs: list[StepRun]) -> dict:
     # the structure whose mean held-out error is lowest (ar, the speedups' baseline, is not judged);
     # the mean, not the median: a structure with a few wild fits must not win on the typical one
     judged = {s: heldout_errors(parts, s) for s in STRUCTURES}
-    median = {s: float(e.loc[e["method"] != "ar", "rel_error"].abs().median()) for s, e in judged.items()}
-    mean = {s: float(e.loc[e["method"] != "ar", "rel_error"].abs().mean()) for s, e in judged.items()}
+    median = {s: float(e.loc[e["method"] != BASELINE, "rel_error"].abs().median()) for s, e in judged.items()}
+    mean = {s: float(e.loc[e["method"] != BASELINE, "rel_error"].abs().mean()) for s, e in judged.items()}
     structure = min(STRUCTURES, key=lambda s: (mean[s], STRUCTURES.index(s)))
     per_method, pooled = fit_calibrations(parts, structure)
     errors = judged[structure]
-    abs_err = errors.loc[errors["method"] != "ar", "rel_error"].abs()
-    plain = parts[parts["method"] == "ar"]
+    abs_err = errors.loc[errors["method"] != BASELINE, "rel_error"].abs()
+    plain = parts[parts["method"] == BASELINE]
     reference = {str(d): {"ar_step_s": float(step_wall_s(g).mean()),
                           "ctx_len": float(g["ctx_len"].mean()), "steps": int(len(g))}
                  for d, g in plain.groupby("dataset", sort=True)}

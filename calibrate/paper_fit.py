@@ -152,11 +152,12 @@ def step_ratio(profile, method: str, config, *, drafter: str | None = None, acce
     `costmodel.step.step_seconds`) at context `ctx`; `reach` overrides the probability that each
     draft forward runs."""
     from costmodel.step import step_seconds
+    from methods.spec import plain_shape
 
     shape = profile.step_calibration(method).apply(_raw_shape(profile, method, config, drafter, acceptance))
     if reach is not None:
         shape = replace(shape, draft_reach=np.atleast_2d(np.asarray(reach, dtype=float)))
-    plain = profile.step_calibration("ar").apply(_raw_shape(profile, "ar", None, None, None))
+    plain = plain_shape(profile)
     return float(step_seconds(profile.seconds, shape, ctx)[0]) / float(step_seconds(profile.seconds, plain, ctx)[0])
 
 

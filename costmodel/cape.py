@@ -17,6 +17,7 @@ import numpy as np
 from costmodel.leviathan import check_positive_int, check_probability, generation_tokens
 
 N_BINS = 11
+MAX_SET = 35          # largest set a bin may verify: one base-36 character in a label (`format_bins`)
 
 
 def _hit_table(topk_hit) -> tuple[np.ndarray, np.ndarray]:
@@ -118,7 +119,7 @@ PAPER_BINS = (8, 8, 8, 8, 6, 6, 6, 6, 4, 4, 2)   # GLIDE Alg. 1's S (its 12th en
 
 
 def parse_bins(value) -> tuple[int, ...]:
-    """A bin array: 11 integers >= 0 (or the paper's printed 12), as text ('8,8,...', or one
+    """A bin array: 11 integers in 1..MAX_SET (or the paper's printed 12), as text ('8,8,...', or one
     character each: '88886666442', 'a' = 10) or a sequence. The one parser of bin arrays."""
     if isinstance(value, str):
         text = value.strip().strip("[]")
@@ -134,8 +135,9 @@ def parse_bins(value) -> tuple[int, ...]:
             raise ValueError(f"bad CAPE bin array {value!r} (expected {N_BINS} integers)") from None
     if len(bins) not in (N_BINS, N_BINS + 1):
         raise ValueError(f"a CAPE bin array needs {N_BINS} entries (one per floor(10*conf)), got {len(bins)}")
-    if any(b < 0 for b in bins):
-        raise ValueError("CAPE bin array entries must be >= 0")
+    if any(not 1 <= b <= MAX_SET for b in bins[:N_BINS]):
+        raise ValueError(f"CAPE bin array entries count the chain token, so each lies in 1..{MAX_SET}, got "
+                         f"{', '.join(str(b) for b in bins[:N_BINS])}")
     return bins[:N_BINS]
 
 

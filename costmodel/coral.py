@@ -62,3 +62,20 @@ def tau_with_router(tau, gamma, recall):
     r = check_probability("router recall", recall)
     alpha = alpha_from_expected_tokens(tau, gamma)
     return expected_tokens(alpha * r, gamma)
+
+
+def drafter_arch(t, base: dict, **options) -> dict:
+    """`costmodel.params.drafter_arch("coral", ...)`: the EAGLE feature drafter, one decoder layer plus
+    an fc from 2h to h on the target's LM head; options `groups`, `top_n` add CORAL's router, which
+    activates top_n / groups of the head plus its own hidden x groups weights."""
+    top_n, groups = options.get("top_n"), options.get("groups")
+    extra = 2.0 * t.hidden * t.hidden + t.hidden
+    fraction = 1.0
+    if groups:
+        if not top_n or not 1 <= top_n <= groups:
+            raise ValueError(f"router top_n {top_n!r} must lie in 1..groups ({groups})")
+        fraction = top_n / groups
+        extra += t.hidden * groups
+    return dict(base, n_layers=1, extra_params=extra, lm_head_fraction=fraction,
+                source="EAGLE head: fc 2h->h + 1 decoder layer, target LM head"
+                       + (f"; CORAL router top-{top_n} of {groups} groups" if groups else ""))

@@ -188,31 +188,13 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
 def drafter_arch(kind: str, target: "Arch | dict | str", **options: Any) -> dict[str, Any]:
     """Architecture dict of a drafter built from the target's dimensions.
 
-    kind: "glide" (one decoder layer plus a cross-attention block reading the target's KV cache of
-    one layer, sharing the target's LM head), "eagle" (one decoder layer plus an fc from 2h to h,
-    target LM head; options top_n, groups model a CORAL router activating top_n/groups of the head
-    plus its own hidden x groups weights), or a kind whose costmodel module describes its own drafter:
+    `kind` is a Profile drafter kind whose costmodel module describes its drafter:
     `costmodel.<kind>.drafter_arch(target: Arch, base: dict, **options)`, `base` holding the
-    target's dimensions (an early-exit drafter: the target's first layers plus an adapter).
+    target's dimensions (each module's docstring says what its drafter is built of).
     """
     t = as_arch(target)
     base = dict(hidden=t.hidden, intermediate=t.intermediate, n_heads=t.n_heads, n_kv_heads=t.n_kv_heads,
                 vocab=t.vocab, head_dim=t.dim_head, qkv_bias=t.qkv_bias, tie_embeddings=True)
-    if kind == "glide":
-        return dict(base, n_layers=1, extra_params=attention_params(t) + t.hidden, cross_kv_layers=1,
-                    source="GLIDE drafter: 1 decoder layer + cross-attention on the target's KV cache, target LM head")
-    if kind == "eagle":
-        top_n, groups = options.get("top_n"), options.get("groups")
-        extra = 2.0 * t.hidden * t.hidden + t.hidden
-        fraction = 1.0
-        if groups:
-            if not top_n or not 1 <= top_n <= groups:
-                raise ValueError(f"router top_n {top_n!r} must lie in 1..groups ({groups})")
-            fraction = top_n / groups
-            extra += t.hidden * groups
-        return dict(base, n_layers=1, extra_params=extra, lm_head_fraction=fraction,
-                    source="EAGLE head: fc 2h->h + 1 decoder layer, target LM head"
-                           + (f"; CORAL router top-{top_n} of {groups} groups" if groups else ""))
     return _own_drafter_arch(kind)(t, base, **options)
 
 
@@ -227,8 +209,8 @@ def _own_drafter_arch(kind: str):
             if exc.name != name:
                 raise
     if module is None or not callable(getattr(module, "drafter_arch", None)):
-        raise ValueError(f"unknown drafter kind '{kind}' (known: glide, eagle, and any costmodel module "
-                         f"with a drafter_arch)")
+        raise ValueError(f"unknown drafter kind '{kind}' (a drafter kind is a costmodel module with a "
+                         f"drafter_arch)")
     return module.drafter_arch
 
 

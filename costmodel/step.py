@@ -7,7 +7,7 @@ A step runs D sequential draft forwards, then one verify forward, then fixed per
                [+ catch_up_s = first_draft_s + first_draft_per_token_s * prompt_len in a generation's first step]
     verify_s = verify_scale * t(verify_model, verify_tokens, ctx, batch) + verify_fixed_s
                + verify_per_token_s * verify_tokens
-    step_s   = draft_s + verify_s + overhead_s
+    step_s   = draft_s + verify_s + overhead_s        (`step_cost`: every consumer's one sum)
 
 `StepShape` holds these for C configurations at once (arrays with a leading C axis). `reach_i` is
 the probability that draft forward i runs (1 for a fixed chain; an early-exit drafter makes it
@@ -23,7 +23,8 @@ drafter sampling and building the nodes it proposes, logits at every verified po
 and what a generation's first step pays beyond the others (`catch_up_seconds`: the drafter's first
 forward runs the whole prompt; the simulator pays it in that step, the closed form spreads it over
 the generation's steps).
-`StepCalibration.apply(shape)` folds it into the shape, so every consumer prices the same step.
+`StepCalibration.apply(shape)` folds it into the shape, so every consumer prices the same step, and
+`step_cost` adds the terms up, so every consumer sums them the same way.
 """
 from __future__ import annotations
 
@@ -193,11 +194,38 @@ def verify_seconds(latency: Latency, shape: StepShape, ctx, batch: int = 1, veri
 
 def catch_up_seconds(shape: StepShape, prompt_len) -> np.ndarray:
     """Seconds a generation's first step pays beyond a later one: its drafter's first forward
-    catches up on every prompt token (measured on SmolLM2 on a 77 ms-per-step CPU: +50-145 ms over
-    a ~20 ms draft)."""
+    catches up on every prompt token."""
     return shape.first_draft_s + shape.first_draft_per_token_s * np.asarray(prompt_len, dtype=float)
 
 
+@dataclass(frozen=True)
+class StepCost:
+    """The seconds of steps, term by term (arrays of one shape)."""
+
+    draft_s: np.ndarray
+    verify_s: np.ndarray
+    overhead_s: np.ndarray
+
+    @property
+    def total(self) -> np.ndarray:
+        return self.draft_s + self.verify_s + self.overhead_s
+
+
+def step_cost(latency: Latency, shape: StepShape, ctx, batch: int = 1, *, reach=None, verify_tokens=None,
+              prompt_len=0, first_share=0.0) -> StepCost:
+    """What steps cost, the one sum every consumer prices a step with: the closed form (expected reach
+    and tokens, a generation's first-step catch-up spread over its steps by `first_share` = the share
+    of steps that are a first step), the simulator and the campaigns (a step's realised `reach` and
+    `verify_tokens`, `first_share` 1 on a generation's first step, 0 elsewhere)."""
+    draft = draft_seconds(latency, shape, ctx, batch, reach=reach)
+    share = np.asarray(first_share, dtype=float)
+    if np.any(share):
+        draft = draft + share * catch_up_seconds(shape, prompt_len)
+    verify = verify_seconds(latency, shape, ctx, batch, verify_tokens=verify_tokens)
+    overhead = np.broadcast_to(np.asarray(shape.overhead_s, dtype=float), np.broadcast(draft, verify).shape)
+    return StepCost(np.asarray(draft, dtype=float), np.asarray(verify, dtype=float), overhead)
+
+
 def step_seconds(latency: Latency, shape: StepShape, ctx, batch: int = 1) -> np.ndarray:
-    """Expected seconds of one step of each configuration: draft + verify + overhead."""
-    return draft_seconds(latency, shape, ctx, batch) + verify_seconds(latency, shape, ctx, batch) + shape.overhead_s
+    """Expected seconds of one steady-state step of each configuration (`step_cost(...).total`)."""
+    return step_cost(latency, shape, ctx, batch).total

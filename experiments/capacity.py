@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from methods import BASELINE
 from calibrate.profile import Profile
 from experiments import scoring
 from experiments.executor import EXECUTORS, make_executor
@@ -43,6 +44,8 @@ from common import atomic
 from common.errors import InputError
 from common.cli import CliParser, cli_entry
 from costmodel.hardware import hardware_names
+from costmodel.step import step_seconds
+from methods.spec import plain_shape
 from common.rundir import add_overwrite_option, start_run
 from methods import names as method_names, parse_methods
 
@@ -219,8 +222,8 @@ def candidates(profile: Profile, opts: CapacityOptions, executor) -> list[tuple[
     sweep_opts = SweepOptions(methods=opts.methods, temperature=opts.temperature, batch=batch, rescore=0)
     result = run_sweep([profile], sweep_opts, executor)
     per_request = mean_length(opts.load.output_len, opts.seed)
-    ar_tok_s = batch / float(profile.seconds(profile.target, 1, scoring.Setting().ctx_len, batch))
-    found = [("no speculation", "ar", {}, ar_tok_s / per_request)]
+    ar_tok_s = batch / float(step_seconds(profile.seconds, plain_shape(profile), scoring.Setting().ctx_len, batch)[0])
+    found = [("no speculation", BASELINE, {}, ar_tok_s / per_request)]
     for method, table in result.tables.items():
         for i in range(min(opts.candidates, len(table))):
             row = table.iloc[[i]]
@@ -320,7 +323,7 @@ def write_report(result: dict[str, Any], opts: CapacityOptions, out: Path, comma
     atomic.save_figure(out / "curves.png", fig)
     plt.close(fig)
     write_crossover_report(out / "crossover", result["crossover"], "no speculation", result["profile"], command)
-    ar = best[best.method == "ar"].iloc[0]
+    ar = best[best.method == BASELINE].iloc[0]
     lines = [
         f"# Capacity plan: {result['profile']}", "",
         f"Regenerate with `{command}`.", "",
@@ -343,7 +346,7 @@ def write_report(result: dict[str, Any], opts: CapacityOptions, out: Path, comma
               "", "![curves](curves.png)", "", "## Where speculative decoding stops paying", "",
               "![crossover](crossover/crossover.png)", ""]
     for row in best.itertuples():
-        if row.method == "ar":
+        if row.method == BASELINE:
             continue
         b = crossover_batch(result["crossover"], "no speculation", row.label)
         lines.append(f"- {row.label}: throughput at or below plain decoding from batch **{b}** on." if b else

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from methods import BASELINE
 from common.errors import InputError
 from experiments import scoring
 
@@ -69,7 +70,7 @@ def serve_tasks(cands: pd.DataFrame, profiles: dict[str, Any], batch: int, ctx_l
                 output_len: int, seed: int) -> tuple[list[ServeTask], pd.DataFrame]:
     """Serving tasks for every candidate and, once per deployment, for plain decoding (ar); returns
     the tasks and the rows they belong to (candidates first, then one ar row per deployment)."""
-    plain = cands.drop_duplicates(DEPLOYMENT)[DEPLOYMENT].assign(method="ar", drafter="-", config="ar",
+    plain = cands.drop_duplicates(DEPLOYMENT)[DEPLOYMENT].assign(method=BASELINE, drafter="-", config=BASELINE,
                                                                   acceptance="-")
     rows = pd.concat([cands, plain], ignore_index=True)
     tasks = []
@@ -77,7 +78,7 @@ def serve_tasks(cands: pd.DataFrame, profiles: dict[str, Any], batch: int, ctx_l
         row = rows.iloc[[i]]
         name = str(row["profile"].iat[0])
         method = str(row["method"].iat[0])
-        config = {} if method == "ar" else scoring.sim_config(row)
+        config = {} if method == BASELINE else scoring.sim_config(row)
         prompt = max(1, int(round(ctx_len[name])) - output_len // 2)   # centred on the scored context
         tasks.append(ServeTask(profiles[name], method, config, int(batch), prompt, output_len, seed + i))
     return tasks, rows
@@ -105,34 +106,34 @@ def answers(rows: pd.DataFrame, served: list[dict[str, float]], batch: int,
     """Simulated rows at one batch, each with its throughput against ar of its deployment and the
     verdict that the Profile's held-out error allows (`scoring.confidence`)."""
     out = pd.concat([rows.reset_index(drop=True), pd.DataFrame(served)], axis=1).assign(batch=int(batch))
-    ar = out[out["method"] == "ar"].set_index(DEPLOYMENT)["throughput_tok_s"].rename("ar_throughput_tok_s")
+    ar = out[out["method"] == BASELINE].set_index(DEPLOYMENT)["throughput_tok_s"].rename("ar_throughput_tok_s")
     out = out.join(ar, on=DEPLOYMENT)
     out["throughput_ratio"] = out["throughput_tok_s"] / out["ar_throughput_tok_s"]
     verdicts = [scoring.confidence(np.asarray([r]), heldout.get(p))["verdict"][0]
                 for r, p in zip(out["throughput_ratio"], out["profile"])]
-    out["serving_verdict"] = np.where(out["method"] == "ar", "-", verdicts)
+    out["serving_verdict"] = np.where(out["method"] == BASELINE, "-", verdicts)
     keep = DEPLOYMENT + ["batch", "method", "drafter", "config", "acceptance", "speedup", "heldout_error", "verdict"]
     return out[[c for c in keep if c in out] + SERVED + ["ar_throughput_tok_s", "throughput_ratio", "serving_verdict"]]
 
 
 def best_per_batch(table: pd.DataFrame) -> pd.DataFrame:
     """Per (deployment, batch): the fastest speculative configuration that served without OOM, and
-    the answer: that configuration where it serves more tokens/s than plain decoding, else "ar"."""
-    spec = table[(table["method"] != "ar") & (table["oom"] == 0)]
+    the answer: that configuration where it serves more tokens/s than plain decoding, else BASELINE."""
+    spec = table[(table["method"] != BASELINE) & (table["oom"] == 0)]
     best = spec.sort_values("throughput_tok_s", ascending=False, kind="stable").groupby(DEPLOYMENT + ["batch"]).head(1)
-    plain = table[table["method"] == "ar"][DEPLOYMENT + ["batch"]]
+    plain = table[table["method"] == BASELINE][DEPLOYMENT + ["batch"]]
     merged = plain.merge(best, on=DEPLOYMENT + ["batch"], how="left")
     merged.insert(len(DEPLOYMENT) + 1, "answer",
-                  np.where(merged["throughput_ratio"].fillna(0.0) > 1.0, merged["config"].fillna("ar"), "ar"))
+                  np.where(merged["throughput_ratio"].fillna(0.0) > 1.0, merged["config"].fillna(BASELINE), BASELINE))
     return merged.sort_values(DEPLOYMENT + ["batch"], kind="stable").reset_index(drop=True)
 
 
 def stops_paying(table: pd.DataFrame) -> pd.DataFrame:
     """Per deployment: the smallest batch at which the best speculative configuration serves no
     more tokens/s than plain decoding (NaN when it pays at every batch simulated)."""
-    spec = table[(table["method"] != "ar") & (table["oom"] == 0)]
+    spec = table[(table["method"] != BASELINE) & (table["oom"] == 0)]
     best = spec.groupby(DEPLOYMENT + ["batch"])["throughput_ratio"].max().rename("best_ratio").reset_index()
-    batches = table[table["method"] == "ar"][DEPLOYMENT + ["batch"]].merge(best, how="left")
+    batches = table[table["method"] == BASELINE][DEPLOYMENT + ["batch"]].merge(best, how="left")
     batches["best_ratio"] = batches["best_ratio"].fillna(0.0)
     rows = []
     for key, group in batches.groupby(DEPLOYMENT, sort=False):

@@ -14,7 +14,6 @@ space is built.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from dataclasses import dataclass
 from typing import Callable
 
@@ -25,7 +24,6 @@ from calibrate.profile import Profile
 from common.errors import InputError
 from experiments import scoring
 
-SAMPLE_BUDGET = 8        # the sample space's budget (spaces that take one): about 2,000 rows for MCSD
 SAMPLE_ROWS = 2_000      # rows of the sample that are scored
 PEAK_COPIES = 3          # scored copies of a row alive at the peak (see the module docstring)
 
@@ -74,7 +72,8 @@ def estimate(profiles: list[Profile], opts, space: Callable, setting: Callable) 
     opts)` are the sweep's own."""
     extra_batches = len([b for b in (opts.batch_sizes or []) if b != opts.batch])
     copies = PEAK_COPIES + extra_batches
-    sample_opts = dataclasses.replace(opts, budget=min(opts.budget, SAMPLE_BUDGET))
+    declared = methods.space_options()          # each option at its sample value: a small space of the same kind
+    sample_opts = dataclasses.replace(opts, space={k: min(v, declared[k].sample or v) for k, v in opts.space.items()})
     rows = []
     per_row: dict[str, tuple[float, float]] = {}       # method -> (space bytes, scored bytes) per row
     for profile in profiles:
@@ -97,9 +96,8 @@ def estimate(profiles: list[Profile], opts, space: Callable, setting: Callable) 
 
 
 def space_options(spec, opts) -> dict:
-    """The sweep options a method's `space` (and `space_size`) takes by name: `--budget` for MCSD."""
-    takes = inspect.signature(spec.space).parameters
-    return {k: v for k, v in {"budget": opts.budget}.items() if k in takes}
+    """The sweep options a method's `space` (and `space_size`) takes: those it declares (`spec.options`)."""
+    return {k: opts.space[k] for k in spec.options}
 
 
 def _bytes_per_row(profile: Profile, spec, setup, sample_opts, space: Callable, setting) -> tuple[float, float]:
@@ -112,7 +110,7 @@ def _bytes_per_row(profile: Profile, spec, setup, sample_opts, space: Callable, 
     return (sample.memory_usage(deep=True).sum() / len(sample), scored.memory_usage(deep=True).sum() / len(scored))
 
 
-def check_fits(est: Estimate, budget: int, available: int | None = None) -> None:
+def check_fits(est: Estimate, space: dict[str, int], available: int | None = None) -> None:
     """InputError (one line: the estimate and the limit) when the sweep will not fit in memory."""
     limit = available_memory() if available is None else available
     if est.bytes > limit:
@@ -120,6 +118,8 @@ def check_fits(est: Estimate, budget: int, available: int | None = None) -> None
         if len(est.table):
             worst = est.table.sort_values("bytes", ascending=False).iloc[0]
             where = f"; largest: {worst.profile} / {worst.method} {int(worst.configurations):,} configurations"
-        raise InputError(f"--budget {budget}: the sweep would hold {est.configurations:,} configurations, "
+        given = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in space.items())
+        raise InputError(f"{given}: the sweep would hold {est.configurations:,} configurations, "
                          f"~{_gb(est.bytes)} at its peak, but {_gb(limit)} of memory is available{where}; "
-                         "lower --budget, or pass fewer --methods / --profile")
+                         f"lower {', '.join('--' + k.replace('_', '-') for k in space)}, or pass fewer --methods / "
+                         "--profile")

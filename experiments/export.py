@@ -1,21 +1,11 @@
 """The sweep's answer written as the engines people deploy accept it (`--export vllm,sglang,hf`).
 
-Every specsim method is mapped once here, per engine, from its typed configuration
-(`methods.parse_label`) and its Profile setup (drafter model, tree, router):
-
-| method    | vLLM `--speculative-config`     | SGLang `--speculative-algorithm`   | transformers `generate(...)`     |
-| --------- | ------------------------------- | ---------------------------------- | -------------------------------- |
-| sd        | draft_model (exact)             | STANDALONE, topk 1 (exact)         | assistant_model (exact)          |
-| coral     | eagle (approximate: no router, chain)  | EAGLE, topk = tree width (exact without a router) | none            |
-| lookahead | ngram (approximate)             | NGRAM (approximate)                | prompt_lookup_num_tokens (approx.) |
-| kangaroo  | none                            | none                               | assistant_early_exit (approx.)   |
-| mcsd, cape, glide | none                    | none                               | none                             |
-
-"exact" means the engine runs the same algorithm with the same shape, so the sweep's prediction
-is about what the engine will run; "approximate" means it runs a relative of it, and `differs`
-says what is dropped (the prediction is then the specsim method's, not the engine's). A method
-with no counterpart is listed with the reason, never mapped to something else. Model names are
-the Profile's; replace each with its checkpoint path (the notes list them).
+Every method maps itself, per engine, from its typed configuration and its Profile setup
+(`MethodSpec.to_engine`, `methods.engines`): "exact" means the engine runs the same algorithm with
+the same shape, so the sweep's prediction is about what the engine will run; "approximate" means
+it runs a relative of it, and `differs` says what is dropped. A method with no counterpart is
+listed with the reason, never mapped to something else. Model names are the Profile's; replace
+each with its checkpoint path (the notes list them).
 
 Files (`write_exports`), per deployment (`experiments.deployments`) and engine, in the sweep's
 --out: `vllm_<deployment>.json` (the `--speculative-config` JSON; with several batch sizes it
@@ -28,9 +18,8 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -39,157 +28,15 @@ import methods
 from common import atomic
 from common.errors import InputError
 from experiments.deployments import DEPLOYMENT
+from methods.engines import EngineConfig, NoCounterpart
 from methods.spec import Setup
-
-ENGINES = ("vllm", "sglang", "hf")
-
-
-def parse_engines(text: str) -> list[str]:
-    """'vllm,hf' -> ['vllm', 'hf']; InputError naming the value and the engines allowed."""
-    chosen = [t.strip().lower() for t in str(text).split(",") if t.strip()]
-    for name in chosen:
-        if name not in ENGINES:
-            raise InputError(f"--export: unknown engine '{name}' in '{text}' (allowed: {', '.join(ENGINES)})")
-    if not chosen:
-        raise InputError(f"--export: no engine in '{text}' (allowed: {', '.join(ENGINES)})")
-    return list(dict.fromkeys(chosen))
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """One specsim configuration as an engine accepts it."""
-
-    engine: str
-    settings: dict[str, Any]          # the engine's own option names and values
-    match: str                        # "exact" or "approximate"
-    differs: str = ""                 # what the engine does not do of the specsim method
-    models: tuple[str, ...] = field(default_factory=tuple)   # Profile model names to replace by checkpoints
-
-
-@dataclass(frozen=True)
-class NoCounterpart:
-    engine: str
-    method: str
-    reason: str
-
-
-# ---- the mapping, one function per (engine, method) ------------------------------------------------
-
-def _drafter_model(setup: Setup) -> str:
-    spec = setup.drafter_spec
-    return str(spec.get("model") or setup.drafter)
-
-
-def _verified(setup: Setup, config) -> int:
-    """Tokens one step verifies, from the method's own step shape (the engine's num-draft-tokens)."""
-    spec = methods.get(config.method)
-    return int(round(float(np.ravel(spec.step_shape(setup, spec.frame_of([config])).verify_tokens)[0])))
-
-
-def _router_note(setup: Setup, config) -> str:
-    routed = getattr(config, "groups", 0) or setup.drafter_spec.get("router")
-    return "CORAL's LM-head router has no counterpart: the drafter's head runs in full" if routed else ""
-
-
-def _vllm_sd(setup, c):
-    m = _drafter_model(setup)
-    return EngineConfig("vllm", {"method": "draft_model", "model": m, "num_speculative_tokens": c.gamma}, "exact",
-                        models=(m,))
-
-
-def _vllm_coral(setup, c):
-    m = _drafter_model(setup)
-    notes = [n for n in (_router_note(setup, c), "vLLM drafts a chain of num_speculative_tokens; the Profile's "
-                         "drafter verifies a tree" if setup.drafter_spec.get("tree") else "") if n]
-    return EngineConfig("vllm", {"method": "eagle", "model": m, "num_speculative_tokens": c.gamma},
-                        "approximate" if notes else "exact", "; ".join(notes), (m,))
-
-
-def _vllm_lookahead(setup, c):
-    return EngineConfig("vllm", {"method": "ngram", "num_speculative_tokens": c.N - 1}, "approximate",
-                        "vLLM's ngram proposes one continuation matched in the request's own context; Lookahead's "
-                        f"Jacobi window (W={c.W}) and its {c.G} pooled candidates have no counterpart; the match "
-                        "window is left at vLLM's default")
-
-
-def _sglang_sd(setup, c):
-    m = _drafter_model(setup)
-    return EngineConfig("sglang", {"--speculative-algorithm": "STANDALONE", "--speculative-draft-model-path": m,
-                                   "--speculative-num-steps": c.gamma, "--speculative-eagle-topk": 1,
-                                   "--speculative-num-draft-tokens": _verified(setup, c)}, "exact", models=(m,))
-
-
-def _sglang_coral(setup, c):
-    from methods.coral import tree_width
-
-    m = _drafter_model(setup)
-    note = _router_note(setup, c)
-    return EngineConfig("sglang", {"--speculative-algorithm": "EAGLE", "--speculative-draft-model-path": m,
-                                   "--speculative-num-steps": c.gamma, "--speculative-eagle-topk": tree_width(setup),
-                                   "--speculative-num-draft-tokens": _verified(setup, c)},
-                        "approximate" if note else "exact", note, (m,))
-
-
-def _sglang_lookahead(setup, c):
-    return EngineConfig("sglang", {"--speculative-algorithm": "NGRAM",
-                                   "--speculative-num-draft-tokens": c.G * (c.N - 1) + 1,
-                                   "--speculative-ngram-max-bfs-breadth": c.G}, "approximate",
-                        "SGLang's NGRAM fills its cache from generated tokens, not from a Jacobi window "
-                        f"(W={c.W} has no counterpart); G candidates of N-1 tokens become its BFS breadth and draft tokens")
-
-
-def _hf_sd(setup, c):
-    m = _drafter_model(setup)
-    return EngineConfig("hf", {"assistant_model": m, "num_assistant_tokens": c.gamma,
-                               "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.0},
-                        "exact", models=(m,))
-
-
-def _hf_kangaroo(setup, c):
-    return EngineConfig("hf", {"assistant_early_exit": c.exit_layer, "num_assistant_tokens": c.gamma,
-                               "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": c.eta},
-                        "approximate", "transformers drafts with the target's own LM head on the exit layer's "
-                        "features (no Kangaroo adapter) and adjusts the confidence threshold as it goes")
-
-
-def _hf_lookahead(setup, c):
-    return EngineConfig("hf", {"prompt_lookup_num_tokens": c.N - 1}, "approximate",
-                        "prompt lookup proposes one continuation matched in the input; Lookahead's Jacobi window "
-                        f"(W={c.W}) and {c.G} pooled candidates have no counterpart")
-
-
-MAPPINGS: dict[tuple[str, str], Callable[[Setup, Any], EngineConfig]] = {
-    ("vllm", "sd"): _vllm_sd, ("vllm", "coral"): _vllm_coral, ("vllm", "lookahead"): _vllm_lookahead,
-    ("sglang", "sd"): _sglang_sd, ("sglang", "coral"): _sglang_coral, ("sglang", "lookahead"): _sglang_lookahead,
-    ("hf", "sd"): _hf_sd, ("hf", "kangaroo"): _hf_kangaroo, ("hf", "lookahead"): _hf_lookahead,
-}
-
-_TREE = "one chain (or one top-k tree) per step; MCSD's k1 x ... x kg candidates verified level by level are not offered"
-NO_COUNTERPART: dict[tuple[str, str], str] = {
-    ("vllm", "mcsd"): "vLLM drafts one chain per sequence; MCSD's candidate tree has no counterpart (nearest: sd)",
-    ("sglang", "mcsd"): f"SGLang drafts {_TREE} (nearest: sd)",
-    ("hf", "mcsd"): "assisted generation drafts one chain (nearest: sd)",
-    ("vllm", "cape"): "CAPE's confidence-dependent candidate sets are not offered",
-    ("sglang", "cape"): "CAPE's confidence-dependent candidate sets are not offered",
-    ("hf", "cape"): "CAPE's confidence-dependent candidate sets are not offered",
-    ("vllm", "glide"): "no GLIDE drafter (cross-attention to the target's KV cache) can be loaded",
-    ("sglang", "glide"): "no GLIDE drafter (cross-attention to the target's KV cache) can be loaded",
-    ("hf", "glide"): "no GLIDE drafter (cross-attention to the target's KV cache) can be loaded",
-    ("vllm", "kangaroo"): "no early-exit self-drafting with an adapter",
-    ("sglang", "kangaroo"): "no early-exit self-drafting with an adapter",
-    ("hf", "coral"): "no EAGLE feature drafter in assisted generation",
-}
 
 
 def to_engine(engine: str, setup: Setup, label: str) -> EngineConfig | NoCounterpart:
-    """The configuration `label` on `setup` as `engine` accepts it, or why it has no counterpart."""
+    """The configuration `label` on `setup` as `engine` accepts it, or why it has no counterpart
+    (the method's own `to_engine`)."""
     config = methods.parse_label(label)
-    mapping = MAPPINGS.get((engine, config.method))
-    if mapping is None:
-        reason = NO_COUNTERPART.get((engine, config.method), f"experiments.export maps no {engine} option to "
-                                                               f"method {config.method}")
-        return NoCounterpart(engine, config.method, reason)
-    return mapping(setup, config)
+    return methods.get(config.method).to_engine(engine, setup, config)
 
 
 # ---- choosing what to export per deployment --------------------------------------------------------
@@ -223,7 +70,7 @@ def plan(served: pd.DataFrame, profiles: dict[str, Any], engines: list[str]) -> 
     engine runs exactly (else approximately), where it beats plain decoding; with several batch
     sizes, vLLM's K per batch for the same (method, drafter). The others listed as not exported."""
     entries = []
-    spec = served[(served["method"] != "ar") & (served["oom"] == 0)]
+    spec = served[(served["method"] != methods.BASELINE) & (served["oom"] == 0)]
     for key, group in spec.groupby(DEPLOYMENT, sort=False):
         deployment = dict(zip(DEPLOYMENT, key))
         first = group[group["batch"] == group["batch"].min()].sort_values("throughput_tok_s", ascending=False)

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from methods import BASELINE
 import methods
 from common import atomic
 from common.errors import InputError
@@ -67,7 +68,7 @@ def default_candidates(profile, dataset: str, ctx_len: float, per_setup: int = P
     from methods.spec import engine_config
 
     setting = scoring.Setting(temperature=0.0, ctx_len=int(round(ctx_len)), dataset=dataset, new_tokens=new_tokens)
-    out = [Candidate(methods.get("ar").config())]
+    out = [Candidate(methods.get(BASELINE).config())]
     for spec in methods.specs():
         if not spec.sweep:
             continue
@@ -95,8 +96,8 @@ def read_candidates(path: Path) -> list[Candidate]:
         raise InputError(f"--configs file not found: {path}")
     lines = [ln.split("#")[0].strip() for ln in path.read_text().splitlines()]
     cands = [parse_candidate(ln) for ln in lines if ln]
-    if not any(c.method == "ar" for c in cands):
-        cands.insert(0, Candidate(methods.get("ar").config()))
+    if not any(c.method == BASELINE for c in cands):
+        cands.insert(0, Candidate(methods.get(BASELINE).config()))
     return cands
 
 
@@ -148,8 +149,8 @@ def predict(profile, cands: list[Candidate], dataset: str, ctx_len: float, sim_t
     plain_s = float(step_seconds(profile.seconds, plain_shape(profile), float(ctx_len))[0])
     rows = []
     for i, cand in enumerate(cands):
-        if cand.method == "ar":          # the baseline: one target step per token
-            rows.append({"dataset": dataset, "candidate": cand.label, "method": "ar", "predicted_speedup": 1.0,
+        if cand.method == BASELINE:          # the baseline: one target step per token
+            rows.append({"dataset": dataset, "candidate": cand.label, "method": BASELINE, "predicted_speedup": 1.0,
                          "predicted_tokens_per_step": 1.0, "predicted_step_s": plain_s, "simulated_speedup": 1.0,
                          "sim_se": 0.0, "ctx_len": float(ctx_len)})
             continue
@@ -248,7 +249,7 @@ def write_results(args, profile, pred: pd.DataFrame, runs: pd.DataFrame, prompt_
     plot(fid, args.out / "fidelity.png")
     atomic.write_text(args.out / "report.md", report(fid, reg, args, profile, prompt_ids, minutes, runs,
                                                      first_predictions(args, runs)))
-    spec = fid[fid["method"] != "ar"]
+    spec = fid[fid["method"] != BASELINE]
     print(f"closed form |error| median {100 * spec['rel_error'].abs().median():.1f}% worst "
           f"{100 * spec['rel_error'].abs().max():.1f}%; flips {int(spec['verdict_flip'].sum())}; "
           f"regret {', '.join(f'{r.dataset} {100 * r.regret:.1f}%' for r in reg.itertuples())}; wrote {args.out}",

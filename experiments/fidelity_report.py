@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from methods import BASELINE
 from common import atomic
 from experiments.measure import rates
 from experiments.report import _fmt_table
@@ -40,7 +41,7 @@ def compare(pred: pd.DataFrame, runs: pd.DataFrame, error: float) -> pd.DataFram
     out["acceptance_error"] = out["predicted_tokens_per_step"] / out["measured_tokens_per_step"] - 1.0
     # the speedup the Profile predicts with the measured tokens per step: its latency error alone
     # (measured: plain step over this step, as the speedup measured it, i.e. against the partners)
-    ar_pred = out.loc[out["method"] == "ar"].set_index("dataset")["predicted_step_s"]
+    ar_pred = out.loc[out["method"] == BASELINE].set_index("dataset")["predicted_step_s"]
     out["latency_error"] = ((out["dataset"].map(ar_pred) / out["predicted_step_s"])
                             / (out["measured_speedup"] / out["measured_tokens_per_step"]) - 1.0)
     out["noise"] = np.hypot(out["spread"], out["acceptance_se"])
@@ -48,7 +49,7 @@ def compare(pred: pd.DataFrame, runs: pd.DataFrame, error: float) -> pd.DataFram
     out["predicted_verdict"] = np.where(out["predicted_speedup"] > 1 + error, "speculate",
                                         np.where(out["predicted_speedup"] < 1 - error, "don't", "tie"))
     out["measured_verdict"] = np.where(out["measured_speedup"] > 1, "speculate", "don't")
-    out.loc[out["method"] == "ar", ["predicted_verdict", "measured_verdict"]] = "baseline"
+    out.loc[out["method"] == BASELINE, ["predicted_verdict", "measured_verdict"]] = "baseline"
     out["verdict_flip"] = ((out["predicted_verdict"] != "tie") & (out["predicted_verdict"] != "baseline")
                            & (out["predicted_verdict"] != out["measured_verdict"]))
     keep = ["dataset", "method", "candidate", "predicted_speedup", "simulated_speedup", "measured_speedup",
@@ -67,7 +68,7 @@ def regret(fid: pd.DataFrame) -> pd.DataFrame:
     for dataset, g in fid.groupby("dataset"):
         pick = g.loc[g["predicted_speedup"].idxmax()]
         best = g.loc[g["measured_speedup"].idxmax()]
-        sure = g[(g["predicted_verdict"] == "speculate") | (g["method"] == "ar")]
+        sure = g[(g["predicted_verdict"] == "speculate") | (g["method"] == BASELINE)]
         by_verdict = sure.loc[sure["predicted_speedup"].idxmax()]
         rows.append({"dataset": dataset, "picked": pick["candidate"], "picked_measured": pick["measured_speedup"],
                      "best": best["candidate"], "best_measured": best["measured_speedup"],
@@ -114,7 +115,7 @@ def drift(fid: pd.DataFrame, profile, runs: pd.DataFrame | None = None) -> list[
                      f"{factors.quantile(0.9):.2f}x (p10-p90) of its prompt's median step, worst "
                      f"{factors.min():.2f}-{factors.max():.2f}x over {len(factors)} pairs: each speedup divides "
                      "by its own pair's")
-    for r in fid[fid["method"] == "ar"].itertuples():
+    for r in fid[fid["method"] == BASELINE].itertuples():
         ref = reference.get(r.dataset)
         if ref:
             lines.append(f"- {r.dataset}: plain step {1e3 * ref['ar_step_s']:.1f} ms at context {ref['ctx_len']:.0f} in the "
@@ -158,7 +159,7 @@ def first_predictions(args, runs: pd.DataFrame) -> list[str]:
     if not when or not path.is_file():
         return []
     first = compare(pd.read_csv(path), runs, args.error)
-    err = first.loc[first["method"] != "ar", "rel_error"].abs()
+    err = first.loc[first["method"] != BASELINE, "rel_error"].abs()
     return [f"- Predictions made again after the measurement (`--repredict` at commit {when}), "
             f"from a Profile still calibrated on other prompts; the predictions made before it "
             f"(predictions_first.csv) erred by median {100 * err.median():.1f}%, worst {100 * err.max():.1f}%"]
@@ -166,7 +167,7 @@ def first_predictions(args, runs: pd.DataFrame) -> list[str]:
 
 def report(fid: pd.DataFrame, reg: pd.DataFrame, args, profile, prompts: list[str], minutes: float,
            runs: pd.DataFrame, notes: list[str] = ()) -> str:
-    spec = fid[fid["method"] != "ar"]
+    spec = fid[fid["method"] != BASELINE]
     err, sim = spec["rel_error"].abs(), spec["sim_rel_error"].abs()
     lines = [
         "# Fidelity: predicted from the Profile vs measured on held-out prompts", "",

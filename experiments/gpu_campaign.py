@@ -38,7 +38,7 @@ from calibrate.fit_acceptance import conf_bin_table
 from calibrate.latency import fit_latency
 from calibrate.profile import Profile
 from common import atomic
-from costmodel.step import draft_seconds, verify_seconds
+from costmodel.step import step_cost
 from methods import MethodConfig, Setup
 from methods.spec import drafter_fixed, engine_config, priced_config
 from traces import schema
@@ -48,31 +48,23 @@ from common.rundir import add_overwrite_option, start_run
 from runtime.cache import MODES, default_mode
 from runtime.graph import mode_agreement
 from runtime.models import random_architecture, tiny_model, truncated
-from traces.drafter_timing import EAGLE_HEADS, KANGAROO_EXIT, ROUTED, router_drafter, write_drafter_latency
+from traces.drafter_timing import drafter_entries, write_drafter_latency
 from traces.timing import Timer, git_commit, hardware_name
 from traces.replayed import (random_prompts, replayed_decoder, run_replayed, sources_from_step_trace,
                              sources_from_token_trace, steps_frame)
 
 GPU_ARCHITECTURES = ("vicuna-7b", "vicuna-13b", "vicuna-33b", "llama-68m", "llama-160m", "mistral-7b",
                      "llama-3-8b", "qwen2.5-7b")
-ROUTERS = {arch: tuple(f"{g}:{n}" for g, n in ROUTED) for arch in ("llama-3-8b", "qwen2.5-7b")}
+DRAFTER_ARCHITECTURES = ("vicuna-7b", "llama-3-8b", "qwen2.5-7b")   # 32k, 128k and 152k vocabularies
+ROUTED_ARCHITECTURES = ("llama-3-8b", "qwen2.5-7b")                 # whose LM-head routers are timed too
+BASELINE = methods.get(methods.BASELINE).config()
+# every speculative method's own campaign configurations (`spec.campaign`)
+CONFIGS: list[MethodConfig] = [c for spec in methods.specs() for c in spec.campaign_configs()]
 
 
-def _configs(method: str, *fields: dict[str, Any]) -> list[MethodConfig]:
-    return [methods.get(method).config(**f) for f in fields]
-
-
-BASELINE = methods.get("ar").config()
-# 31 configurations over every speculative method
-CONFIGS: list[MethodConfig] = (
-    _configs("sd", *({"gamma": g} for g in (1, 2, 3, 4, 5, 6, 8, 10, 12)))
-    + _configs("mcsd", *({"k": k} for k in ("2x2", "4x2x1", "2x2x2", "4x4", "8x2", "3x2x2x1")))
-    + _configs("cape", {"gamma": 3}, {"gamma": 5}, {"gamma": 4, "bins": [4] * 11})
-    + _configs("glide", {"gamma": 3}, {"gamma": 5})
-    + _configs("lookahead", *({"W": w, "N": n, "G": g} for w, n, g in ((5, 3, 5), (7, 4, 7), (15, 5, 15))))
-    + _configs("kangaroo", *({"gamma": 6, "eta": e, "exit_layer": KANGAROO_EXIT} for e in (0.2, 0.4, 0.6, 0.8)))
-    + _configs("coral", {"gamma": 3}, {"gamma": 5}, *({"gamma": 4, "groups": g, "top_n": n} for g, n in ROUTED))
-)
+def routers(arch: str) -> list[str]:
+    """The `traces.timing --router` values of the routed drafters at `arch` ('groups:top_n')."""
+    return [f"{e['router']['groups']}:{e['router']['top_n']}" for e in drafter_entries(arch).values() if e.get("router")]
 
 
 # ------------------------------------------------------------------------------ stage 1: profiles
@@ -86,7 +78,7 @@ def profile_architectures(out: Path, names: Sequence[str], grid: dict[str, str],
         path = out / f"latency_{name}.parquet"
         cmd = [sys.executable, "-m", "traces.timing", "--model", spec, "--out", str(path), "--quiet",
                "--device", device, "--mode", mode, *sum(([f"--{k}", v] for k, v in grid.items()), [])]
-        for router in ROUTERS.get(name, ()):
+        for router in routers(name) if name in ROUTED_ARCHITECTURES else ():
             cmd += ["--router", router]
         if name == "tiny":
             cmd += ["--drafter", "layers:1", "--dtype", "fp32"]
@@ -165,13 +157,11 @@ def run_loops(target, drafter, configs, token_sources, step_sources, prompts, lo
 # (drafter rows, target rows) whose decode-latency ratio is a cost coefficient c (GLIDE Table 1, CORAL Table 1)
 def coefficient_pairs(tiny: bool) -> list[tuple[str, str]]:
     if tiny:
-        return [(d, "tiny") for d in ("layers:1", "glide@tiny", f"kangaroo-l{KANGAROO_EXIT}@tiny", "eagle@tiny",
-                                      f"{router_drafter(*ROUTED[0])}@tiny")]
+        return [("layers:1", "tiny")] + [(e["model"], "tiny") for e in drafter_entries("tiny").values()]
     pairs = [("random:llama-68m", f"random:{t}") for t in ("vicuna-7b", "vicuna-13b", "vicuna-33b")]
     pairs += [("random:llama-160m", f"random:{t}") for t in ("vicuna-7b", "vicuna-13b", "vicuna-33b")]
-    for arch in EAGLE_HEADS:
-        for d in ("glide", f"kangaroo-l{KANGAROO_EXIT}", "eagle", *(router_drafter(g, n) for g, n in ROUTED)):
-            pairs.append((f"{d}@{arch}", f"random:{arch}"))
+    for arch in DRAFTER_ARCHITECTURES:
+        pairs += [(e["model"], f"random:{arch}") for e in drafter_entries(arch).values()]
     return pairs
 
 
@@ -204,17 +194,8 @@ def coefficients(rows: pd.DataFrame, pairs, hardware: str, dtype: str) -> pd.Dat
 
 def campaign_drafters(names: dict[str, str]) -> dict[str, dict[str, Any]]:
     """The loops' drafters as Profile drafters, named by their latency rows: the draft model first
-    (a method that takes one runs with it), then those the engine builds at the target's shape."""
-    arch = names["arch"]
-    drafters = {"draft": {"kind": "draft_model", "model": names["draft_model"]},
-                "glide": {"kind": "glide", "model": f"glide@{arch}"},
-                "kangaroo": {"kind": "kangaroo", "exit_layer": KANGAROO_EXIT,
-                             "model": f"kangaroo-l{KANGAROO_EXIT}@{arch}"},
-                "eagle": {"kind": "coral", "model": f"eagle@{arch}"}}
-    for g, n in ROUTED:
-        drafters[router_drafter(g, n)] = {"kind": "coral", "model": f"{router_drafter(g, n)}@{arch}",
-                                          "router": {"groups": g, "top_n": n}}
-    return drafters
+    (a method that takes one runs with it), then every method's own at the target's shape."""
+    return {"draft": {"kind": "draft_model", "model": names["draft_model"]}, **drafter_entries(names["arch"])}
 
 
 def replayed_acceptance(token_frame: pd.DataFrame, configs: Sequence[MethodConfig]) -> dict[str, Any]:
@@ -265,8 +246,8 @@ def predicted_seconds(steps: pd.DataFrame, config: MethodConfig, setup: Setup, p
         raise InputError(f"{config.label}: a replayed step ran {forwards.max()} draft forwards, its step shape "
                          f"has {shape.max_drafted}")
     reach = forwards[:, None] > np.arange(shape.max_drafted)[None, :]
-    step_s = (draft_seconds(latency, shape, ctx, reach=reach) + shape.overhead_s
-              + verify_seconds(latency, shape, ctx, verify_tokens=steps["verify_tokens"].to_numpy(dtype=float)))
+    step_s = step_cost(latency, shape, ctx, reach=reach, verify_tokens=steps["verify_tokens"].to_numpy(dtype=float),
+                       prompt_len=prompt_len, first_share=(steps["step"].to_numpy() == 0) & (forwards > 0)).total
     prefill = float(latency(setup.target, max(prompt_len - 1, 1), 0.0))
     return float(np.sum(step_s)) + steps["prompt_id"].nunique() * prefill
 
@@ -394,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # 2. drafter shapes
     timer = Timer(device, warmup=1, repeats=2 if args.tiny else 10)
     ctxs = (0, 64) if args.tiny else (0, 512, 1024, 2048, 4096)
-    dframe = write_drafter_latency(out / "drafter_latency.parquet", ("tiny",) if args.tiny else EAGLE_HEADS, ctxs,
+    dframe = write_drafter_latency(out / "drafter_latency.parquet", ("tiny",) if args.tiny else DRAFTER_ARCHITECTURES, ctxs,
                                    timer, device, dtype, args.seed, mode)
     log(f"drafter shapes: {len(dframe)} rows")
     # 3. replayed loops

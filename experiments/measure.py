@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from methods import BASELINE
 import methods
 from common.errors import InputError
 from methods import MethodConfig
@@ -118,7 +119,7 @@ class Bench:
         decoders = [self.decoder(c) for c in cands]              # built before any timing
         for dec in decoders:                                       # warm-up, untimed
             dec.generate(prompts[0][2], 8, self.eos)
-        plain = next((i for i, c in enumerate(cands) if c.method == "ar"), None)
+        plain = next((i for i, c in enumerate(cands) if c.method == BASELINE), None)
         paired = paired and plain is not None and len(cands) > 1
         slots = [i for i in range(len(cands)) if not (paired and i == plain)]
         runs, steps, pairs = [], [], first_pair
@@ -149,7 +150,7 @@ class Bench:
                      "decode_s": sum(st.draft_s + st.verify_s + st.overhead_s for st in out.steps)})
         config = json.dumps(cand.config.to_dict(), sort_keys=True)
         # one run_id per generation sequence: a paired ar generation is its own (prompts repeat in it)
-        run_id = f"{cand.label}~{pair}#{repeat}" if pair >= 0 and cand.method == "ar" else f"{cand.label}#{repeat}"
+        run_id = f"{cand.label}~{pair}#{repeat}" if pair >= 0 and cand.method == BASELINE else f"{cand.label}#{repeat}"
         for s, accepted in output_steps(out):
             steps.append({"candidate": cand.label, "dataset": dataset, "run_id": run_id, "pair": pair,
                           "method": cand.method, "config": config, "prompt_id": pid, "step": s.step,
@@ -183,14 +184,14 @@ def rates(runs: pd.DataFrame) -> pd.DataFrame:
     dataset and repeat (its slot in the same rotation)."""
     if "decode_s" not in runs:
         raise InputError("the measured runs hold no decode_s (step times): derive it from their StepTraces")
-    if not (runs["method"] == "ar").any():
+    if not (runs["method"] == BASELINE).any():
         raise InputError("the measured candidates hold no plain decoding (ar): speedups need it")
     keys = ["dataset", "candidate", "method", "drafter", "repeat"]
     runs = runs.assign(ar_tokens=np.nan, ar_s=np.nan)
     paired = (runs["pair"] >= 0) if "pair" in runs else pd.Series(False, index=runs.index)
     if paired.any():
-        partner = runs[paired & (runs["method"] == "ar")].set_index(["dataset", "pair"])   # ids count per dataset
-        spec = paired & (runs["method"] != "ar")
+        partner = runs[paired & (runs["method"] == BASELINE)].set_index(["dataset", "pair"])   # ids count per dataset
+        spec = paired & (runs["method"] != BASELINE)
         mine = pd.MultiIndex.from_frame(runs.loc[spec, ["dataset", "pair"]])
         if not mine.isin(partner.index).all():
             raise InputError("a paired generation has no plain-decoding partner among the runs")
@@ -201,7 +202,7 @@ def rates(runs: pd.DataFrame) -> pd.DataFrame:
         steps=("steps", "sum"), ar_tokens=("ar_tokens", "sum"), ar_s=("ar_s", "sum")).reset_index()
     per["tokens_per_s"] = per["tokens"] / per["seconds"]
     per["e2e_tokens_per_s"] = per["tokens"] / per["e2e_seconds"]
-    same_repeat = per[per["method"] == "ar"].set_index(["dataset", "repeat"])["tokens_per_s"]
+    same_repeat = per[per["method"] == BASELINE].set_index(["dataset", "repeat"])["tokens_per_s"]
     baseline = np.where(per["ar_s"] > 0, per["ar_tokens"] / per["ar_s"].where(per["ar_s"] > 0, 1.0),
                         same_repeat.reindex(pd.MultiIndex.from_frame(per[["dataset", "repeat"]])).to_numpy())
     per["speedup"] = per["tokens_per_s"] / baseline

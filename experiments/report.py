@@ -145,7 +145,7 @@ def markdown_report(result: Any, written: dict[str, Path], out_dir: Path) -> str
         "",
         f"Profiles: {', '.join(result.profile_names)}. Methods: {', '.join(result.tables)}. "
         f"Temperature {'lowest recorded per profile' if opts['temperature'] is None else opts['temperature']}, batch {opts['batch']}, hardware {opts['hardware'] or 'as profiled'}, "
-        f"k-configuration budget {opts['budget']}, seed {opts['seed']}.",
+        f"{''.join(f'--{k} {v}, ' for k, v in opts['space'].items())}seed {opts['seed']}.",
         f"{sum(len(t) for t in result.tables.values())} configurations scored by the closed forms in "
         f"{result.timings.get('score', 0):.2f} s; the best {opts['rescore']} per method and profile re-scored "
         f"in the simulator ({opts['sim_tokens']} tokens x {opts['sim_repeats']} seeds) in "

@@ -7,7 +7,7 @@ configurations (`spec.space`):
     tokens   = spec.expected_tokens(setup, frame)       (or, given a TokenTrace and a replayable
                                                           method, exact greedy replay: traces.replay)
     shape    = spec.priced_shape(setup, frame)          (the forwards one step runs, as the engine runs them)
-    step_s   = draft_s + verify_s + overhead_s            (costmodel.step's step_seconds, term by term)
+    step_s   = draft_s + verify_s + overhead_s            (`costmodel.step.step_cost`, the catch-up spread)
     speedup  = tokens * t_target(1 token) / step_s      (against plain decoding, same batch)
 
 Scored columns (SCORE_COLUMNS): speedup, tokens_per_step (bonus included), verified_per_step
@@ -27,7 +27,7 @@ import pandas as pd
 import methods
 from calibrate.profile import Profile
 from common.errors import InputError
-from costmodel.step import catch_up_seconds, draft_seconds, step_seconds, verify_seconds
+from costmodel.step import step_cost, step_seconds
 from methods.spec import Setup, plain_shape
 
 TABULATE_MIN = 4096      # forwards asked at once from which integer token counts are priced on a table
@@ -221,11 +221,10 @@ def score(setup: Setup, method: str, configs: pd.DataFrame, setting: Setting) ->
         tokens = replay_tokens(_token_table(setting.token_trace), method, configs)
         scored_by = "trace replay"
     latency, ctx, batch = tabulated(profile.seconds), float(setting.ctx_len), setting.batch
-    draft_s = draft_seconds(latency, shape, ctx, batch)       # step_seconds' terms, the draft kept for draft_cost
-    if setting.new_tokens:              # the first step's catch-up, spread over the generation's steps
-        prompt = centred_prompt(ctx, setting.new_tokens)
-        draft_s = draft_s + catch_up_seconds(shape, prompt) * tokens / setting.new_tokens
-    step_s = draft_s + verify_seconds(latency, shape, ctx, batch) + shape.overhead_s
+    first = tokens / setting.new_tokens if setting.new_tokens else 0.0     # the share of steps that are a first
+    cost = step_cost(latency, shape, ctx, batch, prompt_len=centred_prompt(ctx, setting.new_tokens or 0),
+                     first_share=first)
+    draft_s, step_s = cost.draft_s, cost.total
     baseline = float(step_seconds(latency, plain_shape(profile), ctx, batch)[0])
     acceptance = profile.acceptance[setup.acceptance_key]
     columns = {"profile": profile.name, "method": method, "target": profile.target, "drafter": setup.drafter or "-",

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from methods import BASELINE
 import methods
 from simulator import Cluster, Parallelism, Workload, simulate_serving, simulate_stream
 from simulator.methods import SETUP_OPTIONS, build_step_model, load_profile
@@ -133,7 +134,7 @@ def _parser() -> argparse.ArgumentParser:
     _common(c)
     c.add_argument("--configs", default='{"sd": ["sd", {"gamma": 5, "drafter": "llama-68m", "dataset": "gsm8k"}], '
                                         '"glide": ["glide", {"gamma": 5, "dataset": "gsm8k"}]}',
-                   help="JSON {label: [method, config]} compared with plain decoding (label 'ar')")
+                   help=f"JSON {{label: [method, config]}} compared with plain decoding (label '{BASELINE}')")
     c.add_argument("--batches", default="1,2,4,8,16,32,64,128,192", help="batch sizes, comma-separated")
     c.add_argument("--prompt-len", type=int, default=256, help="prompt tokens (default 256)")
     c.add_argument("--output-len", type=int, default=256, help="output tokens (default 256)")
@@ -214,7 +215,7 @@ def run_crossover(args) -> None:
         raise InputError(f"--configs is not valid JSON ({exc.msg})") from None
     if not isinstance(configs, dict) or not all(isinstance(v, list) and len(v) == 2 for v in configs.values()):
         raise InputError("--configs must be a JSON object {label: [method, config]}")
-    runs = [("ar", "ar", {})] + [(label, m, c) for label, (m, c) in configs.items()]
+    runs = [(BASELINE, BASELINE, {})] + [(label, m, c) for label, (m, c) in configs.items()]
     for _, method, config in runs:
         build_step_model(profile, method, config)      # refuses a bad config before any run
     batches = _ints(args.batches, "--batches")
@@ -222,7 +223,7 @@ def run_crossover(args) -> None:
     table = batch_crossover(profile, runs, batches, prompt_len=args.prompt_len,
                             output_len=args.output_len, seed=args.seed)
     command = "python -m experiments.simulate " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    write_crossover_report(Path(args.out), table, "ar", profile.name, command)
+    write_crossover_report(Path(args.out), table, BASELINE, profile.name, command)
     _print(table, ["label", "batch", "throughput_tok_s", "tpot_ms", "oom", "preemptions"])
 
 

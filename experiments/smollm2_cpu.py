@@ -36,7 +36,6 @@ import methods
 from common.errors import InputError
 from common.cli import CliParser, cli_entry
 from costmodel.cape import PAPER_BINS
-from traces.drafter_timing import KANGAROO_EXIT
 from methods.spec import drafter_fixed, engine_config, priced_config
 from methods import MethodConfig
 from traces.record import teacher_forced_methods
@@ -44,18 +43,14 @@ from traces.record import teacher_forced_methods
 STAGES = ("latency", "tokens", "steps", "profile", "best", "tables")
 DATASETS = {"mt-bench": "mtbench", "humaneval": "humaneval"}   # profile name -> traces.prompts name
 TARGET_ARCH = "smollm2-135m"
-ROUTER = (16, 2)
-# drafter name in the Profile -> (trained file under --drafters, Profile drafter spec, latency model)
+# drafter name in the Profile -> Profile drafter spec, with its trained file under --drafters: the
+# trained draft model (kind draft_model), then each method's own trained drafters (`spec.drafters`)
 DRAFTERS: dict[str, dict[str, Any]] = {
     "vanilla": {"kind": "draft_model", "model": "vanilla-1l", "file": "vanilla/vanilla.safetensors"},
-    "glide": {"kind": "glide", "model": f"glide@{TARGET_ARCH}", "file": "glide/glide.safetensors"},
-    "kangaroo": {"kind": "kangaroo", "exit_layer": KANGAROO_EXIT, "model": f"kangaroo-l{KANGAROO_EXIT}@{TARGET_ARCH}",
-                 "file": "kangaroo/kangaroo.safetensors"},
-    "coral": {"kind": "coral", "model": f"eagle@{TARGET_ARCH}", "file": "coral/coral.safetensors"},
-    "coral-router": {"kind": "coral", "model": f"eagle-router{ROUTER[0]}:{ROUTER[1]}@{TARGET_ARCH}",
-                     "router": {"groups": ROUTER[0], "top_n": ROUTER[1]}, "file": "router/coral_router.safetensors"},
-    "lookahead": {"kind": "lookahead"},
+    **{name: entry for spec in methods.specs() for name, entry in spec.drafters(TARGET_ARCH).items()
+       if "file" in entry or "model" not in entry},
 }
+ROUTERS = [f"{e['router']['groups']}:{e['router']['top_n']}" for e in DRAFTERS.values() if e.get("router")]
 # the forward micro-benchmark grid: every token count up to 12 (this CPU's kernels are not smooth
 # in it: 2 and 3 tokens cost more than 4), then a coarser tail
 LATENCY_TOKENS = "1,2,3,4,5,6,7,8,9,10,11,12,16,24,32,48,64,128,256"
@@ -97,7 +92,7 @@ def _on(config: MethodConfig, drafter: str | None) -> Run:
     return Run(engine_config(config, DRAFTERS[drafter]) if drafter else config, drafter)
 
 
-BASELINE = Run(methods.get("ar").config())
+PLAIN_RUN = Run(methods.get(methods.BASELINE).config())
 # the StepTraces the engine calibration is fitted on, for every dataset: every method's
 # calibration configurations (two sizes or more: each step part's scale and fixed cost can be told
 # apart) on every drafter it runs on
@@ -120,7 +115,7 @@ def drafter_file(args, name: str) -> str:
     path = args.drafters / DRAFTERS[name]["file"]
     if not path.is_file():
         raise InputError(f"trained drafter '{name}' not found at {path}: run python -m training "
-                         f"{'router' if name == 'coral-router' else name}")
+                         f"{DRAFTERS[name]['file'].split('/')[0]}")
     return str(path)
 
 
@@ -137,8 +132,8 @@ def run_module(module: str, argv: list[str], log) -> None:
 def stage_latency(args, log) -> None:
     out = args.out / "latency.parquet"
     if not out.exists():
-        run_module("traces.timing", ["--model", "smollm2", "--drafter", "layers:1", "--router", f"{ROUTER[0]}:{ROUTER[1]}",
-                                      "--tokens", LATENCY_TOKENS, "--ctx", LATENCY_CTX,
+        run_module("traces.timing", ["--model", "smollm2", "--drafter", "layers:1",
+                                      *(a for r in ROUTERS for a in ("--router", r)), "--tokens", LATENCY_TOKENS, "--ctx", LATENCY_CTX,
                                       "--threads", str(args.threads), "--out", str(out), "--quiet"], log)
     out = args.out / "drafter_latency.parquet"
     if out.exists():
@@ -196,8 +191,8 @@ def stage_steps(args, log) -> None:
     todo = [run for run in RUNS if any(not step_path(args, run.label, d).exists() for d in DATASETS)]
     if not todo:
         return
-    if BASELINE not in todo:
-        todo = [BASELINE] + todo                    # the partner every generation is measured beside
+    if PLAIN_RUN not in todo:
+        todo = [PLAIN_RUN] + todo                    # the partner every generation is measured beside
     bench = Bench("smollm2", DRAFTERS, args.drafters, args.threads)
     prompts = bench.encode(load_prompt_mix(calibration_prompts(args)))
     cands = [Candidate(run.config, run.drafter) for run in todo]
@@ -226,7 +221,7 @@ def write_steps(args, run: Run, dataset: str, rows: pd.DataFrame) -> None:
     from traces.timing import git_commit
 
     path = step_path(args, run.label, dataset)
-    if run == BASELINE and path.exists():
+    if run == PLAIN_RUN and path.exists():
         rows = pd.concat([schema.read_trace(path, "step")[0], rows], ignore_index=True)
     meta = schema.RunMetadata(kind="step", models={"target": "smollm2", **({"drafter": run.drafter} if run.drafter else {})},
                               hardware="CPU", dtype="fp32", temperature=0.0, dataset=dataset, seed=0,

@@ -15,9 +15,10 @@ import json
 import numpy as np
 import pandas as pd
 
+from methods import BASELINE
 import methods
 from experiments.report import _fmt_table
-from experiments.smollm2_cpu import (BASELINE, CHAIN_RUNS, DATASETS, DRAFTERS, ROUTER, RUNS, TARGET_ARCH, Run,
+from experiments.smollm2_cpu import (PLAIN_RUN, CHAIN_RUNS, DATASETS, DRAFTERS, RUNS, TARGET_ARCH, Run,
                                      best_runs, latency_rows, step_path)
 
 
@@ -39,7 +40,7 @@ def ar_context(args, dataset: str) -> float:
     """Mean context of the plain decoding steps: where the predictions are priced."""
     from traces.schema import read_trace
 
-    return float(read_trace(step_path(args, "ar", dataset), kind="step")[0]["ctx_len"].mean())
+    return float(read_trace(step_path(args, BASELINE, dataset), kind="step")[0]["ctx_len"].mean())
 
 
 def measured_runs(args, dataset: str) -> pd.DataFrame:
@@ -47,12 +48,12 @@ def measured_runs(args, dataset: str) -> pd.DataFrame:
     partners where it was measured in pairs (traces.drift), else over the whole ar trace."""
     from traces.schema import read_trace
 
-    plain, _ = read_trace(step_path(args, BASELINE.label, dataset), kind="step")
+    plain, _ = read_trace(step_path(args, PLAIN_RUN.label, dataset), kind="step")
     rows = []
     for run in all_runs(args, dataset):
         frame, _ = read_trace(step_path(args, run.label, dataset), kind="step")
         per_token, per_step, ctx = decode_rate(frame)
-        pairs = set(frame.loc[frame["pair"] >= 0, "pair"]) if run.method != "ar" else set()
+        pairs = set(frame.loc[frame["pair"] >= 0, "pair"]) if run.method != BASELINE else set()
         partners = plain[plain["pair"].isin(pairs)] if pairs else plain
         rows.append({"dataset": dataset, "run": run.label, "method": run.method, "drafter": run.drafter or "-",
                      "config": json.dumps(run.config.to_dict()), "prompts": frame["prompt_id"].nunique(),
@@ -100,7 +101,7 @@ def predictions(profile, dataset: str, ctx_len: float, sim_tokens: int, seed: in
     result = sweep_result(profile, dataset, ctx_len, sim_tokens, seed)
     recorded = profile.workload_new_tokens(dataset) or sim_tokens
     setting = scoring.Setting(temperature=0.0, ctx_len=int(round(ctx_len)), dataset=dataset, new_tokens=recorded)
-    runs = [run for run in RUNS if run != BASELINE] + list(best)
+    runs = [run for run in RUNS if run != PLAIN_RUN] + list(best)
     rows = [{"dataset": dataset, "run": run.label, **predict_run(profile, run, setting, recorded, seed + i)}
             for i, run in enumerate(runs)]
     best = result.best[["method", "drafter", "config", "speedup", "tokens_per_step"]
@@ -162,11 +163,13 @@ def claims(args, profile, acc: pd.DataFrame) -> list[str]:
     one = rows[(rows["n_tokens"] == 1) & (rows["batch"] == 1)]
     head = float(one.loc[one["role"] == "lm_head", "seconds"].median())
     routed = float(one.loc[one["role"] == "router_head", "seconds"].median())
-    eagle = float(one.loc[one["model"] == f"eagle@{TARGET_ARCH}", "seconds"].median())
-    eagle_r = float(one.loc[one["model"] == f"eagle-router{ROUTER[0]}:{ROUTER[1]}@{TARGET_ARCH}", "seconds"].median())
+    plain_d, routed_d = DRAFTERS["coral"], DRAFTERS["coral-router"]
+    router = f"{routed_d['router']['groups']}:{routed_d['router']['top_n']}"
+    eagle = float(one.loc[one["model"] == plain_d["model"], "seconds"].median())
+    eagle_r = float(one.loc[one["model"] == routed_d["model"], "seconds"].median())
     lines.append(f"the LM head dominates the feature drafter's latency at this vocabulary (CORAL Fig. 2): head "
                  f"{1e3 * head:.2f} ms of the drafter's {1e3 * eagle:.2f} ms ({100 * head / eagle:.0f}%) -> "
-                 f"{'holds' if head > 0.5 * eagle else 'does NOT hold'}; the {ROUTER[0]}:{ROUTER[1]} router cuts the head to "
+                 f"{'holds' if head > 0.5 * eagle else 'does NOT hold'}; the {router} router cuts the head to "
                  f"{1e3 * routed:.2f} ms and the drafter to {1e3 * eagle_r:.2f} ms ({eagle / eagle_r:.2f}x) -> "
                  f"{'holds' if eagle_r < eagle else 'does NOT hold'}")
     return lines
@@ -204,7 +207,7 @@ def write_report(args, log) -> None:
         preds.append(p)
         bests.append(b)
     table = measured.merge(pd.concat(preds), on=["dataset", "run"], how="left")
-    spec = table["run"] != BASELINE.label
+    spec = table["run"] != PLAIN_RUN.label
     table.loc[spec, "closed_form_error"] = table["predicted_speedup"] / table["measured_speedup"] - 1
     table.loc[spec, "simulator_error"] = table["simulated_speedup"] / table["measured_speedup"] - 1
     ctx_all = float(measured["ctx_len"].mean())

@@ -38,9 +38,8 @@ from experiments import deployments, scoring
 from costmodel.hardware import hardware_names
 from experiments.estimate import check_fits, estimate, space_options
 from experiments.executor import EXECUTORS, make_executor, progress_bar, progress_enabled
-from experiments.export import parse_engines
+from methods.engines import parse_engines
 from experiments.papers import compare
-from methods.mcsd import DEFAULT_BUDGET
 from methods.spec import MethodSpec, Setup
 
 DEFAULT_CTX = 512        # context of a Profile without a recorded workload
@@ -56,7 +55,7 @@ class SweepOptions:
     dataset: str | None = None
     batch: int = 1
     hardware: str | None = None
-    budget: int = DEFAULT_BUDGET      # largest k-configuration product (spaces that take `budget`)
+    space: dict[str, int] = field(default_factory=lambda: {k: o.default for k, o in methods.space_options().items()})
     ctx_len: int | None = None    # None: each Profile's workload context (else DEFAULT_CTX)
     seed: int = 0
     rescore: int = 2          # best configurations per (profile, method) re-scored in the simulator
@@ -272,10 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hardware", default=None,
                    help=f"move every roofline latency model to this hardware ({', '.join(hardware_names())}) keeping "
                         "its fitted efficiencies; default: the hardware each profile was measured on")
-    p.add_argument("--budget", type=int, default=DEFAULT_BUDGET,
-                   help="largest product of a k-configuration k1 x ... x kg searched for mcsd (default 64); "
-                        "the configurations and memory it takes are estimated first and a sweep that will not fit "
-                        "in the memory available is refused")
+    for name, option in methods.space_options().items():      # the options the methods' spaces take
+        p.add_argument(f"--{name.replace('_', '-')}", type=int, default=option.default,
+                       help=f"{option.help} (default {option.default}); the configurations and memory it takes are "
+                            "estimated first and a sweep that will not fit in the memory available is refused")
     p.add_argument("--estimate-only", action="store_true",
                    help="print the estimate (configurations and peak memory per profile and method) and stop")
     p.add_argument("--ctx-len", type=int, default=None,
@@ -321,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def options_from_args(args: argparse.Namespace) -> SweepOptions:
-    for name in ("batch", "budget", "sim_tokens", "sim_repeats", "top"):
+    for name in ("batch", "sim_tokens", "sim_repeats", "top", *methods.space_options()):
         if getattr(args, name) < 1:
             raise InputError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if args.rescore < 0:
@@ -340,7 +339,8 @@ def options_from_args(args: argparse.Namespace) -> SweepOptions:
     engines = parse_engines(args.export) if args.export is not None else []
     return SweepOptions(methods=parse_methods(args.methods), temperature=args.temperature,
                         dataset=args.dataset, batch=args.batch,
-                        hardware=args.hardware, budget=args.budget, ctx_len=args.ctx_len, seed=args.seed,
+                        hardware=args.hardware, space={k: getattr(args, k) for k in methods.space_options()},
+                        ctx_len=args.ctx_len, seed=args.seed,
                         rescore=args.rescore, sim_tokens=args.sim_tokens, sim_repeats=args.sim_repeats,
                         token_trace=args.token_trace, batch_sizes=batch_sizes, top=args.top, export=engines)
 
@@ -360,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.estimate_only:
         print(cost.describe())
         return 0
-    check_fits(cost, opts.budget)
+    check_fits(cost, opts.space)
     started = time.perf_counter()
     with open_run(args.out, "experiments.sweep", argv, args.overwrite):
         if progress:        # after every refusal, so a refused run prints its one line only

@@ -7,6 +7,7 @@ import numpy as np
 
 from costmodel.step import StepShape
 from methods.config import MethodConfig
+from methods.draws import AutoregressiveSampler
 from methods.spec import MethodSpec
 
 
@@ -17,7 +18,7 @@ class ARConfig(MethodConfig):
 
 class AR(MethodSpec):
     name, config, summary = "ar", ARConfig, "plain decoding: one target forward per token"
-    decoder = "runtime.engine.draft_methods:AR"
+    decoder = "runtime.engine.ar:AR"
     sweep = False
 
     def expected_tokens(self, setup, frame):
@@ -27,7 +28,6 @@ class AR(MethodSpec):
         return StepShape(setup.target, np.ones(len(frame)), overhead_s=setup.overhead_s)
 
     def sampler(self, setup, config, **options):
-        from simulator.acceptance import AutoregressiveSampler
         return AutoregressiveSampler()
 
 

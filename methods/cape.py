@@ -12,7 +12,9 @@ from costmodel.cape import N_BINS, PAPER_BINS, cape_expected_tokens, cape_verify
 from costmodel.step import DraftPart, StepShape, chain_width
 from methods.config import Int, IntTuple, MethodConfig, param
 from methods.sd import MAX_DEPTH, drafter_model, own_kv
+from methods.engines import ENGINES
 from methods.spec import MethodSpec, PlotSpec
+from methods.draws import Sampler, StepDraws, first_failure
 
 GAMMAS = tuple(range(1, 9))
 VALUES = (1, 2, 4, 6, 8)       # candidates per position the sweep tries (the paper's array uses 8, 6, 4, 2)
@@ -52,35 +54,73 @@ def expansion_tokens(setup, frame, method: str) -> tuple[np.ndarray, np.ndarray,
     return tokens, 1.0 + cape_verify_tokens(bins, conf.freq, gamma), cape_verify_distribution(bins, conf.freq, gamma)
 
 
+class CapeSampler(Sampler):
+    """CAPE on a chain of gamma: each position's confidence bin b ~ freq sets an expansion set of
+    S[b] top-ranked tokens. Top-1 hits continue the chain; a miss whose target token is inside the
+    expansion set commits that token and ends the step; otherwise the step ends at the miss."""
+
+    stateful = False
+
+    def __init__(self, gamma: int, bins: list[int], freq, topk_hit: dict[int, np.ndarray]):
+        self.gamma = int(gamma)
+        self.bins = np.asarray(bins, dtype=np.int64)          # checked by the config's Param
+        self.freq = np.asarray(freq, dtype=float) / float(np.sum(freq))
+        self.cum = np.cumsum(self.freq)
+        hit1 = np.asarray(topk_hit[1], dtype=float)
+        # P(target in top-S[b] | bin b), looked up per bin at the configured expansion size
+        hit_s = np.array([_topk_hit_at(topk_hit, int(self.bins[b]), b) for b in range(N_BINS)])
+        self.hit1 = hit1
+        self.p_exp_given_miss = np.where(hit1 < 1, (hit_s - hit1) / np.maximum(1 - hit1, 1e-12), 0.0)
+
+    def draw(self, rng, n, state=None):
+        g = self.gamma
+        b = np.minimum(np.searchsorted(self.cum, rng.random((n, g)), side="right"), N_BINS - 1)
+        top1 = rng.random((n, g)) < self.hit1[b]
+        k = first_failure(top1)
+        miss_bin = b[np.arange(n), np.minimum(k, g - 1)]
+        saved = (k < g) & (rng.random(n) < self.p_exp_given_miss[miss_bin])
+        accepted = k + 1 + saved
+        verify = 1 + (self.bins[b]).sum(axis=1)
+        return StepDraws(accepted.astype(np.int64), np.full(n, g, dtype=np.int64), verify.astype(np.int64)), None
+
+
+def _topk_hit_at(topk_hit: dict[int, np.ndarray], k: int, b: int) -> float:
+    """P(target in the drafter's top-k | bin b); between recorded k, the largest recorded k <= k."""
+    known = sorted(topk_hit)
+    usable = [kk for kk in known if kk <= k]
+    return float(np.asarray(topk_hit[usable[-1]])[b])
+
+
 def expansion_sampler(setup, config, method: str):
-    from simulator.acceptance import CapeSampler
     conf = setup.need("conf_bins", method)
     return CapeSampler(config.gamma, list(config.bins), conf.freq, conf.topk_hit)
 
 
-def bins_space(setup, method: str, gammas=GAMMAS, most_values: int = 5) -> pd.DataFrame:
+def bins_space(setup, config_class, gammas=GAMMAS, most_values: int = 5) -> pd.DataFrame:
     """gamma x every non-increasing bin array over the candidate counts the acceptance entry
     records top-K hits for (CAPE's space; GLIDE's with bins)."""
-    recorded = sorted(int(k) for k in setup.need("conf_bins", method).topk_hit)
+    recorded = sorted(int(k) for k in setup.need("conf_bins", config_class.method).topk_hit)
     arrays = nonincreasing_arrays(N_BINS, tuple(recorded[:most_values]))
     g = np.repeat(np.asarray(gammas, dtype=np.int64), len(arrays))
     s = np.tile(arrays, (len(gammas), 1))
-    texts = [format_bins(row) for row in arrays]
-    return pd.DataFrame({"gamma": g, "bins": [tuple(int(v) for v in row) for row in s],
-                         "bins_mean": s.mean(axis=1), "bins_max": s.max(axis=1),
-                         "config": [f"{method} g{gi} S{texts[i % len(arrays)]}" for i, gi in enumerate(g)]})
+    frame = pd.DataFrame({"gamma": g, "bins": [tuple(int(v) for v in row) for row in s],
+                          "bins_mean": s.mean(axis=1), "bins_max": s.max(axis=1)})
+    frame["config"] = config_class.labels(frame)
+    return frame
 
 
 class CAPE(MethodSpec):
     name, config, summary = "cape", CAPEConfig, "chain + confidence-aware expansion sets"
     drafter_kinds = ("draft_model",)      # on a GLIDE drafter it is method glide with bins
     needs = "conf_bins"
-    decoder = "runtime.engine.draft_methods:CAPE"
+    decoder = "runtime.engine.cape:CAPE"
     calibration = ("cape g2 S88886666442", "cape g4 S88886666442", "cape g8 S88886666442")
+    campaign = ("cape g3 S88886666442", "cape g5 S88886666442", "cape g4 S44444444444")
     plot = PlotSpec(x="gamma", hue="bins_mean")
+    no_counterpart = {engine: "CAPE's confidence-dependent candidate sets are not offered" for engine in ENGINES}
 
     def space(self, setup, gammas=GAMMAS, most_values: int = 5):
-        return bins_space(setup, self.name, gammas, most_values)
+        return bins_space(setup, self.config, gammas, most_values)
 
     def expected_tokens(self, setup, frame):
         return expansion_tokens(setup, frame, self.name)[0]
@@ -94,9 +134,8 @@ class CAPE(MethodSpec):
     def sampler(self, setup, config, **options):
         return expansion_sampler(setup, config, self.name)
 
-    def replay_lengths(self, table, config):
-        from traces.replay import chain_lengths
-        return chain_lengths(table, (1,) * config.gamma, bins=config.bins)
+    def replay_rules(self, config):
+        return {"levels": (1,) * config.gamma, "bins": config.bins}
 
 
 SPEC = CAPE()

@@ -7,7 +7,7 @@ dynamic tree as the CORAL paper runs it) drafts C / D sequences per draft forwar
 verifies 1 + (C / D) x gamma tokens (C + 1 at gamma = D); without one a step is a chain."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -15,10 +15,12 @@ import pandas as pd
 from common.errors import InputError
 from costmodel.step import DraftPart, StepShape, chain_width
 from methods.config import Int, MethodConfig, param
-from methods.sd import MAX_DEPTH, chain_sampler, chain_tokens, drafter_model
+from methods.engines import EngineConfig, drafter_checkpoint, verified_tokens
+from methods.sd import MAX_DEPTH, chain_sampler, chain_tokens, drafter_model, sd_vllm
 from methods.spec import MethodSpec, PlotSpec
 
 GROUPS = (4, 8, 16, 32, 64)
+ROUTERS = ((16, 2), (32, 4))       # (groups, top-n) of the routed drafters the campaigns time
 TOP_N = (1, 2, 3, 4, 6, 8)
 DEPTHS = tuple(range(1, 9))
 
@@ -50,6 +52,11 @@ def recall_of(setup, groups: int, top_n: int) -> float:
     return float(value)
 
 
+def router_model(groups: int, top_n: int) -> str:
+    """The name of an EAGLE drafter with CORAL's router (its latency rows are `<name>@<arch>`)."""
+    return f"eagle-router{groups}:{top_n}"
+
+
 def tree_width(setup) -> int:
     """Sequences per draft forward (after the first) and verified tokens per draft level: C / D of
     the drafter's stated tree, 1 (a chain) when it states none."""
@@ -66,9 +73,21 @@ def tree_width(setup) -> int:
 class CORAL(MethodSpec):
     name, config, summary = "coral", CORALConfig, "EAGLE feature drafter + LM-head router"
     drafter_kinds = ("coral",)
-    decoder = "runtime.drafters.methods:Coral"
+    decoder = "runtime.drafters.coral:Coral"
     calibration = ("coral g2", "coral g4", "coral g8")
+    campaign = ("coral g3", "coral g5") + tuple(f"coral g4 N{g} top{n}" for g, n in ROUTERS)
     plot = PlotSpec(x="gamma", hue="router")
+    no_counterpart = {"hf": "no EAGLE feature drafter in assisted generation"}
+
+    def drafters(self, arch):
+        """The EAGLE feature drafter, and the same with each of `ROUTERS` (the first one trained)."""
+        out = {"coral": {"kind": "coral", "model": f"eagle@{arch}", "file": "coral/coral.safetensors"}}
+        for i, (groups, top_n) in enumerate(ROUTERS):
+            name = "coral-router" if i == 0 else f"coral-router{groups}:{top_n}"
+            out[name] = {"kind": "coral", "model": f"{router_model(groups, top_n)}@{arch}",
+                         "router": {"groups": groups, "top_n": top_n},
+                         **({"file": "router/coral_router.safetensors"} if i == 0 else {})}
+        return out
 
     def space(self, setup, groups=GROUPS, top_n=TOP_N, depths=DEPTHS):
         """Depths x (no router, and each (N, top-n) with a recorded recall); a drafter whose own
@@ -80,7 +99,7 @@ class CORAL(MethodSpec):
         rows = [(d, n, t) for (n, t) in pairs for d in depths]
         frame = pd.DataFrame(rows, columns=["gamma", "groups", "top_n"]).astype(np.int64)
         frame["router"] = [f"{n}:{t}" if n else "none" for _, n, t in rows]
-        frame["config"] = [CORALConfig(*r).label for r in rows]
+        frame["config"] = self.config.labels(frame)
         return frame
 
     def _router(self, setup, frame):
@@ -107,6 +126,23 @@ class CORAL(MethodSpec):
         width[:, 1:] *= per_level
         return StepShape(setup.target, per_level * gamma + 1.0, parts, width, overhead_s=setup.overhead_s,
                          draft_kv_model=drafter_model(setup))
+
+    def to_engine(self, engine, setup, config):
+        if engine == "hf":
+            return super().to_engine(engine, setup, config)
+        routed = config.groups or setup.drafter_spec.get("router")
+        router = "CORAL's LM-head router has no counterpart: the drafter's head runs in full" if routed else ""
+        if engine == "vllm":
+            tree = ("vLLM drafts a chain of num_speculative_tokens; the Profile's drafter verifies a tree"
+                    if setup.drafter_spec.get("tree") else "")
+            notes = "; ".join(n for n in (router, tree) if n)
+            return replace(sd_vllm(setup, config, "eagle"), match="approximate" if notes else "exact", differs=notes)
+        model = drafter_checkpoint(setup)
+        return EngineConfig("sglang", {"--speculative-algorithm": "EAGLE", "--speculative-draft-model-path": model,
+                                       "--speculative-num-steps": config.gamma,
+                                       "--speculative-eagle-topk": tree_width(setup),
+                                       "--speculative-num-draft-tokens": verified_tokens(self, setup, config)},
+                            "approximate" if router else "exact", router, (model,))
 
     def sampler(self, setup, config, acceptance_model="independent", router_recall=None, **options):
         recall = recall_of(setup, config.groups, config.top_n) if router_recall is None else float(router_recall)

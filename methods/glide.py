@@ -10,7 +10,8 @@ import pandas as pd
 from costmodel.step import DraftPart, StepShape, chain_width
 from methods.cape import GAMMAS, bins_param, bins_space, expansion_sampler, expansion_tokens
 from methods.config import Int, MethodConfig, param
-from methods.sd import MAX_DEPTH, chain_replay, chain_sampler, chain_tokens, drafter_model
+from methods.engines import ENGINES
+from methods.sd import MAX_DEPTH, chain_sampler, chain_tokens, drafter_model
 from methods.spec import MethodSpec, PlotSpec
 
 
@@ -24,18 +25,24 @@ class GLIDEConfig(MethodConfig):
 class GLIDE(MethodSpec):
     name, config, summary = "glide", GLIDEConfig, "GLIDE drafter (reads the target's KV cache), chain or CAPE"
     drafter_kinds = ("glide",)
-    decoder = "runtime.drafters.methods:Glide"
+    decoder = "runtime.drafters.glide:Glide"
     calibration = ("glide g2", "glide g4", "glide g8")
+    campaign = ("glide g3", "glide g5")
     plot = PlotSpec(x="gamma", hue="bins_mean")
+    no_counterpart = {engine: "no GLIDE drafter (cross-attention to the target's KV cache) can be loaded"
+                      for engine in ENGINES}
+
+    def drafters(self, arch):
+        return {"glide": {"kind": "glide", "model": f"glide@{arch}", "file": "glide/glide.safetensors"}}
 
     def space(self, setup, gammas=GAMMAS, most_values: int = 5):
         """Plain chains, and CAPE's bin arrays where the acceptance entry has confidence bins."""
         g = np.asarray(gammas, dtype=np.int64)
-        chains = pd.DataFrame({"gamma": g, "bins": [None] * len(g), "bins_mean": 1.0, "bins_max": 1,
-                               "config": [f"glide g{v}" for v in g]})
+        chains = pd.DataFrame({"gamma": g, "bins": [None] * len(g), "bins_mean": 1.0, "bins_max": 1})
+        chains["config"] = self.config.labels(chains)
         if not setup.acceptance.has("conf_bins"):
             return chains
-        return pd.concat([chains, bins_space(setup, self.name, gammas, most_values)], ignore_index=True)
+        return pd.concat([chains, bins_space(setup, self.config, gammas, most_values)], ignore_index=True)
 
     def _with_bins(self, frame) -> np.ndarray:
         return np.asarray([b is not None for b in frame["bins"]], dtype=bool) if "bins" in frame else \
@@ -70,8 +77,8 @@ class GLIDE(MethodSpec):
             return expansion_sampler(setup, config, self.name)
         return chain_sampler(setup, config, config.gamma, acceptance_model=acceptance_model)
 
-    def replay_lengths(self, table, config):
-        return chain_replay(table, config.gamma, **({} if config.bins is None else {"bins": config.bins}))
+    def replay_rules(self, config):
+        return {"levels": (1,) * config.gamma, "bins": config.bins}
 
 
 SPEC = GLIDE()

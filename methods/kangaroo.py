@@ -14,19 +14,48 @@ from costmodel.cape import N_BINS
 from costmodel.kangaroo import continue_probability, early_exit
 from costmodel.step import DraftPart, StepShape, chain_width
 from methods.config import Float, Int, MethodConfig, param
-from methods.sd import MAX_DEPTH, chain_replay, chain_sampler, chain_tokens
+from methods.engines import EngineConfig
+from methods.sd import MAX_DEPTH, chain_sampler, chain_tokens
 from methods.spec import MethodSpec, PlotSpec
+from methods.draws import Sampler, StepDraws, first_failure
 
 STEPS = tuple(range(1, 11))
 ETAS = tuple(np.round(np.arange(0.0, 1.0, 0.05), 2))
+EXIT_LAYER = 2              # the exit layer of the drafters the campaigns build and train
 
 
 @dataclass(frozen=True)
 class KangarooConfig(MethodConfig):
     method = "kangaroo"
-    exit_layer: int = param(Int("L", "early-exit layer the drafts read", low=1), 2)
+    exit_layer: int = param(Int("L", "early-exit layer the drafts read", low=1), EXIT_LAYER)
     gamma: int = param(Int("g", "most draft steps", low=1, high=MAX_DEPTH), 6)
     eta: float = param(Float("eta", "stop drafting after a token with confidence <= eta"), 0.6)
+
+
+class EarlyExitSampler(Sampler):
+    """An early-exit chain: draft up to gamma positions, stop after the first one whose confidence
+    falls below the threshold; the stopped position is still verified.
+
+    A position's confidence bin b ~ freq (conf_bins); it goes on with probability cont[b] (the
+    method's share of the bin above its threshold) and hits the target's top-1 with hit1[b]."""
+
+    stateful = False
+
+    def __init__(self, gamma: int, cont, freq, hit1):
+        self.gamma = int(gamma)
+        self.cum = np.cumsum(np.asarray(freq, dtype=float) / float(np.sum(freq)))
+        self.hit1 = np.asarray(hit1, dtype=float)
+        self.cont = np.asarray(cont, dtype=float)
+
+    def draw(self, rng, n, state=None):
+        g = self.gamma
+        b = np.minimum(np.searchsorted(self.cum, rng.random((n, g)), side="right"), N_BINS - 1)
+        confident = rng.random((n, g)) < self.cont[b]
+        drafted = np.minimum(first_failure(confident) + 1, g)
+        hits = rng.random((n, g)) < self.hit1[b]
+        hits &= np.arange(g)[None, :] < drafted[:, None]
+        accepted = first_failure(hits) + 1
+        return StepDraws(accepted, drafted.astype(np.int64), drafted.astype(np.int64) + 1), None
 
 
 class Kangaroo(MethodSpec):
@@ -34,7 +63,14 @@ class Kangaroo(MethodSpec):
     drafter_kinds = ("kangaroo",)
     decoder = "runtime.drafters.kangaroo:Kangaroo"
     calibration = ("kangaroo L2 g2 eta0.3", "kangaroo L2 g6 eta0.6", "kangaroo L2 g8 eta0")
+    campaign = tuple(f"kangaroo L{EXIT_LAYER} g6 eta{eta}" for eta in (0.2, 0.4, 0.6, 0.8))
     plot = PlotSpec(x="eta", hue="gamma")
+    no_counterpart = {"vllm": "no early-exit self-drafting with an adapter",
+                      "sglang": "no early-exit self-drafting with an adapter"}
+
+    def drafters(self, arch):
+        return {"kangaroo": {"kind": "kangaroo", "exit_layer": EXIT_LAYER, "model": f"kangaroo-l{EXIT_LAYER}@{arch}",
+                             "file": "kangaroo/kangaroo.safetensors"}}
 
     def space(self, setup, steps=STEPS, etas=ETAS):
         """The drafter's exit layer x steps x eta (eta = 0 only where confidence bins are not recorded)."""
@@ -44,7 +80,7 @@ class Kangaroo(MethodSpec):
         rows = list(itertools.product((layer,), steps, etas))
         frame = pd.DataFrame(rows, columns=["exit_layer", "gamma", "eta"]).astype(
             {"exit_layer": np.int64, "gamma": np.int64, "eta": float})
-        frame["config"] = [f"kangaroo L{l} g{g} eta{e:g}" for l, g, e in rows]
+        frame["config"] = self.config.labels(frame)
         return frame
 
     def _reach(self, setup, frame) -> tuple[np.ndarray, np.ndarray]:
@@ -96,13 +132,21 @@ class Kangaroo(MethodSpec):
     def sampler(self, setup, config, acceptance_model="independent", **options):
         self.layer_share(setup, config.exit_layer)
         if config.eta > 0:
-            from simulator.acceptance import EarlyExitSampler
             conf = setup.need("conf_bins", self.name)
             return EarlyExitSampler(config.gamma, continue_probability(config.eta, N_BINS), conf.freq, conf.hit(1))
         return chain_sampler(setup, config, config.gamma, acceptance_model=acceptance_model)
 
-    def replay_lengths(self, table, config):
-        return chain_replay(table, config.gamma, eta=config.eta)
+    def replay_rules(self, config):
+        return {"levels": (1,) * config.gamma, "eta": config.eta}
+
+    def to_engine(self, engine, setup, config):
+        if engine != "hf":
+            return super().to_engine(engine, setup, config)
+        return EngineConfig("hf", {"assistant_early_exit": config.exit_layer, "num_assistant_tokens": config.gamma,
+                                   "num_assistant_tokens_schedule": "constant",
+                                   "assistant_confidence_threshold": config.eta}, "approximate",
+                            "transformers drafts with the target's own LM head on the exit layer's features "
+                            "(no Kangaroo adapter)")
 
 
 SPEC = Kangaroo()

@@ -15,7 +15,9 @@ from costmodel.lookahead import (compression_ratio, expected_forward_tokens, fit
 from common.errors import InputError
 from costmodel.step import StepShape
 from methods.config import Flag, Int, MethodConfig, param
+from methods.engines import EngineConfig
 from methods.spec import MethodSpec, PlotSpec
+from methods.draws import Sampler, StepDraws, check_prob, first_failure
 
 WINDOWS = tuple(range(1, 21))
 NGRAMS = tuple(range(2, 9))
@@ -78,13 +80,80 @@ def _trajectory(la, n, w, g, new_tokens):
     return tokens, grid, prob
 
 
+class NgramSampler(Sampler):
+    """Candidate n-grams verified in one forward, no draft forward (Fu et al. Eq. 5 + Eq. 7): with
+    probability 1/f a step holds `candidates` n-grams of `length` tokens, each token accepted with
+    alpha independently, and commits 1 + the longest accepted prefix; otherwise it commits one
+    token. The verify forward carries `verify_tokens` query tokens."""
+
+    stateful = False
+
+    def __init__(self, candidates: int, length: int, alpha: float, f: float, verify_tokens: int):
+        self.candidates, self.length = int(candidates), int(length)
+        self.alpha = check_prob(alpha, "n-gram alpha")
+        if not f >= 1:
+            raise InputError(f"n-gram f must be >= 1, got {f!r}")
+        self.f = float(f)
+        self.verify = int(verify_tokens)
+        self.fixed_shape = (0, self.verify)
+
+    def draw(self, rng, n, state=None):
+        g, k = self.length, self.candidates
+        hits = rng.random((n, k, g)) < self.alpha
+        longest = first_failure(hits.reshape(n * k, g)).reshape(n, k).max(axis=1) if g else np.zeros(n, dtype=np.int64)
+        good = rng.random(n) < 1.0 / self.f
+        accepted = 1 + np.where(good, longest, 0)
+        return StepDraws(accepted.astype(np.int64), np.zeros(n, dtype=np.int64), np.full(n, self.verify, dtype=np.int64)), None
+
+
+class PoolSampler(Sampler):
+    """Lookahead under the pool's growth (costmodel.lookahead): at a sequence's step t the pool
+    holds W max(0, t - N + 2) n-grams, the step finds candidates with the hit probability they
+    give, verifies K = min(G, 1 + Poisson(pool)) of them and commits 1 + the longest accepted
+    prefix (alpha, then alpha_next per token; Eq. 5's tail with b = 1 + spread (K - 1)). The state is each sequence's step index;
+    the query tokens follow the window's levels and the candidates."""
+
+    stateful = True
+    fixed_shape = None          # the verify forward grows with the window and the candidates
+
+    def __init__(self, w: int, n: int, g: int, model):
+        self.w, self.n, self.g, self.model = int(w), int(n), int(g), model
+
+    def initial_state(self, n: int) -> np.ndarray:
+        return np.zeros(n, dtype=np.int64)
+
+    def draw(self, rng, n, state=None):
+        step = self.initial_state(n) if state is None else np.asarray(state, dtype=np.int64)
+        return self.at(rng, step), step + 1
+
+    def stream(self, rng, n_steps, done, state=None):
+        """The sequence's next n_steps step indices."""
+        return self.at(rng, np.arange(done, done + n_steps, dtype=np.int64)), state
+
+    def at(self, rng: np.random.Generator, step: np.ndarray) -> StepDraws:
+        """One draw per entry of `step` (the step index of a sequence)."""
+        from costmodel.lookahead import collected_ngrams, hit_probability, prefix_tail
+
+        m, size = self.model, step.size
+        found = rng.random(size) < hit_probability(m.hit, m.fill, collected_ngrams(self.n, self.w, step))
+        cands = np.where(found, np.minimum(self.g, 1 + rng.poisson(m.pool, size)), 0)
+        tail = prefix_tail(m, self.n - 1, np.maximum(cands, 1))
+        longest = np.where(found, (rng.random(size)[:, None] < tail).sum(axis=1), 0)
+        verify = 1 + self.w * np.minimum(step + 1, self.n - 1) + cands * (self.n - 1)
+        return StepDraws((1 + longest).astype(np.int64), np.zeros(size, dtype=np.int64), verify.astype(np.int64))
+
+
 class Lookahead(MethodSpec):
     name, config, summary = "lookahead", LookaheadConfig, "Jacobi window + n-gram pool, no drafter"
     needs = "lookahead"
     decoder = "runtime.engine.lookahead:Lookahead"
     calibration = ("lookahead W2 N3 G2", "lookahead W5 N3 G5", "lookahead W7 N4 G7", "lookahead W10 N6 G5",
                    "lookahead W4 N8 G4")
+    campaign = ("lookahead W5 N3 G5", "lookahead W7 N4 G7", "lookahead W15 N5 G15")
     plot = PlotSpec(x="W", hue="N", y="G")
+
+    def drafters(self, arch):
+        return {self.name: {"kind": self.name}}        # no model: the entry holds its own acceptance
 
     def space(self, setup, windows=WINDOWS, ngrams=NGRAMS, prompt_ngrams=(False,)):
         """W x N x G in {1, W/2, W, 2W}; prompt n-grams off only (Eq. 7 does not model them)."""
@@ -92,7 +161,7 @@ class Lookahead(MethodSpec):
                 for g in sorted({1, max(1, w // 2), w, 2 * w})]
         frame = pd.DataFrame(rows, columns=["W", "N", "G", "prompt_ngrams"])
         frame["tokens_per_forward"] = expected_forward_tokens(frame.N, frame.W, frame.G).astype(np.int64)
-        frame["config"] = [LookaheadConfig(*r).label for r in rows]
+        frame["config"] = self.config.labels(frame)
         return frame
 
     def expected_tokens(self, setup, frame):
@@ -118,12 +187,28 @@ class Lookahead(MethodSpec):
                          overhead_s=setup.overhead_s, verify_dist=dist)
 
     def sampler(self, setup, config, **options):
-        from simulator.acceptance import NgramSampler, PoolSampler
         la = setup.need("lookahead", self.name)
         if la.grows:
             return PoolSampler(config.W, config.N, config.G, la)
         verify = float(expected_forward_tokens(config.N, config.W, config.G, la.pool))
         return NgramSampler(config.G, config.N - 1, la.alpha, la.f, int(round(verify)))
+
+    def to_engine(self, engine, setup, config):
+        window = (f"Lookahead's Jacobi window (W={config.W}) and its {config.G} pooled candidates have no "
+                  "counterpart")
+        if engine == "vllm":
+            return EngineConfig("vllm", {"method": "ngram", "num_speculative_tokens": config.N - 1}, "approximate",
+                                "vLLM's ngram proposes one continuation matched in the request's own context; "
+                                f"{window}; the match window is left at vLLM's default")
+        if engine == "sglang":
+            return EngineConfig("sglang", {"--speculative-algorithm": "NGRAM",
+                                           "--speculative-num-draft-tokens": config.G * (config.N - 1) + 1,
+                                           "--speculative-ngram-max-bfs-breadth": config.G}, "approximate",
+                                "SGLang's NGRAM fills its cache from generated tokens, not from a Jacobi window "
+                                f"(W={config.W} has no counterpart); G candidates of N-1 tokens become its BFS "
+                                "breadth and draft tokens")
+        return EngineConfig("hf", {"prompt_lookup_num_tokens": config.N - 1}, "approximate",
+                            f"prompt lookup proposes one continuation matched in the input; {window}")
 
     def acceptance_part(self, raw, where):
         grows = isinstance(raw, dict) and "hit" in raw

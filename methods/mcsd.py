@@ -11,8 +11,9 @@ from costmodel.leviathan import expected_tokens_by_position
 from costmodel.step import DraftPart, StepShape
 from costmodel.trees import alpha_at_k_lookup, format_k_config, parse_k_config
 from methods.config import Flag, IntTuple, MethodConfig, param
+from methods.draws import TreeSampler
 from methods.sd import drafter_model, own_kv
-from methods.spec import MethodSpec, PlotSpec
+from methods.spec import MethodSpec, PlotSpec, SpaceOption
 
 K_CHOICES = (1, 2, 4, 8, 16, 32)
 MAX_DEPTH = 12              # deepest tree the sweep enumerates
@@ -109,9 +110,17 @@ class MCSD(MethodSpec):
     name, config, summary = "mcsd", MCSDConfig, "k1 x ... x kg candidate tree of a draft model"
     drafter_kinds = ("draft_model",)
     needs = "alpha_at_k"
-    decoder = "runtime.engine.draft_methods:MCSD"
+    decoder = "runtime.engine.mcsd:MCSD"
     calibration = ("mcsd k2x2x1 repl", "mcsd k4x2 repl", "mcsd k4x2x2x2 repl")
+    campaign = tuple(f"mcsd k{k} repl" for k in ("2x2", "4x2x1", "2x2x2", "4x4", "8x2", "3x2x2x1"))
     plot = PlotSpec(x="budget", hue="gamma")
+    options = {"budget": SpaceOption(DEFAULT_BUDGET, "largest product of an MCSD k-configuration the sweep "
+                                     "enumerates (about 10^4 trees at 64)", sample=8)}
+    no_counterpart = {
+        "vllm": "vLLM drafts one chain per sequence; MCSD's candidate tree has no counterpart (nearest: sd)",
+        "sglang": "SGLang drafts one chain (or one top-k tree) per step; MCSD's k1 x ... x kg candidates verified "
+                  "level by level are not offered (nearest: sd)",
+        "hf": "assisted generation drafts one chain (nearest: sd)"}
 
     def space(self, setup, budget: int = DEFAULT_BUDGET, max_depth: int = MAX_DEPTH, choices=K_CHOICES):
         """k-configurations up to `budget` x replacement modes the acceptance entry records.
@@ -123,14 +132,14 @@ class MCSD(MethodSpec):
         kmat = k_matrix(ks, gamma)
         used = np.arange(kmat.shape[1])[None, :] < gamma[:, None]
         running = np.cumprod(kmat, axis=1)
-        texts = [format_k_config(k) for k in ks]
         levels = {f"k{i + 1}": np.where(used[:, i], kmat[:, i], 0) for i in range(kmat.shape[1])}
         frames = [pd.DataFrame({"k": ks, "replacement": repl, "gamma": gamma, "budget": running[:, -1],
                                 "tree_tokens": (running * used).sum(axis=1),
-                                "monotone": np.all(np.diff(kmat, axis=1) <= 0, axis=1),
-                                "config": [f"mcsd k{t} {'repl' if repl else 'norepl'}" for t in texts], **levels})
+                                "monotone": np.all(np.diff(kmat, axis=1) <= 0, axis=1), **levels})
                   for repl in modes]
-        return pd.concat(frames, ignore_index=True)
+        frame = pd.concat(frames, ignore_index=True)
+        frame["config"] = self.config.labels(frame)
+        return frame
 
     def space_size(self, setup, budget: int = DEFAULT_BUDGET, max_depth: int = MAX_DEPTH, choices=K_CHOICES) -> int:
         """Rows of `space` with the same options, counted without building it."""
@@ -164,13 +173,11 @@ class MCSD(MethodSpec):
                          overhead_s=setup.overhead_s, draft_kv_model=own_kv(setup))
 
     def sampler(self, setup, config, **options):
-        from simulator.acceptance import TreeSampler
         frame = self.frame_of([config])
         return TreeSampler(list(config.k), self.level_acceptance(setup, frame)[0, :len(config.k)])
 
-    def replay_lengths(self, table, config):
-        from traces.replay import chain_lengths
-        return chain_lengths(table, config.k)
+    def replay_rules(self, config):
+        return {"levels": config.k}
 
 
 SPEC = MCSD()

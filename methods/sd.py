@@ -9,6 +9,8 @@ import pandas as pd
 from costmodel.leviathan import expected_tokens_by_position
 from costmodel.step import DraftPart, StepShape, chain_width
 from methods.config import Int, MethodConfig, param
+from methods.draws import ChainSampler, MarkovChainSampler
+from methods.engines import EngineConfig, drafter_checkpoint, verified_tokens
 from methods.spec import MethodSpec, PlotSpec
 
 MAX_DEPTH = 64
@@ -34,11 +36,10 @@ def chain_tokens(setup, gamma: np.ndarray, scale: np.ndarray | None = None) -> n
 
 def chain_sampler(setup, config, gamma: int, scale: float = 1.0, acceptance_model: str = "independent"):
     """Independent per-position draws (beta_i), or the bursty Markov chain when asked for."""
-    from simulator import acceptance as acc
     if acceptance_model == "markov":
         markov = setup.need("markov", config.method)
-        return acc.MarkovChainSampler(gamma, markov.p_aa, markov.p_ra)
-    return acc.ChainSampler(gamma, np.clip(setup.acceptance.beta(gamma) * scale, 0.0, 1.0))
+        return MarkovChainSampler(gamma, markov.p_aa, markov.p_ra)
+    return ChainSampler(gamma, np.clip(setup.acceptance.beta(gamma) * scale, 0.0, 1.0))
 
 
 def drafter_model(setup) -> str:
@@ -50,21 +51,26 @@ def own_kv(setup) -> str | None:
     return drafter_model(setup) if setup.drafter_spec.get("kind") == "draft_model" else None
 
 
-def chain_replay(table, gamma: int, **rules) -> np.ndarray:
-    from traces.replay import chain_lengths
-    return chain_lengths(table, (1,) * gamma, **rules)
+def sd_vllm(setup, config, method: str, extra: dict | None = None) -> EngineConfig:
+    """vLLM's `--speculative-config` of a chain of `config.gamma` drafts by `method` ('draft_model',
+    'eagle', 'eagle3'); exact unless the caller says what differs."""
+    model = drafter_checkpoint(setup)
+    return EngineConfig("vllm", {"method": method, "model": model, "num_speculative_tokens": config.gamma,
+                                 **(extra or {})}, "exact", models=(model,))
 
 
 class SD(MethodSpec):
     name, config, summary = "sd", SDConfig, "draft-model chain of gamma tokens"
     drafter_kinds = ("draft_model",)
-    decoder = "runtime.engine.draft_methods:SD"
+    decoder = "runtime.engine.sd:SD"
     calibration = ("sd g1", "sd g4", "sd g8")
+    campaign = tuple(f"sd g{g}" for g in (1, 2, 3, 4, 5, 6, 8, 10, 12))
     plot = PlotSpec(x="gamma")
 
     def space(self, setup, gammas=GAMMAS):
-        g = np.asarray(gammas, dtype=np.int64)
-        return pd.DataFrame({"gamma": g, "config": [f"sd g{v}" for v in g]})
+        frame = pd.DataFrame({"gamma": np.asarray(gammas, dtype=np.int64)})
+        frame["config"] = self.config.labels(frame)
+        return frame
 
     def expected_tokens(self, setup, frame):
         return chain_tokens(setup, frame["gamma"].to_numpy(np.int64))
@@ -77,8 +83,21 @@ class SD(MethodSpec):
     def sampler(self, setup, config, acceptance_model="independent", **options):
         return chain_sampler(setup, config, config.gamma, acceptance_model=acceptance_model)
 
-    def replay_lengths(self, table, config):
-        return chain_replay(table, config.gamma)
+    def replay_rules(self, config):
+        return {"levels": (1,) * config.gamma}
+
+    def to_engine(self, engine, setup, config):
+        model = drafter_checkpoint(setup)
+        if engine == "vllm":
+            return sd_vllm(setup, config, "draft_model")
+        if engine == "sglang":
+            return EngineConfig("sglang", {"--speculative-algorithm": "STANDALONE", "--speculative-draft-model-path": model,
+                                           "--speculative-num-steps": config.gamma, "--speculative-eagle-topk": 1,
+                                           "--speculative-num-draft-tokens": verified_tokens(self, setup, config)},
+                                "exact", models=(model,))
+        return EngineConfig("hf", {"assistant_model": model, "num_assistant_tokens": config.gamma,
+                                   "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.0},
+                            "exact", models=(model,))
 
 
 SPEC = SD()

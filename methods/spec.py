@@ -1,46 +1,49 @@
 """What one speculative method tells every layer, stated once (`MethodSpec`), and the registry.
 
 Each method module (`methods/sd.py`, ...) defines its `MethodConfig`, a `MethodSpec` subclass and
-its instance `SPEC`; the package registers the built-in modules it finds (a method defined
-elsewhere calls `register`). The layers read it instead of keeping method-keyed tables:
+its instance `SPEC`; the package registers the modules it finds (a method defined elsewhere calls
+`register`). The layers read it instead of keeping method-keyed tables:
 
-| layer       | reads                                                                        |
-| ----------- | ---------------------------------------------------------------------------- |
-| engine      | `config`, `decoder` ("module:Class" of the runtime decoder, imported lazily)   |
-| replay      | `replay_lengths(table, config)` (exact greedy replay; None = not replayable)   |
-| closed form | `expected_tokens(setup, frame)`                                              |
-| step cost   | `step_shape(setup, frame)` -> `costmodel.step.StepShape`; consumers call     |
-|             | `priced_shape` (the shape with the Profile's engine calibration folded in)    |
-| simulator   | `sampler(setup, config)`, `step_shape` of one configuration                  |
-| sweep       | `space(setup)` (a frame of configurations), `setups` (drafter + acceptance)    |
-| plots       | `plot` (which columns to draw against the speedup)                           |
+| layer        | reads                                                                       |
+| ------------ | --------------------------------------------------------------------------- |
+| engine       | `decoder` ("module:Class", imported lazily), bound to the spec's config       |
+| replay       | `replay_rules(config)`: exact greedy replay from a TokenTrace (methods.replay) |
+| closed form  | `expected_tokens(setup, frame)`                                             |
+| step cost    | `step_shape(setup, frame)`; consumers call `priced_shape` (engine calibration) |
+| simulator    | `sampler(setup, config)` (methods.draws), `replay_rules` for replayed draws   |
+| sweep        | `space(setup, **options)`, `options` (its CLI options), `setups`, `plot`      |
+| calibration  | `calibration` (labels recorded), `fit_steps`, `acceptance_part`, `drafters`   |
+| GPU campaign | `campaign` (labels run at real sizes), `drafters`                            |
+| export       | `to_engine(engine, setup, config)` (methods.engines)                         |
 
 A *frame* is a pandas DataFrame with one row per configuration, one column per config field (the
-sweep adds its own columns); `frame_of(configs)` and `configs_of(frame)` convert. A *setup* is
-what a Profile gives the method: target, drafter and acceptance entry (`Setup`).
+sweep adds its own columns); `frame_of(configs)` and `configs_of(frame)` convert, and a frame's
+labels are `config.labels(frame)`. A *setup* is what a Profile gives the method: target, drafter
+and acceptance entry (`Setup`). This package reads a Profile only through the object handed to
+it, so every layer above may import it.
 """
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from common.errors import InputError
-from methods.config import MethodConfig
+from methods.config import MethodConfig, _plain
+from methods.engines import EngineConfig, NoCounterpart
 
-if TYPE_CHECKING:  # pragma: no cover
-    from calibrate.profile import Profile
-    from costmodel.step import StepShape
+BASELINE = "ar"         # plain decoding: every speedup's denominator
 
 
 @dataclass(frozen=True)
 class Setup:
-    """A method's place on a Profile: the target, the drafter it runs and the acceptance entry."""
+    """A method's place on a Profile (a `calibrate.profile.Profile`): the target, the drafter it
+    runs and the acceptance entry."""
 
-    profile: "Profile"
+    profile: Any
     drafter: str | None = None
     acceptance_key: str | None = None
     overhead_s: float = 0.0
@@ -91,6 +94,17 @@ class PlotSpec:
     y: str | None = None
 
 
+@dataclass(frozen=True)
+class SpaceOption:
+    """A sweep option a method's `space` takes by name (`--<name>` of the sweep): its default,
+    its help, and the value the sweep's memory estimate builds its sample space with."""
+
+    default: int
+    help: str
+    sample: int | None = None
+    low: int = 1
+
+
 class MethodSpec:
     """Everything a method is, in one place; subclasses fill in the hooks (module docstring)."""
 
@@ -102,8 +116,53 @@ class MethodSpec:
     decoder: str = ""                          # "module:Class" of the engine decoder
     plot: PlotSpec | None = None
     sweep: bool = True                         # searched by the sweep
-
+    options: dict[str, SpaceOption] = {}       # sweep options its space takes by name
     calibration: tuple[str, ...] = ()          # labels whose StepTraces calibrate its step cost
+    campaign: tuple[str, ...] = ()             # labels the GPU campaign runs at real sizes
+    no_counterpart: dict[str, str] = {}        # engine -> why the method has no counterpart there
+
+    # ---- configurations ------------------------------------------------------------------------
+    def parse(self, raw: Any = None) -> MethodConfig:
+        """A config from a config, a mapping, JSON text or a label."""
+        return self.config.split(raw)[0]
+
+    def frame_of(self, configs: Iterable[MethodConfig]) -> pd.DataFrame:
+        """One row per configuration, a column per field, plus `config` (the label)."""
+        configs = [self.parse(c) for c in configs]
+        frame = pd.DataFrame({key: pd.Series([getattr(c, key) for c in configs], dtype=object)
+                              if configs and isinstance(getattr(configs[0], key), tuple)
+                              else [getattr(c, key) for c in configs] for key in self.config.keys()},
+                             columns=list(self.config.keys()))
+        frame["config"] = [c.label for c in configs]
+        return frame
+
+    def configs_of(self, frame: pd.DataFrame) -> list[MethodConfig]:
+        """The configurations of a frame's rows (its field columns; other columns ignored)."""
+        keys = [k for k in self.config.keys() if k in frame.columns]
+        return [self.config(**{k: _plain(v) for k, v in row.items()}) for row in frame[keys].to_dict("records")]
+
+    def calibration_configs(self) -> list[MethodConfig]:
+        """Configurations to record for the engine calibration (calibrate.engine): two sizes or more, so
+        that each step part's scale and fixed cost can be told apart; default: the defaults."""
+        return [self.config.from_label(label) for label in self.calibration] or [self.config()]
+
+    def campaign_configs(self) -> list[MethodConfig]:
+        """Configurations the GPU campaign runs at real model sizes (none: the method sits it out)."""
+        return [self.config.from_label(label) for label in self.campaign]
+
+    # ---- the Profile ------------------------------------------------------------------------------
+    def setups(self, profile, temperature: float | None = None, dataset: str | None = None,
+               drafter: str | None = None, acceptance: str | None = None) -> list[Setup]:
+        """Every (drafter, acceptance entry) this method can run with on `profile`; an explicit
+        drafter or acceptance key narrows it. InputError naming what is missing when none."""
+        return profile.setups_for(self, temperature=temperature, dataset=dataset, drafter=drafter,
+                                  acceptance=acceptance)
+
+    def drafters(self, arch: str) -> dict[str, dict[str, Any]]:
+        """Profile drafter entries of this method's own drafter kind at architecture `arch`, as the
+        campaigns build them: {name: {"kind", "model" (its latency rows), optional "file" (what
+        `python -m training` writes, under the drafter store) and what the kind needs}}."""
+        return {}
 
     def acceptance_part(self, raw: Any, where: str) -> Any:
         """A method whose acceptance is a part of its own (`needs` is its name): its validated part
@@ -117,50 +176,7 @@ class MethodSpec:
         is its name) rather than a drafter's; None for the others."""
         return None
 
-    def calibration_configs(self) -> list[MethodConfig]:
-        """Configurations to record for the engine calibration (calibrate.engine): two sizes or more, so
-        that each step part's scale and fixed cost can be told apart; default: the defaults."""
-        return [self.config.from_label(label) for label in self.calibration] or [self.config()]
-
-    def priced_shape(self, setup: Setup, frame: pd.DataFrame) -> "StepShape":
-        """`step_shape` as the engine runs it: the Profile's engine calibration of this method
-        folded in (`costmodel.step.StepCalibration`). Every consumer that prices a step uses this."""
-        return setup.profile.step_calibration(self.name).apply(self.step_shape(setup, frame))
-
-    # ---- configurations ------------------------------------------------------------------------
-    def parse(self, raw: Any = None) -> MethodConfig:
-        """A config from a config, a mapping, JSON text or a label."""
-        if isinstance(raw, self.config):
-            return raw
-        if isinstance(raw, str) and raw.strip().startswith(self.name):
-            return self.config.from_label(raw)
-        return self.config.from_dict(raw)
-
-    def frame_of(self, configs: Iterable[MethodConfig]) -> pd.DataFrame:
-        """One row per configuration, a column per field, plus `config` (the label)."""
-        configs = [self.parse(c) for c in configs]
-        rows = [c.to_dict() for c in configs]
-        frame = pd.DataFrame(rows, columns=list(self.config.keys()))
-        for key in self.config.keys():   # tuples stay tuples (hashable, as the spaces hold them)
-            if rows and isinstance(getattr(configs[0], key), tuple):
-                frame[key] = [getattr(c, key) for c in configs]
-        frame["config"] = [c.label for c in configs]
-        return frame
-
-    def configs_of(self, frame: pd.DataFrame) -> list[MethodConfig]:
-        """The configurations of a frame's rows (its field columns; other columns ignored)."""
-        keys = [k for k in self.config.keys() if k in frame.columns]
-        return [self.config(**{k: _plain(v) for k, v in row.items()}) for row in frame[keys].to_dict("records")]
-
-    # ---- the Profile ------------------------------------------------------------------------------
-    def setups(self, profile: "Profile", temperature: float | None = None, dataset: str | None = None,
-               drafter: str | None = None, acceptance: str | None = None) -> list[Setup]:
-        """Every (drafter, acceptance entry) this method can run with on `profile`; an explicit
-        drafter or acceptance key narrows it. InputError naming what is missing when none."""
-        return profile.setups_for(self, temperature=temperature, dataset=dataset, drafter=drafter,
-                                  acceptance=acceptance)
-
-    # ---- hooks -------------------------------------------------------------------------------------
+    # ---- the sweep and the closed forms -----------------------------------------------------------
     def space(self, setup: Setup, **options: Any) -> pd.DataFrame:
         """The sweep's configurations on `setup` (a frame; see `frame_of`)."""
         raise NotImplementedError(f"{self.name} has no search space")
@@ -174,36 +190,60 @@ class MethodSpec:
         """(C,) tokens one step commits on average (bonus included): the closed form."""
         raise NotImplementedError(f"{self.name} does not define expected_tokens")
 
-    def step_shape(self, setup: Setup, frame: pd.DataFrame) -> "StepShape":
-        """The forwards one step of each configuration runs (costmodel.step)."""
+    def step_shape(self, setup: Setup, frame: pd.DataFrame):
+        """The forwards one step of each configuration runs (`costmodel.step.StepShape`)."""
         raise NotImplementedError(f"{self.name} does not define step_shape")
 
+    def priced_shape(self, setup: Setup, frame: pd.DataFrame):
+        """`step_shape` as the engine runs it: the Profile's engine calibration of this method
+        folded in (`costmodel.step.StepCalibration`). Every consumer that prices a step uses this."""
+        return setup.profile.step_calibration(self.name).apply(self.step_shape(setup, frame))
+
     def sampler(self, setup: Setup, config: MethodConfig, **options: Any):
-        """The simulator's acceptance draws for one configuration (simulator.acceptance)."""
+        """The simulator's acceptance draws for one configuration (methods.draws.Sampler)."""
         raise NotImplementedError(f"{self.name} does not define sampler")
 
-    def replay_lengths(self, table, config: MethodConfig) -> np.ndarray | None:
-        """(N,) accepted length of a step starting at each TokenTable position; None when greedy
-        replay from a TokenTrace cannot decide this method's steps."""
+    # ---- exact replay ---------------------------------------------------------------------------------
+    def replay_rules(self, config: MethodConfig) -> dict[str, Any] | None:
+        """The `methods.replay` rules a TokenTrace decides this method's greedy steps by
+        ({"levels": ..., "eta": ..., "bins": ...}); None: not replayable."""
         return None
 
+    @property
+    def replayable(self) -> bool:
+        return type(self).replay_rules is not MethodSpec.replay_rules
+
+    def replay_lengths(self, table, config: MethodConfig) -> np.ndarray | None:
+        """(N,) accepted length of a step starting at each TokenTable position (None: not replayable)."""
+        from methods.replay import chain_lengths
+
+        rules = self.replay_rules(config)
+        return None if rules is None else chain_lengths(table, **rules)
+
+    def replay_shapes(self, table, pos: np.ndarray, config: MethodConfig, shape) -> tuple[np.ndarray, np.ndarray]:
+        """(draft forwards, verify tokens) of the replayed steps starting at `pos`, `shape` being
+        the configuration's step shape; the same rules as `replay_lengths`."""
+        from methods.replay import chain_shapes
+
+        rules = self.replay_rules(config)
+        if rules is None:
+            raise InputError(f"method {self.name} cannot be replayed from a TokenTrace")
+        return chain_shapes(table, pos, verify_tokens=float(np.ravel(shape.verify_tokens)[0]), **rules)
+
+    # ---- the engine and the engines people deploy ----------------------------------------------------
     def decoder_class(self):
         """The engine's Decoder subclass (imported on first use)."""
         module, _, attr = self.decoder.partition(":")
         return getattr(importlib.import_module(module), attr)
 
+    def to_engine(self, engine: str, setup: Setup, config: MethodConfig) -> EngineConfig | NoCounterpart:
+        """`config` on `setup` as `engine` (methods.engines.ENGINES) accepts it, or why it has no
+        counterpart there (`no_counterpart`)."""
+        return NoCounterpart(engine, self.name, self.no_counterpart.get(
+            engine, f"{engine} offers no counterpart of {self.name} ({self.summary})"))
+
     def __repr__(self) -> str:
         return f"<method {self.name}>"
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return tuple(value.tolist())
-    if isinstance(value, list):
-        return tuple(value)
-    return value
 
 
 # ---- the registry -----------------------------------------------------------------------------------
@@ -241,6 +281,15 @@ def specs() -> list[MethodSpec]:
     return list(_REGISTRY.values())
 
 
+def space_options() -> dict[str, SpaceOption]:
+    """Every sweep option some registered method's space takes, by name (first declaration wins)."""
+    out: dict[str, SpaceOption] = {}
+    for spec in specs():
+        for key, option in spec.options.items():
+            out.setdefault(key, option)
+    return out
+
+
 def drafter_fixed(drafter_spec: dict[str, Any]) -> dict[str, Any]:
     """Config fields a Profile drafter fixes: a trained or timed router (its spec's `router`)."""
     return dict(drafter_spec.get("router") or {})
@@ -248,8 +297,8 @@ def drafter_fixed(drafter_spec: dict[str, Any]) -> dict[str, Any]:
 
 def priced_config(config: MethodConfig, drafter_spec: dict[str, Any]) -> MethodConfig:
     """The configuration a Profile prices for `config` run on this drafter: the fields the drafter
-    fixes are in its latency and acceptance already, so they take their defaults (coral's space
-    offers no router of its own on a drafter whose head routes)."""
+    fixes are in its latency and acceptance already, so they take their defaults (a space offers
+    no router of its own on a drafter whose head routes)."""
     defaults = type(config)()
     return config.replace(**{k: getattr(defaults, k) for k in drafter_fixed(drafter_spec)})
 
@@ -259,19 +308,22 @@ def engine_config(config: MethodConfig, drafter_spec: dict[str, Any]) -> MethodC
     return config.replace(**drafter_fixed(drafter_spec))
 
 
-def plain_shape(profile: "Profile") -> "StepShape":
-    """One plain decoding step (method ar) on `profile` as the engine runs it: the denominator of
-    every speedup, priced through the same step-cost model as the methods."""
-    spec = get("ar")
+def plain_shape(profile):
+    """One plain decoding step on `profile` as the engine runs it: the denominator of every
+    speedup, priced through the same step-cost model as the methods."""
+    spec = get(BASELINE)
     return spec.priced_shape(Setup(profile), spec.frame_of([spec.config()]))
 
 
 def parse_methods(text: str | Sequence[str] | None, sweep_only: bool = True) -> list[str]:
-    """'sd,mcsd' -> ['sd', 'mcsd']; None or 'all' -> every (swept) method; unknown: InputError."""
-    if text is None or (isinstance(text, str) and text.strip().lower() in ("", "all")):
+    """'sd,mcsd' -> ['sd', 'mcsd']; None or 'all' -> every (swept) method; an unknown name or a
+    list that names none: InputError."""
+    if text is None or (isinstance(text, str) and text.strip().lower() == "all"):
         return names(sweep_only)
     items = text.split(",") if isinstance(text, str) else list(text)
     chosen = [t.strip().lower() for t in items if t.strip()]
+    if not chosen:
+        raise InputError(f"no method named in {text!r} (known: {', '.join(names(sweep_only))}, or 'all')")
     for name in chosen:
         get(name)
     return list(dict.fromkeys(chosen))

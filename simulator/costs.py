@@ -136,13 +136,22 @@ class StepCosts:
         return self.latency(model, n_tokens, ctx, batch)
 
     # ---- a step: the realised reach and verify tokens through costmodel.step ------------------------
-    def draft_seconds(self, ctx, drafted, batch=1) -> np.ndarray:
-        """Sequential draft forwards: forward i is paid where drafted > i (reach = arange(D) < drafted)."""
+    def cost(self, ctx, drafted, verify_tokens, batch=1, *, prompt_len=0, first=False) -> step_cost.StepCost:
+        """Steps priced by `costmodel.step.step_cost` on this replica: draft forward i is paid where
+        drafted > i, the verify forward at its realised tokens (branches spread over lp GPUs), the
+        catch-up on the prompt where `first` (a request's first decode step), and the transfers
+        between GPUs that parallelism adds."""
         drafted = np.asarray(drafted)
         reach = np.arange(self.shape.max_drafted) < drafted[..., None]
-        seconds = step_cost.draft_seconds(self.latency, self.shape, ctx, batch, reach=reach)
-        seconds = seconds + np.where(drafted > 0, self.parallel.draft_transfer_s, 0.0)
-        return np.reshape(seconds, np.broadcast(np.asarray(ctx), drafted).shape)
+        first = np.asarray(first) & (drafted > 0)
+        priced = step_cost.step_cost(self.latency, self.shape, ctx, batch, reach=reach,
+                                     verify_tokens=self.parallel.branch_tokens(verify_tokens),
+                                     prompt_len=prompt_len, first_share=first.astype(float))
+        shape = np.broadcast(np.asarray(ctx), drafted, np.asarray(verify_tokens)).shape
+        draft = priced.draft_s + np.where(drafted > 0, self.parallel.draft_transfer_s, 0.0)
+        return step_cost.StepCost(np.broadcast_to(draft, shape).astype(float),
+                                  np.broadcast_to(priced.verify_s + self.parallel.verify_transfer_s, shape).astype(float),
+                                  np.broadcast_to(priced.overhead_s, shape).astype(float))
 
     def draft_forward_seconds(self, ctx: float, batch=1) -> np.ndarray:
         """(D,) seconds of each draft forward alone (the event-by-event engine's forwards): row i of
@@ -164,7 +173,8 @@ class StepCosts:
         key = (c, drafted, verify_tokens, batch)
         hit = self._cache.get(key)
         if hit is None:
-            hit = (float(self.draft_seconds(c, drafted, batch)), float(self.verify_seconds(c, verify_tokens, batch)))
+            priced = self.cost(c, drafted, verify_tokens, batch)
+            hit = (float(priced.draft_s), float(priced.verify_s))
             self._cache[key] = hit
         return hit
 

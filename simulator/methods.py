@@ -4,14 +4,13 @@
 a `StepModel`: the method's typed config, its Setup on the Profile (target, drafter, acceptance
 entry), the step's shape (`spec.step_shape`, a one-configuration `costmodel.step.StepShape`: which
 forwards a step runs, priced by `simulator.costs` through `costmodel.step`) and its acceptance
-sampler (`spec.sampler`, `simulator.acceptance`). Nothing here is specific to one method.
+sampler (`spec.sampler`, `methods.draws`). Nothing here is specific to one method.
 
 A config is a MethodConfig, a label ('sd g4'), or a mapping / JSON text holding the method's keys
 (strict: `spec.config.from_dict`) plus the simulator's setup options (SETUP_OPTIONS).
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,31 +95,8 @@ def load_profile(profile: Profile | Mapping | str | Path) -> Profile:
 
 def split_config(method: str, config: MethodConfig | Mapping | str | None = None) -> tuple[MethodConfig, dict[str, Any]]:
     """(the method's typed config, the setup options) of a config; a key that is neither: InputError."""
-    spec = methods.get(method)
-    if isinstance(config, MethodConfig):
-        return spec.parse(config), {}
-    if isinstance(config, str) and config.strip() and not config.strip().startswith("{"):
-        return spec.config.from_label(config), {}
-    raw = _mapping(config, method)
-    unknown = [k for k in raw if k not in spec.config.keys() and k not in SETUP_OPTIONS]
-    if unknown:
-        raise InputError(f"{method}: unknown config key '{unknown[0]}' (method keys: "
-                         f"{', '.join(spec.config.keys()) or 'none'}; setup keys: {', '.join(SETUP_OPTIONS)})")
-    options = {k: v for k, v in raw.items() if k in SETUP_OPTIONS}
-    return spec.config.from_dict({k: v for k, v in raw.items() if k not in SETUP_OPTIONS}), _check_options(options)
-
-
-def _mapping(config, method: str) -> dict[str, Any]:
-    if config is None:
-        return {}
-    if isinstance(config, str):
-        try:
-            config = json.loads(config) if config.strip() else {}
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{method}: config is not valid JSON ({exc.msg})") from None
-    if not isinstance(config, Mapping):
-        raise InputError(f"{method}: config must be a JSON object, got {type(config).__name__}")
-    return dict(config)
+    typed, options = methods.get(method).config.split(config, SETUP_OPTIONS, "setup")
+    return typed, _check_options(options)
 
 
 def _check_options(options: dict[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ Two engines give the same numbers from the same draws:
   * "fast": the same accounting as numpy over all steps at once (contexts by cumulative sum,
     one vectorised latency call per draft position); simpy's per-event cost is the limit of
     the reference, and the test suite checks the two agree.
-Acceptance is drawn up front (`simulator.acceptance.draw_stream`) or replayed from a TokenTrace
+Acceptance is drawn up front (`methods.draws.draw_stream`) or replayed from a TokenTrace
 (`simulator.replay`), so both engines see identical steps.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import simpy
 
 from costmodel import step as step_cost
 from methods.spec import plain_shape
-from simulator.acceptance import StepDraws, draw_stream
+from methods.draws import StepDraws, draw_stream
 from simulator.costs import Parallelism, StepCosts, latency_for
 from simulator.methods import build_step_model, load_profile
 from common.errors import InputError
@@ -45,15 +45,12 @@ def step_costs_for(profile, step, latencies=None, parallel: Parallelism | None =
 def time_steps_fast(costs: StepCosts, draws: StepDraws, prompt_len: int) -> pd.DataFrame:
     """Per-step timings of one stream, vectorised."""
     ctx = prompt_len + np.cumsum(draws.accepted) - draws.accepted
-    draft = costs.draft_seconds(ctx, draws.drafted, 1)
-    if draft.size and draws.drafted[0] > 0:
-        draft[0] += costs.catch_up_seconds(prompt_len)          # the drafter's first forward runs the prompt
-    verify = costs.verify_seconds(ctx, draws.verify_tokens, 1)
-    overhead = np.full(ctx.shape, costs.step.overhead_s)
+    step = np.arange(ctx.size)
+    cost = costs.cost(ctx, draws.drafted, draws.verify_tokens, 1, prompt_len=prompt_len, first=step == 0)
     return pd.DataFrame({
-        "step": np.arange(ctx.size), "ctx_len": ctx, "draft_forwards": draws.drafted,
-        "draft_s": draft, "verify_tokens": draws.verify_tokens, "verify_s": verify,
-        "overhead_s": overhead, "accepted": draws.accepted,
+        "step": step, "ctx_len": ctx, "draft_forwards": draws.drafted,
+        "draft_s": cost.draft_s, "verify_tokens": draws.verify_tokens, "verify_s": cost.verify_s,
+        "overhead_s": cost.overhead_s, "accepted": draws.accepted,
     })
 
 

@@ -123,10 +123,11 @@ def test_config_is_the_registry_config_and_options_are_the_decoders(models):
 def test_cli_methods_as_json_or_label():
     from runtime.engine.__main__ import parse_method
 
-    assert parse_method('mcsd:{"k": "4x2x1"}') == ("mcsd", {"k": "4x2x1"}, None)
+    assert parse_method('mcsd:{"k": "4x2x1"}') == ("mcsd", {"k": [4, 2, 1], "replacement": True}, None)
     assert parse_method("mcsd k4x2x1 norepl") == ("mcsd", {"k": [4, 2, 1], "replacement": False}, None)
     assert parse_method("lookahead") == ("lookahead", methods.get("lookahead").config().to_dict(), None)
-    assert parse_method('coral:{"gamma": 3, "drafter_std": 0.1}') == ("coral", {"gamma": 3, "drafter_std": 0.1}, None)
+    assert parse_method('coral:{"gamma": 3, "drafter_std": 0.1}') == (
+        "coral", {**methods.get("coral").config(gamma=3).to_dict(), "drafter_std": 0.1}, None)
     for text, needle in [("beam", "unknown method 'beam'"), ('sd:{"gama": 8}', "unknown config key 'gama'"),
                          ("sd g4 x9", "token 'x9'"), ('sd:{"drafter": "a.safetensors"}', "unknown config key 'drafter'"),
                          ('kangaroo:{"drafter": "no/such.safetensors"}', "drafter file not found")]:

@@ -25,7 +25,7 @@ def test_a_huge_budget_is_counted_without_enumerating():
 
 def test_estimate_counts_what_the_sweep_scores():
     profile = Profile.load(MCSD_PROFILE)
-    opts = sweep.SweepOptions(methods=["sd", "mcsd", "glide"], budget=8)
+    opts = sweep.SweepOptions(methods=["sd", "mcsd", "glide"], space={"budget": 8})
     est = estimate.estimate([profile], opts, sweep._space, sweep._setting)
     tables = sweep._score_tables([profile], opts, LocalExecutor(workers=1, progress=False), opts.batch, [])
     assert est.configurations == sum(len(t) for t in tables.values()) > 0
@@ -43,10 +43,10 @@ def test_mcsd_space_size_is_the_space_length_with_both_replacement_modes():
 
 def test_a_sweep_that_will_not_fit_is_refused_in_one_line():
     profile = Profile.load(MCSD_PROFILE)
-    est = estimate.estimate([profile], sweep.SweepOptions(methods=["mcsd"], budget=64), sweep._space, sweep._setting)
-    estimate.check_fits(est, 64, available=est.bytes + 1)
+    est = estimate.estimate([profile], sweep.SweepOptions(methods=["mcsd"], space={"budget": 64}), sweep._space, sweep._setting)
+    estimate.check_fits(est, {"budget": 64}, available=est.bytes + 1)
     with pytest.raises(InputError) as refused:
-        estimate.check_fits(est, 64, available=est.bytes - 1)
+        estimate.check_fits(est, {"budget": 64}, available=est.bytes - 1)
     message = str(refused.value)
     assert "\n" not in message and message.startswith("--budget 64") and f"{est.configurations:,}" in message
 

@@ -35,7 +35,8 @@ def profile():
 
 
 def _steps(forwards, verify, ctx=100):
-    return pd.DataFrame({"prompt_id": "p", "ctx_len": ctx, "draft_forwards": forwards, "verify_tokens": verify})
+    return pd.DataFrame({"prompt_id": "p", "step": np.arange(len(forwards)), "ctx_len": ctx, "draft_forwards": forwards,
+                         "verify_tokens": verify})
 
 
 @pytest.mark.parametrize("label,drafter,draft_s,verify_s", [
@@ -46,9 +47,9 @@ def _steps(forwards, verify, ctx=100):
     ("glide g3", "glide", 2 * 0.002, 0.010),
     ("lookahead W5 N3 G5", None, 0.0, 0.010),
     ("kangaroo L2 g6 eta0.4", "kangaroo", 2 * 0.003, 0.010 / 2),  # verify runs layers 3..4 of 4
-    ("coral g3", "eagle", 2 * 0.004, 0.010),
-    ("coral g4 N16 top2", "eagle-router16:2", 2 * 0.0025, 0.010),
-    ("coral g4 N32 top4", "eagle-router32:4", 2 * 0.0026, 0.010),
+    ("coral g3", "coral", 2 * 0.004, 0.010),
+    ("coral g4 N16 top2", "coral-router", 2 * 0.0025, 0.010),
+    ("coral g4 N32 top4", "coral-router32:4", 2 * 0.0026, 0.010),
 ])
 def test_replayed_steps_are_priced_by_the_method_step_shape(profile, label, drafter, draft_s, verify_s):
     import methods

@@ -31,7 +31,8 @@ def test_pool_growth_closed_form_is_the_mean_of_the_process():
     steady state, against the process written out (calibrate.synthetic) and the simulator's sampler."""
     from costmodel.lookahead import pool_trajectory
     from methods.lookahead import NgramAcceptance
-    from simulator.acceptance import PoolSampler, draw_stream
+    from methods.draws import draw_stream
+    from methods.lookahead import PoolSampler
 
     model = NgramAcceptance(**GROWTH)
     for w, n, g in ((1, 5, 2), (7, 4, 7), (12, 6, 1)):

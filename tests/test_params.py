@@ -34,8 +34,8 @@ def test_kv_bytes_per_token_with_gqa():
 
 def test_drafter_architectures():
     t = get_arch("vicuna-7b")
-    eagle = Arch.from_dict(drafter_arch("eagle", t))
-    router = Arch.from_dict(drafter_arch("eagle", t, top_n=2, groups=16))
+    eagle = Arch.from_dict(drafter_arch("coral", t))
+    router = Arch.from_dict(drafter_arch("coral", t, top_n=2, groups=16))
     assert router.lm_head_fraction == pytest.approx(2 / 16)
     assert non_embedding_params(router) - non_embedding_params(eagle) == pytest.approx(4096 * 16)
     glide = Arch.from_dict(drafter_arch("glide", t))
@@ -45,7 +45,7 @@ def test_drafter_architectures():
     with pytest.raises(ValueError, match="exit_layer 40"):
         drafter_arch("kangaroo", t, exit_layer=40)
     with pytest.raises(ValueError, match="top_n 0"):
-        drafter_arch("eagle", t, top_n=0, groups=8)
+        drafter_arch("coral", t, top_n=0, groups=8)
 
 
 def test_bad_architectures_name_the_field():

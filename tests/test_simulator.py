@@ -6,7 +6,7 @@ import pytest
 from costmodel import cape as cape_cf
 from costmodel import leviathan, lookahead, trees
 from simulator import FixedLatency, simulate_stream
-from simulator.acceptance import draw_stream
+from methods.draws import draw_stream
 from methods.sd import SDConfig
 from simulator.methods import build_step_model, split_config
 from simulator.replay import replay_draws

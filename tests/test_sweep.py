@@ -23,7 +23,7 @@ HIT1 = [0.1, 0.15, 0.25, 0.35, 0.45, 0.55, 0.62, 0.7, 0.8, 0.9, 0.97]
 def toy_profile(hardware: str = "A100-80G", latency_kind: str = "roofline") -> Profile:
     """A Vicuna-7B-shaped profile carrying every acceptance part every method needs."""
     models = {"vicuna-7b": arch_dict("vicuna-7b"), "llama-68m": arch_dict("llama-68m"),
-              "glide-1l": drafter_arch("glide", "vicuna-7b"), "eagle-1l": drafter_arch("eagle", "vicuna-7b"), "eagle-head": arch_dict("llama-68m")}
+              "glide-1l": drafter_arch("glide", "vicuna-7b"), "eagle-1l": drafter_arch("coral", "vicuna-7b"), "eagle-head": arch_dict("llama-68m")}
 
     def latency(arch, scale):
         if latency_kind == "table":   # flat in context: the closed forms' assumption, for exact checks
@@ -72,7 +72,7 @@ def toy():
 @pytest.fixture(scope="module")
 def small_sweep(toy):
     """Every swept method on the toy profile, no simulator re-score."""
-    opts = sweep.SweepOptions(budget=8, rescore=0)
+    opts = sweep.SweepOptions(space={"budget": 8}, rescore=0)
     return sweep.run_sweep([toy], opts, LocalExecutor(workers=1, progress=False))
 
 
@@ -169,7 +169,7 @@ def test_sim_config_is_the_method_config_plus_the_setup(small_sweep):
 
 
 def test_run_sweep_ranks_and_rescores_in_the_simulator(toy):
-    opts = sweep.SweepOptions(methods=["sd", "mcsd", "cape"], budget=8, rescore=1, sim_tokens=256, sim_repeats=3)
+    opts = sweep.SweepOptions(methods=["sd", "mcsd", "cape"], space={"budget": 8}, rescore=1, sim_tokens=256, sim_repeats=3)
     result = sweep.run_sweep([toy], opts, LocalExecutor(workers=1, progress=False))
     for method, frame in result.tables.items():
         assert frame["rank"].iloc[0] == 1 and frame.speedup.iloc[0] == frame.speedup.max()
@@ -239,7 +239,7 @@ def test_wrong_schema_profile(tmp_path, capsys):
 
 def test_papers_choices_beside_the_sweep():
     profile = Profile.load(sweep.BUNDLED_PROFILES / "mcsd-vicuna-33b-a6000.json")
-    opts = sweep.SweepOptions(methods=["mcsd"], budget=16, rescore=0, temperature=0.0, dataset="alpaca")
+    opts = sweep.SweepOptions(methods=["mcsd"], space={"budget": 16}, rescore=0, temperature=0.0, dataset="alpaca")
     result = sweep.run_sweep([profile], opts, LocalExecutor(workers=1, progress=False))
     row = result.paper_choices[result.paper_choices.setting == "llama-68m / alpaca / T=0"].iloc[0]
     assert row.paper_choice == "mcsd k8x2x1x1 repl" and row.paper_speedup == pytest.approx(2.06)
@@ -252,7 +252,7 @@ def test_dask_cluster_gives_the_local_results(toy):
     pytest.importorskip("distributed")
     from experiments.executor import DaskExecutor
 
-    opts = sweep.SweepOptions(methods=["sd", "mcsd", "lookahead"], budget=8, rescore=1, sim_tokens=128, sim_repeats=2)
+    opts = sweep.SweepOptions(methods=["sd", "mcsd", "lookahead"], space={"budget": 8}, rescore=1, sim_tokens=128, sim_repeats=2)
     local = sweep.run_sweep([toy], opts, LocalExecutor(workers=1, progress=False))
     with DaskExecutor(workers=2, processes=False, progress=False) as ex:
         dask = sweep.run_sweep([toy], opts, ex)
@@ -298,7 +298,7 @@ def test_token_trace_switches_to_exact_replay(tmp_path, toy):
                           "alpha": rng.uniform(0, 1, n), "target_entropy": rng.uniform(0, 2, n)})
     meta = RunMetadata(kind="token", models={"target": "random:vicuna-7b", "drafter": "llama-68m"}, dataset="mtbench")
     path = write_trace(tmp_path / "tokens.parquet", frame, meta)
-    opts = sweep.SweepOptions(methods=["sd", "mcsd", "cape", "kangaroo"], budget=4, rescore=0, token_trace=str(path))
+    opts = sweep.SweepOptions(methods=["sd", "mcsd", "cape", "kangaroo"], space={"budget": 4}, rescore=0, token_trace=str(path))
     result = sweep.run_sweep([toy], opts, LocalExecutor(workers=1, progress=False))
     for method in ("sd", "mcsd", "cape"):
         assert (result.tables[method].scored_by == "trace replay").all(), method

@@ -11,6 +11,7 @@ import pytest
 
 import methods
 from experiments import deployments, export, sweep
+from methods import engines
 from experiments.executor import LocalExecutor
 from methods.spec import Setup
 from tests.test_sweep import toy_profile
@@ -40,29 +41,39 @@ def test_sd_maps_exactly_to_every_engine(toy):
 
 
 def test_every_method_is_mapped_or_listed_with_a_reason(toy):
-    for engine in export.ENGINES:
+    for engine in engines.ENGINES:
         for method in methods.names(sweep_only=True):
             setup = _setup(toy, method)
             label = methods.get(method).space(setup).config.iloc[0]
             got = export.to_engine(engine, setup, label)
-            assert isinstance(got, (export.EngineConfig, export.NoCounterpart)), (engine, method)
-            if isinstance(got, export.NoCounterpart):
+            assert isinstance(got, (engines.EngineConfig, engines.NoCounterpart)), (engine, method)
+            if isinstance(got, engines.NoCounterpart):
                 assert got.reason and got.method == method
             else:
                 assert got.match in ("exact", "approximate") and (got.match == "exact") == (not got.differs)
-    for engine in export.ENGINES:          # MCSD's candidate tree is never passed off as a chain
-        assert isinstance(export.to_engine(engine, _setup(toy, "mcsd"), "mcsd k4x2x1 repl"), export.NoCounterpart)
+    for engine in engines.ENGINES:          # MCSD's candidate tree is never passed off as a chain
+        assert isinstance(export.to_engine(engine, _setup(toy, "mcsd"), "mcsd k4x2x1 repl"), engines.NoCounterpart)
 
 
-def test_an_unmapped_method_is_not_exported(toy):
+def test_a_method_maps_itself_with_its_own_configuration(toy):
+    """The toy method reuses sd's mapping (its spec subclasses sd's) with its own draft length; a
+    method that maps nothing is listed with a reason, never mapped to something else."""
     from tests import toy_method
 
+    class Bare(toy_method.Toy):
+        name, config = "bare", type("BareConfig", (toy_method.ToyConfig,), {"method": "bare"})
+        to_engine = methods.MethodSpec.to_engine
+
     methods.register(toy_method.Toy())
+    methods.register(Bare())
     try:
         got = export.to_engine("vllm", _setup(toy, "sd"), "toy d2")
-        assert isinstance(got, export.NoCounterpart) and "maps no vllm option to method toy" in got.reason
+        assert isinstance(got, engines.EngineConfig) and got.settings["num_speculative_tokens"] == 2
+        got = export.to_engine("vllm", _setup(toy, "sd"), "bare d2")
+        assert isinstance(got, engines.NoCounterpart) and "offers no counterpart of bare" in got.reason
     finally:
         methods.unregister("toy")
+        methods.unregister("bare")
 
 
 def test_coral_router_and_tree(toy):
@@ -107,7 +118,7 @@ def test_where_speculation_stops_paying():
 
 
 def test_one_answer_per_deployment_and_batch(toy):
-    opts = sweep.SweepOptions(methods=["sd", "coral"], budget=8, rescore=0, batch_sizes=[1, 16], sim_tokens=64)
+    opts = sweep.SweepOptions(methods=["sd", "coral"], space={"budget": 8}, rescore=0, batch_sizes=[1, 16], sim_tokens=64)
     result = sweep.run_sweep([toy], opts, LocalExecutor(workers=1, progress=False))
     answers = result.deployments
     assert len(answers) == answers[deployments.DEPLOYMENT + ["batch"]].drop_duplicates().shape[0]

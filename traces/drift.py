@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from methods import BASELINE
 from common.errors import InputError
 from traces.schema import step_wall_s
 
@@ -38,7 +39,7 @@ def run_factors(runs: pd.DataFrame) -> pd.Series:
 def _paired_plain(frame: pd.DataFrame) -> pd.DataFrame:
     if "pair" not in frame:
         return frame.iloc[:0]
-    return frame[(frame["method"] == "ar") & (frame["pair"] >= 0)]
+    return frame[(frame["method"] == BASELINE) & (frame["pair"] >= 0)]
 
 
 def _factors(plain: pd.DataFrame) -> pd.Series:

@@ -33,11 +33,12 @@ from typing import Any, Sequence
 import pandas as pd
 import torch
 
+from methods import BASELINE
 import methods
 from traces import schema
 from runtime.engine import Decoder, Generation, Sampling, StepRecord, make_decoder
 from runtime.engine.__main__ import decoder_arguments, load_drafter, own_drafter_methods
-from runtime.engine.draft_methods import AR
+from runtime.engine.ar import AR
 from common.errors import InputError
 from common.cli import CliParser, cli_entry
 from runtime.models import LoadedModel, load_model
@@ -118,7 +119,7 @@ class Run:
         answers: list[str] = []
         for turn in range(1, self.args.turn):
             ids = encode_prompt(prompt, self.tokenizer, turn=turn, previous_answers=answers, chat=chat)
-            out = make_decoder("ar", self.target.model).generate(ids, self.args.max_new_tokens, self.eos)
+            out = make_decoder(BASELINE, self.target.model).generate(ids, self.args.max_new_tokens, self.eos)
             answers.append(self.tokenizer.decode(out.tokens, skip_special_tokens=True))
         return encode_prompt(prompt, self.tokenizer, turn=self.args.turn, previous_answers=answers, chat=chat)
 

@@ -1,145 +1,27 @@
-"""Exact greedy replay of speculative methods from a TokenTrace alone (no models, no torch).
+"""Replaying recorded greedy output: every method whose steps a TokenTrace decides, by name.
 
-Under greedy decoding (temperature 0) the target's output is one fixed token sequence y_0..y_{n-1},
-and a teacher-forced pass records for every position p the rank of y_p in the drafter's
-distribution given the true prefix y_<p (`draft_rank`, 0 = the drafter's top-1) and the drafter's
-top-1 probability there (`draft_conf`). A speculation step that starts at committed position p
-only ever consults the drafter along the true prefix until the first miss, so these two columns
-decide every step exactly:
-
-- sd (config `gamma`): the drafter's greedy chain of gamma tokens; level l hits iff
-  draft_rank[p+l] == 0.
-- mcsd (config `k`, e.g. `4x2x1` = k_1 x ... x k_g): level l keeps the drafter's top-k_{l+1}
-  children of the node on the true path; it hits iff draft_rank[p+l] < k_{l+1}. (Greedy MCSS draws
-  the top-k; with or without replacement only matters when sampling.)
-- cape (config `gamma`, `bins`): greedy chain as sd; chain position l carries the expansion set
-  of drafter ranks 1 .. S[b]-1 where b = floor(10 * draft_conf[p+l]) clipped to 0..10 and S is
-  the bin array (11 entries; the GLIDE paper's 12-entry array is accepted, its last entry is never
-  used). S[b] counts the top-ranked tokens taken at that position *including* the chain token
-  (GLIDE Alg. 1 `topk(p_i, S[...])`), so S[b] <= 1 means no expansion. At the first chain miss l,
-  if y_{p+l} is in the expansion set it is accepted and the target's prediction after it (one more
-  token) comes free from the same forward.
-- an early-exit drafter (config `gamma` = max draft steps, `eta`): the self-draft chain as sd, but
-  drafting stops after the first drafted token whose top-1 confidence is <= eta (that token is
-  still verified); eta = 0 gives fixed gamma steps.
-
-"Accepted length" of a step = tokens committed by it, bonus included, exactly as StepTrace's
-`accepted`: with d tokens drafted along the chain and m leading hits,
-  accepted = d + 1 if m == d (all hit; the target's bonus token),
-  accepted = m + 2 for cape when the miss at m is caught by the expansion set,
-  accepted = m + 1 otherwise (the target's correction token),
-then capped at the tokens left in the recorded output (n - p), which is how a run that stops at
-max_new_tokens or EOS truncates its last step. Steps follow each other: the next one starts at
-p + accepted.
-
-Vectorised with numpy: `accept_lengths` scores one configuration at every position of every
-prompt at once; `walk` follows the steps of many configurations together.
+A method says how its steps replay (`MethodSpec.replay_rules`, on the primitives of
+`methods.replay`); this module runs any of them over a `TokenTable`: `accept_lengths` scores one
+configuration at every position, `walk` follows the steps of many configurations together from
+every prompt's start (the next step starts at p + accepted), `replay_steps` lists one
+configuration's steps and `replay_summary` gives tokens per step.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
 
+import methods
 from common.errors import InputError
-
-
-
-# ----------------------------------------------------------------------------- token tables
-
-@dataclass(frozen=True)
-class TokenTable:
-    """The replay-relevant columns of a TokenTrace, all prompts concatenated in `pos` order."""
-
-    prompt_ids: tuple[str, ...]
-    offsets: np.ndarray      # (n_prompts + 1,) start of each prompt in the flat arrays
-    draft_rank: np.ndarray   # (N,) int64
-    draft_conf: np.ndarray   # (N,) float64
-    tokens: np.ndarray       # (N,) int64, the target's greedy output
-
-    @property
-    def size(self) -> int:
-        return int(self.draft_rank.shape[0])
-
-    @classmethod
-    def from_frame(cls, frame: pd.DataFrame) -> "TokenTable":
-        """Build from a TokenTrace frame (as `traces.schema.read_trace` returns it)."""
-        for column in ("prompt_id", "pos", "token", "draft_rank", "draft_conf"):
-            if column not in frame.columns:
-                raise InputError(f"token trace lacks column '{column}'")
-        if frame.empty:
-            raise InputError("token trace is empty")
-        ordered = frame.sort_values(["prompt_id", "pos"], kind="stable")
-        prompt_ids: list[str] = []
-        lengths: list[int] = []
-        for prompt_id, group in ordered.groupby("prompt_id", sort=False):
-            pos = group["pos"].to_numpy()
-            if not np.array_equal(pos, np.arange(len(pos))):
-                raise InputError(f"token trace: prompt '{prompt_id}' positions are not 0..{len(pos) - 1} without gaps")
-            prompt_ids.append(str(prompt_id))
-            lengths.append(len(pos))
-        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        return cls.from_arrays(prompt_ids, offsets, ordered["draft_rank"].to_numpy(),
-                               ordered["draft_conf"].to_numpy(), ordered["token"].to_numpy())
-
-    @classmethod
-    def from_arrays(cls, prompt_ids: Sequence[str], offsets: Sequence[int], draft_rank: Sequence[int],
-                    draft_conf: Sequence[float], tokens: Sequence[int] | None = None) -> "TokenTable":
-        rank = np.asarray(draft_rank, dtype=np.int64)
-        conf = np.asarray(draft_conf, dtype=np.float64)
-        offs = np.asarray(offsets, dtype=np.int64)
-        if rank.shape != conf.shape or rank.ndim != 1:
-            raise InputError("draft_rank and draft_conf must be 1-D arrays of one length")
-        if offs.ndim != 1 or len(offs) != len(prompt_ids) + 1 or offs[0] != 0 or offs[-1] != len(rank) \
-                or np.any(np.diff(offs) < 1):
-            raise InputError("offsets must run from 0 to the table size, one non-empty prompt each")
-        if np.any(rank < 0) or np.any((conf < 0) | (conf > 1)):
-            raise InputError("draft_rank must be >= 0 and draft_conf in [0, 1]")
-        toks = np.full(len(rank), -1, np.int64) if tokens is None else np.asarray(tokens, dtype=np.int64)
-        return cls(tuple(prompt_ids), offs, rank, conf, toks)
-
-    @cached_property
-    def top1_run(self) -> np.ndarray:
-        """(N,) how many positions in a row from each one have draft_rank 0 (across prompt ends;
-        callers cap at the prompt's end)."""
-        positions = np.arange(self.size)
-        next_miss = np.where(self.draft_rank != 0, positions, self.size)
-        next_miss = np.minimum.accumulate(next_miss[::-1])[::-1]
-        return next_miss - positions
-
-    def remaining(self) -> np.ndarray:
-        """(N,) tokens left in the prompt's recorded output from each position, itself included."""
-        ends = np.repeat(self.offsets[1:], np.diff(self.offsets))
-        return ends - np.arange(self.size)
-
-
-# ----------------------------------------------------------------------------- per-position scoring
-
-def _padded(values: np.ndarray, depth: int, fill) -> np.ndarray:
-    """`values` followed by `depth` copies of `fill`: row p + l is readable for every p < N, l < depth."""
-    return np.concatenate([values, np.full(depth, fill, dtype=values.dtype)])
-
-
-def _leading(ok_at, depth: int, size: int) -> np.ndarray:
-    """(N,) how many levels l = 0, 1, ... in a row satisfy ok_at(l) (a bool (N,) array), at most depth."""
-    alive = np.ones(size, dtype=bool)
-    count = np.zeros(size, dtype=np.int64)
-    for level in range(depth):
-        alive &= ok_at(level)
-        if not alive.any():
-            break
-        count += alive
-    return count
+from methods.replay import TokenTable
 
 
 def accept_lengths(table: TokenTable, method: str, config: Any) -> np.ndarray:
     """(N,) accepted length of a step of `method`/`config` (a config, mapping or label) that starts
-    at each position; the method module says how its steps replay (`MethodSpec.replay_lengths`)."""
-    import methods
-
+    at each position; the method module says how its steps replay (`MethodSpec.replay_rules`)."""
     spec = methods.get(method)
     lengths = spec.replay_lengths(table, spec.parse(config))
     if lengths is None:
@@ -149,9 +31,7 @@ def accept_lengths(table: TokenTable, method: str, config: Any) -> np.ndarray:
 
 def replayable() -> list[str]:
     """Methods whose greedy steps a TokenTrace decides."""
-    import methods
-
-    return [s.name for s in methods.specs() if type(s).replay_lengths is not methods.MethodSpec.replay_lengths]
+    return [s.name for s in methods.specs() if s.replayable]
 
 
 def chain_lengths(table: TokenTable, levels: Sequence[int], *, eta: float = 0.0,
@@ -237,8 +117,6 @@ def replay_steps(table: TokenTable, method: str, config: Any) -> pd.DataFrame:
 
 def replay_summary(table: TokenTable, method: str, configs: Iterable[Any]) -> pd.DataFrame:
     """Mean accepted length (tokens per step) of many configurations of one method."""
-    import methods
-
     spec = methods.get(method)
     parsed = [spec.parse(c) for c in configs]
     if not parsed:

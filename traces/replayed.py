@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from methods import BASELINE
 from verification import rules
 from runtime.engine import Sampling, make_decoder
 from runtime.engine.base import Decoder, Generation
@@ -199,7 +200,7 @@ def steps_frame(runs: Sequence[ReplayedRun], method: str, config: Any, run_id: s
 
 def timed_ar(target, prompts: dict[str, list[int]], lengths: dict[str, int]) -> float:
     """Wall-clock tokens per second of plain `ar` over the same prompts and output lengths."""
-    decoder = make_decoder("ar", target)
+    decoder = make_decoder(BASELINE, target)
     tokens, seconds = 0, 0.0
     for prompt_id, prompt in prompts.items():
         begin = time.perf_counter()

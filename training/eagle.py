@@ -10,7 +10,7 @@ attends to step 1's keys at positions <= r (the drafter cache built from true fe
 step i's key at position r+i-1 for i = 2..k (the keys of the earlier drafts of that round). The
 steps' keys are concatenated in a fresh KV cache per step and `hass_mask` selects them; a query
 with s < k-1 has no root and is left out of step k's losses. `tests/test_train_eagle.py` checks
-that step k's outputs equal the engine's k-th draft (`runtime.drafters.methods.Coral`).
+that step k's outputs equal the engine's k-th draft (`runtime.drafters.coral.Coral`).
 
 Per step (weights of CORAL App. A: w_reg 0.5, w_csra ~0.1-0.2; w_cls, EAGLE's 0.1, is raised here
 because the CPU budget is short and greedy acceptance is what the classification term trains):

@@ -79,7 +79,7 @@ def build(values: dict[str, float]) -> list:
         target_arch = arch_dict(arch_name)
         target = roofline(target_arch, "A6000", how_t, arch_name, bw_eff=values["bw_eff"],
                           flops_eff=values["flops_eff"], overhead_s=fixed + per_layer * target_arch["n_layers"])
-        head, router = drafter_arch("eagle", target_arch), drafter_arch("eagle", target_arch, top_n=top_n, groups=groups)
+        head, router = drafter_arch("coral", target_arch), drafter_arch("coral", target_arch, top_n=top_n, groups=groups)
         l_d = t1[t1_row]["L_d"] / 1e3
         head_latency = timed_roofline(head, target, l_d, f"one head forward = CORAL Table 1 L_d = {l_d * 1e3} ms "
                                                           f"({t1_row})", f"eagle-{arch_name}")

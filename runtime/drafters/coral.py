@@ -12,17 +12,20 @@ multi-step (HASS) training with CORAL's alignment loss trains for (issue 7).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
-from runtime.drafters.common import materialise, positions
-from runtime.drafters.router import LMHeadRouter
 from common.errors import InputError
-from runtime.cache import make_cache
+from runtime.cache import KVCache, make_cache
+from runtime.drafters.common import (UNTRAINED, check_untrained, materialise, positions, resolve_drafter,
+                                     start_keeping_prefill)
+from runtime.drafters.router import LMHeadRouter
+from runtime.engine.base import Decoder, Proposal
 from runtime.graph import static_forward
-from runtime.cache import KVCache
 from runtime.llama import DecoderLayer, Llama, LlamaConfig
+from verification import rules
 
 
 @dataclass
@@ -89,6 +92,24 @@ class FeatureDrafter(nn.Module):
             clone.router = router.to(device=w.device, dtype=w.dtype)
         return clone.eval()
 
+    @classmethod
+    def timed_draft(cls, entry: dict, bench):
+        """One decode-step draft forward (the layer and the head, routed when the entry has a router)
+        at a filled context, for `traces.drafter_timing`: ctx -> (run, reset)."""
+        one = bench.build(1)
+        drafter = cls.for_target(one, seed=bench.seed)
+        router = entry.get("router")
+        if router:
+            drafter = drafter.with_router(int(router["groups"]), int(router["top_n"]), seed=bench.seed)
+        ids = torch.zeros(1, 1, dtype=torch.long, device=one.device)
+        feature = torch.zeros(1, 1, one.config.hidden_size, dtype=one.dtype, device=one.device)
+
+        def at(ctx: int):
+            pos = torch.tensor([ctx], device=one.device)
+            cache = bench.fill(drafter, ctx, config=drafter.layer_config)
+            return lambda: drafter.logits(drafter(ids, feature, one, cache, pos), one), lambda: cache.crop(ctx)
+        return at
+
     def new_cache(self, batch: int = 1, capacity: int = 256, *, mode: str = "eager", runner=None) -> KVCache:
         w = self.fc.weight
         return make_cache(self.layer_config, batch, capacity, dtype=w.dtype, device=w.device, mode=mode,
@@ -126,3 +147,81 @@ class FeatureDrafter(nn.Module):
 
 
 DRAFTER = FeatureDrafter      # the class `runtime.drafters.io` loads for its kind
+
+
+# ------------------------------------------------------------------------------- the decoder
+
+class Coral(Decoder):
+    """EAGLE-style feature drafter (chain of `gamma`) with CORAL's optional LM-head router."""
+
+    method = "coral"
+    own_drafter = True
+    options = dict(UNTRAINED)
+
+    def __init__(self, target: Llama, drafter: Any = None, *, sampling=None, seed: int = 0, **config: Any):
+        super().__init__(target, None, sampling=sampling, seed=seed, **config)
+        groups, top_n, o = self.config.groups, self.config.top_n, self.options
+        self.feature_drafter = resolve_drafter(FeatureDrafter, drafter, target, lambda: FeatureDrafter.for_target(
+            target, router_groups=groups, router_top_n=top_n, seed=o["drafter_seed"], std=o["drafter_std"]))
+        have = self.feature_drafter.config
+        if drafter is not None and (have.router_groups, have.router_top_n) != (groups, top_n):
+            if have.router_groups == groups and groups:   # same trained router, another top-n
+                self.feature_drafter.router.top_n = top_n
+            elif groups == 0 or have.router_groups == 0:
+                self.feature_drafter = self.feature_drafter.with_router(groups, top_n, seed=o["drafter_seed"])
+            else:
+                raise InputError(f"coral: the drafter's router has {have.router_groups} groups, "
+                                 f"the configuration asks for {groups}")
+
+    def check_config(self) -> None:
+        groups, vocab = self.config.groups, self.target.config.vocab_size
+        if groups > vocab:
+            raise InputError(f"coral: groups must be at most the vocabulary size {vocab}, got {groups}")
+        check_untrained(self)
+
+    def start(self, prompt: list[int]) -> None:
+        """Prefill keeping the target's features f_0..f_{n-2} (EAGLE reads f_{s-1} at position s)."""
+        out = start_keeping_prefill(self, prompt)
+        hidden = self.target.config.hidden_size
+        self.features = torch.zeros(1, 1, hidden, dtype=self.target.dtype, device=self.target.device)  # f_{-1} = 0
+        if out is not None:
+            self.features = torch.cat([self.features, out.hidden], dim=1)
+        self.draft_cache = self.new_cache("drafter", self.feature_drafter, len(prompt))
+
+    def _draft(self, tokens: list[int], prev_features: torch.Tensor, start: int) -> torch.Tensor:
+        positions = torch.arange(start, start + len(tokens), device=self.target.device)
+        return self.feature_drafter(self._ids(tokens), prev_features, self.target, self.draft_cache, positions)
+
+    def propose(self) -> Proposal:
+        gamma = self.config.gamma
+        self.root = self.target_cache.length
+        done = self.draft_cache.length                    # positions the drafter has with true features
+        drafts, q_rows, conf = [], [], []
+        with torch.no_grad():
+            # features[:, s] holds f_{s-1}: catch up positions done..root with the target's features
+            out = self._draft(self.tokens[done:self.root + 1], self.features[:, done:self.root + 1], done)[:, -1:]
+            for i in range(gamma):
+                q = self.sampling.probs(self.feature_drafter.logits(out, self.target)[0, -1])
+                token = int(q.argmax()) if self.sampling.greedy else rules.draft_candidates(q.tolist(), 1, self.rng)[0]
+                drafts.append(token)
+                q_rows.append(q)
+                conf.append(float(q.max()))
+                if i + 1 < gamma:
+                    out = self._draft([token], out, self.root + 1 + i)
+        q_rows.append(torch.zeros_like(q_rows[0]))
+        return Proposal(rules.TokenTree.chain(drafts), torch.stack(q_rows), conf, draft_forwards=gamma)
+
+    def verify(self, proposal: Proposal) -> tuple[rules.Verdict, int]:
+        """The target's chain forward, keeping its last hidden states as the next features."""
+        tokens = [self.tokens[-1], *proposal.tree.tokens[1:]]
+        with self.timer.region("verify"), torch.no_grad():
+            out = self.target(self._ids(tokens), self.target_cache)
+        self.verified = out.hidden
+        return self.decide(proposal.tree, out.logits[0], proposal), proposal.tree.size
+
+    def commit(self, proposal: Proposal, verdict: rules.Verdict) -> None:
+        kept = self.root + 1 + verdict.n_accepted
+        self.target_cache.crop(kept)
+        self.draft_cache.crop(self.root + 1)              # drop entries made from drafted features
+        self.features = torch.cat([self.features, self.verified[:, : verdict.n_accepted + 1]], dim=1)
+        self.tokens.extend(verdict.tokens)

@@ -15,15 +15,20 @@ passes `block_cross_mask` (block length 5 in the paper), which reproduces that d
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from runtime.drafters.common import materialise, positions
-from runtime.graph import static_forward
 from common.errors import InputError
 from runtime.cache import KVCache
+from runtime.drafters.common import UNTRAINED, check_untrained, int_option, materialise, positions, resolve_drafter
+from runtime.engine.base import Decoder, Proposal
+from runtime.engine.cape import CAPE
+from runtime.engine.draft_model import DrafterState
+from runtime.engine.sd import SD
+from runtime.graph import static_forward
 from runtime.llama import ForwardOutput, Llama, LlamaConfig, RMSNorm, rotate_half
 
 
@@ -142,6 +147,25 @@ class GlideDrafter(nn.Module):
         drafter.base.inv_freq = config.llama_config().inv_freq.to(target.device)  # built off the meta device
         return drafter
 
+    @classmethod
+    def timed_draft(cls, entry: dict, bench):
+        """One decode-step draft forward at a filled context, for `traces.drafter_timing` (`bench`
+        builds the target's layers and fills caches): ctx -> (run, reset)."""
+        one = bench.build(1)
+        glide = cls.for_target(one, seed=bench.seed)
+        ids = torch.zeros(1, 1, dtype=torch.long, device=one.device)
+
+        def at(ctx: int):
+            pos = torch.tensor([ctx], device=one.device)
+            target_cache, glide_cache = bench.fill(one, ctx), bench.fill(glide.base, ctx)
+            if bench.mode == "eager":
+                run = lambda: glide(ids, glide.target_kv(target_cache), one.rope, cache=glide_cache,  # noqa: E731
+                                    position_ids=pos)
+            else:
+                run = lambda: glide.static_draft(ids, target_cache, one.rope, glide_cache, pos)  # noqa: E731
+            return run, lambda: glide_cache.crop(ctx)
+        return at
+
     def new_cache(self, batch: int = 1, capacity: int = 256, *, mode: str = "eager", runner=None) -> KVCache:
         return self.base.new_cache(batch, capacity, mode=mode, runner=runner)
 
@@ -214,3 +238,55 @@ class GlideDrafter(nn.Module):
 
 
 DRAFTER = GlideDrafter        # the class `runtime.drafters.io` loads for its kind
+
+
+# ------------------------------------------------------------------------------- the decoder
+
+class GlideState(DrafterState):
+    """`DrafterState` for a GLIDE drafter: every forward also reads the target's current cache."""
+
+    def __init__(self, model: GlideDrafter, decoder: Decoder, cache):
+        super().__init__(model, cache)
+        self.decoder = decoder
+
+    def feed(self, tokens: list[int], positions: torch.Tensor | None = None,
+             mask: torch.Tensor | None = None) -> torch.Tensor:
+        target = self.decoder.target
+        ids = torch.tensor([tokens], dtype=torch.long, device=target.device)
+        with torch.no_grad():
+            if self.cache.static:
+                return self.model.static_draft(ids, self.decoder.target_cache, target.rope, self.cache,
+                                               positions, mask)[0]
+            out = self.model(ids, self.model.target_kv(self.decoder.target_cache), target.rope,
+                             cache=self.cache, position_ids=positions, mask=mask)
+        return out.logits[0]
+
+
+class Glide(CAPE):
+    """GLIDE drafter; a chain like `sd`, or CAPE's expansion sets when `bins` is given."""
+
+    method = "glide"
+    needs_drafter, own_drafter = False, True
+    options = {"layers": 1, "hidden": None, **UNTRAINED}
+    drafter_logits = Decoder.drafter_logits     # its drafter reads the target's cache: no pass of its own
+
+    def __init__(self, target: Llama, drafter: Any = None, *, sampling=None, seed: int = 0, **config: Any):
+        super().__init__(target, None, sampling=sampling, seed=seed, **config)
+        o = self.options
+        self.drafter = resolve_drafter(GlideDrafter, drafter, target, lambda: GlideDrafter.for_target(
+            target, seed=o["drafter_seed"], std=o["drafter_std"], num_layers=o["layers"], hidden_size=o["hidden"]))
+        if self.drafter.config.vocab_size != target.config.vocab_size:
+            raise InputError(f"GLIDE drafter vocabulary size {self.drafter.config.vocab_size} differs from the "
+                             f"target's {target.config.vocab_size}")
+
+    def check_config(self) -> None:
+        o = self.options
+        o["layers"] = int_option("glide", "layers", o["layers"], 1)
+        o["hidden"] = None if o["hidden"] is None else int_option("glide", "hidden", o["hidden"], 1)
+        check_untrained(self)
+
+    def start_drafter(self, prompt: list[int]) -> None:
+        self.draft = GlideState(self.drafter, self, self.new_cache("drafter", self.drafter, len(prompt)))
+
+    def propose(self) -> Proposal:
+        return SD.propose(self) if self.config.bins is None else CAPE.propose(self)

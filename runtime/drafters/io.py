@@ -20,7 +20,15 @@ from common.errors import InputError
 CONFIG_KEY = "specsim_drafter"
 
 
-def _kinds() -> dict:
+def drafter_class(kind: str):
+    """The drafter class of a Profile drafter kind (its module's `DRAFTER`); InputError naming the known ones."""
+    found = kinds()
+    if kind not in found:
+        raise InputError(f"no runtime drafter of kind '{kind}' (known: {', '.join(sorted(found))})")
+    return found[kind]
+
+
+def kinds() -> dict:
     """Drafter classes by `kind`: the `DRAFTER` of each module of runtime.drafters that declares one."""
     package = importlib.import_module("runtime.drafters")
     found = (importlib.import_module(f"{package.__name__}.{m.name}") for m in pkgutil.iter_modules(package.__path__))
@@ -58,11 +66,11 @@ def load_drafter(path: str | Path, target, *, device=None, dtype=None) -> torch.
     if raw is None:
         raise InputError(f"{p}: no specsim drafter configuration in the file")
     info = json.loads(raw)
-    kinds = _kinds()
-    if info.get("kind") not in kinds:
-        raise InputError(f"{p}: unknown drafter kind {info.get('kind')!r} (known: {', '.join(kinds)})")
+    known = kinds()
+    if info.get("kind") not in known:
+        raise InputError(f"{p}: unknown drafter kind {info.get('kind')!r} (known: {', '.join(known)})")
     state = load_file(str(p))
-    drafter = kinds[info["kind"]].from_config_dict(info["config"], target)
+    drafter = known[info["kind"]].from_config_dict(info["config"], target)
     if state:  # load at the file's precision, then convert (no rounding through fp32)
         drafter = drafter.to(dtype=next(iter(state.values())).dtype)
     drafter.load_state_dict(state, strict=True)

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from runtime.drafters.common import materialise, positions
-from runtime.drafters.methods import UNTRAINED, check_untrained, resolve_drafter, start_keeping_prefill
+from runtime.drafters.common import UNTRAINED, check_untrained, resolve_drafter, start_keeping_prefill
 from common.errors import InputError
 from runtime.engine.base import Decoder, Proposal
 from runtime.cache import make_cache
@@ -84,6 +84,28 @@ class KangarooAdapter(nn.Module):
         """An untrained adapter for `target` exiting after layer `exit_layer` (seeded weights)."""
         config = KangarooConfig.for_target(target.config, exit_layer)
         return materialise(lambda: cls(config, target.config), target, seed, std)
+
+    @classmethod
+    def timed_draft(cls, entry: dict, bench):
+        """One decode-step draft forward (the target's first `exit_layer` layers and the adapter) at a
+        filled context, for `traces.drafter_timing`: ctx -> (run, reset)."""
+        exit_layer = int(entry["exit_layer"])
+        deep = bench.build(exit_layer + 1)
+        adapter = cls.for_target(deep, exit_layer, seed=bench.seed)
+        ids = torch.zeros(1, 1, dtype=torch.long, device=deep.device)
+
+        def at(ctx: int):
+            pos = torch.tensor([ctx], device=deep.device)
+            shallow, own = bench.fill(deep, ctx), bench.fill(adapter, ctx, config=adapter.attn_config)
+
+            def run():
+                adapter(adapter.shallow(deep, ids, shallow, position_ids=pos), deep, own)
+
+            def reset():
+                shallow.crop(ctx, range(0, exit_layer))
+                own.crop(ctx)
+            return run, reset
+        return at
 
     def new_cache(self, batch: int = 1, capacity: int = 256, *, dtype=None, device=None, mode: str = "eager",
                   runner=None) -> KVCache:

@@ -13,7 +13,7 @@ from typing import Any
 
 import methods
 from runtime.engine.base import Decoder, Generation, Proposal, StepRecord, StepTimer
-from runtime.engine.draft_methods import DrafterState
+from runtime.engine.draft_model import DrafterState
 from runtime.engine.verify import Sampling
 from runtime.llama import Llama
 
@@ -23,7 +23,8 @@ def make_decoder(method: str, target: Llama, drafter: Any = None, *, sampling: S
     """A decoder for `method` (the registry's `decoder` class) with its configuration: the method's
     config keys (one set of defaults, unknown keys refused) and the decoder's own `options`;
     `mode` the runtime mode (runtime.cache.MODES: eager, static, graph)."""
-    decoder = methods.get(method).decoder_class()(target, drafter, sampling=sampling, seed=seed, **config)
+    spec = methods.get(method)
+    decoder = spec.decoder_class()(target, drafter, sampling=sampling, seed=seed, spec=spec, **config)
     return decoder.use_mode(mode) if mode != "eager" else decoder
 
 

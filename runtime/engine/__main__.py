@@ -9,13 +9,13 @@ generation per method.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 import torch
 
+from methods import BASELINE
 import methods
 from common import atomic
 from runtime.engine import Sampling, make_decoder
@@ -35,21 +35,14 @@ def decoder_arguments(method: str, text: str = "") -> tuple[dict, str | None]:
     or the method's label ('mcsd k4x2x1 repl'); empty text: the config's defaults. Checked before
     any model is loaded."""
     spec = methods.get(method)
-    text = text.strip()
-    if text.split(" ", 1)[0] == method:
-        config = spec.config.from_label(text).to_dict()
-    else:
-        try:
-            config = json.loads(text) if text else {}
-        except json.JSONDecodeError:
-            raise InputError(f"configuration of '{method}' is not JSON nor a '{method} ...' label: {text!r}") from None
-        if not isinstance(config, dict):
-            raise InputError(f"configuration of '{method}' must be a JSON object or a label, got {text!r}")
-    own = config.pop("drafter", None) if method in own_drafter_methods() else None
+    decoder = spec.decoder_class()
+    own_key = ("drafter",) if decoder.own_drafter else ()
+    config, extra = spec.config.split(text.strip() or None, (*decoder.options, *own_key), "decoder option")
+    own = extra.pop("drafter", None)
     if own is not None and not Path(own).is_file():
         raise InputError(f"{method}: drafter file not found: {own}")
-    spec.decoder_class().split_config(config)
-    return config, own
+    decoder.split_config(extra, spec)
+    return {**config.to_dict(), **extra}, own
 
 
 def parse_method(text: str) -> tuple[str, dict, str | None]:
@@ -148,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     eos = getattr(target.tokenizer, "eos_token_id", None)
     sampling = Sampling(args.temperature, args.top_p)
     reference = {} if not sampling.greedy else {
-        pid: make_decoder("ar", target.model).generate(ids, args.max_new_tokens, eos).tokens for pid, ids in prompts}
+        pid: make_decoder(BASELINE, target.model).generate(ids, args.max_new_tokens, eos).tokens for pid, ids in prompts}
     rows, failures = [], 0
     for name, config, own in runs:
         decoder = make_decoder(name, target.model, own if name in own_drafter_methods() else drafter.model,

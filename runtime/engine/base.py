@@ -96,9 +96,11 @@ class StepTimer:
 
 
 class Decoder:
-    """Base class of every method. Subclasses set `method` (the registry name), the drafter flags,
-    their construction `options` and write `propose`. `self.config` is the method's typed config
-    (methods registry: one set of defaults); `self.options` the decoder's own options."""
+    """Base class of every method. Subclasses set `method` (the registry name of the method they
+    decode by default), the drafter flags, their construction `options` and write `propose`.
+    `self.spec` is the method that chose the decoder (`make_decoder` passes it, so a method that
+    reuses another's decoder runs with its own configuration), `self.config` its typed config (one
+    set of defaults), `self.options` the decoder's own options."""
 
     method = "base"
     needs_drafter = False        # the drafter argument must be a draft model (a Llama)
@@ -106,7 +108,9 @@ class Decoder:
     options: dict[str, Any] = {}  # construction options beyond the method config, with their defaults
 
     def __init__(self, target: Llama, drafter: Llama | None = None, *, sampling: Sampling | None = None,
-                 seed: int = 0, **config: Any):
+                 seed: int = 0, spec: "methods.MethodSpec | None" = None, **config: Any):
+        self.spec = spec or methods.get(self.method)     # the method that chose this decoder, and its config
+        self.method = self.spec.name
         if self.needs_drafter and drafter is None:
             raise InputError(f"method '{self.method}' needs a drafter model")
         if drafter is not None and drafter.config.vocab_size != target.config.vocab_size:
@@ -115,7 +119,7 @@ class Decoder:
         self.target, self.drafter = target, drafter
         self.sampling = sampling or Sampling()
         self.seed = seed
-        self.config, self.options = self.split_config(config)
+        self.config, self.options = self.split_config(config, self.spec)
         self.check_config()
         self.mode, self.runner, self.budget = "eager", None, 256
         self._caches: dict[str, Any] = {}
@@ -148,17 +152,14 @@ class Decoder:
 
     # -- configuration ---------------------------------------------------------------------------
     @classmethod
-    def split_config(cls, config: dict[str, Any]) -> tuple[MethodConfig, dict[str, Any]]:
-        """(typed method config, options): the method's keys go through its config class (strict),
-        the rest must be this decoder's `options`; checkable before any model is loaded."""
-        spec_config = methods.get(cls.method).config
-        keys = spec_config.keys()
-        unknown = [k for k in config if k not in keys and k not in cls.options]
-        if unknown:
-            known = ", ".join(list(keys) + list(cls.options)) or "none"
-            raise InputError(f"{cls.method}: unknown config key '{unknown[0]}' (known: {known})")
-        typed = spec_config.from_dict({k: v for k, v in config.items() if k in keys})
-        return typed, {**cls.options, **{k: v for k, v in config.items() if k in cls.options}}
+    def split_config(cls, config: dict[str, Any], spec: "methods.MethodSpec | None" = None
+                     ) -> tuple[MethodConfig, dict[str, Any]]:
+        """(typed method config, options): the keys of `spec`'s config class (this decoder's own method
+        by default; strict), the rest must be this decoder's `options`; checkable before any model is
+        loaded."""
+        spec = spec or methods.get(cls.method)
+        typed, options = spec.config.split(config, cls.options, "decoder option")
+        return typed, {**cls.options, **options}
 
     def check_config(self) -> None:
         """Checks of the options, and those that need the models as well as the config (override)."""
