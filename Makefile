@@ -30,9 +30,9 @@ test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
 
 bench: setup
-	$(PY) -m experiments.bench_costmodel
-	$(PY) -m experiments.bench_simulator
-	$(PY) -m experiments.bench_sweep
+	$(PY) -m experiments.bench.costmodel
+	$(PY) -m experiments.bench.simulator
+	$(PY) -m experiments.bench.sweep
 
 reproduce: setup
 	$(PY) -m experiments.reproduce --out out/reproduce --overwrite

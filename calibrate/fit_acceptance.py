@@ -21,7 +21,8 @@ import methods
 from calibrate.acceptance import AcceptanceModel
 from common.errors import InputError
 from costmodel.cape import N_BINS, confidence_bin
-from traces.replay import TokenTable, replay_steps
+from methods.replay import TokenTable, chain_lengths
+from traces.replay import steps_of
 
 DEFAULT_KS = (1, 2, 4, 8, 16, 32)
 DEFAULT_CONF_KS = (1, 2, 4, 8)
@@ -86,7 +87,8 @@ def fit_token_acceptance(frame: pd.DataFrame, drafter: str = "", dataset: str = 
     if temperature == 0:
         entry["alpha_at_k"] = {str(k): float(np.mean(rank < k)) for k in ks}
         entry["alpha_at_k_without_replacement"] = dict(entry["alpha_at_k"])  # greedy: candidates are the top-k
-        steps = replay_steps(TokenTable.from_frame(frame), "sd", {"gamma": gamma})
+        table = TokenTable.from_frame(frame)
+        steps = steps_of(table, chain_lengths(table, (1,) * gamma))      # a drafter's greedy chains of gamma
         last = steps.groupby("prompt_id")["step"].transform("max") == steps["step"]
         hits = steps.loc[~last, "accepted"].to_numpy() - 1          # leading hits per full step, 0..gamma
         reached = np.array([(hits >= i - 1).sum() for i in range(1, gamma + 1)])

@@ -147,11 +147,10 @@ class StepCosts:
         priced = step_cost.step_cost(self.latency, self.shape, ctx, batch, reach=reach,
                                      verify_tokens=self.parallel.branch_tokens(verify_tokens),
                                      prompt_len=prompt_len, first_share=first.astype(float))
-        shape = np.broadcast(np.asarray(ctx), drafted, np.asarray(verify_tokens)).shape
         draft = priced.draft_s + np.where(drafted > 0, self.parallel.draft_transfer_s, 0.0)
-        return step_cost.StepCost(np.broadcast_to(draft, shape).astype(float),
-                                  np.broadcast_to(priced.verify_s + self.parallel.verify_transfer_s, shape).astype(float),
-                                  np.broadcast_to(priced.overhead_s, shape).astype(float))
+        verify = priced.verify_s + self.parallel.verify_transfer_s
+        draft, verify, overhead = np.broadcast_arrays(draft, verify, priced.overhead_s)
+        return step_cost.StepCost(draft.astype(float), verify.astype(float), overhead.astype(float))
 
     def draft_forward_seconds(self, ctx: float, batch=1) -> np.ndarray:
         """(D,) seconds of each draft forward alone (the event-by-event engine's forwards): row i of
@@ -174,7 +173,7 @@ class StepCosts:
         hit = self._cache.get(key)
         if hit is None:
             priced = self.cost(c, drafted, verify_tokens, batch)
-            hit = (float(priced.draft_s), float(priced.verify_s))
+            hit = (float(priced.draft_s.reshape(-1)[0]), float(priced.verify_s.reshape(-1)[0]))
             self._cache[key] = hit
         return hit
 

@@ -33,15 +33,22 @@ from methods.config import MethodConfig
 from traces import replay
 from runtime.engine import Sampling, make_decoder
 from runtime.engine.__main__ import check_drafter_spec, load_drafter, own_drafter_methods, parse_method
+import methods
 from common.errors import InputError
 from common.cli import CliParser, cli_entry
 from common.rundir import add_overwrite_option, start_run
 from runtime.models import load_model
-from traces.prompts import BUILTIN_SETS, ByteTokenizer, encode_prompt, load_prompt_mix
+from runtime.prompts import BUILTIN_SETS, ByteTokenizer, encode_prompt, load_prompt_mix
 from traces.record import output_steps, teacher_forced_methods, teacher_forced_pass, token_statistics
 
-DEFAULT_METHODS = [f"sd g{g}" for g in range(1, 9)] + ["mcsd k4x2x1", "mcsd k2x2x2x2", "mcsd k8x1x1"]
+DRAFT_MODEL = "draft_model"     # the drafter kind a `--drafter layers:K` truncation is
 NEAR_TIE = 1e-3  # probability gap under which a flipped ranking is put down to numerics
+
+
+def default_configs() -> list[str]:
+    """The calibration configurations of every checkable method that drafts with a draft model."""
+    return [c.label for m in checkable_methods() for c in methods.get(m).calibration_configs()
+            if DRAFT_MODEL in methods.get(m).drafter_kinds]
 
 
 def checkable_methods() -> list[str]:
@@ -148,9 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts", default="mtbench:2,humaneval:2",
                    help=f"prompt sets ({', '.join(BUILTIN_SETS)} or a JSONL path) as name:count joined by commas "
                         "(default %(default)s)")
-    p.add_argument("--methods", nargs="+", default=DEFAULT_METHODS,
-                   help="configurations as labels ('mcsd k4x2x1') or method:{json} of checkable methods "
-                        f"({', '.join(checkable_methods())}); default: {', '.join(DEFAULT_METHODS)}")
+    p.add_argument("--methods", nargs="+", default=default_configs(),
+                   help="configurations as labels or method:{json} of checkable methods "
+                        f"({', '.join(checkable_methods())}); default: {', '.join(default_configs())}")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens per prompt (default %(default)s)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default %(default)s)")
     p.add_argument("--min-agreement", type=float, default=0.99,

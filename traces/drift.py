@@ -3,11 +3,11 @@
 The 2-core CPU's speed wanders by tens of percent within a minute: the same plain step on the same
 prompt took 67 to 112 ms in one two-minute probe (stop 19), so a configuration measured minutes
 away from the plain decoding it is divided by can gain or lose 20% by timing alone.
-`experiments.measure` therefore runs plain decoding (ar) on the same prompt right next to every
+`experiments.campaigns.measure` therefore runs plain decoding (ar) on the same prompt right next to every
 other generation: the two form a pair and share an id in the StepTrace column `pair` (-1: not
 paired). Two uses, one rule:
 
-- a measured speedup is a generation's tokens/s over its own partner's (`experiments.measure.rates`);
+- a measured speedup is a generation's tokens/s over its own partner's (`experiments.campaigns.measure.rates`);
 - before a calibration fits step times, each step is rescaled to the machine's typical speed
   (`normalise`): divided by its pair's factor, the partner's mean plain step over the median of
   the plain generations of the same prompt.
@@ -31,7 +31,7 @@ def pair_factors(steps: pd.DataFrame) -> pd.Series:
 
 
 def run_factors(runs: pd.DataFrame) -> pd.Series:
-    """`pair_factors` from one row per generation (experiments.measure's runs: decode_s, steps)."""
+    """`pair_factors` from one row per generation (experiments.campaigns.measure's runs: decode_s, steps)."""
     plain = _paired_plain(runs)
     return _factors(plain.assign(step_s=plain["decode_s"] / plain["steps"]))
 

@@ -43,7 +43,7 @@ from common.errors import InputError
 from common.cli import CliParser, cli_entry
 from runtime.models import LoadedModel, load_model
 from traces.timing import DTYPE_NAMES, git_commit, hardware_name
-from traces.prompts import BUILTIN_SETS, ByteTokenizer, Prompt, encode_prompt, load_prompts
+from runtime.prompts import BUILTIN_SETS, ByteTokenizer, Prompt, encode_prompt, load_prompts
 
 
 def teacher_forced_methods() -> list[str]:

@@ -104,7 +104,11 @@ def walk(table: TokenTable, lengths: np.ndarray) -> Walk:
 def replay_steps(table: TokenTable, method: str, config: Any) -> pd.DataFrame:
     """Every replayed step of one configuration: prompt_id, step, pos (committed output tokens
     before the step) and accepted, in StepTrace order."""
-    lengths = accept_lengths(table, method, config)
+    return steps_of(table, accept_lengths(table, method, config))
+
+
+def steps_of(table: TokenTable, lengths: np.ndarray) -> pd.DataFrame:
+    """The steps that (N,) accepted lengths take from every prompt's start (`replay_steps`' rows)."""
     records: list[tuple[str, int, int, int]] = []
     for index, prompt_id in enumerate(table.prompt_ids):
         pos, end, base, step = int(table.offsets[index]), int(table.offsets[index + 1]), int(table.offsets[index]), 0

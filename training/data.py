@@ -42,7 +42,7 @@ from common.errors import InputError
 from runtime.cache import causal_mask
 from runtime.llama import Llama
 from runtime.models import LoadedModel
-from traces.prompts import ByteTokenizer, Prompt, encode_prompt, load_prompts
+from runtime.prompts import ByteTokenizer, Prompt, encode_prompt, load_prompts
 
 DEFAULT_CACHE = Path(".cache/specsim/train")
 FORMAT_VERSION = "1"

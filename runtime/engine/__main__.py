@@ -68,7 +68,7 @@ def load_drafter(spec: str, target: LoadedModel) -> LoadedModel:
     if spec.startswith("layers:"):
         return LoadedModel(truncated(target.model, int(spec.split(":", 1)[1])), target.tokenizer, spec)
     if spec.endswith(".safetensors"):
-        from training.vanilla import load_vanilla
+        from runtime.drafters.vanilla import load_vanilla
 
         return LoadedModel(load_vanilla(spec, target.model), target.tokenizer, spec)
     drafter = load_model(spec)
@@ -78,7 +78,7 @@ def load_drafter(spec: str, target: LoadedModel) -> LoadedModel:
 
 def prompt_ids(prompts: list, target: LoadedModel) -> list[tuple[str, list[int]]]:
     """Encoded prompts; a model built in code without a tokenizer (tiny, random:) gets the byte tokenizer."""
-    from traces.prompts import ByteTokenizer, encode_prompt
+    from runtime.prompts import ByteTokenizer, encode_prompt
 
     tokenizer = target.tokenizer or ByteTokenizer(target.vocab_size)
     return [(prompt.prompt_id, list(encode_prompt(prompt, tokenizer))) for prompt in prompts]
@@ -100,7 +100,7 @@ def check_options(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from traces.prompts import BUILTIN_SETS
+    from runtime.prompts import BUILTIN_SETS
 
     p = CliParser(prog="python -m runtime.engine", description=__doc__.splitlines()[0])
     p.add_argument("--target", default="smollm2",
@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    from traces.prompts import load_prompt_mix
+    from runtime.prompts import load_prompt_mix
 
     args = build_parser().parse_args(argv)
     check_options(args)

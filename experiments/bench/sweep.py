@@ -1,0 +1,83 @@
+"""Benchmark: configurations scored per second by the sweep's scorer (experiments.sweep.scoring.score).
+
+    python -m experiments.bench.sweep [--profile P.json] [--repeats 5]
+
+For each swept method (the registry, `methods`) on the first setup the profile gives it, the
+method's whole space is scored in this process (no executor, so the figure is the scorer's own
+speed) after one warm-up, `--repeats` times; the median wall time gives configurations per second. Printed as a table, also written as JSON
+with `--out`.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import methods
+from calibrate.profile import Profile
+from common import atomic
+from common.errors import InputError
+from common.cli import CliParser, cli_entry
+from experiments.sweep import scoring
+from experiments.sweep.run import BUNDLED_PROFILES, SweepOptions, space_of
+
+
+
+def default_profiles() -> list[str]:
+    """One bundled paper profile per paper (file names '<paper>-...'), the one with the largest target."""
+    by_paper: dict[str, list[tuple[float, str]]] = {}
+    for path in sorted(BUNDLED_PROFILES.glob("*.json")):
+        profile = Profile.load(path)
+        if profile.provenance.get("built_by") == "python -m calibrate.paper_profiles":
+            size = float(profile.models[profile.target].get("params", 0))
+            by_paper.setdefault(path.name.split("-", 1)[0], []).append((size, str(path)))
+    return [max(found)[1] for found in by_paper.values()]
+
+
+def bench(profiles: list[Profile], repeats: int) -> pd.DataFrame:
+    rows = []
+    setting = scoring.Setting()
+    for profile in profiles:
+        for method in methods.names(sweep_only=True):
+            try:
+                setup = scoring.setups(profile, method, setting)[0]
+            except InputError:
+                continue
+            space = space_of(methods.get(method), setup, SweepOptions())
+            scoring.score(setup, method, space, setting)          # warm-up (imports, caches)
+            times = []
+            for _ in range(repeats):
+                t = time.perf_counter()
+                scoring.score(setup, method, space, setting)
+                times.append(time.perf_counter() - t)
+            median = float(np.median(times))
+            rows.append({"profile": profile.name, "method": method, "configurations": len(space),
+                         "median_s": median, "configs_per_s": len(space) / median})
+    return pd.DataFrame(rows)
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    p = CliParser(prog="python -m experiments.bench.sweep", description=__doc__.split("\n\n")[0])
+    p.add_argument("--profile", action="append", help="profile JSON (repeatable); default: one bundled per method")
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats after one warm-up (default 5)")
+    p.add_argument("--out", default=None, help="also write the figures as JSON to this file (default: stdout only)")
+    args = p.parse_args(argv)
+    if args.repeats < 1:
+        raise InputError(f"--repeats must be at least 1, got {args.repeats}")
+    paths = args.profile or default_profiles()
+    table = bench([Profile.load(path) for path in paths], args.repeats)
+    total = table.configurations.sum() / table.median_s.sum()
+    print(table.to_string(index=False, float_format=lambda v: f"{v:,.4g}"))
+    print(f"\nall methods: {table.configurations.sum():,} configurations in {table.median_s.sum():.3f} s "
+          f"= {total:,.0f} configurations/s (median of {args.repeats}, one process)")
+    if args.out:
+        atomic.write_json(Path(args.out), {"rows": table.to_dict("records"), "configs_per_s": total})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

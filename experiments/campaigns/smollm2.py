@@ -1,0 +1,325 @@
+"""The SmolLM2 CPU campaign (the library of `python -m experiments.smollm2_cpu`): which drafters and
+configurations it records, where each file goes, and the stages that record and calibrate them
+(`stage_latency`, `stage_tokens`, `stage_steps`, `stage_profile`; the stages that need the sweep
+and the report live in the command line).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+import methods
+from common.errors import InputError
+from costmodel.cape import PAPER_BINS
+from methods.spec import drafter_fixed, engine_config, priced_config
+from methods import MethodConfig
+from traces.record import teacher_forced_methods
+
+STAGES = ("latency", "tokens", "steps", "profile", "best", "tables")
+DATASETS = {"mt-bench": "mtbench", "humaneval": "humaneval"}   # profile name -> runtime.prompts name
+TARGET_ARCH = "smollm2-135m"
+# drafter name in the Profile -> Profile drafter spec, with its trained file under --drafters: the
+# trained draft model (kind draft_model), then each method's own trained drafters (`spec.drafters`)
+DRAFTERS: dict[str, dict[str, Any]] = {
+    "vanilla": {"kind": "draft_model", "model": "vanilla-1l", "file": "vanilla/vanilla.safetensors"},
+    **{name: entry for spec in methods.specs() for name, entry in spec.drafters(TARGET_ARCH).items()
+       if "file" in entry or "model" not in entry},
+}
+ROUTERS = [f"{e['router']['groups']}:{e['router']['top_n']}" for e in DRAFTERS.values() if e.get("router")]
+# the forward micro-benchmark grid: every token count up to 12 (this CPU's kernels are not smooth
+# in it: 2 and 3 tokens cost more than 4), then a coarser tail
+LATENCY_TOKENS = "1,2,3,4,5,6,7,8,9,10,11,12,16,24,32,48,64,128,256"
+LATENCY_CTX = "0,256,1024,4096"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One recorded configuration: what the engine ran (`config`, whose label names the run) on a
+    Profile drafter (None: the method has none)."""
+
+    config: MethodConfig
+    drafter: str | None = None
+    prefix: str = ""            # "best " for the sweep's choices (stage best)
+
+    @property
+    def method(self) -> str:
+        return self.config.method
+
+    @property
+    def label(self) -> str:
+        return self.prefix + self.config.label
+
+    @property
+    def priced(self) -> MethodConfig:
+        """The configuration the Profile prices (a trained router is part of its drafter)."""
+        return priced_config(self.config, DRAFTERS[self.drafter]) if self.drafter else self.config
+
+
+def drafters_of(spec) -> list[str | None]:
+    """The SmolLM2 drafters a method runs on ([None]: it runs without one)."""
+    if not spec.drafter_kinds:
+        return [None]
+    return [name for name, d in DRAFTERS.items() if d["kind"] in spec.drafter_kinds]
+
+
+def _on(config: MethodConfig, drafter: str | None) -> Run:
+    """`config` as the engine runs it on `drafter` (a trained router's settings are the drafter's)."""
+    return Run(engine_config(config, DRAFTERS[drafter]) if drafter else config, drafter)
+
+
+PLAIN_RUN = Run(methods.get(methods.BASELINE).config())
+# the StepTraces the engine calibration is fitted on, for every dataset: every method's
+# calibration configurations (two sizes or more: each step part's scale and fixed cost can be told
+# apart) on every drafter it runs on
+RUNS: list[Run] = [_on(config, d) for spec in methods.specs() for d in drafters_of(spec)
+                   for config in spec.calibration_configs()]
+# per drafter, the default configuration of the first method that runs on it: like-with-like
+# chains (GLIDE Table 1's shape), and the chain acceptance of drafters without a TokenTrace
+CHAIN_RUNS = {d: _on(spec.config(), d) for spec in reversed(methods.specs()) if spec.drafter_kinds
+              for d in drafters_of(spec)}
+# teacher-forced TokenTraces: drafter -> the configuration whose decoder scores a sequence with it
+TOKEN_DRAFTERS = {d: methods.get(m).config() for m in reversed(teacher_forced_methods())
+                  for d in drafters_of(methods.get(m))}
+
+
+def slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in text).strip("-")
+
+
+def drafter_file(args, name: str) -> str:
+    path = args.drafters / DRAFTERS[name]["file"]
+    if not path.is_file():
+        raise InputError(f"trained drafter '{name}' not found at {path}: run python -m training "
+                         f"{DRAFTERS[name]['file'].split('/')[0]}")
+    return str(path)
+
+
+def run_module(module: str, argv: list[str], log) -> None:
+    """One project CLI in a fresh process (its own torch threads and memory); its failure is ours."""
+    log(f"$ python -m {module} {' '.join(argv)}")
+    done = subprocess.run([sys.executable, "-m", module, *argv])
+    if done.returncode != 0:
+        raise InputError(f"python -m {module} exited with {done.returncode}")
+
+
+# ------------------------------------------------------------------------------------ recording
+
+def stage_latency(args, log) -> None:
+    out = args.out / "latency.parquet"
+    if not out.exists():
+        run_module("traces.timing", ["--model", "smollm2", "--drafter", "layers:1",
+                                      *(a for r in ROUTERS for a in ("--router", r)), "--tokens", LATENCY_TOKENS, "--ctx", LATENCY_CTX,
+                                      "--threads", str(args.threads), "--out", str(out), "--quiet"], log)
+    out = args.out / "drafter_latency.parquet"
+    if out.exists():
+        return
+    import torch
+
+    from traces.drafter_timing import write_drafter_latency
+    from traces.timing import Timer
+
+    torch.set_num_threads(args.threads)
+    device = torch.device("cpu")
+    frame = write_drafter_latency(out, (TARGET_ARCH,), (0, 512, 1024), Timer(device, 1, 5, 3, 2.0), device, torch.float32)
+    log(f"wrote {len(frame)} drafter latency rows to {out}")
+
+
+def _record(args, config: MethodConfig, drafter: str | None, dataset: str, out: Path, log,
+            teacher_forced: bool = False) -> None:
+    argv = ["--target", "smollm2", "--method", config.method, "--config", json.dumps(config.to_dict()),
+            "--prompts", DATASETS[dataset],
+            "--limit", str(args.limit), "--max-new-tokens", str(args.max_new_tokens), "--threads", str(args.threads),
+            "--out", str(out), "--quiet"]
+    if drafter is not None:
+        argv += ["--drafter", drafter_file(args, drafter)]
+    run_module("traces.record", argv + (["--teacher-forced"] if teacher_forced else []), log)
+
+
+def token_path(args, drafter: str, dataset: str) -> Path:
+    return args.out / f"tokens_{drafter}_{dataset}.parquet"
+
+
+def step_path(args, label: str, dataset: str) -> Path:
+    return args.out / f"steps_{slug(label)}_{dataset}.parquet"
+
+
+def stage_tokens(args, log) -> None:
+    for drafter, config in TOKEN_DRAFTERS.items():
+        for dataset in DATASETS:
+            _record(args, config, drafter, dataset, token_path(args, drafter, dataset), log, teacher_forced=True)
+
+
+def calibration_prompts(args) -> str:
+    """The prompts the step calibration runs on: the first --step-limit of each dataset."""
+    return ",".join(f"{name}:{args.step_limit}" for name in DATASETS.values())
+
+
+def stage_steps(args, log) -> None:
+    """Greedy StepTraces of RUNS on the calibration prompts, measured in one process with the
+    interleaved repeats of experiments.campaigns.measure (the way experiments.fidelity measures). Only the
+    configurations without a trace are recorded, each beside plain decoding of its prompt: their
+    pair ids continue after the recorded ones and the plain partners join the ar trace, so the
+    drift normalisation (traces.drift) puts old and new recordings on one scale."""
+    from experiments.campaigns.measure import Bench, Candidate
+    from runtime.prompts import load_prompt_mix
+
+    todo = [run for run in RUNS if any(not step_path(args, run.label, d).exists() for d in DATASETS)]
+    if not todo:
+        return
+    if PLAIN_RUN not in todo:
+        todo = [PLAIN_RUN] + todo                    # the partner every generation is measured beside
+    bench = Bench("smollm2", DRAFTERS, args.drafters, args.threads)
+    prompts = bench.encode(load_prompt_mix(calibration_prompts(args)))
+    cands = [Candidate(run.config, run.drafter) for run in todo]
+    _runs, steps = bench.measure(cands, prompts, repeats=args.repeats, max_new_tokens=args.max_new_tokens, log=log,
+                                 first_pair=next_pair(args))
+    by_dataset = {name: profile_name for profile_name, name in DATASETS.items()}
+    for run, cand in zip(todo, cands):
+        for prompt_set, dataset in by_dataset.items():
+            rows = steps[(steps["candidate"] == cand.label) & (steps["dataset"] == prompt_set)]
+            write_steps(args, run, dataset, rows.drop(columns=["candidate", "dataset"]))
+    log(f"wrote {len(todo) * len(DATASETS)} step traces to {args.out}")
+
+
+def next_pair(args) -> int:
+    """The first pair id after every pair the recorded StepTraces hold (0: none recorded)."""
+    from traces import schema
+
+    frames = [schema.read_trace(path, "step")[0] for path in sorted(args.out.glob("steps_*.parquet"))]
+    ids = [int(f["pair"].max()) for f in frames if "pair" in f and len(f)]
+    return max(ids, default=-1) + 1
+
+
+def write_steps(args, run: Run, dataset: str, rows: pd.DataFrame) -> None:
+    """Write `run`'s StepTrace of `dataset`; plain decoding's rows are added to the ones recorded."""
+    from traces import schema
+    from traces.timing import git_commit
+
+    path = step_path(args, run.label, dataset)
+    if run == PLAIN_RUN and path.exists():
+        rows = pd.concat([schema.read_trace(path, "step")[0], rows], ignore_index=True)
+    meta = schema.RunMetadata(kind="step", models={"target": "smollm2", **({"drafter": run.drafter} if run.drafter else {})},
+                              hardware="CPU", dtype="fp32", temperature=0.0, dataset=dataset, seed=0,
+                              commit=git_commit(), extra={"label": run.label, "threads": args.threads,
+                                                          "repeats": args.repeats, "measured_by": "experiments.campaigns.measure"})
+    schema.write_trace(path, rows, meta)
+
+
+# ------------------------------------------------------------------------------------ calibration
+
+LATENCY_NAMES = {"smollm2": TARGET_ARCH, "layers:1": "vanilla-1l"}
+
+
+def latency_rows(args) -> pd.DataFrame:
+    from traces.schema import read_trace
+
+    frames = [read_trace(args.out / name, kind="latency")[0] for name in ("latency.parquet", "drafter_latency.parquet")]
+    rows = pd.concat(frames, ignore_index=True)
+    rows["model"] = rows["model"].replace(LATENCY_NAMES)
+    return rows
+
+
+def stage_profile(args, log) -> None:
+    """Latency tables per model, acceptance per (drafter, dataset), drafters with their kinds."""
+    import datetime as dt
+
+    from calibrate.engine import StepRun, fit_engine, workload
+    from calibrate.fit_acceptance import DEFAULT_CONF_KS, fit_step_acceptance, fit_token_acceptance
+    from calibrate.latency import fit_latency
+    from calibrate.profile import Profile
+    from costmodel.params import get_arch
+    from traces.timing import git_commit
+    from traces.schema import read_trace
+
+    rows = latency_rows(args)
+    latency = {}
+    for model, group in rows[rows["role"].isin(["target", "draft"])].groupby("model"):
+        fitted = fit_latency(group, "table", arch=None, hardware="CPU", dtype="fp32", name=model).to_dict()
+        fitted["fit"] = {k: v for k, v in fitted["fit"].items() if not (isinstance(v, float) and np.isnan(v))}
+        latency[model] = fitted
+    steps = {(run, dataset): read_trace(step_path(args, run.label, dataset), kind="step")[0]
+             for dataset in DATASETS for run in RUNS}                   # every StepTrace, read once
+    acceptance, sources = {}, []
+    for dataset in DATASETS:
+        for drafter in TOKEN_DRAFTERS:
+            path = token_path(args, drafter, dataset)
+            frame, _ = read_trace(path, kind="token")
+            acceptance[f"{drafter}/{dataset}/T0"] = fit_token_acceptance(  # every K CAPE's paper bins use
+                frame, drafter=drafter, dataset=dataset, temperature=0.0,
+                conf_ks=sorted(set(DEFAULT_CONF_KS) | set(PAPER_BINS)), source=f"token trace {path.name}")
+            sources.append(path)
+        for drafter, run in CHAIN_RUNS.items():     # drafters without a teacher-forced trace
+            if drafter in TOKEN_DRAFTERS:
+                continue
+            path = step_path(args, run.label, dataset)
+            acceptance[f"{drafter}/{dataset}/T0/steps"] = fit_step_acceptance(
+                steps[run, dataset], drafter=drafter, dataset=dataset, temperature=0.0, source=f"step trace {path.name}")
+            sources.append(path)
+        for spec in methods.specs():        # methods with an acceptance part of their own
+            own_runs = [run for run in RUNS if run.method == spec.name]
+            paths = [step_path(args, run.label, dataset) for run in own_runs]
+            frame = pd.concat([steps[run, dataset] for run in own_runs], ignore_index=True) if own_runs else None
+            own = None if frame is None else spec.fit_steps(frame, dataset=dataset, temperature=0.0,
+                                                            source="step traces " + ", ".join(p.name for p in paths))
+            if own is not None:
+                acceptance[f"{spec.name}/{dataset}"] = own
+                sources += paths
+    step_runs = [StepRun(frame, run.drafter, dataset) for (run, dataset), frame in steps.items()]
+    calibrated = sorted({pid for r in step_runs for pid in r.frame["prompt_id"]}
+                        | {pid for dataset in DATASETS for d in TOKEN_DRAFTERS
+                           for pid in read_trace(token_path(args, d, dataset), kind="token")[0]["prompt_id"]})
+    profile = Profile(
+        name="smollm2-135m on this CPU (project recordings)", hardware="CPU", dtype="fp32", target=TARGET_ARCH,
+        models={TARGET_ARCH: get_arch(TARGET_ARCH).to_dict()}, latency=latency, acceptance=acceptance,
+        drafters={name: dict(spec) for name, spec in DRAFTERS.items()},
+        provenance={"built_by": "python -m experiments.smollm2_cpu", "commit": git_commit(),
+                    "created": dt.datetime.now(dt.timezone.utc).isoformat(),
+                    "sources": [str(p) for p in [args.out / "latency.parquet", args.out / "drafter_latency.parquet",
+                                                  *sources]],
+                    "assumptions": [f"greedy decoding; first {args.limit} prompts of MT-Bench (turn 1) and HumanEval, "
+                                    f"{args.max_new_tokens} new tokens", "latency: measured tables (fp32, 2 threads); "
+                                    "drafters timed at one token per forward", "drafters trained by python -m training",
+                                    "engine: step parts fitted on the StepTraces of RUNS (calibrate.engine)"],
+                    "calibration_prompts": calibrated})
+    profile.workload = workload(step_runs)
+    profile.engine = fit_engine(profile, step_runs)
+    heldout = profile.engine["fit"]["heldout"]
+    log(f"engine calibration: held-out (leave one configuration out) speedup error median "
+        f"{100 * heldout['speedup_error_median']:.1f}%, p90 {100 * heldout['speedup_error_p90']:.1f}%")
+    profile.save(args.profile)
+    log(f"wrote {args.profile}")
+
+
+def best_run(row: pd.DataFrame) -> Run:
+    """A scored sweep row (a one-row frame of experiments.sweep.scoring columns) as the run that records
+    it: its configuration on its drafter, which adds the settings it fixes (a trained router)."""
+    config = methods.get(str(row["method"].iloc[0])).configs_of(row)[0]
+    drafter = row["drafter"].iloc[0] if "drafter" in row else None
+    drafter = None if drafter in (None, "-") else str(drafter)
+    defaults = type(config)()
+    untrained = [k for spec in DRAFTERS.values() for k in drafter_fixed(spec)
+                 if getattr(config, k, None) != getattr(defaults, k, None)]
+    if untrained:
+        raise InputError(f"{config.label}: its '{untrained[0]}' needs a trained drafter's own (an untrained "
+                         "router); it cannot be recorded")
+    return Run(engine_config(config, DRAFTERS[drafter]) if drafter else config, drafter, "best ")
+
+
+def best_runs_path(args) -> Path:
+    return args.out / "best_runs.json"
+
+
+def best_runs(args) -> dict[str, list[Run]]:
+    """dataset -> the runs stage `best` chose (best_runs.json: label, method, the engine's config,
+    drafter and the sweep's configuration label)."""
+    path = best_runs_path(args)
+    chosen = json.loads(path.read_text()) if path.is_file() else {}
+    return {dataset: [Run(methods.parse_config(r["method"], r["config"]), r["drafter"], "best ") for r in runs]
+            for dataset, runs in chosen.items()}

@@ -1,0 +1,217 @@
+"""The sweep (the main job's library): search every method's configuration space on one or more Profiles.
+
+Steps: load the profiles (default: every `data/profiles/*.json`), move their latency models to
+`--hardware` if asked (`experiments.sweep.scoring.retarget`), enumerate each registered method's space
+on each of its setups (`methods`: `spec.space(setup)`), cut it into chunks and hand the chunks to
+the executor (local processes or Dask, `experiments.sweep.executor`), which scores them with the closed
+forms or, given a TokenTrace, exact greedy replay (`experiments.sweep.scoring`). The best few configurations per (profile, method)
+are then re-scored in the discrete-event simulator with several seeds, for their spread.
+Then one answer per deployment (`experiments.sweep.deployments`): at each of `--batch-sizes` the closed
+forms' best of every (method, drafter) is served by the simulator beside plain decoding, giving
+the best configuration per batch and the batch where speculation stops paying; `--export` writes
+it as vLLM / SGLang / transformers accept it (`experiments.sweep.export`).
+Outputs (`experiments.sweep.report`): full tables (zstd parquet), the top `--top` per method as CSV,
+best configurations, per-deployment answers, the papers' choices beside the sweep's, plots and a
+markdown report in `--out`; a short table on stdout.
+"""
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+import methods
+from common.bundled import bundled
+from calibrate.profile import Profile
+from common.errors import InputError
+from experiments.sweep import deployments, scoring
+from experiments.sweep.estimate import space_options
+from experiments.sweep.executor import progress_bar
+from experiments.papers.choices import compare
+from methods.spec import MethodSpec, Setup
+
+DEFAULT_CTX = 512        # context of a Profile without a recorded workload
+
+BUNDLED_PROFILES = bundled("profiles")
+CHUNK_ROWS = 25_000          # configurations per executor task
+
+
+@dataclass
+class SweepOptions:
+    methods: list[str] = field(default_factory=lambda: methods.names(sweep_only=True))
+    temperature: float | None = None
+    dataset: str | None = None
+    batch: int = 1
+    hardware: str | None = None
+    space: dict[str, int] = field(default_factory=lambda: {k: o.default for k, o in methods.space_options().items()})
+    ctx_len: int | None = None    # None: each Profile's workload context (else DEFAULT_CTX)
+    seed: int = 0
+    rescore: int = 2          # best configurations per (profile, method) re-scored in the simulator
+    sim_tokens: int = 256     # tokens generated per request: simulated, and priced by the closed forms
+    sim_repeats: int = 5      # seeded simulated runs per configuration
+    token_trace: str | None = None
+    batch_sizes: list[int] | None = None   # per-deployment answers at these batches (None: --batch only)
+    top: int = 50             # CSV and markdown rows per (profile, method); parquet keeps all
+    export: list[str] = field(default_factory=list)   # engines to write configurations for
+
+
+@dataclass
+class SweepResult:
+    tables: dict[str, pd.DataFrame]
+    best: pd.DataFrame
+    paper_choices: pd.DataFrame | None
+    options: dict[str, Any]
+    timings: dict[str, float]
+    skipped: list[str]
+    profile_names: list[str]
+    served: pd.DataFrame = field(default_factory=pd.DataFrame)      # every configuration served, per batch
+    deployments: pd.DataFrame = field(default_factory=pd.DataFrame)  # best per (deployment, batch)
+    stops_paying: pd.DataFrame = field(default_factory=pd.DataFrame)
+    profiles: dict[str, Profile] = field(default_factory=dict)
+
+
+def bundled_profile_paths() -> list[Path]:
+    return sorted(BUNDLED_PROFILES.glob("*.json"))
+
+
+def load_profiles(paths: list[str] | None) -> list[Profile]:
+    """The user's profile files, or every bundled one; InputError when there are none."""
+    if paths:
+        return [Profile.load(p) for p in paths]
+    found = bundled_profile_paths()
+    if not found:
+        raise InputError(f"no bundled profiles in {BUNDLED_PROFILES}; pass --profile FILE")
+    return [Profile.load(p) for p in found]
+
+
+def _chunks(frame: pd.DataFrame, rows: int) -> list[pd.DataFrame]:
+    return [frame.iloc[i:i + rows].reset_index(drop=True) for i in range(0, len(frame), rows)] or [frame]
+
+
+def space_of(spec: MethodSpec, setup: Setup, opts: SweepOptions) -> pd.DataFrame:
+    """The method's search space on `setup`, given the sweep options its `space` takes by name."""
+    space = spec.space(setup, **space_options(spec, opts))
+    if opts.token_trace and "monotone" in space:   # exact replay costs a pass over the trace per
+        space = space[space.monotone].reset_index(drop=True)   # configuration: keep MCSD's monotonic rule
+    return space
+
+
+def setting_of(profile: Profile, opts: SweepOptions, batch: int | None = None) -> scoring.Setting:
+    """The scoring setting of one Profile: its forwards costed at --ctx-len, else at the mean
+    context of the workload its traces saw (prompt + half the new tokens), else DEFAULT_CTX."""
+    ctx = opts.ctx_len if opts.ctx_len is not None else (profile.workload_ctx(opts.dataset) or DEFAULT_CTX)
+    return scoring.Setting(temperature=opts.temperature, batch=opts.batch if batch is None else batch,
+                           ctx_len=int(round(ctx)), dataset=opts.dataset, token_trace=opts.token_trace,
+                           new_tokens=opts.sim_tokens)
+
+
+def run_sweep(profiles: list[Profile], opts: SweepOptions, executor) -> SweepResult:
+    """Score every configuration of every method on every profile; re-score the best in the simulator."""
+    timings: dict[str, float] = {}
+    skipped: list[str] = []
+    setting = functools.partial(setting_of, opts=opts)
+    t0 = time.perf_counter()
+    if opts.hardware:  # measured-table profiles (e.g. a CPU recording) cannot move: skipped, said so
+        moved = []
+        for p in profiles:
+            try:
+                moved.append(scoring.retarget(p, opts.hardware))
+            except InputError as exc:
+                skipped.append(f"{p.name}: {exc}")
+        if not moved:
+            raise InputError(skipped[0])
+        profiles = moved
+    tables = _score_tables(profiles, opts, executor, opts.batch, skipped)
+    timings["score"] = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    best = _top(tables, opts.rescore)
+    by_name = {p.name: p.to_dict() for p in profiles}
+    by_profile = {p.name: p for p in profiles}
+    sim_tasks = [
+        scoring.SimTask(by_name[best["profile"].iat[i]], best["method"].iat[i], scoring.sim_config(best.iloc[[i]]),
+                        setting(by_profile[best["profile"].iat[i]]), opts.seed + i, opts.sim_tokens, opts.sim_repeats)
+        for i in range(len(best))
+    ]
+    sims = executor.map(scoring.simulate_task, sim_tasks, desc="simulating the best") if sim_tasks else []
+    if sims:
+        best = pd.concat([best.reset_index(drop=True), pd.DataFrame(sims)], axis=1)
+    best_one = best.sort_values("speedup", ascending=False).groupby(["profile", "method"], sort=False).head(1)
+    timings["simulate"] = time.perf_counter() - t1
+    choices = compare(tables, best)
+
+    t2 = time.perf_counter()
+    served = _serve_deployments(profiles, opts, executor, tables)
+    timings["deployments"] = time.perf_counter() - t2
+    return SweepResult(tables=tables, best=best_one.reset_index(drop=True), paper_choices=choices,
+                       options=asdict(opts), timings=timings, skipped=skipped,
+                       profile_names=[p.name for p in profiles], served=served,
+                       deployments=deployments.best_per_batch(served), stops_paying=deployments.stops_paying(served),
+                       profiles=by_profile)
+
+
+def _score_tables(profiles: list[Profile], opts: SweepOptions, executor, batch: int,
+                  skipped: list[str]) -> dict[str, pd.DataFrame]:
+    """Every configuration of every method on every profile scored by the closed forms at `batch`;
+    a (profile, method) without a setup is added to `skipped` with the reason."""
+    builds = []        # (profile as dict, method, setup, setting): one space each
+    for profile in profiles:
+        raw, setting = profile.to_dict(), setting_of(profile, opts, batch)
+        for method in opts.methods:
+            try:
+                builds += [(raw, method, setup, setting) for setup in scoring.setups(profile, method, setting)]
+            except InputError as exc:
+                skipped.append(str(exc))
+    tasks: list[scoring.ScoreTask] = []
+    with progress_bar(len(builds), f"building the search space (batch {batch})",
+                      getattr(executor, "progress", False), unit="space") as bar:
+        for raw, method, setup, setting in builds:
+            space = space_of(methods.get(method), setup, opts)
+            tasks += [scoring.ScoreTask(raw, method, setup.base, chunk, setting) for chunk in _chunks(space, CHUNK_ROWS)]
+            bar.update()
+    if not tasks:
+        raise InputError("no (profile, method) pair can be scored: " + "; ".join(skipped[:3]))
+    return _rank(executor.map(scoring.score_task, tasks, desc=f"scoring configurations (batch {batch})"))
+
+
+def _serve_deployments(profiles: list[Profile], opts: SweepOptions, executor,
+                       tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """At each batch size: the closed forms' best per (deployment, method, drafter), scored at that
+    batch, served by the simulator beside plain decoding (`experiments.sweep.deployments`)."""
+    by_name = {p.name: p.to_dict() for p in profiles}
+    hardware = {p.name: p.hardware for p in profiles}
+    ctx = {p.name: setting_of(p, opts).ctx_len for p in profiles}
+    heldout = {p.name: p.heldout_error() for p in profiles}
+    frames = []
+    for batch in opts.batch_sizes or [opts.batch]:
+        scored = tables if batch == opts.batch else _score_tables(profiles, opts, executor, batch, [])
+        cands = deployments.candidates(scored, hardware)
+        tasks, rows = deployments.serve_tasks(cands, by_name, batch, ctx, opts.sim_tokens, opts.seed)
+        served = executor.map(deployments.serve_task, tasks, desc=f"serving the best (batch {batch})")
+        frames.append(deployments.answers(rows, served, batch, heldout))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _rank(scored: list[pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """Concatenate the chunks per method; rank by predicted speedup within each profile."""
+    by_method: dict[str, list[pd.DataFrame]] = {}
+    for frame in scored:
+        by_method.setdefault(str(frame["method"].iloc[0]), []).append(frame)
+    tables = {}
+    for method in methods.names():
+        if method not in by_method:
+            continue
+        frame = pd.concat(by_method[method], ignore_index=True)
+        frame = frame.sort_values(["profile", "speedup"], ascending=[True, False], kind="stable")
+        frame["rank"] = frame.groupby("profile").cumcount() + 1
+        tables[method] = frame.reset_index(drop=True)
+    return tables
+
+
+def _top(tables: dict[str, pd.DataFrame], n: int) -> pd.DataFrame:
+    rows = [frame.groupby("profile").head(n) for frame in tables.values()]
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()

@@ -1,0 +1,345 @@
+"""calibrate.ingest: every format's committed example, the numbers each derives, and bad input (exit 2)."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from calibrate.ingest import FORMATS, IngestOptions, ingest
+from calibrate.ingest.__main__ import main
+from calibrate.ingest.hf_assisted import AssistedRecorder
+from calibrate.profile import Profile
+from common.errors import InputError
+from costmodel.leviathan import expected_tokens
+from traces.schema import read_trace
+
+EX = Path(__file__).resolve().parents[2] / "examples" / "ingest"
+PROFILES = Path(__file__).resolve().parents[2] / "data" / "profiles"
+SCRAPES = [str(EX / "vllm_metrics_before.prom"), str(EX / "vllm_metrics_after.prom")]
+EXAMPLES = {"vllm-metrics": SCRAPES, "vllm-bench": [str(EX / "vllm_bench_serve.json")],
+            "sglang-bench": [str(EX / "sglang_bench_serving.jsonl")],
+            "spec-bench": [str(EX / "spec_bench_answers.jsonl")],
+            "hf-assisted": [str(EX / "hf_assisted_steps.parquet")]}
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def refused(capsys, *argv) -> str:
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    return lines[0]
+
+
+# ---- every format ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("fmt, missing", [("vllm-metrics", "per-step latency split"),
+                                          ("vllm-bench", "per-step latency split"),
+                                          ("sglang-bench", "per-position acceptance: only the mean"),
+                                          ("spec-bench", "per-step time"), ("hf-assisted", "verify_s includes")])
+def test_every_committed_example_ingests_with_provenance(fmt, missing):
+    assert set(FORMATS) == {"vllm-metrics", "vllm-bench", "sglang-bench", "spec-bench", "hf-assisted"}
+    result = ingest(fmt, EXAMPLES[fmt])
+    assert result.format == fmt and result.sources == EXAMPLES[fmt]
+    assert any(missing in line for line in result.not_provided)   # what its source could not give
+    assert result.acceptance is not None
+    assert result.acceptance["ingest"]["format"] == fmt
+    assert 0 < result.acceptance["alpha"] < 1
+    assert result.summary["mean_accepted_tokens"] > 1
+
+
+# ---- vllm-metrics ---------------------------------------------------------------------------------
+def test_vllm_two_scrapes_give_the_deltas_summed_over_engines(capsys):
+    code, out, _ = run_cli(capsys, "vllm-metrics", *SCRAPES, "--json")
+    assert code == 0
+    got = json.loads(out)
+    # after - before, engines 0 + 1: 12000 drafts; 9000, 6300, 4100 accepted at positions 0, 1, 2
+    assert got["per_position_acceptance"] == pytest.approx([9000 / 12000, 6300 / 12000, 4100 / 12000])
+    assert got["mean_accepted_tokens"] == pytest.approx(1 + 19400 / 12000)
+    assert got["acceptance"]["alpha_by_position"] == pytest.approx([0.75, 6300 / 9000, 4100 / 6300])
+    assert got["acceptance"]["alpha"] == pytest.approx(19400 / (12000 + 9000 + 6300))
+    assert got["models"] == {"target": "vicuna-7b"}
+    assert got["latency_s"]["ttft"]["count"] == 480 and got["latency_s"]["itl"]["count"] == 4800
+    assert 0.01 < got["latency_s"]["itl"]["p50"] < got["latency_s"]["itl"]["p99"] < 0.1
+
+
+def test_vllm_one_scrape_is_the_totals():
+    result = ingest("vllm-metrics", SCRAPES[1:])
+    assert result.summary["drafts"] == 15000
+    assert result.summary["per_position_acceptance"][0] == pytest.approx((5850 + 5400) / 15000)
+
+
+def test_vllm_counter_that_decreases_is_refused(capsys):
+    line = refused(capsys, "vllm-metrics", SCRAPES[1], SCRAPES[0])
+    assert "vllm_metrics_before.prom" in line and "vllm:spec_decode_num_drafts_total decreased" in line
+
+
+@pytest.mark.parametrize("bad, expected", [
+    ('vllm:spec_decode_num_accepted_tok{engine="0"} 3.0', ":2: truncated metric name"),
+    ('vllm:spec_decode_num_bonus_total{engine="0"} 3.0', ":2: unknown spec-decode metric name"),
+    ('vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0"} 3.0', ":2: vllm:spec_decode_num_accepted"),
+    ('vllm:spec_decode_num_accepted_tokens_per_pos_total{position="first"} 3.0', ":2: vllm:spec_decode_num_accepted"),
+    ('vllm:spec_decode_num_drafts_total{engine="0"', ":2: not Prometheus text"),
+])
+def test_vllm_bad_metric_lines_name_file_and_line(tmp_path, capsys, bad, expected):
+    path = tmp_path / "scrape.prom"
+    path.write_text(f'vllm:spec_decode_num_drafts_total{{engine="0"}} 10.0\n{bad}\n')
+    line = refused(capsys, "vllm-metrics", path)
+    assert f"{path}{expected}" in line
+
+
+def test_vllm_scrape_without_spec_counters_says_why(tmp_path, capsys):
+    path = tmp_path / "plain.prom"
+    path.write_text('vllm:num_requests_running{engine="0"} 1.0\n')
+    assert "no vllm:spec_decode_num_drafts_total" in refused(capsys, "vllm-metrics", path)
+    path.write_text('vllm:spec_decode_num_drafts_total{engine="0"} 10.0\n')
+    assert "vllm:spec_decode_num_accepted_tokens_total is missing" in refused(capsys, "vllm-metrics", path)
+
+
+# ---- vllm-bench -----------------------------------------------------------------------------------
+def test_vllm_bench_latency_in_seconds_and_acceptance_as_vllm_reports_it():
+    raw = json.loads((EX / "vllm_bench_serve.json").read_text())
+    result = ingest("vllm-bench", EXAMPLES["vllm-bench"])
+    assert result.latency["ttft"]["mean"] == pytest.approx(raw["mean_ttft_ms"] / 1000)
+    assert result.latency["tpot"]["p99"] == pytest.approx(raw["p99_tpot_ms"] / 1000)
+    assert result.latency["e2e"]["median"] == pytest.approx(raw["median_e2el_ms"] / 1000)
+    assert result.throughput["output_throughput"] == raw["output_throughput"]
+    assert result.summary["mean_accepted_tokens"] == pytest.approx(raw["spec_decode_acceptance_length"], abs=1e-4)
+    assert result.models["target"] == raw["model_id"]
+
+
+def test_vllm_bench_missing_tpot_names_the_field(tmp_path, capsys):
+    raw = json.loads((EX / "vllm_bench_serve.json").read_text())
+    del raw["mean_tpot_ms"], raw["median_tpot_ms"], raw["std_tpot_ms"], raw["p99_tpot_ms"]
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(raw))
+    assert f"{path}:1: missing field 'mean_tpot_ms'" in refused(capsys, "vllm-bench", path)
+
+
+# ---- sglang-bench ---------------------------------------------------------------------------------
+def test_sglang_accept_lengths_pool_and_invert_at_the_servers_steps():
+    result = ingest("sglang-bench", EXAMPLES["sglang-bench"])
+    tau = (256000 + 512000) / (256000 / 2.93 + 512000 / 2.89)      # total tokens over total steps
+    assert result.summary["mean_accepted_tokens"] == pytest.approx(tau)
+    assert result.summary["gamma"] == 3
+    assert float(expected_tokens(result.acceptance["alpha"], 3)) == pytest.approx(tau, abs=1e-9)
+    assert result.models["drafter"] == "lmsys/sglang-EAGLE-LLaMA3-Instruct-8B"
+    assert result.latency["ttft (rate 4.0, concurrency 32)"]["mean"] == pytest.approx(0.0382)
+
+
+def test_sglang_one_batch_gives_decode_steps_and_no_acceptance():
+    result = ingest("sglang-bench", [str(EX / "sglang_bench_one_batch.jsonl")])
+    assert result.acceptance is None
+    assert result.latency["decode_step (batch 8)"]["median"] == pytest.approx(0.00861)
+    assert any("no accept length" in line for line in result.not_provided)
+
+
+def test_sglang_without_draft_length_asks_for_gamma(tmp_path, capsys):
+    record = json.loads((EX / "sglang_bench_serving.jsonl").read_text().splitlines()[0])
+    record["server_info"] = None
+    path = tmp_path / "run.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    assert "pass --gamma" in refused(capsys, "sglang-bench", path)
+    assert ingest("sglang-bench", [str(path)], IngestOptions(gamma=4)).summary["gamma"] == 4
+
+
+# ---- spec-bench -----------------------------------------------------------------------------------
+def test_spec_bench_steps_keep_every_accept_length_and_turn_time(tmp_path, capsys):
+    lines = [json.loads(line) for line in (EX / "spec_bench_answers.jsonl").read_text().splitlines()]
+    out = tmp_path / "steps.parquet"
+    code, _, _ = run_cli(capsys, "spec-bench", EXAMPLES["spec-bench"][0], "--out", out, "--drafter", "llama-68m")
+    assert code == 0
+    frame, meta = read_trace(out, kind="step")
+    assert meta.extra["source_format"] == "spec-bench" and meta.models == {"draft": "llama-68m"}
+    expected = [a for line in lines for a in line["choices"][0]["accept_lengths"]]
+    assert frame["accepted"].tolist() == expected
+    first = lines[0]["choices"][0]
+    turn1 = frame[frame["prompt_id"] == f"spec-bench/{lines[0]['question_id']}/turn1"]
+    assert len(turn1) == first["decoding_steps"][0]
+    assert turn1["verify_s"].sum() == pytest.approx(first["wall_time"][0])
+    assert turn1["accepted"].sum() == first["new_tokens"][0]
+    gamma = max(expected) - 1
+    assert all(len(m) == min(a, gamma) for a, m in zip(frame["accepted"], frame["accept_mask"]))
+
+
+def test_spec_bench_splits_turns_by_new_tokens_without_decoding_steps(tmp_path):
+    line = json.loads((EX / "spec_bench_answers.jsonl").read_text().splitlines()[0])
+    counts = line["choices"][0].pop("decoding_steps")
+    path = tmp_path / "answers.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    steps = ingest("spec-bench", [str(path)]).steps
+    per_turn = [int((steps["prompt_id"] == f"spec-bench/{line['question_id']}/turn{t}").sum()) for t in (1, 2)]
+    assert per_turn == counts
+
+
+def test_spec_bench_line_with_missing_field_names_file_line_and_field(tmp_path, capsys):
+    lines = (EX / "spec_bench_answers.jsonl").read_text().splitlines()
+    broken = json.loads(lines[2])
+    del broken["choices"][0]["accept_lengths"]
+    path = tmp_path / "answers.jsonl"
+    path.write_text("\n".join([lines[0], lines[1], json.dumps(broken)]) + "\n")
+    assert f"{path}:3: choices[0]: missing field 'accept_lengths'" in refused(capsys, "spec-bench", path)
+
+
+# ---- hf-assisted: a stand-in for the part of generate the recorder hooks ---------------------------
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        self.t += 0.001
+        return self.t
+
+
+class FakeGenerator:
+    """Drafts `gamma` tokens (id 7) with logits whose softmax top-1 is known."""
+
+    def __init__(self, gamma):
+        self.gamma = gamma
+        self.requires_model_outputs = False
+
+    def get_candidates(self, input_ids):
+        candidates = np.concatenate([input_ids, np.full((1, self.gamma), 7)], axis=1)
+        logits = np.zeros((1, self.gamma, 4))
+        logits[..., 0] = np.log(3.0)                    # p(top-1) = 3 / (3 + 3) = 0.5
+        return candidates, logits
+
+    def update_candidate_strategy(self, input_ids, scores, num_matches):
+        self.seen = num_matches
+
+
+class FakeModel:
+    """Behaves like transformers' assisted decoding: generator per call, one update per step."""
+
+    class config:
+        _name_or_path, vocab_size = "fake-target", 32
+
+    def _get_candidate_generator(self, generation_config=None, assistant_model=None, **kwargs):
+        return FakeGenerator(gamma=3)
+
+    def generate(self, input_ids, assistant_model, matches):
+        generator = self._get_candidate_generator(generation_config=None, assistant_model=assistant_model)
+        for n in matches:
+            candidates, _ = generator.get_candidates(input_ids)
+            input_ids = np.concatenate([input_ids, candidates[:, input_ids.shape[1]:][:, :n], [[1]]], axis=1)
+            generator.update_candidate_strategy(input_ids, None, n)
+        return input_ids
+
+
+class FakeAssistant:
+    class config:
+        _name_or_path, vocab_size = "fake-draft", 32
+
+
+def test_recorder_writes_one_row_per_step_and_unhooks(tmp_path):
+    model = FakeModel()
+    with AssistedRecorder(model, clock=FakeClock()) as recorder:
+        recorder.prompt_id = "p/0"
+        model.generate(np.zeros((1, 5), int), FakeAssistant(), matches=[3, 1, 0])
+    assert "_get_candidate_generator" not in vars(model)           # the hook is gone
+    frame = recorder.frame()
+    assert frame["accepted"].tolist() == [4, 2, 1] and frame["ctx_len"].tolist() == [5, 9, 11]
+    assert frame["accept_mask"].tolist() == [[True] * 3, [True, False], [False]]
+    assert frame["step"].tolist() == [0, 1, 2] and set(frame["draft_forwards"]) == {3}
+    assert frame["draft_s"].tolist() == pytest.approx([0.001] * 3)    # one clock tick each region
+    assert frame["confidences"].iloc[0] == pytest.approx([0.5] * 3)
+    path = recorder.write(tmp_path / "hf.parquet", dataset="mt-bench")
+    result = ingest("hf-assisted", [str(path)])
+    assert result.models == {"target": "fake-target", "drafter": "fake-draft", "target_vocab": 32}
+    assert result.summary["mean_accepted_tokens"] == pytest.approx(7 / 3)
+    assert result.acceptance["alpha_by_position"][:2] == pytest.approx([2 / 3, 1 / 2])
+    with pytest.raises(InputError, match="recorded at temperature 0, not --temperature 0.7"):
+        ingest("hf-assisted", [str(path)], IngestOptions(temperature=0.7))
+
+
+def test_recorder_refuses_what_is_not_a_generation_model():
+    with pytest.raises(InputError, match="no _get_candidate_generator"):
+        AssistedRecorder(object())
+
+
+def test_hf_import_with_another_vocabulary_is_refused(tmp_path, capsys):
+    model = FakeModel()
+    with AssistedRecorder(model, clock=FakeClock()) as recorder:
+        model.generate(np.zeros((1, 5), int), FakeAssistant(), matches=[2, 1])
+    path = recorder.write(tmp_path / "hf.parquet")
+    base = Profile.load(PROFILES / "glide-vicuna-7b-h800.json").to_dict()
+    base["target"] = "fake-target"
+    base["models"]["fake-target"] = {**base["models"]["vicuna-7b"], "vocab": 32000}
+    base["drafters"]["fake-draft"] = {"kind": "draft_model"}
+    profile = tmp_path / "base.json"
+    profile.write_text(json.dumps(base))
+    line = refused(capsys, "hf-assisted", path, "--profile", profile, "--out", tmp_path / "p.json")
+    assert "vocabulary 32 differs" in line and "32000" in line
+
+
+@pytest.mark.slow
+def test_recorder_on_a_tiny_transformers_model_reproduces_the_example(tmp_path):
+    pytest.importorskip("transformers")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("record_hf_assisted", EX / "record_hf_assisted.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    frame, meta = read_trace(module.record(tmp_path / "steps.parquet"), kind="step")
+    committed, _ = read_trace(EX / "hf_assisted_steps.parquet", kind="step")
+    assert frame["accepted"].tolist() == committed["accepted"].tolist()       # greedy, seeded: the same steps
+    assert frame["accept_mask"].tolist() == committed["accept_mask"].tolist()
+    ctx_after = frame["ctx_len"] + frame["accepted"]
+    same_prompt = frame["prompt_id"].eq(frame["prompt_id"].shift(-1))
+    assert (ctx_after[same_prompt] == frame["ctx_len"].shift(-1)[same_prompt]).all()
+    assert meta.models == {"target": "tiny-llama-2l", "draft": "tiny-llama-1l"}
+
+
+# ---- the Profile merge and the command line -------------------------------------------------------
+def test_merge_into_a_profile_adds_the_entry_with_provenance(tmp_path, capsys):
+    out = tmp_path / "vicuna.json"
+    code, _, _ = run_cli(capsys, "vllm-metrics", *SCRAPES, "--drafter", "llama-68m", "--dataset", "mt-bench",
+                         "--profile", PROFILES / "glide-vicuna-7b-h800.json", "--out", out)
+    assert code == 0
+    merged = Profile.load(out)
+    key = "llama-68m/mt-bench/T0/vllm-metrics"
+    assert merged.acceptance_model(key).alpha == pytest.approx(19400 / 27300)
+    base = Profile.load(PROFILES / "glide-vicuna-7b-h800.json")
+    assert set(merged.acceptance) == set(base.acceptance) | {key}
+    assert merged.provenance["ingested"][-1]["sources"] == SCRAPES
+    assert "ttft" in merged.provenance["ingested"][-1]["latency_s"]
+
+
+def test_merge_refuses_another_target_or_drafter_naming_both(tmp_path, capsys):
+    out = tmp_path / "p.json"
+    line = refused(capsys, "vllm-metrics", *SCRAPES, "--drafter", "eagle",
+                   "--profile", PROFILES / "coral-llama-3-8b-a6000.json", "--out", out)
+    assert "'vicuna-7b'" in line and "'llama-3-8b'" in line
+    line = refused(capsys, "vllm-metrics", *SCRAPES, "--drafter", "eagle",
+                   "--profile", PROFILES / "glide-vicuna-7b-h800.json", "--out", out)
+    assert "drafter 'eagle'" in line and "llama-68m" in line
+    assert "pass --drafter" in refused(capsys, "vllm-metrics", *SCRAPES, "--profile",
+                                        PROFILES / "glide-vicuna-7b-h800.json", "--out", out)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["vllm-prom", "x.prom"], "unknown format 'vllm-prom' (known: vllm-metrics"),
+    (["vllm-bench", "no/such/file.json"], "no/such/file.json: file not found"),
+    (["spec-bench", str(EX / "spec_bench_answers.jsonl"), "--out", "x.csv"], "expected a .json or .parquet"),
+    (["vllm-bench", str(EX / "vllm_bench_serve.json"), "--out", "x.parquet"], "gives no StepTrace"),
+    (["vllm-bench", str(EX / "vllm_bench_serve.json"), "--profile", "p.json"], "--profile needs --out"),
+])
+def test_bad_arguments_are_one_line(tmp_path, monkeypatch, capsys, argv, expected):
+    monkeypatch.chdir(tmp_path)                         # nothing lands in the checkout, even when broken
+    assert expected in refused(capsys, *argv)
+
+
+def test_out_json_without_a_profile_is_the_result_object(tmp_path, capsys):
+    out = tmp_path / "result.json"
+    shutil.copy(EX / "vllm_bench_serve.json", tmp_path / "in.json")
+    assert run_cli(capsys, "vllm-bench", tmp_path / "in.json", "--out", out)[0] == 0
+    written = json.loads(out.read_text())
+    assert written["format"] == "vllm-bench" and "per_position_acceptance" in written

@@ -1,0 +1,122 @@
+"""Every command line's --help: exits 0, every option says what it does and states its default
+where it has one (the value the parser really uses), and no internal jargon (issue numbers).
+argparse's own errors are one `error:` line through common.errors.CliParser, which every CLI uses."""
+import argparse
+import importlib
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from common.cli import CliParser
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# (module whose main parses the arguments, argv that reaches --help)
+CLIS = [
+    ("experiments.sweep.cli", []), ("experiments.capacity.cli", []), ("experiments.reproduce", []),
+    ("experiments.verify_lossless", []), ("experiments.fidelity.cli", []), ("experiments.gpu_campaign", []),
+    ("experiments.smollm2_cpu", []), ("experiments.bench.costmodel", []), ("experiments.bench.simulator", []),
+    ("experiments.bench.sweep", []), ("experiments.simulate", []), ("experiments.simulate", ["stream"]),
+    ("experiments.simulate", ["serve"]), ("experiments.simulate", ["crossover"]),
+    ("calibrate.fit", []), ("calibrate.ingest.__main__", []), ("calibrate.paper_profiles", []),
+    ("traces.record", []), ("traces.check_replay", []), ("traces.timing", []),
+    ("runtime.engine.__main__", []), ("training.__main__", []),
+]
+JARGON = re.compile(r"\bissue\s*#?\d+|\bitem \d+\b", re.IGNORECASE)
+
+
+def _help_of(module: str, argv: list[str], monkeypatch, capsys) -> tuple[CliParser, str]:
+    """The parser that printed --help, and what it printed."""
+    seen: list[CliParser] = []
+    original = CliParser.format_help
+
+    def recording(self):
+        seen.append(self)
+        return original(self)
+
+    monkeypatch.setattr(CliParser, "format_help", recording)
+    with pytest.raises(SystemExit) as stop:
+        importlib.import_module(module).main([*argv, "--help"])
+    assert stop.value.code in (0, None), f"{module} {argv} --help exited {stop.value.code}"
+    assert seen, f"{module} does not build its parser with common.errors.CliParser"
+    return seen[-1], capsys.readouterr().out
+
+
+def _default_texts(default) -> set[str]:
+    """How a default may be written in a help text."""
+    if isinstance(default, (list, tuple)):
+        return {", ".join(map(str, default)), ",".join(map(str, default)), str(default), str(list(default))}
+    texts = {str(default)}
+    if isinstance(default, (str, Path)) and "/" in str(default):
+        texts.add(Path(default).name)        # a bundled file, named by its file name
+    if isinstance(default, float):
+        texts |= {f"{default:g}", f"{default:,g}", f"{default:g}".replace("e-0", "e-")}
+    if isinstance(default, int) and not isinstance(default, bool):
+        texts |= {f"{default:,}", f"{default:_}"}
+    return texts
+
+
+def undocumented_defaults(parser: argparse.ArgumentParser) -> list[str]:
+    """Options whose help does not state their default (or states another value)."""
+    formatter = parser._get_formatter()
+    wrong = []
+    for action in parser._actions:
+        if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)) or action.nargs == 0:
+            continue
+        name = "/".join(action.option_strings) or action.dest
+        text = formatter._expand_help(action) if action.help else ""
+        if not text:
+            wrong.append(f"{name}: no help")
+        elif action.required or not action.option_strings:
+            continue
+        elif "default" not in text.lower():
+            wrong.append(f"{name}: default {action.default!r} not stated: {text!r}")
+        elif action.default is not None and not any(t in text for t in _default_texts(action.default)):
+            wrong.append(f"{name}: help does not show the default {action.default!r}: {text!r}")
+    return wrong
+
+
+@pytest.mark.parametrize("module, argv", CLIS, ids=[" ".join([m, *a]) for m, a in CLIS])
+def test_help_states_every_default(module, argv, monkeypatch, capsys):
+    parser, text = _help_of(module, argv, monkeypatch, capsys)
+    assert "usage:" in text
+    assert undocumented_defaults(parser) == []
+    assert not JARGON.search(text), JARGON.search(text).group(0)
+
+
+def test_the_check_catches_a_wrong_or_missing_default():
+    p = CliParser(prog="x")
+    p.add_argument("--repeats", type=int, default=5, help="runs per point (default 8)")
+    p.add_argument("--minutes", type=float, default=None, help="training budget")
+    p.add_argument("--seed", type=int, default=0, help="seed")       # the formatter appends the default
+    assert [w.split(":")[0] for w in undocumented_defaults(p)] == ["--repeats", "--minutes"]
+
+
+def test_every_cli_in_the_tree_is_listed_and_uses_the_one_parser():
+    found = subprocess.run(["git", "grep", "--untracked", "-l", "-e", "CliParser(", "-e", "ArgumentParser(", "--",
+                            "*.py"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    modules = {f[:-3].replace("/", ".") for f in found if not f.startswith(("tests/", "common/"))}
+    assert modules - {m for m, _ in CLIS} == set()
+    direct = [f for f in found if "argparse.ArgumentParser(" in (ROOT / f).read_text()
+              and not f.startswith(("tests/", "common/"))]
+    assert direct == []
+
+
+@pytest.mark.parametrize("argv, expected", [(["--nope"], "--nope"), (["--batch", "abc"], "abc")])
+def test_argparse_errors_are_one_line(argv, expected, capsys):
+    code = importlib.import_module("experiments.sweep.cli").main(argv)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0]
+
+
+def test_simulates_help_examples_run_on_every_bundled_paper_profile(tmp_path, capsys):
+    from experiments import simulate
+
+    examples = simulate.bundled_examples()
+    assert len({e[e.index("--method") + 1] for e in examples}) >= 5     # every paper's method has one
+    for example in examples:
+        argv = [a if not a.startswith("out/sim/") else str(tmp_path / Path(a).name) for a in example]
+        code = simulate.main([*argv, "--repeats", "2", "--n-tokens", "32"])
+        assert code == 0, f"{' '.join(example)}: {capsys.readouterr().err[-300:]}"

@@ -1,0 +1,70 @@
+"""Capacity planning: SLO checks, the max-load search, GPU counts and one-line errors."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from experiments.capacity import cli as capacity_cli
+from experiments.capacity import plan as capacity
+from experiments.capacity import report as capacity_report
+from experiments.sweep.executor import LocalExecutor
+from tests.experiments.test_sweep import toy_profile
+
+SD = {"gamma": 4, "drafter": "llama-68m", "acceptance": "llama-68m"}
+
+
+def test_slo_violation_ratio():
+    slo = capacity.Slo(tpot_p99=0.02, ttft_p99=1.0)
+    ok = {"tpot_s_p99": 0.01, "ttft_s_p99": 0.5, "oom": 0, "completed": 5}
+    assert slo.violation(ok) == pytest.approx(0.5)
+    assert slo.violation({**ok, "tpot_s_p99": 0.03}) == pytest.approx(1.5)
+    assert slo.violation({**ok, "oom": 1}) == math.inf
+    assert "tpot p99 <= 20 ms" in slo.describe()
+
+
+def test_max_load_search_brackets_the_slo():
+    profile = toy_profile().to_dict()
+    load = capacity.LoadSpec(prompt_len="fixed:128", output_len="fixed:64", duration_s=8.0, max_batch=16)
+    slo = capacity.Slo(tpot_p99=0.05)
+    out = capacity.max_load_task(capacity.LoadTask(profile, "sd", "sd", SD, load, slo, seed=1, start_rate=2.0,
+                                                   bisections=3))
+    assert out["max_rate"] > 0 and out["violation"] <= 1.0
+    above = capacity.run_task(capacity.RunTask(profile, "sd", "sd", SD, load, 4 * out["max_rate"], seed=1))
+    assert not capacity._passes(slo, above)           # four times the found rate breaks the SLO
+
+
+def test_plan_and_report(tmp_path):
+    opts = capacity.CapacityOptions(methods=["sd"], target_rate=6.0, slo=capacity.Slo(tpot_p99=0.05),
+                                    load=capacity.LoadSpec(prompt_len="fixed:128", output_len="fixed:64",
+                                                           duration_s=6.0, max_batch=16), batches=(1, 8))
+    result = capacity.plan(toy_profile(), opts, LocalExecutor(workers=1, progress=False))
+    best = result["best"].set_index("method")
+    assert set(best.index) == {"ar", "sd"}
+    assert best.loc["sd", "max_rate"] > best.loc["ar", "max_rate"] > 0
+    assert best.loc["sd", "gpus"] <= best.loc["ar", "gpus"]
+    path = capacity_report.write_report(result, opts, tmp_path, "python -m experiments.capacity ...")
+    text = path.read_text()
+    assert "![curves](curves.png)" in text and (tmp_path / "curves.png").exists()
+    assert (tmp_path / "crossover" / "crossover.csv").exists()
+
+
+def test_unmeetable_slo_says_so_and_shows_the_closest(tmp_path, capsys):
+    path = toy_profile().save(tmp_path / "toy.json")
+    code = capacity_cli.main(["--profile", str(path), "--methods", "sd", "--slo-tpot-p50", "0.01", "--duration", "4",
+                          "--out", str(tmp_path / "o"), "--workers", "1", "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("error: no configuration meets the SLO") and "closest:" in err
+    assert "\n" not in err
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--hardware", "TPUv9"], "unknown hardware 'TPUv9' (known: V100"),
+    (["--methods", "medusa"], "unknown method 'medusa'"),
+    (["--profile", "/nonexistent.json"], "profile file not found"),
+    (["--slo-tpot-p99", "-3"], "--slo-tpot-p99 must be > 0"),
+])
+def test_bad_input_one_line(args, message, capsys):
+    assert capacity_cli.main(args + ["--out", "/tmp/never"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err

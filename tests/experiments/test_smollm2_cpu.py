@@ -1,0 +1,96 @@
+"""experiments.smollm2_cpu: the SmolLM2 campaign's CLI checks and the pieces of its tables."""
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import methods
+from experiments import smollm2_cpu as smollm2_cli
+from experiments.campaigns import smollm2 as smollm2_cpu
+from experiments.campaigns.smollm2_report import decode_rate
+from common.errors import InputError
+
+
+def test_unknown_stage_and_bad_numbers_are_one_line_exit_2(capsys, tmp_path):
+    assert smollm2_cli.main(["--stages", "latency,nope", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == "error: unknown stage 'nope' (known: latency, tokens, steps, profile, best, tables)"
+    assert smollm2_cli.main(["--limit", "0", "--out", str(tmp_path)]) == 2
+
+
+def test_a_missing_drafter_names_the_training_command(tmp_path):
+    args = smollm2_cli.build_parser().parse_args(["--drafters", str(tmp_path)])
+    with pytest.raises(InputError, match="python -m training router"):
+        smollm2_cpu.drafter_file(args, "coral-router")
+    with pytest.raises(InputError, match="python -m training glide"):
+        smollm2_cpu.drafter_file(args, "glide")
+
+
+def test_runs_are_labelled_by_their_configs_and_priced_without_a_trained_router():
+    labels = [run.label for run in smollm2_cpu.RUNS]
+    assert len(set(labels)) == len(labels) and "mcsd k2x2x1 repl" in labels and "coral g4 N16 top2" in labels
+    for run in smollm2_cpu.RUNS:
+        assert run.drafter is None or run.drafter in smollm2_cpu.DRAFTERS
+        assert methods.parse_label(run.label) == run.config
+    routed = smollm2_cpu.CHAIN_RUNS["coral-router"]
+    assert routed.priced.label == "coral g4"              # the router is part of the drafter's latency
+    assert smollm2_cpu.CHAIN_RUNS["coral"].priced == smollm2_cpu.CHAIN_RUNS["coral"].config
+
+
+def test_decode_rate_is_wall_clock_per_committed_token():
+    steps = pd.DataFrame({"draft_s": [0.1, 0.2], "verify_s": [0.3, 0.3], "overhead_s": [0.0, 0.1],
+                          "accepted": [3, 1], "ctx_len": [100, 103]})
+    per_token, per_step, ctx = decode_rate(steps)
+    assert per_token == pytest.approx(1.0 / 4) and per_step == 2.0 and ctx == 101.5
+
+
+BUNDLED_TRACES = Path("data/traces/smollm2-cpu")
+BUNDLED_PROFILE = Path("data/profiles/smollm2-135m-cpu.json")
+BUNDLED_REPORT = Path("examples/smollm2_cpu")
+
+
+@pytest.mark.skipif(not BUNDLED_PROFILE.exists(), reason="no bundled SmolLM2 recording")
+def test_bundled_profile_and_tables_follow_from_the_bundled_traces(tmp_path):
+    """Re-running the profile and tables stages on the committed traces gives the committed Profile
+    (provenance aside) and the committed measured/predicted tables."""
+    profile, report = tmp_path / "p.json", tmp_path / "report"
+    assert smollm2_cli.main(["--stages", "profile,tables", "--out", str(BUNDLED_TRACES), "--profile", str(profile),
+                             "--report", str(report)]) == 0
+    fresh, bundled = json.loads(profile.read_text()), json.loads(BUNDLED_PROFILE.read_text())
+    fresh.pop("provenance"), bundled.pop("provenance")
+    assert fresh.keys() == bundled.keys() and fresh["acceptance"].keys() == bundled["acceptance"].keys()
+    for key in fresh["acceptance"]:
+        assert fresh["acceptance"][key]["alpha"] == pytest.approx(bundled["acceptance"][key]["alpha"], rel=1e-9)
+    assert fresh["workload"] == bundled["workload"]
+    for method, calibration in bundled["engine"]["methods"].items():      # the engine calibration refits
+        assert fresh["engine"]["methods"][method] == pytest.approx(calibration, rel=1e-6, abs=1e-12)
+    assert fresh["engine"]["fit"]["heldout"]["per_config"] == pytest.approx(
+        bundled["engine"]["fit"]["heldout"]["per_config"], abs=1e-5)
+    for name in ("measured_vs_predicted.csv", "acceptance.csv"):
+        got, want = pd.read_csv(report / name), pd.read_csv(BUNDLED_REPORT / name)
+        pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=1e-6)
+    table = pd.read_csv(BUNDLED_REPORT / "measured_vs_predicted.csv")
+    assert {run.label for run in smollm2_cpu.RUNS} <= set(table["run"])
+    assert table.loc[table["run"] != "ar", "simulator_error"].notna().all()
+    text = (report / "README.md").read_text()        # no best_runs.json: the best are not claimed as measured
+    assert "Predicted here only" in text and "recorded each of them for real" not in text
+
+
+def test_sweep_rows_become_engine_runs():
+    run = lambda **row: smollm2_cpu.best_run(pd.DataFrame([row]))   # noqa: E731
+    cape = run(method="cape", drafter="vanilla", gamma=1, bins=(8,) * 11)
+    assert (cape.label, cape.drafter) == ("best cape g1 S88888888888", "vanilla")
+    coral = run(method="coral", drafter="coral-router", gamma=2, groups=0, top_n=0)
+    assert coral.config.to_dict() == {"gamma": 2, "groups": 16, "top_n": 2} and coral.priced.label == "coral g2"
+    assert run(method="lookahead", drafter="-", W=4, N=2, G=8).drafter is None
+    with pytest.raises(InputError, match="untrained"):
+        run(method="coral", drafter="coral", gamma=2, groups=8, top_n=2)
+
+
+def test_best_runs_read_back(tmp_path):
+    (tmp_path / "best_runs.json").write_text(json.dumps({"mt-bench": [
+        {"label": "best mcsd k8 repl", "method": "mcsd", "config": {"k": [8], "replacement": True},
+         "drafter": "vanilla", "sweep_config": "mcsd k8 repl"}]}))
+    args = smollm2_cli.build_parser().parse_args(["--out", str(tmp_path)])
+    best, = smollm2_cpu.best_runs(args)["mt-bench"]
+    assert best.label == "best mcsd k8 repl" and best.config.k == (8,)
