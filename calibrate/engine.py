@@ -15,25 +15,19 @@ step (`costmodel.step` on the method's shape, the step's realised draft forwards
 
 per method (`costmodel.step.StepCalibration`), and pooled over every method for methods without
 traces. The draft part pays per forward and per proposed token besides the forwards' own cost
-(cache views, masks, top-k sampling and tree building around each forward and node): on SmolLM2
-on a 77 ms-per-step CPU, MCSD's tree drafter 0.72x its isolated forwards + 10.6 ms per forward +
-0.6 ms per node (on the 38 ms CPU of the bundled recording, two interleaved repeats: 0.75x +
-4.7 ms per forward, nothing per node). A fixed cost per step instead priced a one-level
-4-wide tree at half its measured draft time and 43-64-node trees at 1.2-1.3x theirs (held-out
-draft error median 7.7% -> 5.3%, worst 61% -> 27%). A chain verifies one token more than it
+(cache views, masks, top-k sampling and tree building around each forward and node): a fixed cost
+per step instead misprices trees of different widths. A chain verifies one token more than it
 drafts, so only its per-forward + per-token sum is determined (one of the two may come out
-negative). A generation's first draft runs the whole prompt through the
-drafter: +50-145 ms on SmolLM2 (77 ms CPU), 1.5% of a 32-token generation's decode, fitted as a fixed cost plus
-one per prompt token. Each fit is a ridge regression towards the prior (scale 1, nothing fixed); where the prior
-barely varies (one configuration of a method) only the scale is fitted, so a direction the traces
-do not explore stays at the prior instead of wandering. Three structures compete (`STRUCTURES`):
-every part per method; the verify forward shared by the speculative methods (draft and overhead
-per method); or that shared verify with a cost per verified token besides (the engine computes
-logits at every verified position and builds masks for them, which the isolated forward may not:
-on SmolLM2 on the 77 ms CPU the engine's verify over the isolated forward grew from 1.25x at 2-9
-tokens to 1.4-1.5x at 54-64; on the bundled recording's 38 ms CPU 1.04-1.09x at 2-13 and 1.06-1.07x
-at 32-76). The one with the lowest mean leave-one-configuration-out error is kept (the mean: a
-structure with a few wild fits must not win on its typical one), and every error is recorded.
+negative). A generation's first draft runs the whole prompt through the drafter, fitted as a fixed
+cost plus one per prompt token. Each fit is a ridge regression towards the prior (scale 1, nothing
+fixed); where the prior barely varies (one configuration of a method) only the scale is fitted, so
+a direction the traces do not explore stays at the prior instead of wandering. Three structures
+compete (`STRUCTURES`): every part per method; the verify forward shared by the speculative methods
+(draft and overhead per method); or that shared verify with a cost per verified token besides (the
+engine computes logits at every verified position and builds masks for them, which the isolated
+forward may not). The one with the lowest mean leave-one-configuration-out error is kept (the
+mean: a structure with a few wild fits must not win on its typical one), and every error is
+recorded. What these fits came to on the bundled recordings is in examples/smollm2_cpu/README.md.
 
 Traces measured in pairs (each generation beside plain decoding of its prompt, `traces.drift`) are
 first rescaled to the machine's typical speed, so the fit sees the methods' costs, not the minute

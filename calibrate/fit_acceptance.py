@@ -17,7 +17,6 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-import methods
 from calibrate.acceptance import AcceptanceModel
 from common.errors import InputError
 from costmodel.cape import N_BINS, confidence_bin

@@ -8,15 +8,14 @@ Eq. 7 serves the papers' profiles, fitted to their tables.
 
 Fitted on the engine's own steps, the pool's growth (last section) replaces f: whether a step finds
 a candidate at all depends on the n-grams the window has collected, so a small W and a short
-generation gain little (measured on SmolLM2: W = 1 found candidates on 9-13% of steps, W >= 5 on
-34-53%), which a steady-state f fitted at W = 2-7 cannot tell.
+generation gain little, which a steady-state f fitted at a few W cannot tell.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from costmodel.leviathan import check_positive_int, check_probability, latency_at
+from costmodel.leviathan import check_positive_int, latency_at
 from costmodel.multiseq import expected_tokens_multiseq
 
 
@@ -111,13 +110,13 @@ def expected_forward_tokens(n, w, g, pool=None) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------ the pool's growth
-# Measured on the engine (SmolLM2 StepTraces): whether a step finds any candidate at all decides
-# most of Lookahead's gain, and that depends on how many n-grams the window has collected so far.
+# On the engine's own steps, whether a step finds any candidate at all decides most of
+# Lookahead's gain, and that depends on how many n-grams the window has collected so far.
 # A window of W harvests W n-grams per step once its N - 1 levels are full (from step N - 2 on), so
 # by step t the pool holds W max(0, t - N + 2). A step finds candidates with probability
 # hit (1 - exp(-collected / fill)); it then verifies K = min(G, 1 + Poisson(pool)) of them. A
 # candidate's first token is accepted with alpha and each later one, given the ones before, with
-# alpha_next (measured: 0.2-0.5 against 0.5-0.9; a matching n-gram tends to go on matching). The
+# alpha_next (a matching n-gram tends to go on matching, so alpha_next runs above alpha). The
 # candidates share their first token and are far from independent, so the longest accepted prefix
 # follows Eq. 5's tail with b = 1 + spread (K - 1) effective speculations (spread 0: one, 1: K
 # independent).

@@ -44,14 +44,13 @@ class Param:
     def format(self, value: Any) -> str:
         return f"{self.prefix}{value}"
 
-    def parse(self, token: str) -> Any | None:
-        """The value a label token holds, or None when the token is not this field's."""
-        if not token.startswith(self.prefix) or len(token) == len(self.prefix):
-            return None
-        return self._parse_value(token[len(self.prefix):])
+    def owns(self, token: str) -> bool:
+        """Whether a label token is this field's (its prefix and a value)."""
+        return token.startswith(self.prefix) and len(token) > len(self.prefix)
 
-    def _parse_value(self, text: str) -> Any | None:
-        return text
+    def read(self, name: str, token: str) -> Any:
+        """The checked value of a token this field owns; InputError in the check's words."""
+        return self.check(name, token[len(self.prefix):])
 
 
 @dataclass(frozen=True)
@@ -72,8 +71,6 @@ class Int(Param):
             raise InputError(f"config '{name}' must be {allowed}, got {value}")
         return value
 
-    def _parse_value(self, text):
-        return int(text) if text.isdigit() else None
 
 
 @dataclass(frozen=True)
@@ -97,11 +94,6 @@ class Float(Param):
     def format(self, value):
         return f"{self.prefix}{float(value):g}"
 
-    def _parse_value(self, text):
-        try:
-            return float(text)
-        except ValueError:
-            return None
 
 
 @dataclass(frozen=True)
@@ -123,8 +115,11 @@ class Flag(Param):
     def label_token(self, value):
         return self.format(value)
 
-    def parse(self, token):
-        return True if token == self.prefix else (False if token == self.off else None)
+    def owns(self, token):
+        return token in (self.prefix, self.off) and bool(token)
+
+    def read(self, name, token):
+        return token == self.prefix
 
 
 @dataclass(frozen=True)
@@ -148,11 +143,6 @@ class IntTuple(Param):
     def format(self, value):
         return f"{self.prefix}{self.text(value)}"
 
-    def _parse_value(self, text):
-        try:
-            return self.parser(text)
-        except (TypeError, ValueError):
-            return None
 
 
 def param(kind: Param, default: Any) -> Any:
@@ -257,9 +247,9 @@ class MethodConfig:
         fields = dataclasses.fields(cls)
         for token in tokens[1:]:
             for f in sorted(fields, key=lambda f: -len(f.metadata["param"].prefix)):
-                value = f.metadata["param"].parse(token)
-                if value is not None and f.name not in values:
-                    values[f.name] = value
+                param = f.metadata["param"]
+                if f.name not in values and param.owns(token):
+                    values[f.name] = param.read(f.name, token)    # a bad value: the Param's own words
                     break
             else:
                 raise InputError(f"label {text!r}: token '{token}' is no field of {cls.method} "

@@ -142,7 +142,7 @@ class StaticKVCache(KVCache):
 
     static = True
 
-    def __init__(self, config: LlamaConfig, batch: int = 1, capacity: int = 256, dtype=torch.float32,
+    def __init__(self, config, batch: int = 1, capacity: int = 256, dtype=torch.float32,
                  device="cpu", runner=None):
         super().__init__(config, batch, capacity + HEADROOM, dtype=dtype, device=device)
         self.capacity = capacity

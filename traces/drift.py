@@ -1,8 +1,7 @@
 """Paired plain-decoding references: how fast the machine ran while each generation was measured.
 
-The 2-core CPU's speed wanders by tens of percent within a minute: the same plain step on the same
-prompt took 67 to 112 ms in one two-minute probe (stop 19), so a configuration measured minutes
-away from the plain decoding it is divided by can gain or lose 20% by timing alone.
+A shared CPU's speed wanders by tens of percent within a minute, so a configuration measured
+minutes away from the plain decoding it is divided by can gain or lose as much by timing alone.
 `experiments.campaigns.measure` therefore runs plain decoding (ar) on the same prompt right next to every
 other generation: the two form a pair and share an id in the StepTrace column `pair` (-1: not
 paired). Two uses, one rule:

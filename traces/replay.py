@@ -34,34 +34,6 @@ def replayable() -> list[str]:
     return [s.name for s in methods.specs() if s.replayable]
 
 
-def chain_lengths(table: TokenTable, levels: Sequence[int], *, eta: float = 0.0,
-                  bins: Sequence[int] | None = None) -> np.ndarray:
-    """(N,) accepted length of a step starting at each position whose level l keeps the drafter's
-    top-levels[l] (a chain: all 1); drafting stops after the first token with conf <= eta (eta > 0);
-    with CAPE `bins`, a miss at l is caught iff its rank < bins[confidence_bin(conf)]."""
-    from costmodel.cape import confidence_bin
-
-    n = table.size
-    depth = len(levels)
-    # Past the end of the table a rank never hits; the cap below makes this exact, and reading the
-    # next prompt's ranks past a prompt's own end is harmless for the same reason.
-    rank = _padded(table.draft_rank, depth, np.iinfo(np.int64).max)
-    conf = _padded(table.draft_conf, depth, 0.0)
-    if max(levels) == 1:                                                             # m
-        first_miss = np.minimum(table.top1_run, depth)
-    else:
-        first_miss = _leading(lambda l: rank[l: l + n] < levels[l], depth, n)
-    drafted = np.full(n, depth, dtype=np.int64)                                     # d
-    if eta > 0:
-        drafted = np.minimum(_leading(lambda l: conf[l: l + n] > eta, depth, n) + 1, depth)
-    accepted = np.where(first_miss >= drafted, drafted + 1, first_miss + 1)
-    if bins is not None:
-        at_miss = np.arange(n) + first_miss
-        caught = (first_miss < depth) & (rank[at_miss] < np.asarray(bins, dtype=np.int64)[confidence_bin(conf[at_miss])])
-        accepted = np.where(caught, first_miss + 2, accepted)
-    return np.minimum(accepted, table.remaining())
-
-
 # ----------------------------------------------------------------------------- step walks
 
 @dataclass(frozen=True)

@@ -1,6 +1,4 @@
-"""Recompute every published number the closed forms can predict from the paper's own inputs.
-
-    python -m experiments.reproduce --out out/reproduce
+"""The papers' numbers recomputed (the library of `python -m experiments.reproduce`).
 
 Each comparison row: paper, table, row, column, published, predicted, relative error and the
 variant it belongs to. Variant "paper inputs" uses only what the paper gives; where a prediction

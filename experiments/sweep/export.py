@@ -26,7 +26,6 @@ import pandas as pd
 
 import methods
 from common import atomic
-from common.errors import InputError
 from experiments.sweep.deployments import DEPLOYMENT
 from methods.engines import EngineConfig, NoCounterpart
 from methods.spec import Setup

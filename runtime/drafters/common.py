@@ -18,6 +18,7 @@ from torch import nn
 
 from common.errors import InputError
 from runtime.drafters.io import load_drafter
+from runtime.engine.base import Decoder
 from runtime.llama import Llama, RMSNorm
 
 

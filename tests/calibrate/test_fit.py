@@ -1,8 +1,6 @@
 """calibrate.fit_acceptance and the calibrate.fit CLI against synthetic traces from known parameters."""
-import json
 
 import numpy as np
-import pandas as pd
 import pytest
 from scipy.stats import beta as beta_dist
 

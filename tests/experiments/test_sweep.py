@@ -46,7 +46,7 @@ def toy_profile(hardware: str = "A100-80G", latency_kind: str = "roofline") -> P
                      "glide": {"kind": "glide", "model": "glide-1l"},
                      "kangaroo": {"kind": "kangaroo", "exit_layer": 2},
                      "eagle": {"kind": "coral", "model": "eagle-1l", "head_model": "eagle-head"},
-                     "lookahead": {"kind": "lookahead"}},
+                     "lookahead": {"kind": "lookahead"}, "prompt_lookup": {"kind": "prompt_lookup"}},
         "acceptance": {
             "llama-68m": {"drafter": "llama-68m", "temperature": 0.0, "dataset": "mt-bench", "alpha": 0.7,
                           "alpha_at_k": {"1": 0.7, "2": 0.8, "4": 0.87, "8": 0.91, "16": 0.94, "32": 0.96},
@@ -60,7 +60,10 @@ def toy_profile(hardware: str = "A100-80G", latency_kind: str = "roofline") -> P
             "eagle": {"drafter": "eagle", "temperature": 0.0, "dataset": "mt-bench", "alpha": 0.78,
                       "router_recall": {"4/1": 0.9, "4/2": 0.99, "8/2": 0.97, "16/2": 0.96, "16/1": 0.88}},
             "lookahead": {"drafter": "lookahead", "temperature": 0.0, "dataset": "mt-bench",
-                          "lookahead": {"alpha": 0.425, "f": 3.106}}},
+                          "lookahead": {"alpha": 0.425, "f": 3.106}},
+            "prompt_lookup": {"drafter": "prompt_lookup", "temperature": 0.0, "dataset": "mt-bench",
+                              "prompt_lookup": {"hit": 0.6, "decay": 0.3, "tail": 0.1, "alpha": 0.3, "alpha_long": 0.9,
+                                                "gain": 0.6, "alpha_next": 0.8}}},
         "provenance": {"sources": ["synthetic test profile"]},
     }
     return Profile.from_dict(raw)

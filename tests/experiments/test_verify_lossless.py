@@ -2,7 +2,6 @@
 import subprocess
 import sys
 
-import pytest
 
 from experiments import verify_lossless
 

@@ -82,3 +82,33 @@ def test_a_trained_router_is_the_drafters_own():
     assert priced_config(run, routed).label == "coral g3"            # the router is priced in the drafter
     assert engine_config(priced_config(run, routed), routed) == run
     assert priced_config(run, plain) == run
+
+
+@pytest.mark.parametrize("label,needle", [
+    ("cape g4 S88886666440", "each lies in 1..35"),          # a bin that verifies no token
+    ("mcsd k4x0x1 repl", "config 'k'"),                      # a level of no candidates
+    ("lookahead W4 N1 G4", "'N' must be in 2..32"),          # an n-gram of one token
+    ("prompt_lookup g4 nmin3 nmax2", "exceeds n_max"),
+])
+def test_a_value_one_layer_refuses_every_layer_refuses_in_one_line(label, needle, tmp_path, capsys):
+    """The label is refused by the registry, by the simulator, by the engine's command line and by
+    the recorder's, all with the Param's own words (exit 2, one line), before any model loads."""
+    from experiments import simulate
+    from runtime.engine.__main__ import main as engine_main
+    from simulator.methods import build_step_model
+    from tests.simulator.fixtures import profile_dict
+    from traces.record import main as record_main
+
+    with pytest.raises(InputError, match=needle):
+        methods.parse_label(label)
+    with pytest.raises(InputError, match=needle):
+        build_step_model(profile_dict(), label.split()[0], label)
+    method = label.split()[0]
+    for main, argv in [(simulate.main, ["stream", "--profile", "data/profiles/smollm2-135m-cpu.json", "--method", method,
+                                        "--config", label, "--out", str(tmp_path / "sim")]),
+                       (engine_main, ["--target", "tiny", "--methods", label]),
+                       (record_main, ["--target", "tiny", "--method", method, "--config", label, "--prompts", "mtbench", "--limit", "1",
+                                      "--out", str(tmp_path / "t.parquet")])]:
+        assert main(argv) == 2
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(lines) == 1 and needle in lines[0], lines

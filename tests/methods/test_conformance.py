@@ -62,6 +62,43 @@ def test_engine_greedy_identity(name, models):
 
 
 @pytest.mark.parametrize("name", all_names())
+def test_the_engine_runs_the_specs_own_default_and_the_steps_its_shape_prices(name, models, profile):
+    """make_decoder binds the decoder to the spec that chose it (the toy method reuses sd's decoder
+    with its own default draft length), and every engine step runs what the method's step shape
+    says: exactly where the shape is fixed (a chain, a tree, plain decoding), else within its bounds
+    (a drafter that stops early, confidence-sized sets, a pool or a match that may be empty)."""
+    from runtime.engine import make_decoder
+
+    target, drafter = models
+    spec = methods.get(name)
+    decoder = make_decoder(name, target, drafter if "draft_model" in spec.drafter_kinds else None)
+    assert decoder.config == spec.config() and decoder.spec is spec
+    setup = profile.setups_for(spec)[0]
+    shape = spec.step_shape(setup, spec.frame_of([spec.config()]))
+    fixed = shape.verify_dist is None and shape.draft_reach is None and (
+        shape.max_drafted > 0 or float(np.max(shape.verify_tokens)) == 1.0)
+    support = shape.verify_dist[0][shape.verify_dist[1] > 0] if shape.verify_dist is not None else np.zeros(1)
+    most = max(float(np.max(support)), float(np.max(shape.verify_tokens)), 1.0 + float(shape.draft_width.sum()))
+    steps = decoder.generate(PROMPT, 24).steps
+    for step in steps[:-1]:                                  # the last step may be cut at the length
+        if fixed:
+            assert (step.draft_forwards, step.verify_tokens) == (shape.max_drafted, round(float(shape.verify_tokens[0]))), (name, step)
+        else:
+            assert step.draft_forwards <= shape.max_drafted and 1 <= step.verify_tokens <= most, (name, step)
+
+
+@pytest.mark.parametrize("name", all_names())
+def test_a_spaces_labels_are_its_configurations_labels(name, profile):
+    spec = methods.get(name)
+    if not spec.sweep:
+        return
+    space = spec.space(profile.setups_for(spec)[0])
+    configs = spec.configs_of(space)
+    assert list(space["config"]) == [c.label for c in configs]
+    assert all(methods.parse_label(label) == c for label, c in zip(space["config"][:50], configs[:50]))
+
+
+@pytest.mark.parametrize("name", all_names())
 def test_closed_form_step_cost_and_simulator(name, profile):
     from simulator.stream import simulate_stream
 

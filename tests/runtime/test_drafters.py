@@ -3,7 +3,6 @@
 A 6-token vocabulary makes random drafters agree with the target often enough that multi-token
 acceptances, full acceptances (bonus tokens) and rollbacks all happen within a few dozen tokens.
 """
-import numpy as np
 import pytest
 import torch
 

@@ -1,5 +1,4 @@
 """runtime.engine: greedy identity of every method, step records, bad configurations, output law."""
-import numpy as np
 import pytest
 import torch
 

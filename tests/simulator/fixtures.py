@@ -24,6 +24,7 @@ _ALL = {
         "K": {"kind": "kangaroo", "exit_layer": 2, "adapter_model": "KA"},
         "C": {"kind": "coral", "model": "CM", "head_model": "CH"},
         "lookahead": {"kind": "lookahead"},
+        "prompt_lookup": {"kind": "prompt_lookup"},
     },
     "acceptance": {
         "D": {"alpha": 0.7, "markov": {"p_aa": 0.85, "p_ra": 0.4},
@@ -34,6 +35,8 @@ _ALL = {
         "K": {"alpha": 0.6, "conf_bins": {"freq": FREQ, "topk_hit": TOPK}},
         "C": {"alpha": 0.8, "alpha_by_position": [0.85, 0.8, 0.75, 0.7], "router_recall": {"16/2": 0.95}},
         "lookahead": {"alpha": 0.5, "lookahead": {"alpha": 0.5, "f": 2.0}},
+        "prompt_lookup": {"alpha": 0.4, "prompt_lookup": {"hit": 0.8, "decay": 0.6, "tail": 0.1, "alpha": 0.4, "alpha_long": 0.8,
+                                                           "gain": 0.5, "alpha_next": 0.75}},
     },
 }
 
@@ -47,7 +50,7 @@ CASES = [  # (method, config): every method of the catalogue, with its variants
     ("glide", {"gamma": 5}), ("glide", {"gamma": 4, "bins": [4, 4, 2, 2, 2, 1, 1, 1, 1, 1, 1]}),
     ("lookahead", {"W": 5, "N": 4, "G": 5}), ("kangaroo", {"gamma": 6, "eta": 0.6}),
     ("kangaroo", {"gamma": 4, "eta": 0.0}), ("coral", {"gamma": 4}),
-    ("coral", {"gamma": 4, "groups": 16, "top_n": 2}),
+    ("coral", {"gamma": 4, "groups": 16, "top_n": 2}), ("prompt_lookup", {"gamma": 4, "n_min": 1, "n_max": 3}),
 ]
 
 

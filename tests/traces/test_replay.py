@@ -7,7 +7,6 @@ TokenTrace of the same models then has to reproduce every step's accepted length
 """
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pandas as pd

@@ -3,7 +3,6 @@ siblings, the fast mutant samplers draw from those laws, the batched rules pass 
 from fractions import Fraction as F
 
 import numpy as np
-import pytest
 
 from verification import batched, laws, statistical
 from verification.cases import PositionCase, RULES, random_position_case

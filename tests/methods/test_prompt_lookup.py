@@ -1,0 +1,147 @@
+"""Prompt-lookup decoding (methods/prompt_lookup.py, runtime/engine/prompt_lookup.py): the proposer
+matches as vLLM's ngram does, the engine is the target's greedy and sampled law, the acceptance
+model is recovered from steps drawn from it, the closed form is the mean of its process, and each
+engine gets its own options."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import methods
+from common.errors import InputError
+from methods.prompt_lookup import MatchAcceptance, MatchSampler, PromptLookupConfig
+from methods.spec import Setup
+from runtime.engine import Sampling, make_decoder
+from runtime.engine.prompt_lookup import match_continuation
+from runtime.models import tiny_model
+
+TRUE = MatchAcceptance(hit=0.85, decay=0.4, tail=0.15, alpha=0.3, alpha_long=0.8, gain=0.4, alpha_next=0.7)
+SPEC = methods.get("prompt_lookup")
+
+
+@pytest.mark.parametrize("tokens,n_min,n_max,gamma,expected", [
+    ([1, 2, 3, 4, 2, 3], 2, 3, 4, [4, 2, 3]),           # vLLM's own example: [4, 2, 3] cannot match, [2, 3] can
+    ([5, 1, 2, 9, 1, 2, 7, 1, 2], 1, 3, 2, [9, 1]),     # the earliest of equal matches
+    ([1, 2, 8, 3, 1, 2, 3, 4, 2, 3], 1, 3, 3, [4, 2, 3]),   # the longest match wins over an earlier shorter one
+    ([1, 2, 3], 1, 3, 4, []),                           # nothing repeats
+    ([7, 7], 2, 3, 4, []),                              # shorter than n_min before the suffix
+    ([3, 7, 3], 1, 1, 5, [7, 3]),                       # the continuation runs up to the context's end
+])
+def test_the_proposer_matches_like_vllm(tokens, n_min, n_max, gamma, expected):
+    assert match_continuation(tokens, n_min, n_max, gamma) == expected
+
+
+def test_greedy_steps_are_the_targets_tokens_and_propose_where_the_context_repeats():
+    target = tiny_model(0, num_layers=2)
+    prompt = [3, 17, 5, 9, 22, 3, 17, 5, 9, 22, 3, 17]
+    reference = make_decoder("ar", target).generate(prompt, 24).tokens
+    out = make_decoder("prompt_lookup", target, gamma=3, n_min=1, n_max=3).generate(prompt, 24)
+    assert out.tokens == reference
+    assert any(s.verify_tokens == 4 for s in out.steps) and all(1 <= s.verify_tokens <= 4 for s in out.steps)
+    assert all(s.draft_forwards == 0 for s in out.steps)
+
+
+@pytest.mark.slow
+def test_the_sampled_law_of_two_tokens_is_the_targets():
+    from tests.runtime.test_engine import VOCAB, _two_token_law
+    from verification.statistical import statistical_check
+
+    target = tiny_model(2, vocab_size=VOCAB, num_layers=1, std=0.8)
+    prompt = [1, 2, 3, 1, 2]
+    sampling = Sampling(temperature=1.0, top_p=0.95)
+    law = _two_token_law(target, prompt, sampling)
+    decoder = make_decoder("prompt_lookup", target, sampling=sampling, gamma=2, n_min=1, n_max=2)
+
+    def sampler(case, rng):
+        decoder.seed = int(rng.uniform() * 2**31)
+        out = decoder.generate(prompt, 2).tokens
+        return out[0] * VOCAB + out[1]
+
+    result = statistical_check(sampler, None, target=law, n=700, alpha=1e-4, seed=5)
+    assert result.passed, result.reason
+
+
+def _steps(part: MatchAcceptance, labels: list[str], n: int, seed: int) -> pd.DataFrame:
+    """StepTrace rows drawn from `part` (one generation per configuration, its last step a spare)."""
+    rng = np.random.default_rng(seed)
+    frames = []
+    for label in labels:
+        config = SPEC.parse(label)
+        draws, _ = MatchSampler(config, part).draw(rng, n)
+        frames.append(pd.DataFrame({"method": SPEC.name, "config": label, "run_id": label, "prompt_id": "p",
+                                    "step": np.arange(n), "verify_tokens": draws.verify_tokens,
+                                    "accepted": draws.accepted}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_the_fit_recovers_the_model_its_steps_were_drawn_from():
+    steps = _steps(TRUE, list(SPEC.calibration), 3000, seed=0)
+    entry = SPEC.fit_steps(steps, dataset="d", temperature=0.0, source="synthetic")
+    fitted = SPEC.acceptance_part(entry[SPEC.name], "fit")
+    for config in SPEC.calibration_configs():
+        want = 1 + TRUE.reach(config.n_min, config.n_max, config.gamma).sum()
+        got = 1 + fitted.reach(config.n_min, config.n_max, config.gamma).sum()
+        assert got == pytest.approx(want, rel=0.02), config.label
+    assert entry["fit"]["heldout_error_max"] < 0.1 and entry["fit"]["at_bound"] == []
+    assert fitted.hit == pytest.approx(TRUE.hit, abs=0.03) and fitted.alpha_next == pytest.approx(TRUE.alpha_next, abs=0.03)
+
+
+def test_one_configuration_cannot_be_fitted():
+    with pytest.raises(InputError, match="two or more configurations"):
+        SPEC.fit_steps(_steps(TRUE, ["prompt_lookup g4 nmin1 nmax3"], 50, 0), dataset="d", temperature=0.0, source="s")
+
+
+@pytest.mark.parametrize("label", ["prompt_lookup g4 nmin1 nmax3", "prompt_lookup g2 nmin3 nmax3", "prompt_lookup g8 nmin2 nmax6"])
+def test_the_closed_form_is_the_mean_of_the_draws(label):
+    config = SPEC.parse(label)
+    draws, _ = MatchSampler(config, TRUE).draw(np.random.default_rng(1), 200_000)
+    closed = 1 + TRUE.reach(config.n_min, config.n_max, config.gamma).sum()
+    se = draws.accepted.std() / np.sqrt(draws.accepted.size)
+    assert abs(draws.accepted.mean() - closed) < 5 * se
+    found = TRUE.matches(config.n_min, config.n_max)[0][0]
+    assert draws.verify_tokens.mean() == pytest.approx(1 + found * config.gamma, abs=5 * draws.verify_tokens.std() / 447)
+
+
+def test_bad_configurations_and_parts_are_one_line():
+    with pytest.raises(InputError, match="n_min .3. exceeds n_max .2."):
+        PromptLookupConfig(gamma=4, n_min=3, n_max=2)
+    with pytest.raises(InputError, match="nmin0|must be in 1"):
+        methods.parse_label("prompt_lookup g4 nmin0 nmax2")
+    with pytest.raises(InputError, match="prompt_lookup.gain must be a probability"):
+        SPEC.acceptance_part({**TRUE.to_dict(), "gain": 1.5}, "entry")
+    with pytest.raises(InputError, match="needs 'hit'"):
+        SPEC.acceptance_part({"alpha": 0.5}, "entry")
+
+
+class _Setup:
+    drafter_spec: dict = {}
+
+
+@pytest.mark.parametrize("engine,match,expected", [
+    ("vllm", "exact", {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 1, "prompt_lookup_max": 4}),
+    ("sglang", "approximate", {"--speculative-algorithm": "NGRAM", "--speculative-num-draft-tokens": 6,
+                               "--speculative-ngram-min-match-window-size": 1,
+                               "--speculative-ngram-max-match-window-size": 4}),
+    ("hf", "exact", {"prompt_lookup_num_tokens": 5, "max_matching_ngram_size": 4}),
+])
+def test_each_engine_takes_its_own_options(engine, match, expected):
+    got = SPEC.to_engine(engine, _Setup(), SPEC.parse("prompt_lookup g5 nmin1 nmax4"))
+    assert got.match == match and expected.items() <= got.settings.items()
+    hf = SPEC.to_engine("hf", _Setup(), SPEC.parse("prompt_lookup g5 nmin2 nmax4"))
+    assert hf.match == "approximate" and "down to one token" in hf.differs
+
+
+def test_the_sweep_prices_it_from_its_own_part():
+    from tests.simulator.fixtures import profile_dict
+    from calibrate.profile import Profile
+
+    profile = Profile.from_dict(profile_dict())
+    setup = SPEC.setups(profile)[0]
+    space = SPEC.space(setup)
+    assert len(space) == 10 * 21 and (space["n_min"] <= space["n_max"]).all()
+    tokens = SPEC.expected_tokens(setup, space)
+    shape = SPEC.step_shape(setup, space)
+    assert np.all(tokens >= 1) and np.all(shape.verify_tokens >= 1) and shape.max_drafted == 0
+    longer = Setup(profile, setup.drafter, setup.acceptance_key, new_tokens=16)
+    assert np.all(SPEC.expected_tokens(longer, space) <= tokens + 1e-12)    # a short generation clips its last step
