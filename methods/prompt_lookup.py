@@ -172,9 +172,12 @@ class PromptLookup(MethodSpec):
         return generation_tokens(self._part(setup).reach(*self._columns(frame)), setup.new_tokens)
 
     def step_shape(self, setup, frame):
-        """One target forward of the pending token, and of the gamma proposals when a match was found."""
+        """One target forward of the pending token, and of the gamma proposals when a match was found
+        (every step, where the acceptance entry has no part of this method: a campaign that replays
+        recorded steps prices each at its own tokens)."""
         n_min, n_max, gamma = self._columns(frame)
-        found = self._part(setup).matches(n_min, n_max)[0]
+        has_part = setup.acceptance_key and setup.acceptance.has(self.name)
+        found = self._part(setup).matches(n_min, n_max)[0] if has_part else np.ones(len(frame))
         tokens = np.stack([np.ones(len(frame)), 1.0 + gamma], axis=1)
         prob = np.stack([1.0 - found, found], axis=1)
         return StepShape(setup.target, 1.0 + found * gamma, draft_width=np.zeros((len(frame), 0), dtype=np.int64),
