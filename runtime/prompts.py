@@ -1,6 +1,7 @@
-"""Prompt sets for recording: MT-Bench (80), HumanEval (164) and any local JSONL file.
+"""Prompt sets for recording: MT-Bench (80), HumanEval (164), a copy-heavy code-edit set (164) and
+any local JSONL file.
 
-A prompt set is named by `load_prompts(spec)`: `mtbench`, `humaneval`, or a path to a `.jsonl`
+A prompt set is named by `load_prompts(spec)`: `mtbench`, `humaneval`, `codeedit`, or a path to a `.jsonl`
 (optionally `.jsonl.gz`) file. Every prompt becomes a `Prompt` with a stable `prompt_id` (the
 key that recording uses to resume) and its user turns. Local JSONL: one JSON object per line,
 the text in the field `prompt` (or the field named by `field=`), or a list of user turns in
@@ -10,6 +11,13 @@ the text in the field `prompt` (or the field named by `field=`), or a list of us
 with a chat template) get the chat template with a generation prompt, base models the raw
 text. MT-Bench's second turn needs the model's answer to the first one; pass it as
 `previous_answers` (recording generates it greedily with the target).
+
+`codeedit` is the workload where answers copy their input (code editing, as users deploy prompt
+lookup for): each prompt hands the model a whole HumanEval function, its prompt and canonical
+solution, and asks for it back with one edit (EDIT_REQUESTS, one per task by task number). Prompt
+k uses HumanEval task 163 - k, so its first prompts and HumanEval's first ones are different
+functions; a prompt's `source` names the task it was built from, so calibration and validation
+prompts can be kept apart across sets (`overlapping_sources`).
 
 Nothing here imports torch; the dataset files are located without importing their packages.
 """
@@ -24,7 +32,14 @@ from typing import Any, Sequence
 
 from common.errors import InputError
 
-BUILTIN_SETS = ("mtbench", "humaneval")
+BUILTIN_SETS = ("mtbench", "humaneval", "codeedit")
+EDIT_REQUESTS = (
+    "Add a type hint to every parameter and to the return value. Return the whole function, unchanged otherwise.",
+    "Rename the function to `{entry_point}_v2`. Return the whole function, unchanged otherwise.",
+    "Add a short comment above every statement of the body. Return the whole function.",
+    "Make the function raise a ValueError when it is called with None. Return the whole function.",
+    "Rewrite the docstring so that it starts with one summary line. Return the whole function.",
+)
 ID_FIELDS = ("id", "question_id", "task_id", "prompt_id")
 
 
@@ -36,6 +51,7 @@ class Prompt:
     turns: tuple[str, ...]
     dataset: str
     category: str = ""
+    source: str = ""              # the item it was built from, where another set shares it
 
     def __post_init__(self) -> None:
         if not self.turns or not all(isinstance(t, str) and t for t in self.turns):
@@ -101,8 +117,27 @@ def _mtbench() -> list[Prompt]:
 
 
 def _humaneval() -> list[Prompt]:
-    return [Prompt(prompt_id=r["task_id"], turns=(r["prompt"],), dataset="humaneval", category="code")
-            for r in read_jsonl(humaneval_path())]
+    return [Prompt(prompt_id=r["task_id"], turns=(r["prompt"],), dataset="humaneval", category="code",
+                   source=r["task_id"]) for r in read_jsonl(humaneval_path())]
+
+
+def _codeedit() -> list[Prompt]:
+    tasks = read_jsonl(humaneval_path())
+    prompts = []
+    for k, task in enumerate(reversed(tasks)):
+        number = int(task["task_id"].split("/")[1])
+        request = EDIT_REQUESTS[number % len(EDIT_REQUESTS)].format(entry_point=task["entry_point"])
+        code = (task["prompt"] + task["canonical_solution"]).strip("\n")
+        text = f"Here is a Python function:\n\n```python\n{code}\n```\n\n{request}"
+        prompts.append(Prompt(prompt_id=f"codeedit/{k}", turns=(text,), dataset="codeedit", category="code edit",
+                              source=task["task_id"]))
+    return prompts
+
+
+def overlapping_sources(calibration: Sequence[Prompt], validation: Sequence[Prompt]) -> list[str]:
+    """Validation prompt ids that are, or were built from the same item as, a calibration prompt."""
+    used = {p.prompt_id for p in calibration} | {p.source for p in calibration if p.source}
+    return [p.prompt_id for p in validation if p.prompt_id in used or (p.source and p.source in used)]
 
 
 def _local(path: Path, field: str) -> list[Prompt]:
@@ -138,6 +173,8 @@ def load_prompts(spec: str, *, limit: int | None = None, field: str = "prompt",
         prompts = _mtbench()
     elif name == "humaneval":
         prompts = _humaneval()
+    elif name == "codeedit":
+        prompts = _codeedit()
     else:
         path = Path(spec)
         if not path.exists():

@@ -80,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     except TypeError as exc:
         raise InputError(f"{args.kind}: bad --set option ({exc})") from None
     data = training_data(target, trainee.spec, corpus_config=corpus, seq_len=args.seq_len, cache_dir=args.cache)
+    if hasattr(trainee, "prepare"):            # a trainee whose shape depends on the data (a draft vocabulary)
+        trainee.prepare(data)
     print(f"data: {json.dumps(data.meta)}")
     out = Path(args.out or f"artifacts/drafters/{args.kind}")
     command = ["--target", args.target, "--generated", str(args.generated), "--max-new-tokens", str(args.max_new_tokens),
