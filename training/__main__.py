@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-every", type=int, default=50, help="steps between held-out evaluations")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per training window")
     p.add_argument("--generated", type=int, default=CorpusConfig.n_generated, help="prompts the target answers")
+    p.add_argument("--edit", type=int, default=CorpusConfig.n_edit,
+                   help="standard-library functions the target hands back with an edit (copy-heavy documents)")
     p.add_argument("--max-new-tokens", type=int, default=CorpusConfig.max_new_tokens, help="tokens per answer")
     p.add_argument("--source", type=int, default=CorpusConfig.n_source, help="standard-library source windows")
     p.add_argument("--cache", default=str(DEFAULT_CACHE), help="cache directory of corpus and target signals")
@@ -69,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     options = parse_options(args.options)
     loop = LoopConfig(minutes=args.minutes, steps=args.steps, planned_steps=args.planned_steps,
                       batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every, seed=args.seed)
-    corpus = CorpusConfig(n_generated=args.generated, max_new_tokens=args.max_new_tokens, n_source=args.source,
-                          seed=args.seed)
+    corpus = CorpusConfig(n_generated=args.generated, n_edit=args.edit, max_new_tokens=args.max_new_tokens,
+                          n_source=args.source, seed=args.seed)
     module = kinds()[args.kind]
     target = load_model(args.target)
     for p in target.model.parameters():
@@ -84,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         trainee.prepare(data)
     print(f"data: {json.dumps(data.meta)}")
     out = Path(args.out or f"artifacts/drafters/{args.kind}")
-    command = ["--target", args.target, "--generated", str(args.generated), "--max-new-tokens", str(args.max_new_tokens),
+    command = ["--target", args.target, "--generated", str(args.generated), "--edit", str(args.edit),
+               "--max-new-tokens", str(args.max_new_tokens),
                "--source", str(args.source), "--seq-len", str(args.seq_len), *(f"--set {o}" for o in args.options)]
     summary = train(trainee, data, loop, out, command=command)
     print(json.dumps({"kind": args.kind, "steps": summary["steps"], "seconds": summary["seconds"],

@@ -42,7 +42,7 @@ from common.errors import InputError
 from runtime.cache import causal_mask
 from runtime.llama import Llama
 from runtime.models import LoadedModel
-from runtime.prompts import ByteTokenizer, Prompt, encode_prompt, load_prompts
+from runtime.prompts import BUILTIN_SETS, ByteTokenizer, Prompt, encode_prompt, load_prompts
 
 DEFAULT_CACHE = Path(".cache/specsim/train")
 FORMAT_VERSION = "1"
@@ -54,6 +54,12 @@ GENERIC_TEMPLATES = (
     "Write a short note to a friend about {topic}.",
     "List some advantages and disadvantages of {topic}.",
     "Describe a typical day that involves {topic}.",
+    "Write a short story in which someone starts {topic}.",
+    "What questions should I ask before {topic}?",
+    "Summarise in five sentences what a newcomer should know about {topic}.",
+    "Write a friendly social media post about {topic}.",
+    "Compare two different ways of approaching {topic}.",
+    "Write a step-by-step plan for {topic}.",
 )
 TOPICS = (
     "keeping a vegetable garden", "learning to play the guitar", "saving money each month", "the water cycle",
@@ -64,6 +70,19 @@ TOPICS = (
     "repairing a flat tyre", "the phases of the moon", "how bees make honey", "painting with watercolours",
     "running a first five kilometres", "preparing for a job interview", "sorting old photographs",
     "birdwatching in a park", "keeping a fish tank clean", "making a budget spreadsheet",
+    "choosing a used car", "hosting a dinner party", "studying for an exam", "starting a small business",
+    "packing for a long trip", "keeping bees", "improving sleep", "teaching a child to swim", "building a bookshelf",
+    "the history of the printing press", "how vaccines work", "composting kitchen scraps", "learning to knit",
+    "reducing screen time", "renting a first apartment", "walking in the mountains safely", "making pottery",
+    "giving a wedding speech", "caring for an elderly parent", "writing a cover letter", "learning chess",
+    "planting fruit trees", "cleaning a kitchen quickly", "choosing running shoes", "the life of a honey bee",
+    "how rainbows form",
+)
+EDIT_TEMPLATES = (            # copy-heavy documents: the target hands a function back with one change
+    "Add a type hint to every parameter of this function. Return the whole function.",
+    "Add a short comment above every statement of this function. Return the whole function.",
+    "Rename the local variables of this function to longer, clearer names. Return the whole function.",
+    "Rewrite the docstring of this function so that it starts with one summary line. Return the whole function.",
 )
 CODE_TEMPLATES = (
     "Explain what the Python function `{name}` does. Its documentation starts: \"{doc}\"",
@@ -82,8 +101,9 @@ STDLIB_MODULES = (
 class CorpusConfig:
     """What the corpus holds; every field enters the cache key."""
 
-    n_generated: int = 192          # instruction + code prompts answered by the target
+    n_generated: int = 640          # instruction + code prompts answered by the target
     code_fraction: float = 0.5      # share of the generated prompts that are about stdlib functions
+    n_edit: int = 256               # stdlib functions handed to the target with an edit request (copy-heavy)
     max_new_tokens: int = 128
     gen_batch: int = 16
     n_source: int = 160             # standard-library source windows (one per file; 3.11 has 168 files)
@@ -93,9 +113,9 @@ class CorpusConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if self.n_generated < 0 or self.n_source < 0 or self.n_generated + self.n_source < 2:
-            raise InputError(f"the corpus needs at least 2 documents: --generated + --source >= 2, both >= 0, "
-                             f"got {self.n_generated} and {self.n_source}")
+        if min(self.n_generated, self.n_source, self.n_edit) < 0 or self.n_generated + self.n_source + self.n_edit < 2:
+            raise InputError(f"the corpus needs at least 2 documents: --generated + --edit + --source >= 2, each >= 0, "
+                             f"got {self.n_generated}, {self.n_edit} and {self.n_source}")
         if not 0.0 < self.eval_fraction < 1.0:
             raise InputError(f"eval_fraction must lie in (0, 1), got {self.eval_fraction}")
         for name in ("max_new_tokens", "gen_batch", "chunk_tokens", "leak_words"):
@@ -151,6 +171,30 @@ def instruction_prompts(n: int, code_fraction: float, seed: int) -> list[str]:
     return [picked[i] for i in rng.permutation(len(picked))]
 
 
+def edit_prompts(n: int, seed: int, max_lines: int = 30) -> list[str]:
+    """n distinct edit requests, seeded: the source of a public stdlib function of at most `max_lines`
+    lines with one of `EDIT_TEMPLATES`."""
+    sources = []
+    for mod_name in STDLIB_MODULES:
+        module = importlib.import_module(mod_name)
+        for name, obj in inspect.getmembers(module, inspect.isfunction):
+            if name.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
+                continue
+            try:
+                code = inspect.getsource(obj)
+            except (OSError, TypeError):
+                continue
+            if 3 <= code.count("\n") <= max_lines:
+                sources.append((f"{mod_name}.{name}", code.strip("\n")))
+    sources = sorted(set(sources))
+    if n > len(sources) * len(EDIT_TEMPLATES):
+        raise InputError(f"only {len(sources) * len(EDIT_TEMPLATES)} edit prompts exist, {n} asked")
+    rng = np.random.default_rng(seed + 1)
+    picks = rng.choice(len(sources) * len(EDIT_TEMPLATES), n, replace=False)
+    return [f"Here is a Python function:\n\n```python\n{sources[i // len(EDIT_TEMPLATES)][1]}\n```\n\n"
+            f"{EDIT_TEMPLATES[i % len(EDIT_TEMPLATES)]}" for i in picks]
+
+
 def stdlib_source_files() -> list[Path]:
     """The top-level `.py` files of this Python's standard library, sorted by name."""
     root = Path(sysconfig.get_paths()["stdlib"])
@@ -164,8 +208,9 @@ def _words(text: str) -> list[str]:
 
 
 def evaluation_texts() -> list[str]:
-    """Every user turn of MT-Bench and every HumanEval prompt: text that must never be trained on."""
-    return [turn for name in ("mtbench", "humaneval") for p in load_prompts(name) for turn in p.turns]
+    """Every user turn of the built-in evaluation sets (MT-Bench, HumanEval, code-edit's HumanEval
+    solutions): text that must never be trained on."""
+    return [turn for name in BUILTIN_SETS for p in load_prompts(name) for turn in p.turns]
 
 
 def find_leaks(texts: Sequence[str], eval_texts: Sequence[str], n_words: int = 8) -> list[tuple[int, str]]:
@@ -258,13 +303,15 @@ def _build_corpus(loaded: LoadedModel, config: CorpusConfig, log) -> Corpus:
     rng = np.random.default_rng(config.seed)
     started = time.perf_counter()
     texts = instruction_prompts(config.n_generated, config.code_fraction, config.seed)
+    text_kinds = ["generated"] * len(texts) + ["edit"] * config.n_edit
+    texts += edit_prompts(config.n_edit, config.seed) if config.n_edit else []
     prompt_ids = [encode_prompt(Prompt(f"train/{i}", (t,), "train"), tokenizer) for i, t in enumerate(texts)]
     docs, kinds = [], []
     for lo in range(0, len(prompt_ids), config.gen_batch):
         batch = prompt_ids[lo:lo + config.gen_batch]
         for p, g in zip(batch, generate_greedy(loaded.model, batch, config.max_new_tokens, eos)):
             docs.append(list(p) + g)
-            kinds.append("generated")
+        kinds += text_kinds[lo:lo + config.gen_batch]
         log(f"generated {len(docs)}/{len(prompt_ids)} answers ({time.perf_counter() - started:.0f} s)")
     gen_seconds = time.perf_counter() - started
     files = stdlib_source_files()
@@ -289,7 +336,7 @@ def _build_corpus(loaded: LoadedModel, config: CorpusConfig, log) -> Corpus:
         splits[int(i)] = "eval"
     meta = {"generation_seconds": round(gen_seconds, 1), "leaked_dropped": len(leaked),
             "tokens": int(sum(len(d) for d in docs)), "documents": len(docs),
-            "generated": kinds.count("generated"), "source": kinds.count("source")}
+            "generated": kinds.count("generated"), "edit": kinds.count("edit"), "source": kinds.count("source")}
     return Corpus(docs, kinds, splits, meta)
 
 

@@ -51,7 +51,7 @@ def test_corpus_is_deterministic_cached_and_hash_checked(tmp_path):
     again = D.build_corpus(target, TINY_CORPUS, cache_dir=tmp_path)
     fresh = D.build_corpus(target, TINY_CORPUS, cache_dir=None, log=lambda *_: None)
     assert first.docs == again.docs == fresh.docs and first.splits == fresh.splits
-    assert {"train", "eval"} == set(first.splits) and {"generated", "source"} == set(first.kinds)
+    assert {"train", "eval"} == set(first.splits) and {"generated", "edit", "source"} == set(first.kinds)
     raw = json.loads(files[0].read_text())
     raw["docs"][0][0] = (raw["docs"][0][0] + 1) % 64
     files[0].write_text(json.dumps(raw))
