@@ -134,6 +134,12 @@ def _codeedit() -> list[Prompt]:
     return prompts
 
 
+def builtin_prompts(ids: Sequence[str]) -> list[Prompt]:
+    """The built-in prompts with these ids (ids of other sets are left out)."""
+    wanted = set(ids)
+    return [p for name in BUILTIN_SETS for p in load_prompts(name) if p.prompt_id in wanted]
+
+
 def overlapping_sources(calibration: Sequence[Prompt], validation: Sequence[Prompt]) -> list[str]:
     """Validation prompt ids that are, or were built from the same item as, a calibration prompt."""
     used = {p.prompt_id for p in calibration} | {p.source for p in calibration if p.source}

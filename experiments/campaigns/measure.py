@@ -51,6 +51,18 @@ def parse_candidate(text: str) -> Candidate:
     return Candidate(methods.parse_label(label.strip()), drafter.strip() or None)
 
 
+def check_draft_vocab(name: str, spec: dict[str, Any], model, path) -> None:
+    """Refuse a trained draft model whose draft vocabulary is not the one its Profile drafter was
+    calibrated with (`draft_vocab` of the entry; 0 or absent: the whole vocabulary)."""
+    from runtime.drafters.vanilla import draft_vocab_of
+
+    kept = draft_vocab_of(model)
+    have, want = 0 if kept is None else int(kept.numel()), int(spec.get("draft_vocab", 0))
+    if have != want:
+        raise InputError(f"drafter '{name}' at {path} drafts over {have or 'every'} token(s); its Profile entry was "
+                         f"calibrated with a draft vocabulary of {want or 'every token'}")
+
+
 class Bench:
     """A loaded target and the decoders of the candidates, each drafter loaded once."""
 
@@ -91,7 +103,9 @@ class Bench:
         if path is None:
             raise InputError(f"method {cand.method} needs a trained draft model; drafter '{cand.drafter}' names no file")
         if cand.drafter not in self._drafters:
-            self._drafters[cand.drafter] = load_drafter(str(path), self.target).model
+            model = load_drafter(str(path), self.target).model
+            check_draft_vocab(cand.drafter, self.drafters[cand.drafter], model, path)
+            self._drafters[cand.drafter] = model
         return self._drafters[cand.drafter]
 
     def decoder(self, cand: Candidate):

@@ -23,12 +23,14 @@ from methods import MethodConfig
 from traces.record import teacher_forced_methods
 
 STAGES = ("latency", "tokens", "steps", "profile", "best", "tables")
-DATASETS = {"mt-bench": "mtbench", "humaneval": "humaneval"}   # profile name -> runtime.prompts name
+DATASETS = {"mt-bench": "mtbench", "humaneval": "humaneval", "code-edit": "codeedit"}   # profile name -> prompt set
+VANILLA_VOCAB = 8192          # the draft vocabulary the bundled vanilla drafter was trained with
 TARGET_ARCH = "smollm2-135m"
 # drafter name in the Profile -> Profile drafter spec, with its trained file under --drafters: the
 # trained draft model (kind draft_model), then each method's own trained drafters (`spec.drafters`)
 DRAFTERS: dict[str, dict[str, Any]] = {
-    "vanilla": {"kind": "draft_model", "model": "vanilla-1l", "file": "vanilla/vanilla.safetensors"},
+    "vanilla": {"kind": "draft_model", "model": "vanilla-1l", "file": "vanilla/vanilla.safetensors",
+                "draft_vocab": VANILLA_VOCAB},
     **{name: entry for spec in methods.specs() for name, entry in spec.drafters(TARGET_ARCH).items()
        if "file" in entry or "model" not in entry},
 }
@@ -114,7 +116,7 @@ def run_module(module: str, argv: list[str], log) -> None:
 def stage_latency(args, log) -> None:
     out = args.out / "latency.parquet"
     if not out.exists():
-        run_module("traces.timing", ["--model", "smollm2", "--drafter", "layers:1",
+        run_module("traces.timing", ["--model", "smollm2", "--drafter", drafter_file(args, "vanilla"),
                                       *(a for r in ROUTERS for a in ("--router", r)), "--tokens", LATENCY_TOKENS, "--ctx", LATENCY_CTX,
                                       "--threads", str(args.threads), "--out", str(out), "--quiet"], log)
     out = args.out / "drafter_latency.parquet"
@@ -214,7 +216,7 @@ def write_steps(args, run: Run, dataset: str, rows: pd.DataFrame) -> None:
 
 # ------------------------------------------------------------------------------------ calibration
 
-LATENCY_NAMES = {"smollm2": TARGET_ARCH, "layers:1": "vanilla-1l"}
+LATENCY_NAMES = {"smollm2": TARGET_ARCH}          # and the trained vanilla drafter's file: its Profile model
 
 
 def latency_rows(args) -> pd.DataFrame:
@@ -222,7 +224,7 @@ def latency_rows(args) -> pd.DataFrame:
 
     frames = [read_trace(args.out / name, kind="latency")[0] for name in ("latency.parquet", "drafter_latency.parquet")]
     rows = pd.concat(frames, ignore_index=True)
-    rows["model"] = rows["model"].replace(LATENCY_NAMES)
+    rows["model"] = rows["model"].replace({**LATENCY_NAMES, drafter_file(args, "vanilla"): DRAFTERS["vanilla"]["model"]})
     return rows
 
 

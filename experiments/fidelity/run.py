@@ -97,14 +97,19 @@ def check_target(profile, bench: Bench) -> None:
 
 
 def check_held_out(profile, prompt_ids: list[str]) -> None:
+    """Refuse prompts the Profile was calibrated on, or built from the same item as one of them (a
+    code-edit prompt of a HumanEval task the Profile saw)."""
+    from runtime.prompts import builtin_prompts, overlapping_sources
+
     used = profile.provenance.get("calibration_prompts")
     if used is None:
         raise InputError(f"profile '{profile.name}' does not list its calibration prompts (provenance."
                          "calibration_prompts): held-out prompts cannot be checked")
     overlap = sorted(set(used) & set(prompt_ids))
+    overlap += overlapping_sources(builtin_prompts(used), [p for p in builtin_prompts(prompt_ids) if p.prompt_id not in overlap])
     if overlap:
-        raise InputError(f"prompts {', '.join(overlap)} were used to calibrate '{profile.name}' (its calibration "
-                         f"prompts: {', '.join(used)}); choose others")
+        raise InputError(f"prompts {', '.join(overlap)} were used to calibrate '{profile.name}', or share their source "
+                         f"with one that was (its calibration prompts: {', '.join(used)}); choose others")
 
 
 # ------------------------------------------------------------------------------ predict

@@ -237,3 +237,30 @@ def test_repredict_judges_a_finished_run_again_and_keeps_its_first_predictions(t
     (out / "run.json").write_text(json.dumps({"minutes": 1.0}))
     assert fidelity_cli.main(argv + ["--report-only"]) == 0
     assert "Predictions made again" not in (out / "report.md").read_text()
+
+
+def test_a_prompt_built_from_a_calibration_prompts_source_is_not_held_out():
+    class Calibrated:
+        name = "p"
+        provenance = {"calibration_prompts": ["HumanEval/0", "mtbench/81"]}
+
+    fidelity.check_held_out(Calibrated, ["codeedit/5", "mtbench/82"])
+    with pytest.raises(InputError, match="codeedit/163 were used to calibrate 'p', or share their source"):
+        fidelity.check_held_out(Calibrated, ["codeedit/163"])
+
+
+def test_a_drafter_trained_with_another_vocabulary_than_its_profile_is_refused():
+    import torch
+
+    from experiments.campaigns.measure import check_draft_vocab
+    from runtime.drafters.vanilla import build_vanilla
+    from runtime.models import tiny_model
+
+    target = tiny_model(0)
+    reduced = build_vanilla(target, 1, torch.arange(16))
+    check_draft_vocab("vanilla", {"draft_vocab": 16}, reduced, "v.safetensors")
+    with pytest.raises(InputError, match="drafts over 16 token.s.; its Profile entry was calibrated with a draft "
+                                         "vocabulary of every token"):
+        check_draft_vocab("vanilla", {}, reduced, "v.safetensors")
+    with pytest.raises(InputError, match="drafts over every token"):
+        check_draft_vocab("vanilla", {"draft_vocab": 8}, build_vanilla(target, 1), "v.safetensors")

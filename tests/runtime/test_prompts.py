@@ -112,3 +112,15 @@ def test_prompt_mix_takes_counts_per_set(tmp_path):
             load_prompt_mix(bad)
     with pytest.raises(InputError, match="prompt file not found: missing.jsonl"):
         load_prompt_mix("missing.jsonl")
+
+
+def test_the_code_edit_set_hands_back_humaneval_functions_from_the_last_task():
+    from runtime.prompts import overlapping_sources
+
+    edits, tasks = load_prompts("codeedit"), load_prompts("humaneval")
+    assert len(edits) == len(tasks) == 164
+    assert edits[0].source == "HumanEval/163" and edits[163].source == "HumanEval/0"
+    assert "def generate_integers(a, b):" in edits[0].turns[0] and "Return the whole function" in edits[0].turns[0]
+    assert overlapping_sources(tasks[:6], edits[:6]) == []                 # first prompts: different functions
+    assert overlapping_sources(tasks[:6], edits[-2:]) == ["codeedit/162", "codeedit/163"]
+    assert overlapping_sources(edits[:3], edits[2:4]) == ["codeedit/2"]
