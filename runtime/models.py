@@ -161,12 +161,22 @@ def smollm2_gguf_path() -> Path:
 
 def load_hf(spec: str, *, dtype: torch.dtype | None = None, device: str | torch.device | None = None,
             gguf_file: str | None = None) -> LoadedModel:
-    """Load an HF causal LM (hub id, local directory, or .gguf file) and its tokenizer."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    """Load an HF causal LM (hub id, local directory, or .gguf file) and its tokenizer, as our Llama."""
     device = torch.device(device) if device is not None else default_device()
     if dtype is None:
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    hf, tokenizer = load_transformers(spec, gguf_file=gguf_file)
+    model = from_hf(hf).to(device=device, dtype=dtype)
+    return LoadedModel(model.eval(), tokenizer, spec)
+
+
+def load_transformers(spec: str, *, gguf_file: str | None = None):
+    """(transformers causal LM in fp32 on the CPU, its tokenizer) of a hub id, local directory or .gguf
+    file (`smollm2`: the bundled GGUF), with one-line errors."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if spec == "smollm2":
+        spec = str(smollm2_gguf_path())
     location = spec
     path = Path(os.path.expanduser(spec))
     if spec.endswith(".gguf"):
@@ -182,8 +192,7 @@ def load_hf(spec: str, *, dtype: torch.dtype | None = None, device: str | torch.
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputError(f"cannot load model '{spec}': {first}") from None
-    model = from_hf(hf).to(device=device, dtype=dtype)
-    return LoadedModel(model.eval(), tokenizer, spec)
+    return hf.eval(), tokenizer
 
 
 def architecture_of(spec: str) -> str | None:

@@ -63,12 +63,18 @@ def check_draft_vocab(name: str, spec: dict[str, Any], model, path) -> None:
                          f"calibrated with a draft vocabulary of {want or 'every token'}")
 
 
+ENGINES = ("specsim", "transformers")
+
+
 class Bench:
-    """A loaded target and the decoders of the candidates, each drafter loaded once."""
+    """A loaded target and the decoders of the candidates, each drafter loaded once: this project's
+    engine, or transformers' own generate (`experiments.campaigns.transformers_engine`)."""
 
     def __init__(self, target: str, drafters: dict[str, dict[str, Any]], drafters_dir: Path, threads: int = 2,
-                 seed: int = 0):
+                 seed: int = 0, engine: str = "specsim"):
         """`drafters`: name -> spec as a Profile holds them (a spec's "file" is relative to `drafters_dir`)."""
+        if engine not in ENGINES:
+            raise InputError(f"unknown engine '{engine}' (known: {', '.join(ENGINES)})")
         import torch
 
         from runtime.models import load_model
@@ -79,6 +85,11 @@ class Bench:
         self.eos = getattr(self.target.tokenizer, "eos_token_id", None)
         self._drafters: dict[str, Any] = {}
         self._decoders: dict[str, Any] = {}
+        self.engine, self.hf = engine, None
+        if engine == "transformers":
+            from runtime.models import load_transformers
+
+            self.hf, _ = load_transformers(target)
 
     def drafter_file(self, name: str) -> Path | None:
         """The trained file of drafter `name`; None when its spec names none (an untrained drafter)."""
@@ -111,10 +122,28 @@ class Bench:
     def decoder(self, cand: Candidate):
         from runtime.engine import make_decoder
 
+        if cand.label not in self._decoders and self.engine == "transformers":
+            self._decoders[cand.label] = self._transformers_decoder(cand)
         if cand.label not in self._decoders:
             self._decoders[cand.label] = make_decoder(cand.method, self.target.model, self._drafter_argument(cand),
                                                       seed=self.seed, **cand.config.to_dict())
         return self._decoders[cand.label]
+
+    def _transformers_decoder(self, cand: Candidate):
+        from experiments.campaigns.transformers_engine import (TransformersDecoder, assistant_from_vanilla,
+                                                               check_same_tokenizer)
+
+        assistant = None
+        if cand.drafter is not None:
+            key = f"transformers:{cand.drafter}"
+            if key not in self._drafters:
+                path = self.drafter_file(cand.drafter)
+                if path is None:
+                    raise InputError(f"drafter '{cand.drafter}' names no trained file to export to transformers")
+                self._drafters[key] = assistant_from_vanilla(self.hf, path, self.target.model)
+                check_same_tokenizer(self.target.tokenizer, self._drafters[key], cand.drafter)
+            assistant = self._drafters[key]
+        return TransformersDecoder(self.hf, cand.config, assistant)
 
     def encode(self, prompts) -> list[tuple[str, str, list[int]]]:
         """(prompt set, prompt id, token ids) of runtime.prompts Prompts."""
