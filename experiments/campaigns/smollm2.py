@@ -116,7 +116,7 @@ def run_module(module: str, argv: list[str], log) -> None:
 def stage_latency(args, log) -> None:
     out = args.out / "latency.parquet"
     if not out.exists():
-        run_module("traces.timing", ["--model", "smollm2", "--drafter", drafter_file(args, "vanilla"),
+        run_module("traces.timing", ["--model", "smollm2", "--drafter", drafter_file(args, "vanilla"), "--drafter", "layers:1",
                                       *(a for r in ROUTERS for a in ("--router", r)), "--tokens", LATENCY_TOKENS, "--ctx", LATENCY_CTX,
                                       "--threads", str(args.threads), "--out", str(out), "--quiet"], log)
     out = args.out / "drafter_latency.parquet"
@@ -216,7 +216,9 @@ def write_steps(args, run: Run, dataset: str, rows: pd.DataFrame) -> None:
 
 # ------------------------------------------------------------------------------------ calibration
 
-LATENCY_NAMES = {"smollm2": TARGET_ARCH}          # and the trained vanilla drafter's file: its Profile model
+# latency rows' model specs -> Profile models (and the trained vanilla drafter's file: its Profile model);
+# the full-head layer is what the vanilla drafter costs exported to another engine
+LATENCY_NAMES = {"smollm2": TARGET_ARCH, "layers:1": "vanilla-full-1l"}
 
 
 def latency_rows(args) -> pd.DataFrame:

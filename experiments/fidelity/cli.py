@@ -40,7 +40,7 @@ from common.errors import InputError
 from common.cli import CliParser, cli_entry
 from common.rundir import add_overwrite_option, add_to_run, start_run
 from experiments.fidelity.report import compare, first_predictions, plot, read_run, regret, report
-from experiments.campaigns.measure import Bench, decode_seconds, parse_candidate
+from experiments.campaigns.measure import ENGINES, Bench, decode_seconds, parse_candidate
 
 from experiments.fidelity.run import (PER_SETUP, SIM_REPEATS, check_held_out, check_target, dataset_of,
                                       default_candidates, predict, read_candidates)
@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=3, help="interleaved repeats (default 3)")
     p.add_argument("--max-new-tokens", type=int, default=48, help="tokens per prompt (default 48)")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads, pinned (default 2)")
+    p.add_argument("--engine", choices=ENGINES, default="specsim",
+                   help="what runs the generations: this project's engine, or transformers' own generate "
+                        "(a peer: plain decoding, prompt lookup with n_min 1 and an assistant model)")
     p.add_argument("--sim-tokens", type=int, default=None,
                    help="tokens per simulated stream (default: --max-new-tokens, the measured workload)")
     p.add_argument("--sim-repeats", type=int, default=SIM_REPEATS,
@@ -173,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     given = read_candidates(args.configs) if args.configs else None
     log = lambda m: print(m, flush=True)
     start_run(args.out, "experiments.fidelity", argv, args.overwrite)
-    bench = Bench(args.target, profile.drafters, args.drafters, args.threads, args.seed)
+    bench = Bench(args.target, profile.drafters, args.drafters, args.threads, args.seed, engine=args.engine)
     check_target(profile, bench)
     prompts = bench.encode(chosen)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,123 @@
+"""The transformers peer (the library of `python -m experiments.transformers_peer`): SmolLM2 decoded
+by transformers' own `generate` on this CPU, calibrated like the project's engine and predicted.
+
+Stages:
+1. `steps`: StepTraces of the calibration configurations (`CALIBRATION`: plain decoding, prompt
+   lookup, the exported vanilla drafter as assistant model) on the first `--step-limit` prompts of
+   each dataset, every generation beside plain decoding of its prompt
+   (`experiments.campaigns.measure.Bench(engine="transformers")`), written as the hf-assisted
+   recorder writes them;
+2. `profile`: a Profile of the peer: the forwards' latency tables of the SmolLM2 recordings (the
+   same model on the same CPU), acceptance read back from its own traces (the assistant's through
+   `calibrate.ingest`'s hf-assisted importer, prompt lookup's by its method's fit) and the engine
+   calibration fitted on its steps (what transformers pays beyond the isolated forwards).
+`python -m experiments.fidelity --engine transformers --profile <the Profile>` then predicts other
+configurations on held-out prompts before measuring them.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pandas as pd
+
+import methods
+from experiments.campaigns.smollm2 import DATASETS, TARGET_ARCH, calibration_prompts, latency_rows, slug
+from experiments.campaigns.measure import Candidate
+
+TRACES = Path("data/traces/smollm2-cpu-transformers")
+PROFILE = Path("data/profiles/smollm2-135m-cpu-transformers.json")
+ASSISTANT = "vanilla-hf"
+DRAFTERS: dict[str, dict[str, Any]] = {
+    ASSISTANT: {"kind": "draft_model", "model": "vanilla-full-1l", "file": "vanilla/vanilla.safetensors"},
+    "prompt_lookup": {"kind": "prompt_lookup"},
+}
+CALIBRATION: list[Candidate] = [
+    Candidate(methods.parse_label(methods.BASELINE)),
+    *(Candidate(methods.parse_label(f"prompt_lookup g{g} nmin1 nmax{n}")) for g, n in ((2, 1), (4, 2), (6, 3))),
+    *(Candidate(methods.parse_label(f"sd g{g}"), ASSISTANT) for g in (2, 4, 6)),
+]
+
+
+def step_path(out: Path, cand: Candidate, dataset: str) -> Path:
+    return out / f"steps_{slug(cand.label)}_{dataset}.parquet"
+
+
+def stage_steps(args, log) -> None:
+    """StepTraces of CALIBRATION measured through transformers (those already recorded are kept)."""
+    from experiments.campaigns.measure import Bench
+    from runtime.prompts import load_prompt_mix
+    from traces import schema
+    from traces.timing import git_commit
+
+    todo = [c for c in CALIBRATION if any(not step_path(args.out, c, d).exists() for d in DATASETS)]
+    if not todo:
+        return
+    if CALIBRATION[0] not in todo:
+        todo = [CALIBRATION[0], *todo]
+    bench = Bench("smollm2", DRAFTERS, args.drafters, args.threads, engine="transformers")
+    prompts = bench.encode(load_prompt_mix(calibration_prompts(args)))
+    _runs, steps = bench.measure(todo, prompts, repeats=args.repeats, max_new_tokens=args.max_new_tokens, log=log)
+    for cand in todo:
+        for profile_name, prompt_set in DATASETS.items():
+            rows = steps[(steps["candidate"] == cand.label) & (steps["dataset"] == prompt_set)]
+            meta = schema.RunMetadata(kind="step", models={"target": "smollm2", "draft": cand.drafter or ""},
+                                      hardware="CPU", dtype="fp32", temperature=0.0, dataset=profile_name, seed=0,
+                                      commit=git_commit(), extra={"source_format": "hf-assisted", "engine": "transformers",
+                                                                  "label": cand.label, "repeats": args.repeats})
+            schema.write_trace(step_path(args.out, cand, profile_name), rows.drop(columns=["candidate", "dataset"]), meta)
+    log(f"wrote {len(todo) * len(DATASETS)} transformers step traces to {args.out}")
+
+
+def stage_profile(args, log) -> None:
+    """The peer's Profile from its traces and the SmolLM2 forwards' latency tables."""
+    import datetime as dt
+
+    import numpy as np
+
+    from calibrate.engine import StepRun, fit_engine, workload
+    from calibrate.ingest.hf_assisted import ingest
+    from calibrate.ingest.result import IngestOptions
+    from calibrate.latency import fit_latency
+    from calibrate.profile import Profile
+    from costmodel.params import get_arch
+    from traces.schema import read_trace
+    from traces.timing import git_commit
+
+    rows = latency_rows(SimpleNamespace(out=args.smollm2, drafters=args.drafters))
+    models = {TARGET_ARCH} | {d["model"] for d in DRAFTERS.values() if "model" in d}
+    latency = {}
+    for model, group in rows[rows["model"].isin(models) & rows["role"].isin(["target", "draft"])].groupby("model"):
+        fitted = fit_latency(group, "table", arch=None, hardware="CPU", dtype="fp32", name=model).to_dict()
+        fitted["fit"] = {k: v for k, v in fitted["fit"].items() if not (isinstance(v, float) and np.isnan(v))}
+        latency[model] = fitted
+    steps = {(c, d): read_trace(step_path(args.out, c, d), kind="step")[0] for c in CALIBRATION for d in DATASETS}
+    acceptance = {}
+    spec = methods.get("prompt_lookup")
+    for dataset in DATASETS:
+        chains = [str(step_path(args.out, c, dataset)) for c in CALIBRATION if c.drafter == ASSISTANT]
+        imported = ingest(chains, IngestOptions(drafter=ASSISTANT, dataset=dataset, temperature=0.0))
+        acceptance[f"{ASSISTANT}/{dataset}/T0/steps"] = {**imported.acceptance, "drafter": ASSISTANT}
+        lookups = pd.concat([steps[c, dataset] for c in CALIBRATION if c.method == spec.name], ignore_index=True)
+        acceptance[f"{spec.name}/{dataset}"] = spec.fit_steps(lookups, dataset=dataset, temperature=0.0,
+                                                              source="transformers prompt-lookup step traces")
+    step_runs = [StepRun(frame, c.drafter, dataset) for (c, dataset), frame in steps.items()]
+    profile = Profile(
+        name="smollm2-135m via transformers on this CPU", hardware="CPU", dtype="fp32", target=TARGET_ARCH,
+        models={TARGET_ARCH: get_arch(TARGET_ARCH).to_dict()}, latency=latency, acceptance=acceptance,
+        drafters={k: dict(v) for k, v in DRAFTERS.items()},
+        provenance={"built_by": "python -m experiments.transformers_peer", "commit": git_commit(),
+                    "created": dt.datetime.now(dt.timezone.utc).isoformat(), "engine": "transformers generate",
+                    "sources": sorted(str(step_path(args.out, c, d)) for c, d in steps),
+                    "assumptions": ["greedy decoding; transformers' first assisted step (the prompt's prefill) left out",
+                                    "latency: the SmolLM2 recordings' forward tables (this project's runtime); the "
+                                    "engine calibration carries what transformers pays beyond them"],
+                    "calibration_prompts": sorted({pid for r in step_runs for pid in r.frame["prompt_id"]})})
+    profile.workload = workload(step_runs)
+    profile.engine = fit_engine(profile, step_runs)
+    held = profile.engine["fit"]["heldout"]
+    log(f"transformers engine calibration: held-out speedup error median {100 * held['speedup_error_median']:.1f}%, "
+        f"p90 {100 * held['speedup_error_p90']:.1f}%")
+    profile.save(args.profile)
+    log(f"wrote {args.profile}")

@@ -1,0 +1,64 @@
+"""`python -m experiments.transformers_peer`: calibrate a Profile of transformers' own `generate`
+(SmolLM2 on this CPU) from its own runs, so that `python -m experiments.fidelity --engine
+transformers` can predict it on held-out prompts before measuring it.
+
+    python -m experiments.transformers_peer                  # steps (minutes), then the Profile
+    python -m experiments.fidelity --engine transformers --profile data/profiles/smollm2-135m-cpu-transformers.json \
+        --target smollm2 --prompts mtbench:30-33,humaneval:30-33,codeedit:30-33 --configs CONFIGS --out out/peer
+
+Stages and what they write: `experiments.campaigns.transformers_peer`.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from common.cli import CliParser, cli_entry
+from common.errors import InputError
+from experiments.campaigns.transformers_peer import PROFILE, TRACES, stage_profile, stage_steps
+
+STAGES = {"steps": stage_steps, "profile": stage_profile}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = CliParser(prog="python -m experiments.transformers_peer", description=__doc__.splitlines()[0][4:])
+    p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {', '.join(STAGES)}")
+    p.add_argument("--drafters", type=Path, default=Path("artifacts/drafters"), help="trained drafters' folder")
+    p.add_argument("--out", type=Path, default=TRACES, help="the peer's StepTrace folder")
+    p.add_argument("--smollm2", type=Path, default=Path("data/traces/smollm2-cpu"),
+                   help="the SmolLM2 recordings whose forward latency tables the Profile takes")
+    p.add_argument("--profile", type=Path, default=PROFILE, help="Profile to write")
+    p.add_argument("--step-limit", type=int, default=3, help="calibration prompts per dataset (the first ones)")
+    p.add_argument("--repeats", type=int, default=2, help="interleaved repeats")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens per prompt")
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    return p
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    unknown = sorted(set(stages) - set(STAGES))
+    if unknown or not stages:
+        raise InputError(f"unknown stage '{(unknown or [args.stages])[0]}' (known: {', '.join(STAGES)})")
+    for name in ("step_limit", "repeats", "max_new_tokens", "threads"):
+        if getattr(args, name) < 1:
+            raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    import torch
+
+    torch.set_num_threads(args.threads)
+    args.out.mkdir(parents=True, exist_ok=True)
+    log = lambda m: print(m, flush=True)   # noqa: E731
+    for name, stage in STAGES.items():
+        if name in stages:
+            started = time.perf_counter()
+            stage(args, log)
+            log(f"stage {name}: {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
