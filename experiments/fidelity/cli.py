@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         if "decode_s" not in runs:      # recorded before runs kept their decode time: from the steps
             step_files = sorted(args.out.glob("steps_*.parquet"))
             if not step_files:
-                raise InputError(f"--report-only: runs.csv has no decode_s and --out holds no steps_*.parquet")
+                raise InputError("--report-only: runs.csv has no decode_s and --out holds no steps_*.parquet")
             runs = decode_seconds(runs, pd.concat([pd.read_parquet(f) for f in step_files], ignore_index=True))
         pred = pd.read_csv(found["predictions.csv"])
         prompt_ids = adopt_measured_settings(args, runs, [p.prompt_id for p in chosen])
