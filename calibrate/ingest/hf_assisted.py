@@ -13,7 +13,10 @@ for: `get_candidates(input_ids)` (the assistant drafts; its duration is draft_s)
 after verifying (the time since drafting ended is verify_s, the call itself overhead_s). Each step
 becomes one StepTrace row: ctx_len, drafted tokens, accepted = tokens the step added (bonus
 included, cut at EOS or the length limit as generate cuts them), the accept mask, and the
-assistant's top-1 probability per drafted token when generate hands over its logits. The file is
+assistant's top-1 probability per drafted token when generate hands over its logits; its config
+is the draft length the generator was asked for that step (`num_assistant_tokens`, prompt
+lookup's `num_output_tokens`), which a step may fall short of at the length limit or, with a
+confidence threshold, where the assistant stops early. The file is
 written with `traces.schema.write_trace` (atomic); `python -m calibrate.ingest hf-assisted FILE`
 reads it back into a Profile acceptance entry. transformers is never imported here: the recorder
 works on any object with that method, and the hook is removed on leaving the `with` block.
@@ -119,8 +122,10 @@ class AssistedRecorder:
             candidates, logits = draft(input_ids, *args, **kwargs)
             self._sync()
             ctx = int(input_ids.shape[-1])
-            step.update(start=start, drafted_at=self.clock(), ctx=ctx,
-                        drafted=int(candidates.shape[-1]) - ctx, confidences=_top1(logits))
+            drafted = int(candidates.shape[-1]) - ctx
+            asked = getattr(generator, "num_assistant_tokens", None) or getattr(generator, "num_output_tokens", None)
+            step.update(start=start, drafted_at=self.clock(), ctx=ctx, drafted=drafted,
+                        asked=int(asked) if asked else max(1, drafted), confidences=_top1(logits))
             return candidates, logits
 
         def update_candidate_strategy(input_ids, scores, num_matches):
@@ -137,7 +142,7 @@ class AssistedRecorder:
         drafted = step["drafted"]
         self.rows.append({
             "run_id": f"hf-assisted:{self.models['target']}+{self.models.get('draft', '')}", "method": self.method,
-            "config": chain_config(self.method, max(1, drafted)), "prompt_id": self.prompt_id,
+            "config": chain_config(self.method, step["asked"]), "prompt_id": self.prompt_id,
             "step": self._steps[self.prompt_id], "ctx_len": step["ctx"], "draft_forwards": drafted,
             "draft_s": step["drafted_at"] - step["start"], "verify_tokens": drafted + 1,
             "verify_s": verified_at - step["drafted_at"], "overhead_s": done_at - verified_at,

@@ -295,6 +295,9 @@ def test_recorder_on_a_tiny_transformers_model_reproduces_the_example(tmp_path):
     same_prompt = frame["prompt_id"].eq(frame["prompt_id"].shift(-1))
     assert (ctx_after[same_prompt] == frame["ctx_len"].shift(-1)[same_prompt]).all()
     assert meta.models == {"target": "tiny-llama-2l", "draft": "tiny-llama-1l"}
+    room = 8 + 24 - 1 - frame["ctx_len"]               # every step drafts what it asks for, up to the length limit
+    assert (frame["draft_forwards"] == np.minimum(module.DRAFT, room)).all()
+    assert set(frame["config"]) == {'{"gamma": 4}'} and (committed["draft_forwards"] == frame["draft_forwards"]).all()
 
 
 # ---- the Profile merge and the command line -------------------------------------------------------
