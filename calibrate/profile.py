@@ -265,6 +265,9 @@ class Profile:
             raw = json.loads(p.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise InputError(f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        except UnicodeDecodeError:
+            what = "a parquet file" if p.read_bytes()[:4] == b"PAR1" else "binary, not JSON text"
+            raise InputError(f"{p}: {what}, not a Profile (a Profile is a .json file)") from None
         return cls.from_dict(raw, source=str(p))
 
 

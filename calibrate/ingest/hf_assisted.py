@@ -1,4 +1,4 @@
-"""`hf-assisted`: a recorder around transformers' `model.generate(..., assistant_model=...)`.
+"""`hf-assisted`: StepTraces a recorder wrote around transformers' `model.generate(..., assistant_model=...)`.
 
     from calibrate.ingest.hf_assisted import AssistedRecorder
     with AssistedRecorder(model) as recorder:
@@ -37,7 +37,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from calibrate.ingest.result import IngestOptions, Ingested, chain_config, chain_mask, from_steps
+from calibrate.ingest.result import IngestOptions, Ingested, chain_config, chain_mask, from_steps, run_temperature
 from common.errors import InputError
 from traces.schema import RunMetadata, read_trace, write_trace
 
@@ -181,11 +181,9 @@ def ingest(paths: list[str], options: IngestOptions) -> Ingested:
     result = Ingested("hf-assisted", [str(p) for p in paths])
     result.models = {k: v for k, v in (("target", first.models.get("target")), ("drafter", first.models.get("draft")),
                                        ("target_vocab", first.extra.get("vocab", {}).get("target"))) if v is not None}
-    if options.temperature is not None and abs(options.temperature - first.temperature) > 1e-9:
-        raise InputError(f"{paths[0]}: recorded at temperature {first.temperature:g}, not --temperature "
-                         f"{options.temperature:g}")
-    first.dataset = first.dataset or options.dataset or ""
     result.not_provided = list(first.extra.get("not_provided", []))
+    run_temperature(options, result, first.temperature, paths[0])
+    first.dataset = first.dataset or options.dataset or ""
     if not first.dataset:
         result.not_provided.append("dataset name: left empty (pass --dataset)")
     return from_steps(result, pd.concat(frames, ignore_index=True), first, options)
