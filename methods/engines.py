@@ -90,9 +90,9 @@ def vllm_requires(method: str) -> str:
 
 
 def sglang_requires(algorithm: str) -> str:
-    """What SGLang needs to run `--speculative-algorithm algorithm`."""
-    note = f"; {SGLANG_MAX_RUNNING}" if algorithm in ("EAGLE", "EAGLE3", "STANDALONE", "NEXTN") else ""
-    return f"SGLang whose launch_server takes --speculative-algorithm {algorithm}{note}"
+    """What SGLang needs to run `--speculative-algorithm algorithm` (its cap on running requests
+    under speculation, `SGLANG_MAX_RUNNING`, is the export's to state with the batch range)."""
+    return f"SGLang whose launch_server takes --speculative-algorithm {algorithm}"
 
 
 def hf_chain(gamma: int, threshold: float = 0.0) -> dict[str, Any]:

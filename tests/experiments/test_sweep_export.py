@@ -39,7 +39,7 @@ def test_sd_maps_exactly_to_every_engine(toy):
     assert sglang.settings == {"--speculative-algorithm": "STANDALONE", "--speculative-draft-model-path": "llama-68m",
                                "--speculative-num-steps": 5, "--speculative-eagle-topk": 1,
                                "--speculative-num-draft-tokens": 6}
-    assert "STANDALONE" in sglang.requires and "48" in sglang.requires
+    assert "STANDALONE" in sglang.requires
     hf = export.to_engine("hf", setup, "sd g5")          # the draft length lives on the assistant, not generate()
     assert hf.settings == {} and hf.models == ("llama-68m",) and "4.45" in hf.requires
     assert hf.generation_config == {"assistant": {"num_assistant_tokens": 5, "num_assistant_tokens_schedule": "constant",
