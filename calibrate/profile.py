@@ -21,7 +21,7 @@ Layout (schema_version 1)::
       "drafters": {                         # drafter name -> how it drafts (kinds: `drafter_kinds()`)
         "llama-68m": {"kind": "draft_model", "model": "llama-68m"},
         "glide":     {"kind": "glide", "model": "glide-1l"},
-        "eagle":     {"kind": "coral", "model": "eagle-1l", "head_model": "eagle-head"}},
+        "eagle":     {"kind": "coral", "model": "eagle-1l", "head_model": "eagle-head"}},  # + "engine_method" (methods.coral)
       "acceptance": {                       # key -> acceptance model (calibrate.acceptance)
         "llama-68m": {"drafter": "llama-68m", "temperature": 0.0, "dataset": "mt-bench",
                       "alpha": 0.62,                    # per-token acceptance probability E[sum min(p, q)]
@@ -265,6 +265,9 @@ class Profile:
             raw = json.loads(p.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise InputError(f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        except UnicodeDecodeError:
+            what = "a parquet file" if p.read_bytes()[:4] == b"PAR1" else "binary, not JSON text"
+            raise InputError(f"{p}: {what}, not a Profile (a Profile is a .json file)") from None
         return cls.from_dict(raw, source=str(p))
 
 

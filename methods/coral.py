@@ -4,7 +4,12 @@ recall (costmodel.coral). groups = 0: no router (or the drafter's own built-in o
 
 A drafter whose Profile entry states a tree (`"tree": {"depth": D, "candidates": C}`, EAGLE-2's
 dynamic tree as the CORAL paper runs it) drafts C / D sequences per draft forward after the first and
-verifies 1 + (C / D) x gamma tokens (C + 1 at gamma = D); without one a step is a chain."""
+verifies 1 + (C / D) x gamma tokens (C + 1 at gamma = D); without one a step is a chain.
+
+The entry's optional `"engine_method"` says which head format the drafter's checkpoint is in, as the
+engines name it: "eagle" (EAGLE-1/2, the default), "eagle3" (EAGLE-3) or "mtp" (the target's own
+multi-token-prediction layers); exports use it (vLLM method eagle / eagle3 / mtp, SGLang EAGLE /
+EAGLE3 / NEXTN) and never guess it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -15,7 +20,7 @@ import pandas as pd
 from common.errors import InputError
 from costmodel.step import DraftPart, StepShape, chain_width
 from methods.config import Int, MethodConfig, param
-from methods.engines import EngineConfig, drafter_checkpoint, verified_tokens
+from methods.engines import EngineConfig, drafter_checkpoint, sglang_requires, verified_tokens
 from methods.sd import MAX_DEPTH, chain_sampler, chain_tokens, drafter_model, sd_vllm
 from methods.spec import MethodSpec, PlotSpec
 
@@ -23,6 +28,7 @@ GROUPS = (4, 8, 16, 32, 64)
 ROUTERS = ((16, 2), (32, 4))       # (groups, top-n) of the routed drafters the campaigns time
 TOP_N = (1, 2, 3, 4, 6, 8)
 DEPTHS = tuple(range(1, 9))
+ENGINE_METHODS = {"eagle": ("eagle", "EAGLE"), "eagle3": ("eagle3", "EAGLE3"), "mtp": ("mtp", "NEXTN")}
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,27 @@ def tree_width(setup) -> int:
         raise InputError(f"drafter '{setup.drafter}': tree needs depth >= 1 and candidates >= depth, "
                          f"got depth={depth}, candidates={candidates}")
     return max(1, round(candidates / depth))
+
+
+def engine_method(setup) -> tuple[str, str]:
+    """(vLLM method, SGLang algorithm) of the drafter's checkpoint format (its `engine_method`)."""
+    name = setup.drafter_spec.get("engine_method", "eagle")
+    if name not in ENGINE_METHODS:
+        raise InputError(f"drafter '{setup.drafter}': engine_method {name!r} is not one of "
+                         f"{', '.join(ENGINE_METHODS)}")
+    return ENGINE_METHODS[name]
+
+
+def tree_note(setup, config) -> str:
+    """What a chain export drops of a drafter that states a tree (the Profile's acceptance is the tree's)."""
+    tree = setup.drafter_spec.get("tree")
+    if not tree:
+        return ""
+    width = tree_width(setup)
+    return (f"the Profile's drafter drafts a tree ({tree['candidates']} candidates over {tree['depth']} levels, "
+            f"{width} a level) and its acceptance was measured on that tree: this chain verifies "
+            f"{config.gamma + 1} tokens a step, not {width * config.gamma + 1}, and accepts fewer per step "
+            "than the tree that was priced")
 
 
 class CORAL(MethodSpec):
@@ -130,19 +157,19 @@ class CORAL(MethodSpec):
     def to_engine(self, engine, setup, config):
         if engine == "hf":
             return super().to_engine(engine, setup, config)
+        vllm_method, sglang_algorithm = engine_method(setup)
         routed = config.groups or setup.drafter_spec.get("router")
         router = "CORAL's LM-head router has no counterpart: the drafter's head runs in full" if routed else ""
-        if engine == "vllm":
-            tree = ("vLLM drafts a chain of num_speculative_tokens; the Profile's drafter verifies a tree"
-                    if setup.drafter_spec.get("tree") else "")
-            notes = "; ".join(n for n in (router, tree) if n)
-            return replace(sd_vllm(setup, config, "eagle"), match="approximate" if notes else "exact", differs=notes)
-        model = drafter_checkpoint(setup)
-        return EngineConfig("sglang", {"--speculative-algorithm": "EAGLE", "--speculative-draft-model-path": model,
+        if engine == "vllm":       # vLLM's EAGLE drafts a chain
+            notes = "; ".join(n for n in (router, tree_note(setup, config)) if n)
+            return replace(sd_vllm(setup, config, vllm_method), match="approximate" if notes else "exact", differs=notes)
+        model = drafter_checkpoint(setup)     # SGLang's EAGLE drafts the tree: top-k a level, the verified tokens
+        return EngineConfig("sglang", {"--speculative-algorithm": sglang_algorithm, "--speculative-draft-model-path": model,
                                        "--speculative-num-steps": config.gamma,
                                        "--speculative-eagle-topk": tree_width(setup),
                                        "--speculative-num-draft-tokens": verified_tokens(self, setup, config)},
-                            "approximate" if router else "exact", router, (model,))
+                            "approximate" if router else "exact", router, (model,),
+                            requires=sglang_requires(sglang_algorithm))
 
     def sampler(self, setup, config, acceptance_model="independent", router_recall=None, **options):
         recall = recall_of(setup, config.groups, config.top_n) if router_recall is None else float(router_recall)

@@ -14,7 +14,7 @@ from costmodel.cape import N_BINS
 from costmodel.kangaroo import continue_probability, early_exit
 from costmodel.step import DraftPart, StepShape, chain_width
 from methods.config import Float, Int, MethodConfig, param
-from methods.engines import EngineConfig
+from methods.engines import HF_EARLY_EXIT, EngineConfig, hf_chain
 from methods.sd import MAX_DEPTH, chain_sampler, chain_tokens
 from methods.spec import MethodSpec, PlotSpec
 from methods.draws import Sampler, StepDraws, first_failure
@@ -142,11 +142,12 @@ class Kangaroo(MethodSpec):
     def to_engine(self, engine, setup, config):
         if engine != "hf":
             return super().to_engine(engine, setup, config)
-        return EngineConfig("hf", {"assistant_early_exit": config.exit_layer, "num_assistant_tokens": config.gamma,
-                                   "num_assistant_tokens_schedule": "constant",
-                                   "assistant_confidence_threshold": config.eta}, "approximate",
+        # the target drafts for itself: transformers reads the draft length and threshold from the
+        # target's generation_config, and keeps the threshold fixed (it adapts it only for a separate assistant)
+        return EngineConfig("hf", {"assistant_early_exit": config.exit_layer}, "approximate",
                             "transformers drafts with the target's own LM head on the exit layer's features "
-                            "(no Kangaroo adapter)")
+                            "(no Kangaroo adapter) and verifies with a full forward",
+                            requires=HF_EARLY_EXIT, generation_config={"target": hf_chain(config.gamma, config.eta)})
 
 
 SPEC = Kangaroo()

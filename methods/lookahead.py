@@ -15,7 +15,7 @@ from costmodel.lookahead import (compression_ratio, expected_forward_tokens, fit
 from common.errors import InputError
 from costmodel.step import StepShape
 from methods.config import Flag, Int, MethodConfig, param
-from methods.engines import EngineConfig
+from methods.engines import HF_PROMPT_LOOKUP, EngineConfig, sglang_requires, vllm_requires
 from methods.spec import MethodSpec, PlotSpec
 from methods.draws import Sampler, StepDraws, check_prob, first_failure
 
@@ -194,21 +194,27 @@ class Lookahead(MethodSpec):
         return NgramSampler(config.G, config.N - 1, la.alpha, la.f, int(round(verify)))
 
     def to_engine(self, engine, setup, config):
+        """The engines' n-gram drafters, matched on the pending token alone as Lookahead's pool is
+        keyed (a window of exactly one token)."""
         window = (f"Lookahead's Jacobi window (W={config.W}) and its {config.G} pooled candidates have no "
                   "counterpart")
         if engine == "vllm":
-            return EngineConfig("vllm", {"method": "ngram", "num_speculative_tokens": config.N - 1}, "approximate",
-                                "vLLM's ngram proposes one continuation matched in the request's own context; "
-                                f"{window}; the match window is left at vLLM's default")
+            return EngineConfig("vllm", {"method": "ngram", "num_speculative_tokens": config.N - 1,
+                                         "prompt_lookup_min": 1, "prompt_lookup_max": 1}, "approximate",
+                                "vLLM's ngram proposes one continuation of the pending token matched in the "
+                                f"request's own context; {window}", requires=vllm_requires("ngram"))
         if engine == "sglang":
             return EngineConfig("sglang", {"--speculative-algorithm": "NGRAM",
                                            "--speculative-num-draft-tokens": config.G * (config.N - 1) + 1,
+                                           "--speculative-ngram-min-match-window-size": 1,
+                                           "--speculative-ngram-max-match-window-size": 1,
                                            "--speculative-ngram-max-bfs-breadth": config.G}, "approximate",
                                 "SGLang's NGRAM fills its cache from generated tokens, not from a Jacobi window "
                                 f"(W={config.W} has no counterpart); G candidates of N-1 tokens become its BFS "
-                                "breadth and draft tokens")
-        return EngineConfig("hf", {"prompt_lookup_num_tokens": config.N - 1}, "approximate",
-                            f"prompt lookup proposes one continuation matched in the input; {window}")
+                                "breadth and draft tokens", requires=sglang_requires("NGRAM"))
+        return EngineConfig("hf", {"prompt_lookup_num_tokens": config.N - 1, "max_matching_ngram_size": 1},
+                            "approximate", f"prompt lookup proposes one continuation matched in the input; {window}",
+                            requires=HF_PROMPT_LOOKUP)
 
     def acceptance_part(self, raw, where):
         grows = isinstance(raw, dict) and "hit" in raw

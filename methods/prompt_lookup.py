@@ -25,7 +25,7 @@ from costmodel.leviathan import generation_tokens
 from costmodel.step import StepShape
 from methods.config import Int, MethodConfig, param
 from methods.draws import Sampler, StepDraws
-from methods.engines import EngineConfig
+from methods.engines import HF_PROMPT_LOOKUP, EngineConfig, sglang_requires, vllm_requires
 from methods.spec import MethodSpec, PlotSpec
 
 GAMMAS = tuple(range(1, 11))          # the sweep's draft lengths
@@ -235,7 +235,7 @@ class PromptLookup(MethodSpec):
         c = config
         if engine == "vllm":
             return EngineConfig("vllm", {"method": "ngram", "num_speculative_tokens": c.gamma, "prompt_lookup_min": c.n_min,
-                                         "prompt_lookup_max": c.n_max}, "exact")
+                                         "prompt_lookup_max": c.n_max}, "exact", requires=vllm_requires("ngram"))
         if engine == "sglang":
             return EngineConfig("sglang", {"--speculative-algorithm": "NGRAM", "--speculative-num-draft-tokens": c.gamma + 1,
                                            "--speculative-ngram-min-match-window-size": c.n_min,
@@ -243,12 +243,14 @@ class PromptLookup(MethodSpec):
                                            "--speculative-ngram-min-bfs-breadth": 1,
                                            "--speculative-ngram-max-bfs-breadth": 1}, "approximate",
                                 "SGLang's n-gram cache also holds other requests' tokens and proposes from a trie of "
-                                "them, not only the earliest match in this request's own context")
-        settings = {"prompt_lookup_num_tokens": c.gamma, "max_matching_ngram_size": c.n_max}
+                                "them, not only the earliest match in this request's own context",
+                                requires=sglang_requires("NGRAM"))
+        settings = {"prompt_lookup_num_tokens": c.gamma, "max_matching_ngram_size": c.n_max}   # generate() options
         if c.n_min == 1:
-            return EngineConfig("hf", settings, "exact")
+            return EngineConfig("hf", settings, "exact", requires=HF_PROMPT_LOOKUP)
         return EngineConfig("hf", settings, "approximate",
-                            f"transformers falls back to matches shorter than n_min={c.n_min}, down to one token")
+                            f"transformers falls back to matches shorter than n_min={c.n_min}, down to one token",
+                            requires=HF_PROMPT_LOOKUP)
 
 
 SPEC = PromptLookup()

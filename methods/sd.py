@@ -10,7 +10,8 @@ from costmodel.leviathan import expected_tokens_by_position
 from costmodel.step import DraftPart, StepShape, chain_width
 from methods.config import Int, MethodConfig, param
 from methods.draws import ChainSampler, MarkovChainSampler
-from methods.engines import EngineConfig, drafter_checkpoint, verified_tokens
+from methods.engines import (HF_ASSISTED, EngineConfig, drafter_checkpoint, hf_chain, sglang_requires,
+                             verified_tokens, vllm_requires)
 from methods.spec import MethodSpec, PlotSpec
 
 MAX_DEPTH = 64
@@ -56,7 +57,7 @@ def sd_vllm(setup, config, method: str, extra: dict | None = None) -> EngineConf
     'eagle', 'eagle3'); exact unless the caller says what differs."""
     model = drafter_checkpoint(setup)
     return EngineConfig("vllm", {"method": method, "model": model, "num_speculative_tokens": config.gamma,
-                                 **(extra or {})}, "exact", models=(model,))
+                                 **(extra or {})}, "exact", models=(model,), requires=vllm_requires(method))
 
 
 class SD(MethodSpec):
@@ -94,10 +95,9 @@ class SD(MethodSpec):
             return EngineConfig("sglang", {"--speculative-algorithm": "STANDALONE", "--speculative-draft-model-path": model,
                                            "--speculative-num-steps": config.gamma, "--speculative-eagle-topk": 1,
                                            "--speculative-num-draft-tokens": verified_tokens(self, setup, config)},
-                                "exact", models=(model,))
-        return EngineConfig("hf", {"assistant_model": model, "num_assistant_tokens": config.gamma,
-                                   "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.0},
-                            "exact", models=(model,))
+                                "exact", models=(model,), requires=sglang_requires("STANDALONE"))
+        return EngineConfig("hf", {}, "exact", models=(model,), requires=HF_ASSISTED,
+                            generation_config={"assistant": hf_chain(config.gamma)})
 
 
 SPEC = SD()

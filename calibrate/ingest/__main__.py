@@ -1,19 +1,24 @@
-"""`python -m calibrate.ingest FORMAT FILE... [--json] [--out FILE] [--profile BASE]`.
+"""`python -m calibrate.ingest FORMAT FILE... [--json] [--out FILE [--overwrite]] [--profile BASE]`.
 
-Prints what was read (or, with --json, one JSON object with at least `per_position_acceptance`
-and `mean_accepted_tokens` where the source has acceptance). `--out FILE.parquet` writes the
-StepTrace of a step format; `--out FILE.json` writes the result object, or with `--profile BASE`
-a copy of BASE with the ingested acceptance entry and its provenance (refused when the source's
-target or drafter is not BASE's). Every write is atomic. Bad input: one line, exit 2.
+Reads what a deployed engine or benchmark wrote and prints what it measured: per-position
+acceptance, mean accepted tokens per step, alpha, latency observations, and one line per thing
+the file could not give and how it was filled (or, with --json, one JSON object with those).
+
+`--out FILE.parquet` writes the StepTrace of a step format; `--out FILE.json` writes the result
+object, or with `--profile BASE` a copy of BASE with the ingested acceptance entry and its
+provenance (refused when the source's target or drafter is not BASE's). An existing --out is
+replaced only with --overwrite; every write is atomic. Bad input: one line, exit 2, nothing written.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from pathlib import Path
 
 from calibrate.ingest import FORMATS, IngestOptions, Ingested, ingest
 from calibrate.ingest.result import merge_into_profile
+from calibrate.ingest.sglang_bench import ACCEPT_LENGTH
 from calibrate.paper_profiles import git_commit
 from calibrate.profile import Profile
 from common import atomic
@@ -31,8 +36,8 @@ def describe(result: Ingested) -> list[str]:
         lines.append(f"mean accepted tokens per step: {s['mean_accepted_tokens']:.3f}")
     if s.get("per_position_acceptance"):
         lines.append("per-position acceptance: " + " ".join(f"{a:.3f}" for a in s["per_position_acceptance"]))
-    if result.acceptance is not None:
-        lines.append(f"alpha: {result.acceptance['alpha']:.4f}")
+    if "alpha" in s:
+        lines.append(f"alpha: {s['alpha']:.4f}")
     if result.steps is not None:
         lines.append(f"StepTrace: {len(result.steps)} steps over {result.steps['prompt_id'].nunique()} prompts")
     for name, stats in result.latency.items():
@@ -45,52 +50,78 @@ def describe(result: Ingested) -> list[str]:
 
 
 def write_out(result: Ingested, out: Path, profile: Path | None, options: IngestOptions) -> str:
+    sources = ", ".join(result.sources)
     if out.suffix == ".parquet":
         if profile is not None:
             raise InputError("--profile writes a Profile: give --out FILE.json")
         if result.steps is None:
             raise InputError(f"{result.format} gives no StepTrace; --out takes a .json file for it")
+        if result.missing:
+            raise InputError(f"{sources}: no StepTrace written: {result.missing}")
         write_trace(out, result.steps, result.step_metadata)
         return f"wrote StepTrace {out}"
     if out.suffix != ".json":
         raise InputError(f"--out {out}: expected a .json or .parquet file")
     if profile is None:
-        atomic.write_json(out, result.to_json())
+        atomic.write_text(out, json.dumps(result.to_json(), indent=2, default=str, allow_nan=False) + "\n")
         return f"wrote {out}"
     if result.acceptance is None:
-        raise InputError(f"{', '.join(result.sources)}: no acceptance to merge into a Profile "
-                         f"({'; '.join(result.not_provided[-1:])})")
+        raise InputError(f"{sources}: no acceptance to merge into a Profile: {result.missing or 'none in the source'}")
     merged = merge_into_profile(Profile.load(profile), result, options, result.acceptance, commit=git_commit())
     merged.save(out)
     return f"wrote Profile {out} ({profile} + {result.format})"
 
 
+def formats_epilog() -> str:
+    lines = ["formats (each module's docstring in calibrate/ingest/ documents its fields and what it cannot "
+             "provide):", ""]
+    for name, module in FORMATS.items():
+        doc = importlib.import_module(f"calibrate.ingest.{module}").__doc__ or ""
+        lines.append(f"  {name:<13} {doc.strip().splitlines()[0].split(': ', 1)[-1]}")
+    return lines[0] + "\n\n" + "\n".join(lines[2:]) + "\n\nexit status: 0 on success, 2 on bad input (one line on stderr, nothing written)"
+
+
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    parser = CliParser(prog="python -m calibrate.ingest", description=__doc__.splitlines()[2])
+    parser = CliParser(prog="python -m calibrate.ingest", description="\n\n".join(__doc__.split("\n\n")[1:3]),
+                       epilog=formats_epilog)
     parser.add_argument("format", metavar="FORMAT", help=f"one of: {', '.join(FORMATS)}")
     parser.add_argument("files", metavar="FILE", nargs="+", type=Path,
                         help="input files (vllm-metrics: one scrape, or two: before and after)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    parser.add_argument("--out", type=Path, help="FILE.parquet: the StepTrace; FILE.json: the result or a Profile (default: print only)")
-    parser.add_argument("--profile", type=Path, help="a base Profile: --out gets a copy with the ingested acceptance (default: none)")
+    parser.add_argument("--out", type=Path, help="FILE.parquet: the StepTrace; FILE.json: the result or a Profile "
+                                                 "(default: print only)")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out when it exists (default: refuse)")
+    parser.add_argument("--profile", type=Path, help="a base Profile: --out gets a copy with the ingested acceptance "
+                                                     "(default: none)")
     parser.add_argument("--drafter", help="the drafter's name when the source does not state it (default: the source's)")
-    parser.add_argument("--target", help="the target's name when the source does not state it (default: the source's)")
-    parser.add_argument("--dataset", help="the dataset the measurements ran on (default: the source's, where it states one)")
-    parser.add_argument("--temperature", type=float, help="sampling temperature of the run (default: 0, greedy)")
-    parser.add_argument("--gamma", type=int, help="draft length when the source does not state it (default: the source's)")
+    parser.add_argument("--target", help="the target's name, over the source's (a served model name, say) "
+                                         "(default: the source's)")
+    parser.add_argument("--dataset", help="the dataset the measurements ran on (default: the source's, where it "
+                                          "states one)")
+    parser.add_argument("--temperature", type=float,
+                        help="sampling temperature of the run; needed for a Profile entry or StepTrace when the file "
+                             "does not record it (default: the file's; never assumed 0)")
+    parser.add_argument("--gamma", type=int, help="draft length when the source does not state it (default: the "
+                                                  "source's)")
     parser.add_argument("--method", default="sd", help="StepTrace method of imported chain steps (default sd)")
+    parser.add_argument("--accept-length", default="cumulative", choices=ACCEPT_LENGTH,
+                        help="sglang-bench: bench_serving accept lengths are the server's running mean since its "
+                             "start (cumulative, SGLang's default) or each run's own (per-run: --flush-cache)")
     args = parser.parse_args(argv)
     if args.gamma is not None and args.gamma < 1:
         raise InputError(f"--gamma must be >= 1, got {args.gamma}")
     if args.profile is not None and args.out is None:
         raise InputError("--profile needs --out FILE.json (the merged Profile)")
+    if args.out is not None and args.out.exists() and not args.overwrite:
+        raise InputError(f"--out {args.out}: the file exists; pass --overwrite to replace it")
     options = IngestOptions(drafter=args.drafter, target=args.target, dataset=args.dataset,
-                            temperature=args.temperature, gamma=args.gamma, method=args.method)
+                            temperature=args.temperature, gamma=args.gamma, method=args.method,
+                            accept_length=args.accept_length)
     result = ingest(args.format, args.files, options)
     message = write_out(result, args.out, args.profile, options) if args.out else None
     if args.json:
-        print(json.dumps(result.to_json(), indent=2, default=str))
+        print(json.dumps(result.to_json(), indent=2, default=str, allow_nan=False))
     else:
         print("\n".join(describe(result)))
     if message:

@@ -1,4 +1,4 @@
-"""`hf-assisted`: a recorder around transformers' `model.generate(..., assistant_model=...)`.
+"""`hf-assisted`: StepTraces a recorder wrote around transformers' `model.generate(..., assistant_model=...)`.
 
     from calibrate.ingest.hf_assisted import AssistedRecorder
     with AssistedRecorder(model) as recorder:
@@ -13,7 +13,10 @@ for: `get_candidates(input_ids)` (the assistant drafts; its duration is draft_s)
 after verifying (the time since drafting ended is verify_s, the call itself overhead_s). Each step
 becomes one StepTrace row: ctx_len, drafted tokens, accepted = tokens the step added (bonus
 included, cut at EOS or the length limit as generate cuts them), the accept mask, and the
-assistant's top-1 probability per drafted token when generate hands over its logits. The file is
+assistant's top-1 probability per drafted token when generate hands over its logits; its config
+is the draft length the generator was asked for that step (`num_assistant_tokens`, prompt
+lookup's `num_output_tokens`), which a step may fall short of at the length limit or, with a
+confidence threshold, where the assistant stops early. The file is
 written with `traces.schema.write_trace` (atomic); `python -m calibrate.ingest hf-assisted FILE`
 reads it back into a Profile acceptance entry. transformers is never imported here: the recorder
 works on any object with that method, and the hook is removed on leaving the `with` block.
@@ -34,7 +37,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from calibrate.ingest.result import IngestOptions, Ingested, chain_config, chain_mask, from_steps
+from calibrate.ingest.result import IngestOptions, Ingested, chain_config, chain_mask, from_steps, run_temperature
 from common.errors import InputError
 from traces.schema import RunMetadata, read_trace, write_trace
 
@@ -119,8 +122,10 @@ class AssistedRecorder:
             candidates, logits = draft(input_ids, *args, **kwargs)
             self._sync()
             ctx = int(input_ids.shape[-1])
-            step.update(start=start, drafted_at=self.clock(), ctx=ctx,
-                        drafted=int(candidates.shape[-1]) - ctx, confidences=_top1(logits))
+            drafted = int(candidates.shape[-1]) - ctx
+            asked = getattr(generator, "num_assistant_tokens", None) or getattr(generator, "num_output_tokens", None)
+            step.update(start=start, drafted_at=self.clock(), ctx=ctx, drafted=drafted,
+                        asked=int(asked) if asked else max(1, drafted), confidences=_top1(logits))
             return candidates, logits
 
         def update_candidate_strategy(input_ids, scores, num_matches):
@@ -137,7 +142,7 @@ class AssistedRecorder:
         drafted = step["drafted"]
         self.rows.append({
             "run_id": f"hf-assisted:{self.models['target']}+{self.models.get('draft', '')}", "method": self.method,
-            "config": chain_config(self.method, max(1, drafted)), "prompt_id": self.prompt_id,
+            "config": chain_config(self.method, step["asked"]), "prompt_id": self.prompt_id,
             "step": self._steps[self.prompt_id], "ctx_len": step["ctx"], "draft_forwards": drafted,
             "draft_s": step["drafted_at"] - step["start"], "verify_tokens": drafted + 1,
             "verify_s": verified_at - step["drafted_at"], "overhead_s": done_at - verified_at,
@@ -176,11 +181,9 @@ def ingest(paths: list[str], options: IngestOptions) -> Ingested:
     result = Ingested("hf-assisted", [str(p) for p in paths])
     result.models = {k: v for k, v in (("target", first.models.get("target")), ("drafter", first.models.get("draft")),
                                        ("target_vocab", first.extra.get("vocab", {}).get("target"))) if v is not None}
-    if options.temperature is not None and abs(options.temperature - first.temperature) > 1e-9:
-        raise InputError(f"{paths[0]}: recorded at temperature {first.temperature:g}, not --temperature "
-                         f"{options.temperature:g}")
-    first.dataset = first.dataset or options.dataset or ""
     result.not_provided = list(first.extra.get("not_provided", []))
+    run_temperature(options, result, first.temperature, paths[0])
+    first.dataset = first.dataset or options.dataset or ""
     if not first.dataset:
         result.not_provided.append("dataset name: left empty (pass --dataset)")
     return from_steps(result, pd.concat(frames, ignore_index=True), first, options)

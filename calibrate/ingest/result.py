@@ -3,22 +3,22 @@
 An importer reads one engine's or benchmark's output and returns an `Ingested`: a Profile
 acceptance entry and/or a StepTrace and/or latency observations, each with provenance (format,
 source files, the model names the source states) and `not_provided`, one line per thing the source
-could not give and how it was filled. Bad input is one InputError line naming file, line and field.
-
-Acceptance from counts (vLLM's counters, `vllm bench serve`'s spec-decode fields) is turned into
-the Profile's definitions here, once: vLLM's per-position rate a_i = accepted at position i /
-drafts is P(positions 1..i all accepted), so beta_i = a_i / a_(i-1); alpha is accepted tokens over
-evaluated positions (a position is evaluated when every earlier one was accepted), the same
-estimate `calibrate.fit_acceptance.fit_step_acceptance` makes from a StepTrace.
+could not give and how it was filled. Bad input is one InputError line naming file, line and field;
+so is a file of another format (`looks_like` names the format it is) and, when asked to write it,
+a result missing what a Profile entry or StepTrace needs (`Ingested.missing`: a sampling
+temperature the file does not record is asked for, never assumed). Acceptance from counts is
+`calibrate.ingest.counts`.
 """
 from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+import numpy as np
 import pandas as pd
 
 from calibrate.acceptance import AcceptanceModel
@@ -36,6 +36,7 @@ class IngestOptions:
     temperature: float | None = None
     gamma: int | None = None          # draft length when the source does not state it
     method: str = "sd"                # StepTrace method of imported chain steps
+    accept_length: str = "cumulative"  # sglang-bench: bench_serving's accept_length since the server start, or per run
 
 
 @dataclass
@@ -50,6 +51,7 @@ class Ingested:
     throughput: dict[str, float] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
     not_provided: list[str] = field(default_factory=list)
+    missing: str = ""                 # why it cannot be written as a Profile entry / StepTrace ("" when it can)
 
     def provenance(self) -> dict[str, Any]:
         return {"format": self.format, "sources": self.sources, "models": self.models,
@@ -81,10 +83,23 @@ def existing(path: str | Path) -> Path:
     return p
 
 
+def read_text(path: str | Path) -> str:
+    """The text of `path`; InputError naming the file when it is binary (a parquet file, say)."""
+    p = existing(path)
+    data = p.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        what = "a parquet file" if data[:4] == b"PAR1" else "binary, not UTF-8 text"
+        raise InputError(f"{p}: {what}; this format reads text"
+                         + (" (a StepTrace of the hf-assisted recorder is read as hf-assisted)" if data[:4] == b"PAR1"
+                            else "")) from None
+
+
 def json_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) of a JSON file (one object, line 1) or a JSON-lines file."""
     p = existing(path)
-    text = p.read_text(encoding="utf-8")
+    text = read_text(p)
     try:
         whole = json.loads(text)
     except json.JSONDecodeError:
@@ -99,6 +114,8 @@ def json_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
+            if line.startswith(("# HELP", "# TYPE", "vllm:", "vllm_")):
+                raise InputError(f"{p}:{number}: Prometheus text, not JSON: read it as vllm-metrics") from None
             raise InputError(f"{p}:{number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
         if not isinstance(record, dict):
             raise InputError(f"{p}:{number}: expected a JSON object, got {type(record).__name__}")
@@ -106,6 +123,26 @@ def json_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
         yield number, record
     if not found:
         raise InputError(f"{p}: no JSON object in the file")
+
+
+def looks_like(record: dict[str, Any]) -> tuple[str, str] | None:
+    """(format, the fields that show it) of a JSON record another importer reads, or None."""
+    marks = {"vllm-bench": ("model_id", "tokenizer_id", "endpoint_type", "spec_decode_num_drafts", "mean_e2el_ms"),
+             "sglang-bench": ("accept_length", "server_info", "total_output_tokens_retokenized", "mean_e2e_latency_ms",
+                              "acc_length", "prefill_latency", "median_decode_latency"),
+             "spec-bench": ("question_id", "choices", "answer_id")}
+    found = {fmt: [k for k in keys if k in record] for fmt, keys in marks.items()}
+    fmt, keys = max(found.items(), key=lambda item: len(item[1]))
+    need_two = fmt != "sglang-bench" or not {"prefill_latency", "acc_length"} & set(keys)
+    return (fmt, ", ".join(f"'{k}'" for k in keys)) if len(keys) >= (2 if need_two else 1) else None
+
+
+def refuse_other(record: dict[str, Any], where: str, fmt: str) -> None:
+    """InputError when `record` is another format's (a vLLM result read as sglang-bench, say)."""
+    other = looks_like(record)
+    if other is not None and other[0] != fmt:
+        raise InputError(f"{where}: a {other[0]} record (fields {other[1]}), not {fmt}: "
+                         f"run python -m calibrate.ingest {other[0]} on it")
 
 
 def need(record: dict[str, Any], key: str, where: str, kind: type | tuple = (int, float)) -> Any:
@@ -120,34 +157,12 @@ def need(record: dict[str, Any], key: str, where: str, kind: type | tuple = (int
     return value
 
 
-# ---- acceptance from counts -----------------------------------------------------------------------
-def chain_acceptance(drafts: float, accepted: float, per_position: list[float], where: str) -> dict[str, Any]:
-    """Profile quantities from spec-decode counts: drafts, accepted draft tokens, accepted per position."""
-    if drafts <= 0:
-        raise InputError(f"{where}: no drafts counted (the number of drafts is {drafts:g}); "
-                         "was speculative decoding on while it was measured?")
-    if accepted < 0 or any(c < 0 for c in per_position):
-        raise InputError(f"{where}: negative accepted-token counts")
-    rates = [c / drafts for c in per_position]
-    if any(r > 1.0 + 1e-9 for r in rates):
-        raise InputError(f"{where}: a position accepted more tokens than there were drafts")
-    out: dict[str, Any] = {"per_position_acceptance": rates, "mean_accepted_tokens": 1.0 + accepted / drafts}
-    if per_position:
-        if abs(sum(per_position) - accepted) > max(1.0, 0.01 * accepted):
-            raise InputError(f"{where}: accepted tokens per position sum to {sum(per_position):g}, "
-                             f"but {accepted:g} accepted tokens are counted")
-        reached = [1.0] + rates[:-1]                      # P(position i evaluated) = P(1..i-1 accepted)
-        betas = [r / p for r, p in zip(rates, reached) if p > 0]
-        out["alpha_by_position"] = [min(1.0, b) for b in betas]
-        out["alpha"] = min(1.0, sum(rates) / sum(reached))
-    return out
-
-
+# ---- acceptance entries ----------------------------------------------------------------------------
 def acceptance_entry(quantities: dict[str, Any], ingested: Ingested, options: IngestOptions,
-                     counts: dict[str, float]) -> dict[str, Any]:
-    """A validated Profile acceptance entry from `chain_acceptance` (or alpha) quantities."""
+                     counts: dict[str, float], temperature: float) -> dict[str, Any]:
+    """A validated Profile acceptance entry from `calibrate.ingest.counts` (or alpha) quantities."""
     entry = {"drafter": options.drafter or ingested.models.get("drafter", ""),
-             "temperature": float(options.temperature if options.temperature is not None else 0.0),
+             "temperature": float(temperature),
              "dataset": options.dataset or "",
              "alpha": quantities["alpha"],
              **({"alpha_by_position": quantities["alpha_by_position"]} if "alpha_by_position" in quantities else {}),
@@ -157,13 +172,30 @@ def acceptance_entry(quantities: dict[str, Any], ingested: Ingested, options: In
     return entry
 
 
-def stated_context(options: IngestOptions, ingested: Ingested, temperature_known: bool = False,
-                   dataset_known: bool = False) -> None:
-    """Record the run context the user states (or its default) in `not_provided`."""
-    if not temperature_known:
-        ingested.not_provided.append(
-            f"sampling temperature: {options.temperature:g} (--temperature)" if options.temperature is not None
-            else "sampling temperature: assumed 0, greedy (pass --temperature)")
+def run_temperature(options: IngestOptions, ingested: Ingested, recorded: float | None = None,
+                    where: str = "") -> float | None:
+    """The run's sampling temperature: the file's, else --temperature; None (and `missing` set)
+    when neither says it, never an assumed 0. InputError when the two disagree."""
+    given = options.temperature
+    if given is not None and (not math.isfinite(given) or given < 0):
+        raise InputError(f"--temperature must be a number >= 0, got {given!r}")
+    if recorded is not None:
+        if given is not None and abs(given - recorded) > 1e-9:
+            raise InputError(f"{where or ingested.sources[0]}: recorded at temperature {recorded:g}, not "
+                             f"--temperature {given:g}")
+        return float(recorded)
+    if given is None:
+        ingested.not_provided.append("sampling temperature: not recorded in the file; pass --temperature "
+                                     "(needed for a Profile entry or a StepTrace)")
+        ingested.missing = ("the file does not record the sampling temperature: pass --temperature "
+                            "(0 for greedy decoding)")
+        return None
+    ingested.not_provided.append(f"sampling temperature: {given:g} (--temperature)")
+    return float(given)
+
+
+def stated_dataset(options: IngestOptions, ingested: Ingested, dataset_known: bool = False) -> None:
+    """Record in `not_provided` that the dataset is the user's (or empty)."""
     if not options.dataset and not dataset_known:
         ingested.not_provided.append("dataset name: left empty (pass --dataset)")
 
@@ -186,9 +218,10 @@ def profile_drafter(profile: Profile, name: str) -> str:
 def merge_into_profile(base: Profile, ingested: Ingested, options: IngestOptions,
                        entry: dict[str, Any], commit: str = "") -> Profile:
     """A copy of `base` with the ingested acceptance entry and its provenance; refuses other models."""
-    target = ingested.models.get("target") or options.target
+    target = options.target or ingested.models.get("target")
     if target and not same_model(target, base.target):
-        raise InputError(f"the source's target '{target}' differs from profile '{base.name}' target '{base.target}'")
+        said = "--target" if options.target else "the source's target"
+        raise InputError(f"{said} '{target}' differs from profile '{base.name}' target '{base.target}'")
     vocab = ingested.models.get("target_vocab")
     known_vocab = base.models.get(base.target, {}).get("vocab")
     if vocab is not None and known_vocab is not None and int(vocab) != int(known_vocab):
@@ -237,21 +270,25 @@ def chain_mask(accepted: int, drafted: int) -> list[bool]:
 
 
 def from_steps(result: Ingested, frame: pd.DataFrame, metadata: Any, options: IngestOptions) -> Ingested:
-    """Fill `result` from a chain StepTrace: its acceptance entry (fit_step_acceptance) and summary."""
-    from calibrate.fit_acceptance import fit_step_acceptance
+    """Fill `result` from a chain StepTrace: its summary, and its acceptance entry
+    (fit_step_acceptance) unless `result.missing` says what the entry lacks (metadata is then None)."""
+    from calibrate.fit_acceptance import evaluated_positions, fit_step_acceptance
 
     result.steps, result.step_metadata = frame, metadata
+    masks = [np.asarray(m, bool) for m in frame["accept_mask"]]
+    hits = pd.Series([int(m.sum()) for m in masks], dtype=float)
+    evaluated = sum(evaluated_positions(m) for m in masks if len(m))
+    depth = max((len(m) for m in masks), default=0)
+    result.summary.update({
+        "mean_accepted_tokens": float(frame["accepted"].mean()),
+        "per_position_acceptance": [float((hits > i).mean()) for i in range(depth)],
+        **({"alpha": float(hits.sum() / evaluated)} if evaluated else {})})
+    if metadata is None:
+        return result
     drafter = options.drafter or result.models.get("drafter", "")
     entry = fit_step_acceptance(frame, drafter=drafter, dataset=metadata.dataset, temperature=metadata.temperature,
                                 source=f"{result.format}: {', '.join(Path(s).name for s in result.sources)}")
     entry["ingest"] = result.provenance()
     AcceptanceModel.from_dict(entry, name=result.format)
     result.acceptance = entry
-    drafted = frame["accept_mask"].map(len)
-    hits = frame["accept_mask"].map(lambda m: sum(bool(x) for x in m))
-    depth = int(drafted.max()) if len(frame) else 0
-    result.summary.update({
-        "mean_accepted_tokens": float(frame["accepted"].mean()),
-        "per_position_acceptance": [float((hits > i).mean()) for i in range(depth)],
-        "alpha": entry["alpha"]})
     return result

@@ -17,17 +17,26 @@ What the file cannot give, and how it is filled (also in the trace's metadata, `
 - per-step time: only each turn's wall time, spread evenly over its steps and booked as verify_s
   (draft_s and overhead_s 0); draft_forwards = gamma, verify_tokens = gamma + 1 as for a chain;
 - the prompt length: ctx_len counts the turn's generated tokens only; no drafter confidences;
-- model names, dataset, temperature: `--target`, `--drafter`, `--dataset` (default
-  "spec-bench"), `--temperature` (default 0); `model_id` is kept in the metadata.
+- model names and dataset: `--target`, `--drafter`, `--dataset` (default "spec-bench");
+  `model_id` is kept in the metadata;
+- the sampling temperature: Spec-Bench's scripts end `model_id` with `-temperature-<T>`, which is
+  read (checked against `--temperature`); without it `--temperature` is asked for, never assumed.
+A run without speculation (Spec-Bench's baseline: every step commits one token) is refused: it
+has nothing to calibrate, and its accept lengths would read as alpha 0. So is a file another
+importer reads (a `vllm bench serve` result, SGLang bench output).
 """
 from __future__ import annotations
+
+import re
 
 import pandas as pd
 
 from calibrate.ingest.result import (IngestOptions, Ingested, chain_config, chain_mask, from_steps, json_records,
-                                     need, stated_context)
+                                     need, refuse_other, run_temperature, stated_dataset)
 from common.errors import InputError
 from traces.schema import RunMetadata, validate
+
+TEMPERATURE = re.compile(r"-temperature-(\d+(?:\.\d+)?)$")
 
 
 def _numbers(choice: dict, key: str, where: str, integer: bool, minimum: float) -> list:
@@ -65,6 +74,7 @@ def read_answers(path: str) -> tuple[list[dict], set[str]]:
     turns, model_ids = [], set()
     for number, record in json_records(path):
         where = f"{path}:{number}"
+        refuse_other(record, where, "spec-bench")
         qid = need(record, "question_id", where, (int, str))
         choices = need(record, "choices", where, list)
         if record.get("model_id"):
@@ -89,12 +99,26 @@ def read_answers(path: str) -> tuple[list[dict], set[str]]:
     return turns, model_ids
 
 
+def model_temperature(model_ids: set[str], paths: list[str]) -> float | None:
+    """The temperature Spec-Bench's scripts put at the end of `model_id` (`...-temperature-0.0`)."""
+    found = {float(m[1]) for m in (TEMPERATURE.search(i) for i in model_ids) if m}
+    if len(found) > 1:
+        raise InputError(f"{paths[0]}: answers at several temperatures ({', '.join(f'{t:g}' for t in sorted(found))} "
+                         "in model_id); ingest one temperature at a time")
+    every = model_ids and all(TEMPERATURE.search(i) for i in model_ids)
+    return found.pop() if found and every else None
+
+
 def ingest(paths: list[str], options: IngestOptions) -> Ingested:
     result = Ingested("spec-bench", [str(p) for p in paths])
     turns, model_ids = [], set()
     for path in paths:
         t, m = read_answers(path)
         turns, model_ids = turns + t, model_ids | m
+    if all(length == 1 for turn in turns for length in turn["lengths"]):
+        steps = sum(len(turn["lengths"]) for turn in turns)
+        raise InputError(f"{paths[0]}: every one of the {steps} decoding steps committed exactly 1 token: a run without "
+                         "speculation (Spec-Bench's baseline), nothing to calibrate")
     gamma = options.gamma or max(1, max(max(t["lengths"]) for t in turns) - 1)
     for turn in turns:
         if max(turn["lengths"]) > gamma + 1:
@@ -118,14 +142,14 @@ def ingest(paths: list[str], options: IngestOptions) -> Ingested:
         "prompt length: ctx_len counts generated tokens only; drafter confidences: none",
         "model names: " + (f"target '{options.target}'" if options.target else "target not stated (--target)")
         + (f", drafter '{options.drafter}'" if options.drafter else ", drafter not stated (--drafter)")]
-    stated_context(options, result, dataset_known=True)
+    temperature = run_temperature(options, result, model_temperature(model_ids, paths), paths[0])
+    stated_dataset(options, result, dataset_known=True)
     frame = validate(pd.DataFrame(rows), "step", source=str(paths[0]))
-    metadata = RunMetadata(kind="step", models={k: v for k, v in (("target", options.target),
-                                                                   ("draft", options.drafter)) if v},
-                           hardware="unknown", temperature=float(options.temperature or 0.0),
-                           dataset=options.dataset or "spec-bench",
-                           extra={"source_format": "spec-bench", "sources": result.sources,
-                                  "model_id": sorted(model_ids), "not_provided": result.not_provided})
+    metadata = None if temperature is None else RunMetadata(
+        kind="step", models={k: v for k, v in (("target", options.target), ("draft", options.drafter)) if v},
+        hardware="unknown", temperature=temperature, dataset=options.dataset or "spec-bench",
+        extra={"source_format": "spec-bench", "sources": result.sources, "model_id": sorted(model_ids),
+               "not_provided": result.not_provided})
     tokens = sum(t["new_tokens"] for t in turns)
     seconds = sum(t["wall_time"] for t in turns)
     result.throughput = {"tokens_per_s": tokens / seconds} if seconds > 0 else {}

@@ -3,6 +3,10 @@
 A tiny random Llama target (2 layers, the second one weak) and an assistant made of its first
 layer (embeddings, norm and head copied), so that the two often agree; seeded, CPU, seconds.
 Writes examples/ingest/hf_assisted_steps.parquet; `python -m calibrate.ingest hf-assisted` reads it.
+Every step drafts DRAFT tokens (fewer only where the length limit cuts it): transformers reads the
+draft length, its schedule and the confidence threshold from the assistant's generation_config,
+so they are set there (`methods.engines.hf_chain`), not passed to generate(), where they would be
+ignored for the defaults (20 tokens, a 0.4 threshold that ends most drafts after one or two).
 With real models, wrap your own `model.generate(..., assistant_model=...)` the same way.
 """
 from __future__ import annotations
@@ -15,6 +19,9 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.utils import logging
 
 from calibrate.ingest.hf_assisted import AssistedRecorder
+from methods.engines import hf_chain
+
+DRAFT = 4
 
 
 def tiny_pair(seed: int = 0):
@@ -35,15 +42,15 @@ def tiny_pair(seed: int = 0):
 def record(out: Path, prompts: int = 3, new_tokens: int = 24, seed: int = 0) -> Path:
     logging.set_verbosity_error()   # generate's notes on the assistant's generation config
     target, assistant = tiny_pair(seed)
+    for name, value in hf_chain(DRAFT).items():
+        setattr(assistant.generation_config, name, value)
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad(), AssistedRecorder(target) as recorder:
         for p in range(prompts):
             recorder.prompt_id = f"random/{p}"
             ids = torch.randint(1, 96, (1, 8), generator=generator)
             target.generate(ids, attention_mask=torch.ones_like(ids), assistant_model=assistant,
-                            max_new_tokens=new_tokens, do_sample=False, num_assistant_tokens=4,
-                            num_assistant_tokens_schedule="constant",
-                            assistant_confidence_threshold=0.0)
+                            max_new_tokens=new_tokens, do_sample=False)
     return recorder.write(out, dataset="random", hardware="CPU")
 
 

@@ -15,6 +15,7 @@ from experiments.sweep import cli
 from experiments.sweep import run as sweep
 from methods import engines
 from experiments.sweep.executor import LocalExecutor
+from common.errors import InputError
 from methods.spec import Setup
 from tests.experiments.test_sweep import toy_profile
 
@@ -33,13 +34,57 @@ def test_sd_maps_exactly_to_every_engine(toy):
     vllm = export.to_engine("vllm", setup, "sd g5")
     assert vllm.match == "exact" and vllm.settings == {"method": "draft_model", "model": "llama-68m",
                                                        "num_speculative_tokens": 5}
-    sglang = export.to_engine("sglang", setup, "sd g5").settings
-    assert sglang == {"--speculative-algorithm": "STANDALONE", "--speculative-draft-model-path": "llama-68m",
-                      "--speculative-num-steps": 5, "--speculative-eagle-topk": 1,
-                      "--speculative-num-draft-tokens": 6}
-    hf = export.to_engine("hf", setup, "sd g5").settings
-    assert hf["assistant_model"] == "llama-68m" and hf["num_assistant_tokens"] == 5
-    assert hf["num_assistant_tokens_schedule"] == "constant" and hf["assistant_confidence_threshold"] == 0.0
+    assert "draft_model" in vllm.requires
+    sglang = export.to_engine("sglang", setup, "sd g5")
+    assert sglang.settings == {"--speculative-algorithm": "STANDALONE", "--speculative-draft-model-path": "llama-68m",
+                               "--speculative-num-steps": 5, "--speculative-eagle-topk": 1,
+                               "--speculative-num-draft-tokens": 6}
+    assert "STANDALONE" in sglang.requires
+    hf = export.to_engine("hf", setup, "sd g5")          # the draft length lives on the assistant, not generate()
+    assert hf.settings == {} and hf.models == ("llama-68m",) and "4.45" in hf.requires
+    assert hf.generation_config == {"assistant": {"num_assistant_tokens": 5, "num_assistant_tokens_schedule": "constant",
+                                                  "assistant_confidence_threshold": 0.0}}
+
+
+def _entry(toy, engine, label, method, temperature=0.0, batches=(1,), schedule=None):
+    """A plan() entry for one configuration, as write_exports takes it."""
+    deployment = {"profile": "toy", "target": "vicuna-7b", "hardware": "A100-80G", "dataset": "mt-bench",
+                  "temperature": temperature}
+    entry = {"deployment": deployment, "slug": "toy", "engine": engine, "batch": batches[0], "overall_best": label,
+             "overall_ratio": 2.0, "not_exported": [], "config": label, "method": method, "drafter": "x",
+             "mapped": export.to_engine(engine, _setup(toy, method), label), "throughput_tok_s": 100.0, "ratio": 2.0,
+             "tpot_ms": 10.0, "batches": list(batches), "stops_paying_at": None}
+    return {**entry, **({"schedule": schedule} if schedule else {})}
+
+
+def test_hf_file_splits_generation_config_from_generate(toy):
+    sd = export.hf_file(_entry(toy, "hf", "sd g4", "sd"))
+    assert sd == {"requires": sd["requires"], "assistant_checkpoint": "llama-68m",
+                  "assistant_generation_config": {"num_assistant_tokens": 4, "num_assistant_tokens_schedule": "constant",
+                                                  "assistant_confidence_threshold": 0.0},
+                  "target_generation_config": {}, "generate": {"do_sample": False}}
+    hot = export.hf_file(_entry(toy, "hf", "sd g4", "sd", temperature=0.7))
+    assert hot["generate"] == {"do_sample": True, "temperature": 0.7}
+    early = export.hf_file(_entry(toy, "hf", "kangaroo L2 g5 eta0.3", "kangaroo"))
+    assert early["assistant_checkpoint"] is None and early["assistant_generation_config"] == {}
+    assert early["target_generation_config"] == {"num_assistant_tokens": 5, "num_assistant_tokens_schedule": "constant",
+                                                 "assistant_confidence_threshold": 0.3}
+    assert early["generate"] == {"assistant_early_exit": 2, "do_sample": False} and "4.47" in early["requires"]
+    lookup = export.hf_file(_entry(toy, "hf", "prompt_lookup g3 nmin1 nmax4", "prompt_lookup"))
+    assert lookup["generate"] == {"prompt_lookup_num_tokens": 3, "max_matching_ngram_size": 4, "do_sample": False}
+    assert lookup["assistant_checkpoint"] is None
+
+
+def test_ngram_window_is_emitted_wherever_an_engine_matches_ngrams(toy):
+    setup = _setup(toy, "lookahead")
+    label = "lookahead W5 N4 G3"
+    vllm = export.to_engine("vllm", setup, label).settings
+    assert vllm == {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 1}
+    sglang = export.to_engine("sglang", setup, label).settings
+    assert sglang["--speculative-ngram-min-match-window-size"] == sglang["--speculative-ngram-max-match-window-size"] == 1
+    assert export.to_engine("hf", setup, label).settings == {"prompt_lookup_num_tokens": 3, "max_matching_ngram_size": 1}
+    lookup = export.to_engine("vllm", _setup(toy, "prompt_lookup"), "prompt_lookup g4 nmin2 nmax5").settings
+    assert (lookup["prompt_lookup_min"], lookup["prompt_lookup_max"]) == (2, 5)
 
 
 def test_every_method_is_mapped_or_listed_with_a_reason(toy):
@@ -78,20 +123,52 @@ def test_a_method_maps_itself_with_its_own_configuration(toy):
         methods.unregister("bare")
 
 
+def _coral(toy, **drafter):
+    from calibrate.profile import Profile
+
+    raw = toy.to_dict()
+    raw["drafters"]["eagle"].update(drafter)
+    return Setup(Profile.from_dict(raw), "eagle", "eagle")
+
+
 def test_coral_router_and_tree(toy):
     setup = _setup(toy, "coral")
     chain = export.to_engine("vllm", setup, "coral g4")
     assert chain.match == "exact" and chain.settings["method"] == "eagle"
     routed = export.to_engine("vllm", setup, "coral g4 N16 top2")
     assert routed.match == "approximate" and "router" in routed.differs
-    raw = toy.to_dict()
-    raw["drafters"]["eagle"]["tree"] = {"depth": 6, "candidates": 60}
-    from calibrate.profile import Profile
-
-    tree = Setup(Profile.from_dict(raw), "eagle", "eagle")
-    flags = export.to_engine("sglang", tree, "coral g6").settings
+    tree = _coral(toy, tree={"depth": 6, "candidates": 60})
+    flags = export.to_engine("sglang", tree, "coral g6").settings      # SGLang's EAGLE runs the tree
     assert flags["--speculative-eagle-topk"] == 10 and flags["--speculative-num-draft-tokens"] == 61
-    assert export.to_engine("vllm", tree, "coral g6").match == "approximate"
+    assert export.to_engine("sglang", tree, "coral g6").match == "exact"
+    vllm = export.to_engine("vllm", tree, "coral g6")                   # vLLM's a chain: what it drops, in numbers
+    assert vllm.match == "approximate" and "verifies 7 tokens a step, not 61" in vllm.differs
+
+
+@pytest.mark.parametrize("engine_method, vllm, sglang", [("eagle3", "eagle3", "EAGLE3"), ("mtp", "mtp", "NEXTN")])
+def test_eagle3_and_mtp_names_only_where_the_drafter_says_so(toy, engine_method, vllm, sglang):
+    setup = _coral(toy, engine_method=engine_method)
+    assert export.to_engine("vllm", setup, "coral g3").settings["method"] == vllm
+    assert export.to_engine("sglang", setup, "coral g3").settings["--speculative-algorithm"] == sglang
+    with pytest.raises(InputError, match="drafter 'eagle': engine_method 'eagle4' is not one of eagle, eagle3, mtp"):
+        export.to_engine("vllm", _coral(toy, engine_method="eagle4"), "coral g3")
+
+
+def test_every_export_says_what_it_needs_and_what_happens_outside_the_priced_range(toy):
+    schedule = [[1, 7, 4], [8, 31, 2], [32, 32, 1]]
+    vllm = _entry(toy, "vllm", "sd g4", "sd", batches=(1, 8, 32), schedule=schedule)
+    assert "vLLM >= 0.24" in export.requirements(vllm) and "#32374" in export.requirements(vllm)
+    assert "K=1 to every batch past 32" in export.outside_range(vllm) and "--max-num-seqs 32" in export.outside_range(vllm)
+    off = _entry(toy, "vllm", "sd g4", "sd", batches=(1, 32), schedule=[[1, 31, 4], [32, 32, 0]])
+    assert "K=0 past batch 32: no speculation there" in export.outside_range(off)
+    single = _entry(toy, "vllm", "sd g4", "sd")
+    assert "0.24" not in export.requirements(single) and "priced at batch 1 only" in export.outside_range(single)
+    sglang = {**_entry(toy, "sglang", "sd g4", "sd", batches=(1, 8, 32)), "stops_paying_at": 32}
+    name, text = export.engine_file(sglang)
+    assert text.strip().endswith("--max-running-requests 32")
+    assert "48" in export.outside_range(sglang) and "stops paying at batch 32" in export.outside_range(sglang)
+    hf = _entry(toy, "hf", "sd g4", "sd", batches=(4, 8))
+    assert "batch 1" in export.outside_range(hf) and "priced at batch 4" in export.outside_range(hf)
 
 
 def test_vllm_schedule_ranges():
@@ -149,11 +226,14 @@ def test_cli_exports_small_tables_and_report(tmp_path, toy):
     schedule = vllm["num_speculative_tokens_per_batch_size"]
     assert schedule[0][0] == 1 and schedule[-1][1] == 32
     assert max(k for _, _, k in schedule) == vllm["num_speculative_tokens"]
-    assert next(out.glob("sglang_*.txt")).read_text().startswith("--speculative-algorithm ")
-    assert "num_assistant_tokens" in json.loads(next(out.glob("hf_*.json")).read_text()) \
-        or "prompt_lookup_num_tokens" in json.loads(next(out.glob("hf_*.json")).read_text())
+    sglang = next(out.glob("sglang_*.txt")).read_text()
+    assert sglang.startswith("--speculative-algorithm ") and sglang.strip().endswith("--max-running-requests 32")
+    hf = json.loads(next(out.glob("hf_*.json")).read_text())
+    assert set(hf) == {"requires", "assistant_checkpoint", "assistant_generation_config", "target_generation_config",
+                       "generate"} and "assistant_model" not in hf["generate"]
     notes = (out / "exports.md").read_text()
-    assert "no counterpart: mcsd" in notes
+    assert "no counterpart: mcsd" in notes and notes.count("- needs: ") == 3
+    assert notes.count("- outside the priced range: ") == 3 and export.HF_SNIPPET.strip() in notes
     top = pd.read_csv(out / "tables/mcsd_top3.csv")
     full = pd.read_parquet(out / "tables/mcsd.parquet")
     assert len(top) == 3 and len(full) > 3 and (top.config.to_numpy() == full.config.to_numpy()[:3]).all()
@@ -178,3 +258,37 @@ def test_bad_new_options_are_refused_before_any_work(args, message, capsys):
     assert cli.main(args + ["--profile", "/nonexistent/p.json", "--out", "/tmp/never-written"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and message in err and "\n" not in err
+
+
+def _tiny_pair():
+    """The example's tiny transformers Llama target and its one-layer assistant (seeded)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "ingest" / "record_hf_assisted.py"
+    spec = importlib.util.spec_from_file_location("record_hf_assisted", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.tiny_pair(0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("label, method, gamma", [("sd g4", "sd", 4), ("kangaroo L1 g3 eta0", "kangaroo", 3)])
+def test_the_hf_snippet_applied_drafts_what_was_exported(toy, tmp_path, label, method, gamma):
+    """exports.md's snippet, run as written on a tiny transformers target and assistant: every step
+    drafts the exported length (fewer only where the length limit cuts it), not transformers'
+    defaults (which draft 1-2 tokens a step here)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from calibrate.ingest.hf_assisted import AssistedRecorder
+
+    path = tmp_path / "hf.json"
+    path.write_text(json.dumps(export.hf_file(_entry(toy, "hf", label, method))))
+    target, assistant = _tiny_pair()
+    ids = torch.randint(1, 96, (1, 8), generator=torch.Generator().manual_seed(0))
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "max_new_tokens": 20}
+    with torch.no_grad(), AssistedRecorder(target) as recorder:
+        exec(export.HF_SNIPPET, {"path": str(path), "target": target, "assistant": assistant, "inputs": inputs})
+    steps = recorder.frame()
+    room = 8 + 20 - 1 - steps["ctx_len"].to_numpy()          # what the length limit leaves a step to draft
+    assert len(steps) >= 4 and (steps["draft_forwards"].to_numpy() == np.minimum(gamma, room)).all()
