@@ -3,15 +3,21 @@ n_min..n_max that occurred before) are matched against the prompt and what was g
 up to gamma tokens that followed their earliest occurrence are verified as one chain (vLLM's
 `ngram` with `prompt_lookup_min/max`, SGLang's `NGRAM`, transformers' `prompt_lookup_num_tokens`).
 
-Acceptance is a part of its own (`MatchAcceptance`), fitted on the method's StepTraces: a step
-finds a match of length >= n with probability hit * ((1 - tail) decay^(n - 1) + tail) (chance
-matches die out geometrically, a share `tail` of them are copies that go on); given its length m
-(n_min..n_max), the first proposed token is accepted with alpha_long - (alpha_long - alpha) *
-gain^(m - 1) (a longer match predicts better) and each later one, given the one before, with
-alpha_next. A step without a match verifies the pending token alone; one with a match verifies it
-and its gamma proposals (`step_shape` prices that distribution). A match whose first occurrence
-ends fewer than gamma tokens before the context's end proposes fewer; the fit reads each step's
-own proposals, the closed form takes every proposal as gamma long.
+Acceptance is a part of its own (`MatchAcceptance`), fitted on the method's StepTraces. Answers
+alternate between copying an earlier stretch verbatim and writing new text, and a step's fate
+depends on which it is in, so the steps form a two-state chain:
+- free: a chance match of n_min tokens or more is found with probability hit * decay^(n_min - 1);
+  its first proposal is accepted with alpha, each later one (given the one before) with alpha_next;
+  the next step starts a copy with probability sigma;
+- copy: the match is the stretch being copied and every further token continues it with rho, so a
+  step accepts min(R, gamma) proposals, P(R >= k) = rho^k, and stays in the copy while it goes on
+  (all gamma accepted and the bonus token copied too).
+Tokens per step are this chain's stationary mean; a longer gamma spends fewer steps per copy, which
+a model of independent steps cannot tell. n_max changes which earlier occurrence is proposed; on
+the recorded steps its effect is within the fit's noise, and the model leaves it out. A step
+without a match verifies the pending token alone, one with a match it and its gamma proposals
+(`step_shape` prices that distribution); a match near the context's end proposes fewer, which the
+fit reads from each step and the closed form does not.
 """
 from __future__ import annotations
 
@@ -30,7 +36,7 @@ from methods.spec import MethodSpec, PlotSpec
 
 GAMMAS = tuple(range(1, 11))          # the sweep's draft lengths
 NGRAMS = tuple(range(1, 7))           # the sweep's match lengths
-PARAMETERS = ("hit", "decay", "tail", "alpha", "alpha_long", "gain", "alpha_next")
+PARAMETERS = ("hit", "decay", "alpha", "alpha_next", "rho", "sigma")
 
 
 @dataclass(frozen=True)
@@ -51,74 +57,109 @@ class MatchAcceptance:
 
     hit: float
     decay: float
-    tail: float
     alpha: float
-    alpha_long: float
-    gain: float
     alpha_next: float
+    rho: float
+    sigma: float
 
     def to_dict(self) -> dict[str, float]:
         return {k: getattr(self, k) for k in PARAMETERS}
 
-    def matches(self, n_min, n_max) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(P(a match), m (M,), P(m | a match) (C, M)) of configurations with these n-gram bounds:
-        the longest match at least n_min long, capped at n_max."""
-        n_min, n_max = np.broadcast_arrays(np.atleast_1d(np.asarray(n_min, np.int64)),
-                                           np.atleast_1d(np.asarray(n_max, np.int64)))
-        m = np.arange(1, int(n_max.max()) + 1)
-        at_least = self.hit * ((1 - self.tail) * self.decay ** (m - 1.0) + self.tail)   # P(longest match >= m)
-        exact = np.where(m[None, :] < n_max[:, None], (at_least - np.append(at_least[1:], 0.0))[None, :],
-                         at_least[None, :])                          # m = n_max takes every longer match
-        exact = exact * ((m[None, :] >= n_min[:, None]) & (m[None, :] <= n_max[:, None]))
-        found = at_least[n_min - 1]
-        return found, m, exact / np.maximum(found[:, None], 1e-300)
+    def found(self, n_min) -> np.ndarray:
+        """P(a step in free text finds a match of n_min tokens or more)."""
+        return self.hit * self.decay ** (np.asarray(n_min, float) - 1.0)
 
-    def first(self, m) -> np.ndarray:
-        """P(the first proposed token is accepted | a match of length m)."""
-        return self.alpha_long - (self.alpha_long - self.alpha) * self.gain ** (np.asarray(m, float) - 1.0)
+    def copy_share(self, gamma) -> np.ndarray:
+        """The stationary share of steps that start inside a copy."""
+        stay = self.rho ** (np.asarray(gamma, float) + 1.0)
+        return self.sigma / np.maximum(self.sigma + 1.0 - stay, 1e-300)
 
     def reach(self, n_min, n_max, gamma) -> np.ndarray:
-        """(C, max gamma) P(a step accepts more than i proposals), i = 0..: a match, then a chain."""
-        found, m, weight = self.matches(n_min, n_max)
-        gamma = np.atleast_1d(np.asarray(gamma, np.int64))
-        first = (weight * self.first(m)[None, :]).sum(axis=1)
-        i = np.arange(int(gamma.max()))
-        return (found * first)[:, None] * self.alpha_next ** i[None, :] * (i[None, :] < gamma[:, None])
+        """(C, max gamma) P(a step accepts more than i proposals), i = 0.., over the stationary chain."""
+        n_min, gamma = np.broadcast_arrays(np.atleast_1d(np.asarray(n_min, np.int64)),
+                                           np.atleast_1d(np.asarray(gamma, np.int64)))
+        i = np.arange(int(gamma.max()))[None, :]
+        copy = self.copy_share(gamma)[:, None]
+        free = self.found(n_min)[:, None] * self.alpha * self.alpha_next ** i
+        return (copy * self.rho ** (i + 1.0) + (1.0 - copy) * free) * (i < gamma[:, None])
+
+    def matched(self, n_min, gamma) -> np.ndarray:
+        """(C,) P(a step proposes): every copy step, and free steps that find a match."""
+        copy = np.atleast_1d(self.copy_share(gamma))
+        return copy + (1.0 - copy) * self.found(np.atleast_1d(n_min))
 
 
 class MatchSampler(Sampler):
-    """The simulator's draws of one configuration: a match (its length drawn), then its chain."""
+    """The simulator's draws of one configuration: each sequence's state (1: copying) carried from
+    step to step (module docstring), free at its start."""
+
+    stateful = True
 
     def __init__(self, config: PromptLookupConfig, part: MatchAcceptance):
-        self.gamma = config.gamma
-        found, m, weight = part.matches(config.n_min, config.n_max)
-        self.found, self.lengths, self.cum = float(found[0]), m, np.cumsum(weight[0])
-        self.first, self.next = part.first(m), part.alpha_next
+        self.gamma, self.part = config.gamma, part
+        self.found = float(part.found(config.n_min))
+
+    def initial_state(self, n: int) -> np.ndarray:
+        return np.zeros(n, dtype=bool)
 
     def draw(self, rng, n, state=None):
+        g, p = self.gamma, self.part
+        copying = self.initial_state(n) if state is None else np.asarray(state, dtype=bool)
+        run = rng.geometric(1.0 - p.rho, n) - 1 if p.rho < 1 else np.full(n, g + 1)      # R, P(R >= k) = rho^k
         hit = rng.random(n) < self.found
-        m = np.minimum(np.searchsorted(self.cum, rng.random(n) * self.cum[-1], side="right"), self.cum.size - 1)
-        first = rng.random(n) < self.first[m]
-        run = np.minimum(rng.geometric(1.0 - self.next, n) - 1, self.gamma - 1) if self.next < 1 else \
-            np.full(n, self.gamma - 1)
-        accepted = 1 + np.where(hit & first, 1 + run, 0)
-        verify = 1 + np.where(hit, self.gamma, 0)
-        return StepDraws(accepted.astype(np.int64), np.zeros(n, np.int64), verify.astype(np.int64)), None
+        chain = (rng.random(n) < p.alpha) * np.minimum(
+            rng.geometric(1.0 - p.alpha_next, n) if p.alpha_next < 1 else np.full(n, g), g)
+        drafted_ok = np.where(copying, np.minimum(run, g), np.where(hit, chain, 0))
+        verify = 1 + np.where(copying | hit, g, 0)
+        after = np.where(copying, run > g, rng.random(n) < p.sigma)
+        return StepDraws((1 + drafted_ok).astype(np.int64), np.zeros(n, np.int64), verify.astype(np.int64)), after
+
+    def stream(self, rng, n_steps, done, state=None):
+        """Consecutive steps of one sequence, its state carried through."""
+        parts = []
+        for _ in range(n_steps):
+            draws, state = self.draw(rng, 1, state)
+            parts.append(draws)
+        return StepDraws(*(np.concatenate([getattr(d, f) for d in parts]) for f in ("accepted", "drafted", "verify_tokens"))), state
 
 
 def _probabilities(x: np.ndarray) -> dict[str, float]:
     return dict(zip(PARAMETERS, (1.0 / (1.0 + np.exp(-np.asarray(x, float)))).tolist()))
 
 
-def _log_likelihood(part: MatchAcceptance, steps: pd.DataFrame) -> float:
-    """Of measured steps (columns n_min, n_max, drafted, hits: proposals accepted before the first
-    miss, all when none missed): a match or not, then the chain of the match's length."""
-    found, m, weight = part.matches(steps["n_min"].to_numpy(), steps["n_max"].to_numpy())
-    d, j = steps["drafted"].to_numpy(np.int64), steps["hits"].to_numpy(np.int64)
-    a, b = np.clip(part.first(m), 1e-9, 1 - 1e-9)[None, :], min(max(part.alpha_next, 1e-9), 1 - 1e-9)
-    chain = np.where(j[:, None] == 0, 1 - a, a * b ** np.maximum(j[:, None] - 1, 0) * np.where(j[:, None] < d[:, None], 1 - b, 1))
-    matched = np.log(np.maximum(found, 1e-300)) + np.log(np.maximum((weight * chain).sum(axis=1), 1e-300))
-    return float(np.where(d > 0, matched, np.log(np.maximum(1 - found, 1e-300))).sum())
+def _sequences(steps: pd.DataFrame) -> tuple[np.ndarray, ...]:
+    """(drafted, hits, valid) [G, T] of each generation's steps in order (its last, cut at the
+    length, left out) and (n_min,) [G]: the likelihood's input."""
+    gens = [g.sort_values("step").iloc[:-1] for _, g in steps.groupby(["run_id", "prompt_id"], sort=False)]
+    gens = [g for g in gens if len(g)]
+    width = max(len(g) for g in gens)
+    drafted, hits = np.zeros((len(gens), width), np.int64), np.zeros((len(gens), width), np.int64)
+    valid = np.zeros((len(gens), width), bool)
+    for i, g in enumerate(gens):
+        drafted[i, :len(g)], hits[i, :len(g)], valid[i, :len(g)] = g["drafted"], g["hits"], True
+    return drafted, hits, valid, np.array([int(g["n_min"].iloc[0]) for g in gens])
+
+
+def _log_likelihood(part: MatchAcceptance, sequences) -> float:
+    """Of the generations' steps under the two-state chain (forward algorithm, free at the start)."""
+    d, j, valid, n_min = sequences
+    found = part.found(n_min)[:, None]
+    a, b, rho = (min(max(v, 1e-9), 1 - 1e-9) for v in (part.alpha, part.alpha_next, part.rho))
+    chain = np.where(j == 0, 1 - a, a * b ** np.maximum(j - 1, 0) * np.where(j < d, 1 - b, 1.0))
+    free = np.where(d == 0, 1 - found, found * chain)
+    copy = np.where(d == 0, 0.0, np.where(j < d, rho ** j * (1 - rho), rho ** d))
+    belief = np.tile([0.0, 1.0], (d.shape[0], 1))                 # (P(copy), P(free)) before each step
+    total = 0.0
+    for t in range(d.shape[1]):
+        joint = belief * np.stack([copy[:, t], free[:, t]], axis=1)
+        norm = joint.sum(axis=1)
+        total += float(np.log(np.maximum(norm[valid[:, t]], 1e-300)).sum())
+        post = joint / np.maximum(norm, 1e-300)[:, None]
+        stay = np.where((d[:, t] > 0) & (j[:, t] == d[:, t]), rho, 0.0)
+        step = np.stack([post[:, 0] * stay + post[:, 1] * part.sigma,
+                         post[:, 0] * (1 - stay) + post[:, 1] * (1 - part.sigma)], axis=1)
+        belief = np.where(valid[:, t:t + 1], step, belief)
+    return total
 
 
 LOGIT_BOUND = 12.0      # parameters are fitted as logits within +-12: a probability within 6e-6 of 0 or 1
@@ -129,10 +170,11 @@ def fit_matches(steps: pd.DataFrame, starts: int = 4, seed: int = 0) -> MatchAcc
     start and `starts - 1` seeded random ones."""
     from scipy.optimize import minimize
 
-    loss = lambda x: -_log_likelihood(MatchAcceptance(**_probabilities(x)), steps)   # noqa: E731
+    sequences = _sequences(steps)
+    loss = lambda x: -_log_likelihood(MatchAcceptance(**_probabilities(x)), sequences)   # noqa: E731
     rng = np.random.default_rng(seed)
-    tries = [np.array([1.0, -1.0, -2.0, 0.0, 1.0, 0.0, 1.0])] + [rng.normal(0.0, 1.5, len(PARAMETERS))
-                                                                    for _ in range(starts - 1)]
+    tries = [np.array([0.5, -1.5, -1.5, 0.0, 2.0, -2.0])] + [rng.normal(0.0, 1.5, len(PARAMETERS))
+                                                             for _ in range(starts - 1)]
     fits = [minimize(loss, x0, method="L-BFGS-B", bounds=[(-LOGIT_BOUND, LOGIT_BOUND)] * len(PARAMETERS)) for x0 in tries]
     return MatchAcceptance(**_probabilities(min(fits, key=lambda r: r.fun).x))
 
@@ -177,7 +219,7 @@ class PromptLookup(MethodSpec):
         recorded steps prices each at its own tokens)."""
         n_min, n_max, gamma = self._columns(frame)
         has_part = setup.acceptance_key and setup.acceptance.has(self.name)
-        found = self._part(setup).matches(n_min, n_max)[0] if has_part else np.ones(len(frame))
+        found = self._part(setup).matched(n_min, gamma) if has_part else np.ones(len(frame))
         tokens = np.stack([np.ones(len(frame)), 1.0 + gamma], axis=1)
         prob = np.stack([1.0 - found, found], axis=1)
         return StepShape(setup.target, 1.0 + found * gamma, draft_width=np.zeros((len(frame), 0), dtype=np.int64),
@@ -196,8 +238,8 @@ class PromptLookup(MethodSpec):
         return MatchAcceptance(**{k: float(raw[k]) for k in PARAMETERS})
 
     def fit_steps(self, frame, *, dataset, temperature, source):
-        """`MatchAcceptance` by maximum likelihood of every measured step of two or more
-        configurations but each generation's last (cut at its length), with each configuration's
+        """`MatchAcceptance` by maximum likelihood of every generation's steps (each in order, its
+        last, cut at the length, left out) of two or more configurations, with each configuration's
         tokens per step predicted with it left out of the fit (`fit.configs`)."""
         steps = self._steps(frame, source)
         part = fit_matches(steps)
@@ -211,7 +253,8 @@ class PromptLookup(MethodSpec):
         errors = [abs(c["heldout_tokens_per_step"] / c["tokens_per_step"] - 1.0) for c in configs]
         return {"drafter": self.name, "temperature": float(temperature), "dataset": dataset, "alpha": part.alpha,
                 self.name: {k: round(v, 6) for k, v in part.to_dict().items()},
-                "fit": {"model": "n-gram match and chain (methods.prompt_lookup)", "configs": configs,
+                "fit": {"model": "copy or free text, a two-state chain over steps (methods.prompt_lookup)",
+                        "configs": configs,
                         "at_bound": at_bound(part),
                         "heldout_error_median": round(float(np.median(errors)), 4),
                         "heldout_error_max": round(float(np.max(errors)), 4)},
@@ -225,8 +268,6 @@ class PromptLookup(MethodSpec):
                              f"{configs.map(lambda c: c.label).nunique()}")
         rows["config"] = configs.map(lambda c: c.label)
         rows["n_min"], rows["n_max"] = configs.map(lambda c: c.n_min), configs.map(lambda c: c.n_max)
-        last = rows.groupby(["run_id", "prompt_id"])["step"].transform("max") == rows["step"]
-        rows = rows[~last]
         rows["drafted"] = rows["verify_tokens"].astype(np.int64) - 1
         rows["hits"] = np.minimum(rows["accepted"].astype(np.int64) - 1, rows["drafted"])
         return rows

@@ -226,7 +226,11 @@ def latency_rows(args) -> pd.DataFrame:
 
     frames = [read_trace(args.out / name, kind="latency")[0] for name in ("latency.parquet", "drafter_latency.parquet")]
     rows = pd.concat(frames, ignore_index=True)
-    rows["model"] = rows["model"].replace({**LATENCY_NAMES, drafter_file(args, "vanilla"): DRAFTERS["vanilla"]["model"]})
+    trained = str(args.drafters / DRAFTERS["vanilla"]["file"])
+    names = {**LATENCY_NAMES, trained: DRAFTERS["vanilla"]["model"]}
+    if trained not in set(rows["model"]):       # recordings of a full-head vanilla drafter: its shape is layers:1
+        names["layers:1"] = DRAFTERS["vanilla"]["model"]
+    rows["model"] = rows["model"].replace(names)
     return rows
 
 

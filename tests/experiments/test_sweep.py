@@ -62,8 +62,8 @@ def toy_profile(hardware: str = "A100-80G", latency_kind: str = "roofline") -> P
             "lookahead": {"drafter": "lookahead", "temperature": 0.0, "dataset": "mt-bench",
                           "lookahead": {"alpha": 0.425, "f": 3.106}},
             "prompt_lookup": {"drafter": "prompt_lookup", "temperature": 0.0, "dataset": "mt-bench",
-                              "prompt_lookup": {"hit": 0.6, "decay": 0.3, "tail": 0.1, "alpha": 0.3, "alpha_long": 0.9,
-                                                "gain": 0.6, "alpha_next": 0.8}}},
+                              "prompt_lookup": {"hit": 0.6, "decay": 0.3, "alpha": 0.3, "alpha_next": 0.8,
+                                                "rho": 0.9, "sigma": 0.1}}},
         "provenance": {"sources": ["synthetic test profile"]},
     }
     return Profile.from_dict(raw)

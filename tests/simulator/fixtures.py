@@ -35,8 +35,8 @@ _ALL = {
         "K": {"alpha": 0.6, "conf_bins": {"freq": FREQ, "topk_hit": TOPK}},
         "C": {"alpha": 0.8, "alpha_by_position": [0.85, 0.8, 0.75, 0.7], "router_recall": {"16/2": 0.95}},
         "lookahead": {"alpha": 0.5, "lookahead": {"alpha": 0.5, "f": 2.0}},
-        "prompt_lookup": {"alpha": 0.4, "prompt_lookup": {"hit": 0.8, "decay": 0.6, "tail": 0.1, "alpha": 0.4, "alpha_long": 0.8,
-                                                           "gain": 0.5, "alpha_next": 0.75}},
+        "prompt_lookup": {"alpha": 0.4, "prompt_lookup": {"hit": 0.8, "decay": 0.6, "alpha": 0.4, "alpha_next": 0.75,
+                                                           "rho": 0.9, "sigma": 0.1}},
     },
 }
 
