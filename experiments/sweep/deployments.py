@@ -22,6 +22,7 @@ import pandas as pd
 
 from methods import BASELINE
 from common.errors import InputError
+from common.seeds import derive_seed
 from experiments.sweep import scoring
 
 DEPLOYMENT = ["profile", "target", "hardware", "dataset", "temperature"]
@@ -80,7 +81,8 @@ def serve_tasks(cands: pd.DataFrame, profiles: dict[str, Any], batch: int, ctx_l
         method = str(row["method"].iat[0])
         config = {} if method == BASELINE else scoring.sim_config(row)
         prompt = max(1, int(round(ctx_len[name])) - output_len // 2)   # centred on the scored context
-        tasks.append(ServeTask(profiles[name], method, config, int(batch), prompt, output_len, seed + i))
+        own = derive_seed(seed, "serve", name, method, sorted(config.items()), int(batch), prompt, output_len)
+        tasks.append(ServeTask(profiles[name], method, config, int(batch), prompt, output_len, own))
     return tasks, rows
 
 

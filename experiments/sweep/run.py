@@ -28,6 +28,7 @@ import methods
 from common.bundled import bundled
 from calibrate.profile import Profile
 from common.errors import InputError
+from common.seeds import derive_seed
 from experiments.sweep import deployments, scoring
 from experiments.sweep.estimate import space_options
 from experiments.sweep.executor import progress_bar
@@ -132,11 +133,13 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor) -> SweepRes
     best = _top(tables, opts.rescore)
     by_name = {p.name: p.to_dict() for p in profiles}
     by_profile = {p.name: p for p in profiles}
-    sim_tasks = [
-        scoring.SimTask(by_name[best["profile"].iat[i]], best["method"].iat[i], scoring.sim_config(best.iloc[[i]]),
-                        setting(by_profile[best["profile"].iat[i]]), opts.seed + i, opts.sim_tokens, opts.sim_repeats)
-        for i in range(len(best))
-    ]
+    sim_tasks = []
+    for i in range(len(best)):
+        row, name = best.iloc[[i]], best["profile"].iat[i]
+        config = scoring.sim_config(row)       # a seed of its own (profile, configuration, load), not a counter
+        seed = derive_seed(opts.seed, "stream", name, row["method"].iat[0], sorted(config.items()), opts.sim_tokens)
+        sim_tasks.append(scoring.SimTask(by_name[name], row["method"].iat[0], config, setting(by_profile[name]),
+                                         seed, opts.sim_tokens, opts.sim_repeats))
     sims = executor.map(scoring.simulate_task, sim_tasks, desc="simulating the best") if sim_tasks else []
     if sims:
         best = pd.concat([best.reset_index(drop=True), pd.DataFrame(sims)], axis=1)

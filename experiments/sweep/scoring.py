@@ -27,6 +27,7 @@ import pandas as pd
 import methods
 from calibrate.profile import Profile
 from common.errors import InputError
+from common.seeds import derive_seed
 from costmodel.step import step_cost, step_seconds
 from methods.spec import Setup, plain_shape
 
@@ -308,7 +309,7 @@ def simulate_task(task: SimTask) -> dict[str, float]:
     # token pending) and as the closed form prices them; simulate_stream's prefill emits one more
     prompt = centred_prompt(task.setting.ctx_len, task.n_tokens)
     summaries = [simulate_stream(profile, task.method, task.config, n_tokens=task.n_tokens + 1,
-                                 seed=task.seed * 1000 + r, prompt_len=prompt).summary for r in range(task.repeats)]
+                                 seed=derive_seed(task.seed, "repeat", r), prompt_len=prompt).summary for r in range(task.repeats)]
     s = np.array([x["speedup"] for x in summaries])
     ar, decode = (np.array([x[k] for x in summaries]) for k in ("ar_decode_s", "decode_s"))
     pooled = ar.sum() / decode.sum()
