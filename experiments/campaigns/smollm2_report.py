@@ -18,7 +18,7 @@ import pandas as pd
 from methods import BASELINE
 import methods
 from common.seeds import derive_seed
-from experiments.sweep.report import _fmt_table
+from experiments.sweep.markdown import md_table
 from experiments.campaigns.smollm2 import (PLAIN_RUN, CHAIN_RUNS, DATASETS, DRAFTERS, RUNS, Run,
                                      best_runs, latency_rows, step_path)
 
@@ -193,7 +193,7 @@ def training_table(drafters) -> pd.DataFrame:
 
 
 def _md(frame: pd.DataFrame, digits: int = 3) -> str:
-    return _fmt_table(frame, list(frame.columns), f".{digits}f")
+    return md_table(frame, list(frame.columns), f".{digits}f")
 
 
 def write_report(args, log) -> None:

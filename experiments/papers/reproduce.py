@@ -15,7 +15,7 @@ import pandas as pd
 
 from costmodel import coral, kangaroo, leviathan, lookahead, papers, trees
 from costmodel.params import get_arch, layer_params, lm_head_params, non_embedding_params
-from experiments.sweep.report import _fmt_table
+from experiments.sweep.markdown import md_table
 
 MAIN = "paper inputs"
 
@@ -313,16 +313,16 @@ def markdown_report(comparisons: pd.DataFrame, summary: pd.DataFrame, loto: pd.D
              "needed); 'sensitivity: ...' variants change that assumption. Sections '(bundled profiles)' predict "
              f"every number the latency fit of `calibrate.paper_profiles` uses from the bundled Profiles; variant "
              f"'{LOTO}' predicts each table's cells from a fit without that table.\n",
-             "## Summary\n", _fmt_table(summary, list(summary.columns)), "\n",
+             "## Summary\n", md_table(summary, list(summary.columns)), "\n",
              "## Leave one table out\n",
              "Each paper's latency parameters refitted without table T (calibrate.paper_fit.leave_one_table_out), "
              "then T's cells predicted; a parameter only T pins falls back to its prior.\n",
-             _fmt_table(loto, list(loto.columns)), "\n", FINDINGS]
+             md_table(loto, list(loto.columns)), "\n", FINDINGS]
     for section, grp in comparisons.groupby("section", sort=False):
         parts.append(f"\n## {section}\n")
         assumptions = sorted(a for a in grp["assumption"].unique() if a)
         if assumptions:
             parts.append("Assumptions: " + "; ".join(assumptions) + "\n")
-        parts.append(_fmt_table(grp, ["row", "column", "variant", "published", "predicted", "rel_error"]))
+        parts.append(md_table(grp, ["row", "column", "variant", "published", "predicted", "rel_error"]))
         parts.append("\n")
     return "\n".join(parts)

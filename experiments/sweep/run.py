@@ -29,7 +29,7 @@ from common.bundled import bundled
 from calibrate.profile import Profile
 from common.errors import InputError
 from common.seeds import derive_seed
-from experiments.sweep import deployments, scoring
+from experiments.sweep import deployments, ranking, scoring
 from experiments.sweep.estimate import space_options
 from experiments.sweep.executor import progress_bar
 from experiments.papers.choices import compare
@@ -143,7 +143,7 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor) -> SweepRes
     sims = executor.map(scoring.simulate_task, sim_tasks, desc="simulating the best") if sim_tasks else []
     if sims:
         best = pd.concat([best.reset_index(drop=True), pd.DataFrame(sims)], axis=1)
-    best_one = best.sort_values("speedup", ascending=False).groupby(["profile", "method"], sort=False).head(1)
+    best_one = ranking.best_of(best, ["profile", "method"]).merge(_ties(tables), on=["profile", "method"], how="left")
     timings["simulate"] = time.perf_counter() - t1
     choices = compare(tables, best)
 
@@ -200,7 +200,8 @@ def _serve_deployments(profiles: list[Profile], opts: SweepOptions, executor,
 
 
 def _rank(scored: list[pd.DataFrame]) -> dict[str, pd.DataFrame]:
-    """Concatenate the chunks per method; rank by predicted speedup within each profile."""
+    """Concatenate the chunks per method; rank within each profile in the sweep's one order
+    (`experiments.sweep.ranking`: those that fit in memory first, then by predicted speedup)."""
     by_method: dict[str, list[pd.DataFrame]] = {}
     for frame in scored:
         by_method.setdefault(str(frame["method"].iloc[0]), []).append(frame)
@@ -209,7 +210,7 @@ def _rank(scored: list[pd.DataFrame]) -> dict[str, pd.DataFrame]:
         if method not in by_method:
             continue
         frame = pd.concat(by_method[method], ignore_index=True)
-        frame = frame.sort_values(["profile", "speedup"], ascending=[True, False], kind="stable")
+        frame = ranking.ranked(frame, "speedup", ["profile"])
         frame["rank"] = frame.groupby("profile").cumcount() + 1
         tables[method] = frame.reset_index(drop=True)
     return tables
@@ -218,3 +219,17 @@ def _rank(scored: list[pd.DataFrame]) -> dict[str, pd.DataFrame]:
 def _top(tables: dict[str, pd.DataFrame], n: int) -> pd.DataFrame:
     rows = [frame.groupby("profile").head(n) for frame in tables.values()]
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+
+
+def _ties(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per (profile, method): how many other configurations that fit tie with its best, i.e. are
+    predicted within the Profile's held-out error of it (`experiments.sweep.ranking.ties_with_best`)."""
+    rows = []
+    for frame in tables.values():
+        fitting = frame[frame["fits"]] if "fits" in frame else frame
+        if fitting.empty:
+            continue
+        ties = ranking.ties_with_best(fitting, ["profile"])
+        rows.append(fitting.assign(ties=ties).groupby("profile", sort=False)
+                    .agg(method=("method", "first"), ties=("ties", "first")).reset_index())
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["profile", "method", "ties"])
