@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from common import atomic
+from common.plotting import LABEL_BOX, pyplot, readable_ticks, reference_line
 from experiments.sweep import ranking
 from methods.spec import MethodSpec
 
@@ -33,19 +34,8 @@ COLUMNS = 3                   # panels per row
 PLAIN = "plain decoding = 1.0x"
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    sns.set_theme(style="whitegrid", context="paper")
-    return plt, sns
-
-
 def _save(fig, path: Path) -> Path:
-    plt, _ = _plt()
+    plt, _ = pyplot()
     atomic.save_figure(path, fig)
     plt.close(fig)
     return path
@@ -141,28 +131,8 @@ def _lines_of(frame: pd.DataFrame, hue: str) -> tuple[pd.Series, list]:
     return pd.Series(np.asarray(names, dtype=object)[index], index=frame.index), names
 
 
-def _doubling(values) -> bool:
-    """Whether positive values step by doubling (1, 2, 4, 8...): such an axis is drawn in log2."""
-    v = np.unique(np.asarray(values, dtype=float))
-    if len(v) < 3 or np.any(v <= 0) or v.max() / v.min() < 8:
-        return False
-    return bool(np.allclose(np.log2(v), np.round(np.log2(v))))
-
-
 def _x_axis(ax, values) -> None:
-    """Readable ticks: every value where there are few, log2 where they double."""
-    from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator
-
-    v = np.unique(np.asarray(values, dtype=float))
-    if _doubling(v):
-        ax.set_xscale("log", base=2)
-        ax.xaxis.set_major_locator(FixedLocator(v))
-        ax.xaxis.set_minor_locator(FixedLocator([]))
-    elif len(v) <= 12 and np.allclose(v, np.round(v)):
-        ax.xaxis.set_major_locator(FixedLocator(v))
-    else:
-        ax.xaxis.set_major_locator(MaxNLocator(nbins=8))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda t, _: f"{t:g}"))
+    readable_ticks(ax.xaxis, values)
 
 
 def _label_best(ax, best: pd.Series, x: str) -> None:
@@ -175,22 +145,19 @@ def _label_best(ax, best: pd.Series, x: str) -> None:
     else:
         frac = (at - left) / (right - left) if right > left else 0.5
     ax.annotate(f"best: {best['config']} ({best['speedup']:.2f}x)", (at, best["speedup"]),
-                xytext=(0, 9), textcoords="offset points", fontsize=7, fontweight="bold",
+                xytext=(0, 9), textcoords="offset points", fontsize=7, fontweight="bold", bbox=LABEL_BOX,
                 ha="right" if frac > 0.6 else ("left" if frac < 0.25 else "center"), va="bottom", zorder=7)
 
 
 def _plain_line(ax) -> None:
-    """The 1.0 line, named where it is drawn; the y range always holds it and the best's label."""
+    """The 1.0 line, named where it is drawn; the y range holds it and, above the data, the best's label."""
+    reference_line(ax, 1.0, PLAIN)
     low, high = ax.get_ylim()
-    low, high = min(low, 0.9), max(high, 1.1)
-    ax.set_ylim(low, high + 0.12 * (high - low))
-    ax.axhline(1.0, color="dimgrey", lw=0.9, ls="--", zorder=1)
-    ax.text(0.99, 1.0, PLAIN, transform=ax.get_yaxis_transform(), ha="right", va="bottom", fontsize=7,
-            color="dimgrey")
+    ax.set_ylim(low, high + 0.1 * (high - low))
 
 
 def _grid(n: int, width: float = PANEL[0], height: float = PANEL[1]):
-    plt, _ = _plt()
+    plt, _ = pyplot()
     cols = min(COLUMNS, n)
     rows = math.ceil(n / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows + 0.9), squeeze=False)
@@ -210,7 +177,7 @@ def plot_method(spec: MethodSpec, frame: pd.DataFrame, path: Path) -> Path | Non
     if y is not None:
         return _heatmaps(spec, panels, x, y, path)
     line = hue or ("drafter" if _varying(shown, "drafter") else None)
-    plt, sns = _plt()
+    plt, sns = pyplot()
     lines, levels = _lines_of(shown, line) if line else (pd.Series("all", index=shown.index), ["all"])
     ordered = bool(line) and pd.api.types.is_numeric_dtype(shown[line])     # a scale: light to dark
     palette = dict(zip(levels, sns.color_palette("viridis" if ordered else "tab10", len(levels))))
@@ -252,7 +219,7 @@ def plot_method(spec: MethodSpec, frame: pd.DataFrame, path: Path) -> Path | Non
 def _heatmaps(spec: MethodSpec, panels, x: str, y: str, path: Path) -> Path:
     """One heatmap of the best speedup over (x, y) per deployment, coloured around 1.0 (plain
     decoding), its best cell outlined and named under the panel's title."""
-    plt, sns = _plt()
+    plt, sns = pyplot()
     from matplotlib.patches import Rectangle
 
     cells = [ranking.best_of(sub, [y, x]).pivot(index=y, columns=x, values="speedup") for _, sub in panels]
@@ -284,23 +251,19 @@ def plot_deployments(answers, path: Path) -> Path | None:
     data = answers.dropna(subset=["throughput_ratio"]) if not answers.empty else answers
     if data.empty or data["batch"].nunique() < 2:
         return None
-    plt, sns = _plt()
+    plt, sns = pyplot()
     data = data.assign(deployment=data["profile"].astype(str) + " (" + data["dataset"].astype(str)
                        + ", T=" + data["temperature"].map("{:g}".format) + ")")
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    fig, ax = plt.subplots(figsize=(7.0, 4.2))
     for (name, group), colour in zip(data.groupby("deployment", sort=True),
                                      sns.color_palette("tab10", data["deployment"].nunique())):
         group = group.sort_values("batch")
         ax.plot(group["batch"], group["throughput_ratio"], marker="o", ms=4, color=colour, label=name)
     _x_axis(ax, data["batch"])
-    low, high = ax.get_ylim()
-    ax.set_ylim(min(low, 0.9), max(high, 1.1))
-    ax.axhline(1.0, color="dimgrey", lw=0.9, ls="--")
-    ax.text(0.99, 1.0, "plain decoding = 1.0x (at or below: run ar)", transform=ax.get_yaxis_transform(),
-            ha="right", va="bottom", fontsize=7, color="dimgrey")
+    reference_line(ax, 1.0, "plain decoding = 1.0x (at or below: run ar)")
     ax.set(xlabel="batch size (sequences decoding together)", ylabel="answer's throughput / plain decoding",
            title="what to run against batch size (simulated serving)")
-    ax.legend(fontsize=7, title="deployment", title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0),
-              frameon=False)
+    ax.legend(fontsize=7, title="deployment", title_fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16),
+              ncol=2 if data["deployment"].nunique() > 3 else 1, frameon=False)
     fig.tight_layout()
     return _save(fig, path)
