@@ -210,7 +210,7 @@ def _cell_row(cell, predicted: float, variant: str) -> dict:
                      assumption=cell.note), section=profile_section(cell.paper, cell.kind))
 
 
-def profile_rows() -> list[dict]:
+def profile_rows(bar=None) -> list[dict]:
     """Every cell the papers' latency fit uses, predicted by the bundled Profiles (published tokens
     per step priced through the step-cost model), and predicted again with its table left out of the fit."""
     from calibrate import paper_fit
@@ -226,6 +226,8 @@ def profile_rows() -> list[dict]:
         out += [_cell_row(c, p, MAIN) for c, p in zip(cells, predicted)]
         held = {(r["table"], r["row"], r["column"]): r["predicted"] for r in paper_fit.leave_one_table_out(model)}
         out += [_cell_row(c, held[(c.table, c.row, c.column)], LOTO) for c in cells]
+        if bar is not None:
+            bar.update()
     return out
 
 
@@ -272,13 +274,19 @@ FINDINGS = """\
 """
 
 
-def run_all() -> pd.DataFrame:
+def run_all(progress: bool = False) -> pd.DataFrame:
+    """Every section's comparisons, then the bundled Profiles' cells (a bar over both when `progress`)."""
+    from calibrate.papers import MODELS
+    from common.progress import progress_bar
+
     frames = []
-    for section, fn in SECTIONS.items():
-        frame = pd.DataFrame(fn())
-        frame.insert(0, "section", section)
-        frames.append(frame)
-    profiles = pd.DataFrame(profile_rows())
+    with progress_bar(len(SECTIONS) + len(MODELS), "reproducing", progress, unit="table") as bar:
+        for section, fn in SECTIONS.items():
+            frame = pd.DataFrame(fn())
+            frame.insert(0, "section", section)
+            frames.append(frame)
+            bar.update()
+        profiles = pd.DataFrame(profile_rows(bar))
     frames.append(profiles[["section"] + [c for c in profiles.columns if c != "section"]])
     return pd.concat(frames, ignore_index=True)
 
