@@ -22,7 +22,7 @@ CLIS = [
     ("experiments.simulate", ["serve"]), ("experiments.simulate", ["crossover"]),
     ("calibrate.fit", []), ("calibrate.ingest.__main__", []), ("calibrate.paper_profiles", []),
     ("traces.record", []), ("traces.check_replay", []), ("traces.timing", []),
-    ("runtime.engine.__main__", []), ("training.__main__", []),
+    ("runtime.engine.__main__", []), ("training.__main__", []), ("experiments.examples", []),
 ]
 JARGON = re.compile(r"\bissue\s*#?\d+|\bitem \d+\b", re.IGNORECASE)
 
