@@ -10,8 +10,9 @@ At each batch size B the sweep's closed forms, scored at B, name the best config
 (`simulator.serving`) beside plain decoding (ar) under one load (`arrivals`): WAVES x B requests
 arrive together at t = 0 with batch limit B, so B sequences decode at once and the others wait for
 a slot. Each served row keeps its throughput and latencies: TPOT; TTFT and end-to-end latency
-under that load (the wait included); the wait itself (`queue_s_p50`) and a request's own latency
-once admitted (`latency_s_p50`, no queueing: at batch 1, one request served alone). A row that
+under that load (the wait included); the wait itself (`queue_s_p50`), a request's own latency
+once admitted (`latency_s_p50`, no queueing) and the latency of one request served alone at batch 1
+(`alone_s`: no queueing, no batch; at batch 1 the median request's own latency). A row that
 cannot be served says why in words (`not_served`: the memory arithmetic when the weights leave no
 KV memory).
 
@@ -37,11 +38,12 @@ from experiments.sweep import ranking, scoring
 DEPLOYMENT = ["profile", "target", "hardware", "dataset", "temperature"]
 WAVES = 3                  # requests served per batch slot (B running, WAVES x B in all)
 SERVED = ["throughput_tok_s", "tpot_ms", "ttft_ms", "e2e_s_p50", "e2e_s_p99", "queue_s_p50", "latency_s_p50",
-          "oom", "not_served"]
+          "alone_s", "oom", "not_served"]
 NOTHING_FITS = "nothing fits"      # the answer where plain decoding itself does not fit
+LATENCIES = ["tpot_ms", "ttft_ms", "e2e_s_p50", "queue_s_p50", "latency_s_p50", "alone_s"]
 ANSWER_COLUMNS = ["answer", "method", "drafter", "config", "throughput_tok_s", "ar_throughput_tok_s",
-                  "throughput_ratio", "serving_verdict", "tpot_ms", "ttft_ms", "e2e_s_p50", "queue_s_p50",
-                  "latency_s_p50", "best_speculative", "best_speculative_ratio", "tied_with", "why"]
+                  "throughput_ratio", "serving_verdict", *LATENCIES, "best_speculative", "best_speculative_ratio",
+                  "tied_with", "why"]
 
 
 def arrivals(batch: int) -> str:
@@ -111,16 +113,20 @@ def serve_task(task: ServeTask) -> dict[str, float]:
     from simulator.serving import Cluster, simulate_serving
     from simulator.workload import Workload
 
-    workload = Workload(rate=1e9, n_requests=WAVES * task.batch, prompt_len=f"fixed:{task.prompt_len}",
-                        output_len=f"fixed:{task.output_len}")
+    def serve(requests: int, batch: int) -> dict[str, Any]:
+        workload = Workload(rate=1e9, n_requests=requests, prompt_len=f"fixed:{task.prompt_len}",
+                            output_len=f"fixed:{task.output_len}")
+        return simulate_serving(task.profile, task.method, task.config or None, workload, Cluster(max_batch=batch),
+                                task.seed).summary
+
     try:
-        s = simulate_serving(task.profile, task.method, task.config or None, workload,
-                             Cluster(max_batch=task.batch), task.seed).summary
+        s = serve(WAVES * task.batch, task.batch)
     except InputError as exc:       # e.g. the weights leave no KV memory on one GPU: not served, said why
         return {**{k: np.nan for k in SERVED if k != "not_served"}, "not_served": str(exc)}
+    alone = s["service_s_p50"] if task.batch == 1 else serve(1, 1)["e2e_s_p50"]
     return {"throughput_tok_s": s["throughput_tok_s"], "tpot_ms": 1000 * s["tpot_s_mean"],
             "ttft_ms": 1000 * s["ttft_s_mean"], "e2e_s_p50": s["e2e_s_p50"], "e2e_s_p99": s["e2e_s_p99"],
-            "queue_s_p50": s["queue_s_p50"], "latency_s_p50": s["service_s_p50"], "oom": s["oom"],
+            "queue_s_p50": s["queue_s_p50"], "latency_s_p50": s["service_s_p50"], "alone_s": alone, "oom": s["oom"],
             "not_served": "" if s["oom"] == 0 else f"{s['oom']} of {s['requests']} requests ran out of KV memory"}
 
 
@@ -190,8 +196,7 @@ def _answer(group: pd.DataFrame) -> dict[str, Any]:
             "ar_throughput_tok_s": plain["throughput_tok_s"],
             "throughput_ratio": chosen["throughput_tok_s"] / plain["throughput_tok_s"],
             "serving_verdict": chosen["serving_verdict"] if pays else "-", "why": why,
-            **{k: chosen.get(k, np.nan) for k in ("tpot_ms", "ttft_ms", "e2e_s_p50", "queue_s_p50",
-                                                   "latency_s_p50")}}
+            **{k: chosen.get(k, np.nan) for k in LATENCIES}}
 
 
 def _named(row: pd.Series) -> str:

@@ -30,7 +30,7 @@ BEST_COLUMNS = ["profile", "method", "drafter", "dataset", "config", "speedup", 
 ANSWER_TABLE = {"batch": "batch", "answer": "run", "throughput_tok_s": "tok/s", "ar_throughput_tok_s": "plain tok/s",
                 "throughput_ratio": "x plain", "serving_verdict": "verdict", "tpot_ms": "TPOT ms",
                 "latency_s_p50": "own latency s", "ttft_ms": "TTFT ms (load)", "e2e_s_p50": "end-to-end s (load)",
-                "queue_s_p50": "wait s (load)"}
+                "queue_s_p50": "wait s (load)", "alone_s": "alone s (batch 1)"}
 
 
 def md_table(frame: pd.DataFrame, columns: list[str], floatfmt: str = ".3g",
@@ -105,16 +105,15 @@ def what_to_run(result: Any) -> list[str]:
                     if pd.notna(stop["stops_paying_at"]) else f"; it pays up to batch {int(stop['largest_batch'])}")
         rows.append({"deployment": _deployment_name(d), "batch": d["batch"], "run": run,
                      "tok/s": d["throughput_tok_s"], "x plain": d["throughput_ratio"],
-                     "own latency s": d["latency_s_p50"], "why": why})
+                     "latency s, one request alone": d["alone_s"], "why": why})
     batch = int(first["batch"].min())
-    alone = "one request served alone" if batch == 1 else f"a request's own time at batch {batch}, without queueing"
     return ["## What to run", "",
             f"Per deployment at batch {batch}: the configuration to run, its simulated tokens/s and its gain over "
-            f"plain decoding (x plain), its latency for a {int(result.options['sim_tokens'])}-token answer "
-            f"({alone}) and why. A run named `ar` is plain decoding; `{NOTHING_FITS}` means not even plain decoding "
-            "has KV memory on one GPU.", "",
-            md_table(pd.DataFrame(rows), ["deployment", "batch", "run", "tok/s", "x plain", "own latency s", "why"]),
-            ""]
+            f"plain decoding (x plain), the latency of a {int(result.options['sim_tokens'])}-token answer to one "
+            f"request served alone (no queue, batch 1), and why. A run named `ar` is plain decoding; "
+            f"`{NOTHING_FITS}` means not even plain decoding has KV memory on one GPU.", "",
+            md_table(pd.DataFrame(rows), ["deployment", "batch", "run", "tok/s", "x plain",
+                                          "latency s, one request alone", "why"]), ""]
 
 
 def deployment_section(result: Any, written: dict[str, Path], out_dir: Path) -> list[str]:
@@ -134,8 +133,8 @@ def deployment_section(result: Any, written: dict[str, Path], out_dir: Path) -> 
              f"**The load behind the latencies.** At batch B, {WAVES} x B requests arrive together at t = 0 and B "
              "decode at once; the others wait for a slot. TPOT (time per output token), TTFT and end-to-end latency "
              "are for that load and include the wait (`wait s`, median). `own latency s` is a request's median time "
-             "from admission to its last token, without the wait: at batch 1 it is the latency of one request on an "
-             "idle server.", ""]
+             "from admission to its last token, without the wait, B sequences decoding together; `alone s` is the "
+             "latency of one request served alone at batch 1, without queueing.", ""]
     if "plot:deployments" in written:
         lines += [f"![deployments]({written['plot:deployments'].relative_to(out_dir).as_posix()})", ""]
     stops = result.stops_paying.set_index(DEPLOYMENT)

@@ -135,7 +135,13 @@ def _x_axis(ax, values) -> None:
     readable_ticks(ax.xaxis, values)
 
 
-def _label_best(ax, best: pd.Series, x: str) -> None:
+def _best_text(best: pd.Series, drafters: int) -> str:
+    """'best: <config> (<speedup>x)', with its drafter where the panel draws several."""
+    drafter = f"{best['drafter']}, " if drafters > 1 and "drafter" in best else ""
+    return f"best: {best['config']} ({drafter}{best['speedup']:.2f}x)"
+
+
+def _label_best(ax, best: pd.Series, x: str, drafters: int = 1) -> None:
     """A star on the best configuration drawn, its label and speedup written beside it."""
     ax.scatter([best[x]], [best["speedup"]], marker="*", s=150, color="black", zorder=6)
     left, right = ax.get_xlim()
@@ -144,7 +150,7 @@ def _label_best(ax, best: pd.Series, x: str) -> None:
         frac = (math.log(at) - math.log(left)) / (math.log(right) - math.log(left))
     else:
         frac = (at - left) / (right - left) if right > left else 0.5
-    ax.annotate(f"best: {best['config']} ({best['speedup']:.2f}x)", (at, best["speedup"]),
+    ax.annotate(_best_text(best, drafters), (at, best["speedup"]),
                 xytext=(0, 9), textcoords="offset points", fontsize=7, fontweight="bold", bbox=LABEL_BOX,
                 ha="right" if frac > 0.6 else ("left" if frac < 0.25 else "center"), va="bottom", zorder=7)
 
@@ -198,7 +204,7 @@ def plot_method(spec: MethodSpec, frame: pd.DataFrame, path: Path) -> Path | Non
                     drawn.add(level)
         _x_axis(ax, sub[along])
         _plain_line(ax)
-        _label_best(ax, ranking.ranked(sub).iloc[0], along)
+        _label_best(ax, ranking.ranked(sub).iloc[0], along, sub["drafter"].nunique() if "drafter" in sub else 1)
         ax.set_title(title, fontsize=8)
         ax.set_xlabel(axis_label(spec, along), fontsize=8)
         ax.set_ylabel("best predicted speedup (x)", fontsize=8)
@@ -234,7 +240,8 @@ def _heatmaps(spec: MethodSpec, panels, x: str, y: str, path: Path) -> Path:
         best = ranking.ranked(sub).iloc[0]
         row, col = list(grid.index).index(best[y]), list(grid.columns).index(best[x])
         ax.add_patch(Rectangle((col, row), 1, 1, fill=False, edgecolor="black", lw=2.0))
-        ax.set_title(f"{title}\nbest: {best['config']} ({best['speedup']:.2f}x), outlined", fontsize=8)
+        ax.set_title(f"{title}\n{_best_text(best, sub['drafter'].nunique() if 'drafter' in sub else 1)}, outlined",
+                     fontsize=8)
         ax.set_xlabel(axis_label(spec, x), fontsize=8)
         ax.set_ylabel(axis_label(spec, y), fontsize=8)
         ax.tick_params(labelsize=7)

@@ -97,9 +97,13 @@ def test_when_plain_decoding_wins_its_row_shows_its_own_numbers():
 def test_latencies_say_which_load_they_were_served_under():
     """At batch 1 three requests arrive together: TTFT and end-to-end include the wait; the own
     latency (admission to last token) is one request served alone."""
-    result = _run([Profile.load(CORAL)], ["coral"], sim_tokens=128)
+    result = _run([Profile.load(CORAL)], ["coral"], sim_tokens=128, batch_sizes=[1, 8])
     served = result.served
-    for _, row in served.iterrows():
+    at = {b: served[(served["batch"] == b) & (served["method"] == "ar")].iloc[0] for b in (1, 8)}
+    assert at[8]["alone_s"] == pytest.approx(at[1]["alone_s"], rel=0.02)     # one request alone, whatever B
+    assert at[8]["latency_s_p50"] > at[8]["alone_s"]                           # B decoding together
+    assert result.deployments["alone_s"].notna().all()
+    for _, row in served[served["batch"] == 1].iterrows():
         assert row["arrivals"].startswith("3 requests arrive together at t = 0, batch limit 1")
         assert row["queue_s_p50"] > 0.5 * row["latency_s_p50"]       # the median request waited for one
         assert row["e2e_s_p50"] > 1.5 * row["latency_s_p50"]
