@@ -177,3 +177,12 @@ def test_progress_bars_stay_out_of_logs(tmp_path, capfd):
         for _ in range(100):
             bar.update()
     assert capfd.readouterr().err == ""
+
+
+def test_sweep_top_says_what_the_report_shows():
+    """--top sets the CSV tables' rows; the report lists at most 5 per (profile, method)."""
+    from experiments.sweep.cli import build_parser
+    from experiments.sweep.markdown import REPORT_ROWS
+
+    top = next(a for a in build_parser()._actions if "--top" in a.option_strings)
+    assert f"the report lists the first {REPORT_ROWS}" in top.help
