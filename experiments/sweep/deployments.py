@@ -130,10 +130,19 @@ def serve_task(task: ServeTask) -> dict[str, float]:
             "not_served": "" if s["oom"] == 0 else f"{s['oom']} of {s['requests']} requests ran out of KV memory"}
 
 
+def measured_batch(profile) -> float | None:
+    """The largest batch every measured latency table of the Profile covers (None: its latencies
+    come from roofline models, which price any batch); beyond it the tables are extrapolated."""
+    tables = [spec["params"].get("batch") for spec in profile.to_dict()["latency"].values()
+              if spec.get("kind") == "table"]
+    return float(min(max(b) for b in tables if b)) if tables and all(tables) else None
+
+
 def answers(rows: pd.DataFrame, served: list[dict[str, float]], batch: int,
-            heldout: dict[str, float | None]) -> pd.DataFrame:
-    """Simulated rows at one batch, each with its throughput against ar of its deployment and the
-    verdict that the Profile's held-out error allows (`scoring.confidence`)."""
+            heldout: dict[str, float | None], measured: dict[str, float | None] | None = None) -> pd.DataFrame:
+    """Simulated rows at one batch, each with its throughput against ar of its deployment, the
+    verdict that the Profile's held-out error allows (`scoring.confidence`) and, where the batch
+    lies beyond the Profile's measured latency tables, the batch they were measured up to."""
     out = pd.concat([rows.reset_index(drop=True), pd.DataFrame(served)], axis=1).assign(batch=int(batch))
     ar = out[out["method"] == BASELINE].set_index(DEPLOYMENT)["throughput_tok_s"].rename("ar_throughput_tok_s")
     out = out.join(ar, on=DEPLOYMENT)
@@ -144,9 +153,11 @@ def answers(rows: pd.DataFrame, served: list[dict[str, float]], batch: int,
     out["serving_verdict"] = np.where(out["method"] == BASELINE, "-",
                                       np.where(out["not_served"] != "", scoring.DOES_NOT_FIT, verdicts))
     out["arrivals"] = arrivals(batch)
+    limit = out["profile"].map(lambda p: (measured or {}).get(p))
+    out["measured_up_to_batch"] = np.where(limit.notna() & (limit < batch), limit, np.nan)
     keep = DEPLOYMENT + ["batch", "method", "drafter", "config", "acceptance", "speedup", "heldout_error", "verdict"]
     return out[[c for c in keep if c in out] + SERVED + ["ar_throughput_tok_s", "throughput_ratio", "serving_verdict",
-                                                        "arrivals"]]
+                                                        "arrivals", "measured_up_to_batch"]]
 
 
 def _served(table: pd.DataFrame) -> pd.Series:
@@ -191,6 +202,10 @@ def _answer(group: pd.DataFrame) -> dict[str, Any]:
         why += f"; tied within the error with {out['tied_with']}"
     if notes:
         why += (": " if not len(ran) else "; ") + "; ".join(notes)
+    beyond = plain.get("measured_up_to_batch", np.nan)
+    if beyond == beyond:
+        why += (f"; the Profile's latencies were measured up to batch {beyond:g} only, so every number at batch "
+                f"{int(plain['batch'])} is extrapolated from them: do not decide from it")
     return {**out, "answer": chosen["config"], "method": chosen["method"], "drafter": chosen["drafter"],
             "config": chosen["config"], "throughput_tok_s": chosen["throughput_tok_s"],
             "ar_throughput_tok_s": plain["throughput_tok_s"],

@@ -189,13 +189,14 @@ def _serve_deployments(profiles: list[Profile], opts: SweepOptions, executor,
     hardware = {p.name: p.hardware for p in profiles}
     ctx = {p.name: setting_of(p, opts).ctx_len for p in profiles}
     heldout = {p.name: p.heldout_error() for p in profiles}
+    measured = {p.name: deployments.measured_batch(p) for p in profiles}
     frames = []
     for batch in opts.batch_sizes or [opts.batch]:
         scored = tables if batch == opts.batch else _score_tables(profiles, opts, executor, batch, [])
         cands = deployments.candidates(scored, hardware)
         tasks, rows = deployments.serve_tasks(cands, by_name, batch, ctx, opts.sim_tokens, opts.seed)
         served = executor.map(deployments.serve_task, tasks, desc=f"serving the best (batch {batch})")
-        frames.append(deployments.answers(rows, served, batch, heldout))
+        frames.append(deployments.answers(rows, served, batch, heldout, measured))
     return pd.concat(frames, ignore_index=True)
 
 

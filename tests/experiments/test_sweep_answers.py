@@ -135,3 +135,13 @@ def test_ties_are_marked_and_one_configuration_is_named_everywhere(tmp_path):
         plots._save = original
     labels = [t.get_text() for ax in drawn["fig"].axes for t in ax.texts]
     assert any(t.startswith(f"best: {top['config']} (") for t in labels), labels
+
+
+def test_batches_beyond_the_measured_latency_tables_are_flagged():
+    """The SmolLM2 Profile's latency tables were measured at batch 1 and 2: a batch-16 answer is an
+    extrapolation and says so; batch 1 is not."""
+    result = _run([Profile.load(SMOLLM2)], ["sd"], batch_sizes=[1, 16])
+    why = result.deployments.set_index("batch")["why"]
+    assert "extrapolated" not in why[1]
+    assert "measured up to batch 1 only, so every number at batch 16 is extrapolated" in why[16]
+    assert result.served.loc[result.served["batch"] == 16, "measured_up_to_batch"].eq(1).all()
