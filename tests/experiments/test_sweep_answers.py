@@ -65,6 +65,7 @@ def test_a_deployment_where_nothing_fits_says_so_everywhere(tmp_path):
     report = (tmp_path / "report.md").read_text()
     assert "Speculation stops paying at batch" not in report and "| speculate |" not in report
     assert "Nothing runs at any batch simulated" in report
+    assert "Neither configuration fits in one GPU" in report        # beside the paper's MCSD choice
     assert "no configuration scored fits in memory" in report
     assert "mcsd-llama-33b-a6000 / llama-68m: weights 65.2 GB (llama-33b 65.1 + llama-68m 0.1)" in report
 
