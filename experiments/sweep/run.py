@@ -4,8 +4,10 @@ Steps: load the profiles (default: every `data/profiles/*.json`), move their lat
 `--hardware` if asked (`experiments.sweep.scoring.retarget`), enumerate each registered method's space
 on each of its setups (`methods`: `spec.space(setup)`), cut it into chunks and hand the chunks to
 the executor (local processes or Dask, `experiments.sweep.executor`), which scores them with the closed
-forms or, given a TokenTrace, exact greedy replay (`experiments.sweep.scoring`). The best few configurations per (profile, method)
-are then re-scored in the discrete-event simulator with several seeds, for their spread.
+forms or, given a TokenTrace, exact greedy replay (`experiments.sweep.scoring`), and ranks them in
+one order (`experiments.sweep.ranking`: what fits in memory first). The best few configurations per
+(profile, method) are then re-scored in the discrete-event simulator with several seeds, for their
+spread, each task seeded from what it is (`common.seeds.derive_seed`).
 Then one answer per deployment (`experiments.sweep.deployments`): at each of `--batch-sizes` the closed
 forms' best of every (method, drafter) is served by the simulator beside plain decoding, giving
 the best configuration per batch and the batch where speculation stops paying; `--export` writes
