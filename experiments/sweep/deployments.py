@@ -195,7 +195,9 @@ def _answer(group: pd.DataFrame) -> dict[str, Any]:
                   "tie": ", within the model's error" + err + ": a tie with plain decoding"}.get(verdict, ""))
     elif len(ran):
         why = (f"the fastest speculative configuration, {ran['config'].iat[0]}, serves "
-               f"{ran['throughput_ratio'].iat[0]:.2f}x plain decoding's tokens/s")
+               f"{ran['throughput_ratio'].iat[0]:.2f}x plain decoding's tokens/s"
+               + {"tie": ", within the model's error" + err + ": a tie, and plain decoding is the simpler to run",
+                  "don't": ", a loss beyond the model's error" + err}.get(str(ran["serving_verdict"].iat[0]), ""))
     else:
         why = "no speculative configuration runs"
     if out["tied_with"]:
