@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-stamp
 OUT    ?= out/sweep
 
-.PHONY: setup sweep test test-fast bench reproduce verify clean
+.PHONY: setup sweep test test-fast bench reproduce verify examples clean
 
 setup: $(STAMP)
 
@@ -33,6 +33,10 @@ bench: setup
 	$(PY) -m experiments.bench.costmodel
 	$(PY) -m experiments.bench.simulator
 	$(PY) -m experiments.bench.sweep
+
+# the bundled examples that a command rebuilds from the bundled data (experiments.examples; about 2 minutes)
+examples: setup
+	$(PY) -m experiments.examples
 
 reproduce: setup
 	$(PY) -m experiments.reproduce --out out/reproduce --overwrite

@@ -1,6 +1,7 @@
 """The bundled default Profiles (data/profiles/*.json), built from the papers' published numbers.
 
-`python -m calibrate.paper_profiles [--out data/profiles] [--only PAPER ...]` rebuilds them. Every
+`python -m calibrate.paper_profiles --out data/profiles [--only PAPER ...]` rebuilds them in place (the
+command's default folder is out/profiles, so a plain run never overwrites the bundled files). Every
 number comes from `costmodel.papers` (tagged by paper, table, row, column) or from
 `costmodel.params` / `costmodel.hardware`; nothing is typed twice. Where a paper does not publish
 what a Profile field needs, the assumption that fills the gap is written into the Profile's
@@ -26,7 +27,8 @@ from calibrate.papers.base import CTX_REF, git_commit  # noqa: F401  (re-exporte
 from calibrate.profile import Profile
 from common.cli import CliParser, cli_entry
 
-DEFAULT_OUT = Path(__file__).resolve().parent.parent / "data" / "profiles"
+DEFAULT_OUT = Path(__file__).resolve().parent.parent / "data" / "profiles"     # the bundled Profiles
+CLI_OUT = "out/profiles"
 
 
 def fitted_profiles(paper: str) -> list[Profile]:
@@ -50,23 +52,35 @@ def fitted_profiles(paper: str) -> list[Profile]:
     return profiles
 
 
-def build_all(out_dir: Path = DEFAULT_OUT, only: list[str] | None = None) -> list[Path]:
+def build_all(out_dir: Path = DEFAULT_OUT, only: list[str] | None = None, progress: bool = False) -> list[Path]:
+    """Fit every paper's latency parameters (tens of seconds each) and write its Profiles to `out_dir`."""
+    from common.progress import progress_bar
+
     written = []
-    for paper in MODELS:
-        if only and paper not in only:
-            continue
-        for profile in fitted_profiles(paper):
-            written.append(profile.save(Path(out_dir) / f"{profile.name}.json"))
+    papers = [paper for paper in MODELS if not only or paper in only]
+    with progress_bar(len(papers), "fitting the papers' profiles", progress, unit="paper") as bar:
+        for paper in papers:
+            bar.set_postfix_str(paper)
+            for profile in fitted_profiles(paper):
+                written.append(profile.save(Path(out_dir) / f"{profile.name}.json"))
+            bar.update()
     return written
 
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    parser = CliParser(description="Build the bundled default Profiles from the papers' numbers.")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="directory for the Profile JSON files")
+    from common.progress import add_progress_option, progress_enabled
+
+    parser = CliParser(prog="python -m calibrate.paper_profiles",
+                       description="Build the papers' Profiles from their published numbers (the bundled ones are "
+                                   "these, in data/profiles).")
+    parser.add_argument("--out", type=Path, default=Path(CLI_OUT),
+                        help=f"directory for the Profile JSON files (default {CLI_OUT}; --out data/profiles "
+                             "refreshes the bundled ones)")
     parser.add_argument("--only", nargs="*", choices=list(MODELS), help="build only these papers' profiles (default: all)")
+    add_progress_option(parser)
     args = parser.parse_args(argv)
-    for path in build_all(args.out, args.only):
+    for path in build_all(args.out, args.only, progress_enabled(args.progress)):
         print(path)
     return 0
 

@@ -76,6 +76,6 @@ def drafter_arch(t, base: dict, **options) -> dict:
             raise ValueError(f"router top_n {top_n!r} must lie in 1..groups ({groups})")
         fraction = top_n / groups
         extra += t.hidden * groups
-    return dict(base, n_layers=1, extra_params=extra, lm_head_fraction=fraction,
+    return dict(base, n_layers=1, extra_params=extra, lm_head_fraction=fraction, shared_embeddings=True,
                 source="EAGLE head: fc 2h->h + 1 decoder layer, target LM head"
                        + (f"; CORAL router top-{top_n} of {groups} groups" if groups else ""))

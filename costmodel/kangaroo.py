@@ -94,9 +94,11 @@ def adapter_params(hidden, vocab, with_head=False):
 def drafter_arch(t: Arch, base: dict, **options) -> dict:
     """The self-draft model's architecture (`costmodel.params.drafter_arch("kangaroo", ...)`): the
     target's first `exit_layer` layers plus an adapter of one attention block and two norms, with
-    the target's LM head."""
+    the target's LM head. The shallow layers, their KV cache and the embeddings are the target's
+    own (stored once); the adapter's weights and its one-layer KV cache are the drafter's."""
     exit_layer = int(options.get("exit_layer", 2))
     if not 1 <= exit_layer < t.n_layers:
         raise ValueError(f"kangaroo exit_layer {exit_layer} must lie in 1..{t.n_layers - 1}")
     return dict(base, n_layers=exit_layer, extra_params=attention_params(t) + 2 * t.hidden, extra_kv_layers=1,
+                shared_layers=exit_layer, shared_embeddings=True,
                 source=f"Kangaroo: target layers 1..{exit_layer} + adapter (attention + 2 norms), target LM head")

@@ -10,7 +10,12 @@ and three fields for drafters that are not plain decoder stacks:
 - extra_kv_layers: attention layers with their own KV cache besides the decoder layers;
 - cross_kv_layers: layers that read another model's KV cache (GLIDE reads the target's);
 - lm_head_fraction: the part of the LM head a forward multiplies (a CORAL router activating
-  top-n of N vocabulary groups: top_n / N, plus its own weights in extra_params).
+  top-n of N vocabulary groups: top_n / N, plus its own weights in extra_params);
+
+and two for what a drafter borrows from its target, stored and cached once (`own_params`,
+`own_kv_bytes_per_token`): shared_layers (its first layers are the target's own, with their KV
+cache: Kangaroo's shallow sub-network) and shared_embeddings (the embedding table and LM head are
+the target's: EAGLE / CORAL, Kangaroo). A forward still runs and reads them, so latency counts them.
 
 Embeddings are counted apart from the rest (CORAL's Eq. 5 ratio excludes them): a decode forward
 reads one embedding row per token but the whole LM head.
@@ -47,6 +52,8 @@ class Arch:
     extra_kv_layers: int = 0
     cross_kv_layers: int = 0
     lm_head_fraction: float = 1.0
+    shared_layers: int = 0            # first layers that are the target's own (weights and KV cache)
+    shared_embeddings: bool = False   # embedding table and LM head are the target's
     source: str = ""
 
     @classmethod
@@ -70,12 +77,17 @@ class Arch:
                 raise ValueError(f"architecture '{name}': '{key}' must be a positive number, got {getattr(arch, key)!r}")
         if arch.n_heads % arch.n_kv_heads:
             raise ValueError(f"architecture '{name}': n_heads {arch.n_heads} is not a multiple of n_kv_heads {arch.n_kv_heads}")
+        if not 0 <= arch.shared_layers <= arch.n_layers:
+            raise ValueError(f"architecture '{name}': shared_layers {arch.shared_layers} outside 0..{arch.n_layers}")
         if not 0.0 < arch.lm_head_fraction <= 1.0:
             raise ValueError(f"architecture '{name}': lm_head_fraction {arch.lm_head_fraction} outside (0, 1]")
         return arch
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
+        for key in ("shared_layers", "shared_embeddings"):      # a drafter's fields: written where it borrows
+            if not out[key]:
+                out.pop(key)
         out.update(params=total_params(self), non_embedding_params=non_embedding_params(self))
         return out
 
@@ -132,6 +144,15 @@ def total_params(a: Arch) -> float:
     return non_embedding_params(a) + embedding_params(a) + head
 
 
+def own_params(a: Arch) -> float:
+    """Parameters stored for this model alone: a drafter's weights without what it borrows from its
+    target (`shared_layers`, `shared_embeddings`), which the target's weights already hold."""
+    borrowed = a.shared_layers * layer_params(a)
+    if a.shared_embeddings:
+        borrowed += embedding_params(a) + (0.0 if a.tie_embeddings else lm_head_params(a))
+    return total_params(a) - borrowed
+
+
 def forward_params(a: Arch) -> float:
     """Weights multiplied per token in a forward: non-embedding weights plus the activated LM head."""
     return non_embedding_params(a) + a.lm_head_fraction * lm_head_params(a)
@@ -140,6 +161,12 @@ def forward_params(a: Arch) -> float:
 def kv_bytes_per_token(a: Arch, bytes_per_elem: float) -> float:
     """KV-cache bytes one token adds: K and V, n_kv_heads x head_dim, for every layer with a cache."""
     return 2.0 * (a.n_layers + a.extra_kv_layers) * a.n_kv_heads * a.dim_head * bytes_per_elem
+
+
+def own_kv_bytes_per_token(a: Arch, bytes_per_elem: float) -> float:
+    """KV-cache bytes one token adds to this model's own caches: a drafter's shared layers write
+    the target's cache, which the target's `kv_bytes_per_token` already counts."""
+    return 2.0 * (a.n_layers - a.shared_layers + a.extra_kv_layers) * a.n_kv_heads * a.dim_head * bytes_per_elem
 
 
 def attention_flops_per_pair(a: Arch) -> float:

@@ -18,6 +18,7 @@ import pandas as pd
 
 from common import atomic
 from common.cli import CliParser, cli_entry
+from common.progress import add_progress_option, progress_enabled
 from common.rundir import add_overwrite_option, start_run
 from experiments.papers.reproduce import LOTO, MAIN, leave_one_table_out, markdown_report, run_all, summarise
 
@@ -28,11 +29,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="out/reproduce",
                         help="directory for report.md and comparisons.csv (created if missing); one holding another run's files is refused unless --overwrite")
     add_overwrite_option(parser)
+    add_progress_option(parser)
     args = parser.parse_args(argv)
     out = Path(args.out)
     start_run(out, "experiments.reproduce", argv, args.overwrite)
     start = time.perf_counter()
-    comparisons = run_all()
+    comparisons = run_all(progress_enabled(args.progress))
     summary = summarise(comparisons)
     loto = leave_one_table_out(comparisons)
     seconds = time.perf_counter() - start

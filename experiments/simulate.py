@@ -26,11 +26,13 @@ import methods
 from simulator import Cluster, Parallelism, Workload, simulate_serving, simulate_stream
 from simulator.methods import SETUP_OPTIONS, build_step_model, load_profile
 from simulator.replay import prompt_ids, replay_draws
+from simulator.workload import add_workload_options
 from simulator.report import batch_crossover, write_crossover_report, write_run
 from common import atomic
 from common.bundled import bundled
 from common.errors import InputError
 from common.cli import CliParser, cli_entry
+from common.progress import add_progress_option, progress_bar, progress_enabled
 from common.rundir import add_overwrite_option, start_run
 
 
@@ -60,6 +62,7 @@ def _common(p: argparse.ArgumentParser) -> None:
                    "one holding another run's files is refused unless --overwrite")
     add_overwrite_option(p)
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
+    add_progress_option(p)
 
 
 def bundled_examples() -> list[list[str]]:
@@ -117,11 +120,7 @@ def _parser() -> argparse.ArgumentParser:
     _method(v)
     v.add_argument("--rates", default="1", help="offered loads in requests/s, comma-separated (default 1)")
     v.add_argument("--duration", type=float, default=300.0, help="seconds of arrivals (default 300)")
-    v.add_argument("--arrival", choices=("poisson", "gamma", "trace"), default="poisson", help="arrival process")
-    v.add_argument("--cv", type=float, default=1.0, help="coefficient of variation of gamma inter-arrivals")
-    v.add_argument("--arrival-trace", help="CSV with arrival_s (and optional prompt_len, output_len) for --arrival trace (default: none)")
-    v.add_argument("--prompt-len", default="uniform:64:512", help="prompt length: fixed:N, uniform:LO:HI, lognormal:MED:SIGMA:MAX")
-    v.add_argument("--output-len", default="uniform:64:512", help="output length distribution, same forms")
+    add_workload_options(v)
     v.add_argument("--replicas", type=int, default=1, help="replicas (default 1)")
     v.add_argument("--max-batch", type=int, default=32, help="batch limit per replica (default 32)")
     v.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs per replica")
@@ -163,12 +162,14 @@ def run_stream(args) -> None:
                 steps.append(res.steps.assign(prompt_id=pid))
     else:
         rows, steps = [], []
-        for i in range(args.repeats):
-            res = simulate_stream(profile, args.method, args.config, args.n_tokens, args.seed + i,
-                                  prompt_len=args.prompt_len, engine=args.engine, per_step=args.per_step)
-            rows.append(res.summary)
-            if res.steps is not None:
-                steps.append(res.steps.assign(seed=args.seed + i))
+        with progress_bar(args.repeats, "streams", progress_enabled(args.progress), unit="stream") as bar:
+            for i in range(args.repeats):
+                res = simulate_stream(profile, args.method, args.config, args.n_tokens, args.seed + i,
+                                      prompt_len=args.prompt_len, engine=args.engine, per_step=args.per_step)
+                rows.append(res.summary)
+                if res.steps is not None:
+                    steps.append(res.steps.assign(seed=args.seed + i))
+                bar.update()
     table = pd.DataFrame(rows)
     out = Path(args.out)
     atomic.write_csv(out / "streams.csv", table)
@@ -192,6 +193,7 @@ def run_serve(args) -> None:
     requests, summaries, iterations = [], [], []
     rates = [1.0] if args.arrival == "trace" else _rates(args.rates)
     start_run(args.out, "experiments.simulate", args.argv, args.overwrite)
+    bar = progress_bar(len(rates), "offered loads", progress_enabled(args.progress), unit="load")
     for rate in rates:
         workload = Workload(rate=rate, duration_s=args.duration, arrival=args.arrival, cv=args.cv,
                             prompt_len=args.prompt_len, output_len=args.output_len, trace=args.arrival_trace)
@@ -201,6 +203,8 @@ def run_serve(args) -> None:
         summaries.append(dict(res.summary, label=label))
         if res.iterations is not None:
             iterations.append(res.iterations.assign(label=label))
+        bar.update()
+    bar.close()
     write_run(Path(args.out), pd.concat(requests, ignore_index=True), summaries,
               pd.concat(iterations, ignore_index=True) if iterations else None)
     _print(pd.DataFrame(summaries), ["offered_rate", "completed", "oom", "preemptions", "throughput_tok_s",
@@ -221,8 +225,8 @@ def run_crossover(args) -> None:
     batches = _ints(args.batches, "--batches")
     start_run(args.out, "experiments.simulate", args.argv, args.overwrite)
     table = batch_crossover(profile, runs, batches, prompt_len=args.prompt_len,
-                            output_len=args.output_len, seed=args.seed)
-    command = "python -m experiments.simulate " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+                            output_len=args.output_len, seed=args.seed, progress=progress_enabled(args.progress))
+    command = "python -m experiments.simulate " + shlex.join(args.argv)
     write_crossover_report(Path(args.out), table, BASELINE, profile.name, command)
     _print(table, ["label", "batch", "throughput_tok_s", "tpot_ms", "oom", "preemptions"])
 

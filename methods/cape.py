@@ -116,7 +116,7 @@ class CAPE(MethodSpec):
     decoder = "runtime.engine.cape:CAPE"
     calibration = ("cape g2 S88886666442", "cape g4 S88886666442", "cape g8 S88886666442")
     campaign = ("cape g3 S88886666442", "cape g5 S88886666442", "cape g4 S44444444444")
-    plot = PlotSpec(x="gamma", hue="bins_mean")
+    plot = PlotSpec(x="gamma", hue="bins_mean", labels={"bins_mean": "mean candidates per confidence bin"})
     no_counterpart = {engine: "CAPE's confidence-dependent candidate sets are not offered" for engine in ENGINES}
 
     def space(self, setup, gammas=GAMMAS, most_values: int = 5):

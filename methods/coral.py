@@ -103,7 +103,7 @@ class CORAL(MethodSpec):
     decoder = "runtime.drafters.coral:Coral"
     calibration = ("coral g2", "coral g4", "coral g8")
     campaign = ("coral g3", "coral g5") + tuple(f"coral g4 N{g} top{n}" for g, n in ROUTERS)
-    plot = PlotSpec(x="gamma", hue="router")
+    plot = PlotSpec(x="gamma", hue="router", labels={"router": "LM-head router, groups:top-n"})
     no_counterpart = {"hf": "no EAGLE feature drafter in assisted generation"}
 
     def drafters(self, arch):

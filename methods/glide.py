@@ -28,7 +28,7 @@ class GLIDE(MethodSpec):
     decoder = "runtime.drafters.glide:Glide"
     calibration = ("glide g2", "glide g4", "glide g8")
     campaign = ("glide g3", "glide g5")
-    plot = PlotSpec(x="gamma", hue="bins_mean")
+    plot = PlotSpec(x="gamma", hue="bins_mean", labels={"bins_mean": "mean candidates per confidence bin"})
     no_counterpart = {engine: "no GLIDE drafter (cross-attention to the target's KV cache) can be loaded"
                       for engine in ENGINES}
 

@@ -113,7 +113,8 @@ class MCSD(MethodSpec):
     decoder = "runtime.engine.mcsd:MCSD"
     calibration = ("mcsd k2x2x1 repl", "mcsd k4x2 repl", "mcsd k4x2x2x2 repl")
     campaign = tuple(f"mcsd k{k} repl" for k in ("2x2", "4x2x1", "2x2x2", "4x4", "8x2", "3x2x2x1"))
-    plot = PlotSpec(x="budget", hue="gamma")
+    plot = PlotSpec(x="budget", hue="gamma", labels={"budget": "tree size, the product of k",
+                                                            "gamma": "tree depth"})
     options = {"budget": SpaceOption(DEFAULT_BUDGET, "largest product of an MCSD k-configuration the sweep "
                                      "enumerates (about 10^4 trees at 64)", sample=8)}
     no_counterpart = {

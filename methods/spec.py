@@ -25,7 +25,7 @@ it, so every layer above may import it.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -87,11 +87,13 @@ class Setup:
 @dataclass(frozen=True)
 class PlotSpec:
     """How the sweep plots a method: speedup against `x`, one line per value of `hue`
-    (a heatmap over x and `y` when given)."""
+    (a heatmap over x and `y` when given); `labels` say what a column that is not a config field
+    means (a field is named by its Param's doc)."""
 
     x: str
     hue: str | None = None
     y: str | None = None
+    labels: dict = field(default_factory=dict, hash=False, compare=False)
 
 
 @dataclass(frozen=True)

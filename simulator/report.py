@@ -14,42 +14,60 @@ import pandas as pd
 from simulator.serving import Cluster, simulate_serving
 from simulator.workload import Workload
 from common import atomic
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    sns.set_theme(style="whitegrid")
-    return plt, sns
+from common.plotting import palette, pyplot, readable_ticks, reference_line
 
 
 def latency_cdf_plot(requests: pd.DataFrame, path: Path, hue: str = "label") -> Path:
-    """ECDFs of TTFT, TPOT and end-to-end latency, one line per `hue` value."""
-    plt, sns = _plt()
-    done = requests[requests["status"] == "done"]
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-    for ax, col, title in zip(axes, ("ttft_s", "tpot_s", "e2e_s"), ("TTFT (s)", "TPOT (s)", "end-to-end (s)")):
-        sns.ecdfplot(data=done, x=col, hue=hue if hue in done else None, ax=ax)
-        ax.set_xlabel(title)
-        ax.set_xscale("log")
-    fig.suptitle("latency CDFs")
+    """ECDFs of TTFT, TPOT and end-to-end latency, one line per `hue` value (the offered load),
+    one colour per load in every panel and one legend."""
+    plt, sns = pyplot()
+    done = requests[requests["status"] == "done"].assign(ttft_ms=lambda f: 1000 * f["ttft_s"],
+                                                         tpot_ms=lambda f: 1000 * f["tpot_s"])
+    labels = list(dict.fromkeys(done[hue])) if hue in done else []
+    colours = palette(labels, sns)
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    panels = (("ttft_ms", "TTFT (ms, wait in the queue included)", True),
+              ("tpot_ms", "TPOT (ms per output token)", False), ("e2e_s", "end-to-end (s)", True))
+    for ax, (col, title, log) in zip(axes, panels):
+        for label in labels or [None]:
+            rows = done if label is None else done[done[hue] == label]
+            values = np.sort(rows[col].to_numpy(float))
+            ax.step(values, np.arange(1, len(values) + 1) / max(len(values), 1), where="post",
+                    color=colours.get(label, "C0"), label=label)
+        if log:
+            ax.set_xscale("log")
+        readable_ticks(ax.xaxis)
+        ax.tick_params(axis="x", labelrotation=30, labelsize=7)
+        ax.set(xlabel=title, ylabel="share of requests at or below")
+    if labels:
+        fig.legend(*axes[0].get_legend_handles_labels(), title="offered load", loc="upper left",
+                   bbox_to_anchor=(1.0, 0.9), fontsize=8, frameon=False)
+    fig.suptitle("latency CDFs per offered load")
+    fig.tight_layout()
     atomic.save_figure(path, fig)
     plt.close(fig)
     return path
 
 
-def load_plot(summaries: pd.DataFrame, path: Path, hue: str = "label") -> Path:
-    """Throughput and p99 end-to-end latency against offered load."""
-    plt, sns = _plt()
+def load_plot(summaries: pd.DataFrame, path: Path, hue: str = "config") -> Path:
+    """Throughput and p99 end-to-end latency against offered load: one connected line per
+    configuration (`hue`), a point per load simulated."""
+    plt, sns = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    sns.lineplot(data=summaries, x="offered_rate", y="throughput_tok_s", hue=hue, marker="o", ax=axes[0])
+    groups = summaries.groupby(hue, sort=False) if hue in summaries else [("", summaries)]
+    colours = palette([k for k, _ in groups], sns)
+    for key, group in groups:
+        group = group.sort_values("offered_rate")
+        axes[0].plot(group["offered_rate"], group["throughput_tok_s"], marker="o", color=colours[key], label=key)
+        axes[1].plot(group["offered_rate"], group["e2e_s_p99"], marker="o", color=colours[key], label=key)
     axes[0].set(xlabel="offered load (requests/s)", ylabel="throughput (tokens/s)")
-    sns.lineplot(data=summaries, x="offered_rate", y="e2e_s_p99", hue=hue, marker="o", ax=axes[1])
-    axes[1].set(xlabel="offered load (requests/s)", ylabel="p99 end-to-end latency (s)", yscale="log")
+    axes[1].set(xlabel="offered load (requests/s)", ylabel="p99 end-to-end latency (s, queueing included)",
+                yscale="log")
+    for ax in axes:
+        readable_ticks(ax.xaxis, summaries["offered_rate"])
+        readable_ticks(ax.yaxis)
+    axes[0].legend(fontsize=8, title=hue, frameon=False)
+    fig.tight_layout()
     atomic.save_figure(path, fig)
     plt.close(fig)
     return path
@@ -73,17 +91,24 @@ def write_run(out: Path, requests: pd.DataFrame, summaries: list[dict[str, Any]]
 
 # ---- batch-size crossover ------------------------------------------------------------------------
 def batch_crossover(profile, methods: Sequence[tuple[str, str, dict]], batches: Sequence[int], *,
-                    prompt_len: int = 256, output_len: int = 256, waves: int = 3, seed: int = 0) -> pd.DataFrame:
+                    prompt_len: int = 256, output_len: int = 256, waves: int = 3, seed: int = 0,
+                    progress: bool = False) -> pd.DataFrame:
     """For each batch limit B: `waves * B` requests arrive at once and are served with batch limit B
     (continuous batching keeps B running); throughput and TPOT for every (label, method, config)."""
+    from common.progress import progress_bar
+
     rows = []
-    for b in batches:
-        workload = Workload(rate=1e9, n_requests=waves * int(b), prompt_len=prompt_len, output_len=output_len)
-        for label, method, config in methods:
-            s = simulate_serving(profile, method, config, workload, Cluster(max_batch=int(b)), seed, per_step=True).summary
-            rows.append({"label": label, "batch": int(b), "throughput_tok_s": s["throughput_tok_s"],
-                         "tpot_ms": 1000 * s["tpot_s_mean"], "tpot_p99_ms": 1000 * s["tpot_s_p99"],
-                         "mean_batch": s.get("mean_batch", np.nan), "oom": s["oom"], "preemptions": s["preemptions"]})
+    with progress_bar(len(batches) * len(methods), "batch sizes", progress, unit="run") as bar:
+        for b in batches:
+            workload = Workload(rate=1e9, n_requests=waves * int(b), prompt_len=prompt_len, output_len=output_len)
+            for label, method, config in methods:
+                s = simulate_serving(profile, method, config, workload, Cluster(max_batch=int(b)), seed,
+                                     per_step=True).summary
+                rows.append({"label": label, "batch": int(b), "throughput_tok_s": s["throughput_tok_s"],
+                             "tpot_ms": 1000 * s["tpot_s_mean"], "tpot_p99_ms": 1000 * s["tpot_s_p99"],
+                             "mean_batch": s.get("mean_batch", np.nan), "oom": s["oom"],
+                             "preemptions": s["preemptions"]})
+                bar.update()
     return pd.DataFrame(rows)
 
 
@@ -97,18 +122,26 @@ def crossover_batch(table: pd.DataFrame, baseline: str, label: str) -> int | Non
 def write_crossover_report(out: Path, table: pd.DataFrame, baseline: str, profile_name: str,
                            command: str) -> list[Path]:
     """crossover.csv, crossover.png (throughput and speedup against batch) and README.md."""
-    plt, sns = _plt()
+    plt, sns = pyplot()
     out = Path(out)
     pivot = table.pivot(index="batch", columns="label", values="throughput_tok_s").sort_index()
     speed = pivot.div(pivot[baseline], axis=0).drop(columns=[baseline])
+    colours = palette([baseline] + [c for c in dict.fromkeys(table["label"]) if c != baseline], sns)
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    sns.lineplot(data=table, x="batch", y="throughput_tok_s", hue="label", marker="o", ax=axes[0])
-    axes[0].set(xscale="log", xlabel="batch size (running sequences)", ylabel="throughput (tokens/s)")
-    long = speed.reset_index().melt(id_vars="batch", var_name="label", value_name="speedup")
-    sns.lineplot(data=long, x="batch", y="speedup", hue="label", marker="o", ax=axes[1])
-    axes[1].axhline(1.0, color="k", lw=1, ls="--")
-    axes[1].set(xscale="log", xlabel="batch size (running sequences)", ylabel=f"throughput / {baseline}")
+    for label in colours:
+        one = table[table["label"] == label].sort_values("batch")
+        axes[0].plot(one["batch"], one["throughput_tok_s"], marker="o", color=colours[label], label=label)
+        if label in speed:
+            axes[1].plot(speed.index, speed[label], marker="o", color=colours[label], label=label)
+    axes[0].set(xlabel="batch size (running sequences)", ylabel="throughput (tokens/s)")
+    axes[1].set(xlabel="batch size (running sequences)", ylabel=f"throughput / {baseline} (plain decoding)")
+    for ax in axes:
+        readable_ticks(ax.xaxis, table["batch"])
+        readable_ticks(ax.yaxis)
+    reference_line(axes[1], 1.0, f"{baseline} = 1.0 (below: speculation loses)")
+    axes[0].legend(fontsize=8, frameon=False)
     fig.suptitle(f"speculative decoding against batch size: {profile_name}")
+    fig.tight_layout()
     written = [atomic.write_csv(out / "crossover.csv", table)]
     written.append(atomic.save_figure(out / "crossover.png", fig))
     plt.close(fig)

@@ -89,6 +89,7 @@ class _Sim:
         self.output = requests["output_len"].to_numpy(np.int64)
         self.generated = np.zeros(n, np.int64)
         self.ctx = np.zeros(n, np.int64)         # KV tokens held now (0 when not resident)
+        self.admitted = np.full(n, np.nan)       # first admission: the end of the request's wait in the queue
         self.first_token = np.full(n, np.nan)
         self.finish = np.full(n, np.nan)
         self.status = np.array(["pending"] * n, dtype=object)
@@ -178,6 +179,8 @@ class _Sim:
                     continue
                 break
             rep.waiting.popleft()
+            if np.isnan(self.admitted[r]):
+                self.admitted[r] = self.env.now
             self.ctx[r] = self.prompt[r] + self.generated[r]
             rep.used += int(self.ctx[r])
             admit.append(r)
@@ -271,9 +274,11 @@ def simulate_serving(profile, method: str, config: Mapping | str | None = None,
                      latencies: Mapping[str, Any] | None = None, per_step: bool = False) -> ServingResult:
     """Serve `workload` with `method`/`config` on `cluster`; run until every request is done.
 
-    Returns per-request rows (arrival_s, first_token_s, finish_s, ttft_s, tpot_s, e2e_s, status,
-    preemptions, replica), a summary (throughput, latency means and tails, OOM count, preemptions,
-    Little's law terms) and, with per_step, one row per iteration.
+    Returns per-request rows (arrival_s, admitted_s, first_token_s, finish_s, ttft_s, tpot_s, e2e_s,
+    queue_s: arrival to first admission, service_s: admission to last token, status, preemptions,
+    replica), a summary (throughput, latency means and tails, OOM count, preemptions, Little's law
+    terms) and, with per_step, one row per iteration. TTFT and end-to-end latency include the wait
+    in the queue; service_s is a request's own latency once running (with its batch, without the wait).
     """
     profile = load_profile(profile)
     workload = workload or Workload()
@@ -282,11 +287,13 @@ def simulate_serving(profile, method: str, config: Mapping | str | None = None,
     sim = _Sim(profile, method, config, requests, cluster, seed, latencies, per_step)
     sim.run()
     out = requests.assign(
-        first_token_s=sim.first_token, finish_s=sim.finish, status=sim.status.astype(str),
+        admitted_s=sim.admitted, first_token_s=sim.first_token, finish_s=sim.finish, status=sim.status.astype(str),
         preemptions=sim.preemptions, replica=sim.replica_of, generated=sim.generated,
     )
     out["ttft_s"] = out["first_token_s"] - out["arrival_s"]
     out["e2e_s"] = out["finish_s"] - out["arrival_s"]
+    out["queue_s"] = out["admitted_s"] - out["arrival_s"]
+    out["service_s"] = out["finish_s"] - out["admitted_s"]
     out["tpot_s"] = (out["finish_s"] - out["first_token_s"]) / (out["generated"] - 1).clip(lower=1)
     done = out[out["status"] == "done"]
     span = float(np.nanmax(sim.finish) - requests["arrival_s"].min())
@@ -301,7 +308,8 @@ def simulate_serving(profile, method: str, config: Mapping | str | None = None,
         "throughput_req_s": len(done) / span,
         "utilisation": float(sim.busy.sum() / (horizon * cluster.replicas * cluster.parallel.pp)),
         **_quantiles(done["ttft_s"].to_numpy(), "ttft_s"), **_quantiles(done["tpot_s"].to_numpy(), "tpot_s"),
-        **_quantiles(done["e2e_s"].to_numpy(), "e2e_s"),
+        **_quantiles(done["e2e_s"].to_numpy(), "e2e_s"), **_quantiles(done["queue_s"].to_numpy(), "queue_s"),
+        **_quantiles(done["service_s"].to_numpy(), "service_s"),
         # Little's law: time-average number in system (integrated by the simulator) vs lambda * W
         "little_L": sim.area / horizon,
         "little_lambda_W": float(out["e2e_s"].sum()) / horizon,

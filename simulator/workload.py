@@ -12,6 +12,25 @@ from common.errors import InputError
 
 ARRIVALS = ("poisson", "gamma", "trace")
 TRACE_COLUMNS = ("arrival_s",)  # optional: prompt_len, output_len
+PROMPT_LEN = "lognormal:256:0.6:2048"     # the command lines' default workload (capacity, simulate serve)
+OUTPUT_LEN = "lognormal:128:0.6:512"
+
+
+def add_workload_options(parser) -> None:
+    """The arrival process and lengths, one set of names and defaults for every command that serves
+    a workload (`python -m experiments.capacity`, `python -m experiments.simulate serve`)."""
+    parser.add_argument("--arrival", choices=ARRIVALS, default="poisson",
+                        help="arrival process (default poisson); 'trace' replays --arrival-trace")
+    parser.add_argument("--cv", type=float, default=1.0,
+                        help="coefficient of variation of gamma inter-arrivals (default 1)")
+    parser.add_argument("--arrival-trace", default=None, metavar="CSV",
+                        help="with --arrival trace: a CSV with column arrival_s, and optionally prompt_len and "
+                             "output_len, which then replace --prompt-len / --output-len (default: none)")
+    parser.add_argument("--prompt-len", default=PROMPT_LEN,
+                        help=f"prompt length distribution: fixed:N, uniform:LO:HI or lognormal:MEDIAN:SIGMA:MAX "
+                             f"(default {PROMPT_LEN})")
+    parser.add_argument("--output-len", default=OUTPUT_LEN,
+                        help=f"output length distribution, same forms (default {OUTPUT_LEN})")
 
 
 @dataclass

@@ -14,7 +14,10 @@ Every mismatch is explained from the recorded margins:
   incremental drafter forward ranked the tokens differently;
 - `unexplained`: neither; this would be a bug in the engine or in the replay.
 Writes `steps.csv` (every compared step) and `report.md` to `--out`; exit code 1 when agreement
-is below `--min-agreement`.
+is below `--min-agreement`. A step that accepts no draft commits the target's own token whatever
+the drafter proposed, so it agrees trivially: when no step accepted a draft the run checked
+nothing and is refused (exit code 2, the files kept for inspection), and a configuration without
+an accepted draft is named in the report and on stderr.
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ from runtime.engine.__main__ import check_drafter_spec, load_drafter, own_drafte
 import methods
 from common.errors import InputError
 from common.cli import CliParser, cli_entry
+from common.progress import add_progress_option, progress_bar, progress_enabled
 from common.rundir import add_overwrite_option, start_run
 from runtime.models import load_model
 from runtime.prompts import BUILTIN_SETS, ByteTokenizer, encode_prompt, load_prompt_mix
@@ -119,6 +123,8 @@ def report(frame: pd.DataFrame, args: argparse.Namespace) -> str:
         steps=("agree", "size"), agree=("agree", "sum"), real_mean=("real", "mean"),
         replayed_mean=("replayed", "mean")).reset_index()
     by_config["agreement"] = by_config["agree"] / by_config["steps"]
+    by_config["drafts_accepted_in"] = frame.assign(hit=frame["real"] > 1).groupby(
+        ["method", "config"], sort=False)["hit"].sum().to_numpy()
     overall = frame["agree"].mean()
     lines = [
         "# Replay vs real runs", "",
@@ -129,6 +135,10 @@ def report(frame: pd.DataFrame, args: argparse.Namespace) -> str:
         by_config.to_markdown(index=False, floatfmt=".3f") if _has_tabulate() else by_config.to_string(index=False),
         "",
     ]
+    unchecked = unchecked_configs(frame)
+    if unchecked:
+        lines += [f"**Not checked: {', '.join(unchecked)}**: no step accepted a draft, so every step committed the "
+                  "target's own token and agreed whatever the replay computes.", ""]
     bad = frame[~frame["agree"]]
     lines += ["## Mismatches", ""]
     if bad.empty:
@@ -137,6 +147,12 @@ def report(frame: pd.DataFrame, args: argparse.Namespace) -> str:
         lines.append(f"- {row.prompt_id} {row.method} {row.config} step {row.step} (token {row.pos}): "
                      f"real {row.real}, replayed {row.replayed}: {row.why}")
     return "\n".join(lines) + "\n"
+
+
+def unchecked_configs(frame: pd.DataFrame) -> list[str]:
+    """Configurations none of whose steps accepted a draft: their agreement checks nothing."""
+    hits = frame.assign(hit=frame["real"] > 1).groupby("config", sort=False)["hit"].any()
+    return [str(c) for c, hit in hits.items() if not hit]
 
 
 def _has_tabulate() -> bool:
@@ -151,7 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = CliParser(prog="python -m traces.check_replay", description=__doc__.splitlines()[0])
     p.add_argument("--target", default="smollm2", help="target model spec (default %(default)s)")
     p.add_argument("--drafter", default="layers:4",
-                   help="draft model spec, or layers:K = the target's first K layers (default %(default)s)")
+                   help="draft model spec, or layers:K = the target's first K layers (default %(default)s, which "
+                        "SmolLM2 rejects almost always: a run where no draft is accepted checks nothing and is "
+                        "refused; the trained vanilla drafter is the one to check with)")
     p.add_argument("--prompts", default="mtbench:2,humaneval:2",
                    help=f"prompt sets ({', '.join(BUILTIN_SETS)} or a JSONL path) as name:count joined by commas "
                         "(default %(default)s)")
@@ -164,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exit 1 when the share of agreeing steps is below this fraction in [0, 1] (default %(default)s)")
     p.add_argument("--out", required=True, help="folder for steps.csv and report.md; one holding another run's files is refused unless --overwrite")
     add_overwrite_option(p)
+    add_progress_option(p)
     return p
 
 
@@ -193,9 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     decoders = [(own, make_decoder(name, target.model, own if name in own_drafter_methods() else drafter.model,
                                    sampling=Sampling(), **config)) for name, config, own in runs]
     rows: list[dict] = []
-    from tqdm import tqdm
-
-    for prompt in tqdm(prompts, unit="prompt", desc="check replay"):
+    bar = progress_bar(len(prompts), "check replay", progress_enabled(args.progress), unit="prompt")
+    for prompt in prompts:
         ids = encode_prompt(prompt, tokenizer)
         records: dict[str, PromptRecord] = {}
         for own, decoder in decoders:   # one teacher-forced pass per drafter: the shared one, or each own one
@@ -204,6 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 records[key] = teacher_forced(decoder, prompt.prompt_id, ids, args.max_new_tokens, eos)
             out = decoder.generate(ids, args.max_new_tokens, eos)
             rows += compare(records[key], decoder.config, out)
+        bar.update()
+    bar.close()
     frame = pd.DataFrame(rows)
     out_dir = Path(args.out)
     atomic.write_csv(out_dir / "steps.csv", frame)
@@ -212,6 +232,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     agreement = frame["agree"].mean()
     print(text.split("## Mismatches")[0].strip())
     print(f"mismatches: {int((~frame['agree']).sum())}; report: {out_dir / 'report.md'}")
+    unchecked = unchecked_configs(frame)
+    if len(unchecked) == frame["config"].nunique():
+        raise InputError(f"no draft of drafter '{args.drafter}' was accepted in {len(frame)} steps: every step "
+                         "committed the target's own token, so the agreement checks nothing; use a drafter that "
+                         "agrees with the target (e.g. the trained one: python -m training vanilla, then --drafter "
+                         "artifacts/drafters/vanilla/vanilla.safetensors)")
+    if unchecked:
+        print(f"warning: not checked (no draft accepted): {', '.join(unchecked)}", file=sys.stderr)
     return 0 if agreement >= args.min_agreement else 1
 
 

@@ -41,6 +41,7 @@ from runtime.engine.__main__ import decoder_arguments, load_drafter, own_drafter
 from runtime.engine.ar import AR
 from common.errors import InputError
 from common.cli import CliParser, cli_entry
+from common.progress import add_progress_option, progress_enabled
 from runtime.models import LoadedModel, load_model
 from traces.timing import DTYPE_NAMES, git_commit, hardware_name
 from runtime.prompts import BUILTIN_SETS, ByteTokenizer, Prompt, encode_prompt, load_prompts
@@ -240,7 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own choice)")
     p.add_argument("--out", required=True, help="output parquet file (resumed if it holds this run)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_progress_option(p)
+    p.add_argument("--quiet", dest="progress", action="store_const", const=False, default=None,
+                    help="the same as --no-progress")
     return p
 
 
@@ -264,11 +267,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     metadata = run.metadata()
     columns = list(schema.CONTRACTS[run.kind])
-    for prompt in tqdm(todo, disable=args.quiet, unit="prompt", desc=f"record {run.method}"):
+    for prompt in tqdm(todo, disable=not progress_enabled(args.progress), unit="prompt", desc=f"record {run.method}"):
         ids = run.encode(prompt)
         rows += run.token_rows(prompt, ids) if args.teacher_forced else run.step_rows(prompt, ids)
         schema.write_trace(out, pd.DataFrame(rows, columns=columns), metadata)
-    if not args.quiet:
+    if args.progress is not False:      # the result line, left out with --quiet / --no-progress
         print(f"{out}: {len(done)} prompt(s) already recorded, {len(todo)} recorded now, {len(rows)} {run.kind} rows")
     return 0
 

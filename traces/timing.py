@@ -42,6 +42,7 @@ from runtime.drafters.router import LMHeadRouter
 from common.errors import InputError
 from common.cli import CliParser, cli_entry
 from common.rundir import PointLog, add_overwrite_option, git_commit, resumable_output  # git_commit: re-exported
+from common.progress import add_progress_option, progress_enabled
 from runtime.cache import MODES, default_mode
 from runtime.graph import GraphRunner
 from runtime.cache import KVCache
@@ -330,7 +331,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="insist on resuming an interrupted run (refused if OUT.partial.jsonl is missing or was "
                              "written with other options); without it a run with the same options resumes anyway")
     add_overwrite_option(parser, "replace an existing OUT, or discard an interrupted run's journal with other options")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_progress_option(parser)
+    parser.add_argument("--quiet", dest="progress", action="store_const", const=False, default=None,
+                    help="the same as --no-progress")
     return parser.parse_args(argv)
 
 
@@ -386,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tqdm import tqdm
 
     rows: list[dict] = []
-    with tqdm(total=total, disable=args.quiet, unit="point", desc="profile") as progress:
+    with tqdm(total=total, disable=not progress_enabled(args.progress), unit="point", desc="profile") as progress:
         for name, role, module, is_head in units:
             progress.set_postfix_str(f"{role} {name}")
             done = Finished(log, f"{role}/{name}")
@@ -405,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     schema.write_trace(args.out, frame, metadata)
     log.remove()
-    if not args.quiet:
+    if args.progress is not False:      # the result line, left out with --quiet / --no-progress
         print(f"wrote {len(frame)} latency rows to {args.out}")
     return 0
 

@@ -17,7 +17,8 @@ import pandas as pd
 
 from methods import BASELINE
 import methods
-from experiments.sweep.report import _fmt_table
+from common.seeds import derive_seed
+from experiments.sweep.markdown import md_table
 from experiments.campaigns.smollm2 import (PLAIN_RUN, CHAIN_RUNS, DATASETS, DRAFTERS, RUNS, Run,
                                      best_runs, latency_rows, step_path)
 
@@ -102,8 +103,9 @@ def predictions(profile, dataset: str, ctx_len: float, sim_tokens: int, seed: in
     recorded = profile.workload_new_tokens(dataset) or sim_tokens
     setting = scoring.Setting(temperature=0.0, ctx_len=int(round(ctx_len)), dataset=dataset, new_tokens=recorded)
     runs = [run for run in RUNS if run != PLAIN_RUN] + list(best)
-    rows = [{"dataset": dataset, "run": run.label, **predict_run(profile, run, setting, recorded, seed + i)}
-            for i, run in enumerate(runs)]
+    rows = [{"dataset": dataset, "run": run.label,
+             **predict_run(profile, run, setting, recorded, derive_seed(seed, profile.name, dataset, run.label))}
+            for run in runs]
     best = result.best[["method", "drafter", "config", "speedup", "tokens_per_step"]
                        + [c for c in ("sim_speedup",) if c in result.best]].copy()
     best.insert(0, "dataset", dataset)
@@ -191,7 +193,7 @@ def training_table(drafters) -> pd.DataFrame:
 
 
 def _md(frame: pd.DataFrame, digits: int = 3) -> str:
-    return _fmt_table(frame, list(frame.columns), f".{digits}f")
+    return md_table(frame, list(frame.columns), f".{digits}f")
 
 
 def write_report(args, log) -> None:

@@ -20,9 +20,10 @@ import numpy as np
 from calibrate.profile import Profile
 from experiments.sweep import scoring
 from experiments.sweep.executor import EXECUTORS, make_executor
-from simulator.workload import sample_lengths
+from simulator.workload import add_workload_options, sample_lengths
 from common.errors import InputError
 from common.cli import CliParser, cli_entry
+from common.progress import add_progress_option, progress_enabled
 from costmodel.hardware import hardware_names
 from common.rundir import add_overwrite_option, start_run
 from methods import names as method_names, parse_methods
@@ -42,14 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=None,
                    help="acceptance models at this temperature (default: the profile's lowest recorded)")
     p.add_argument("--target-rate", type=float, default=20.0, help="load to plan GPUs for, requests/s (default 20)")
-    p.add_argument("--arrival", default="poisson", choices=("poisson", "gamma", "trace"),
-                   help="arrival process (default poisson); 'trace' replays --trace")
-    p.add_argument("--cv", type=float, default=1.0, help="coefficient of variation of gamma inter-arrivals (default 1)")
-    p.add_argument("--trace", default=None, help="CSV with column arrival_s (optional prompt_len, output_len); default: none, Poisson arrivals "
-                        "at each probed rate")
-    p.add_argument("--prompt-len", default="lognormal:256:0.6:2048",
-                   help="prompt length distribution: fixed:N, uniform:LO:HI or lognormal:MEDIAN:SIGMA:MAX")
-    p.add_argument("--output-len", default="lognormal:128:0.6:512", help="output length distribution (as --prompt-len)")
+    add_workload_options(p)
     p.add_argument("--max-batch", type=int, default=32, help="running sequences per GPU (default 32)")
     p.add_argument("--duration", type=float, default=60.0,
                    help="seconds of arrivals per simulated run (default 60; longer = steadier tails, slower)")
@@ -64,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--executor", choices=EXECUTORS, default="local", help="local processes (default) or dask")
     p.add_argument("--workers", type=int, default=None, help="worker processes; default one per CPU core")
     p.add_argument("--scheduler", default=None, help="with --executor dask: address of a running scheduler (default: start a local cluster)")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    add_progress_option(p)
     return p
 
 
@@ -89,7 +83,7 @@ def options_from_args(args) -> CapacityOptions:
         methods=parse_methods(args.methods), hardware=args.hardware, temperature=args.temperature,
         target_rate=args.target_rate, slo=Slo(**{k: (v / 1000 if v else None) for k, v in limits.items()}),
         load=LoadSpec(prompt_len=args.prompt_len, output_len=args.output_len, arrival=args.arrival, cv=args.cv,
-                      trace=args.trace, duration_s=args.duration, max_batch=args.max_batch),
+                      trace=args.arrival_trace, duration_s=args.duration, max_batch=args.max_batch),
         candidates=args.candidates, seed=args.seed)
 
 
@@ -103,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     start_run(args.out, "experiments.capacity", argv, args.overwrite)
     started = time.perf_counter()
     with make_executor(args.executor, workers=args.workers, address=args.scheduler,
-                       progress=not args.no_progress) as executor:
+                       progress=progress_enabled(args.progress)) as executor:
         result = plan(profile, opts, executor)
     command = "python -m experiments.capacity " + " ".join(shlex.quote(a) for a in argv)
     report = write_report(result, opts, Path(args.out), command)

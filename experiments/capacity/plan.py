@@ -32,6 +32,7 @@ from experiments.sweep import scoring
 from experiments.sweep.run import BUNDLED_PROFILES, SweepOptions, run_sweep
 from common.errors import InputError
 from costmodel.step import step_seconds
+from simulator.workload import OUTPUT_LEN, PROMPT_LEN
 from methods.spec import plain_shape
 from methods import names as method_names
 
@@ -67,8 +68,8 @@ class Slo:
 class LoadSpec:
     """The workload shape (everything but the rate) and the cluster shape of one GPU."""
 
-    prompt_len: str = "lognormal:256:0.6:2048"
-    output_len: str = "lognormal:128:0.6:512"
+    prompt_len: str = PROMPT_LEN
+    output_len: str = OUTPUT_LEN
     arrival: str = "poisson"
     cv: float = 1.0
     trace: str | None = None
@@ -214,7 +215,7 @@ def candidates(profile: Profile, opts: CapacityOptions, executor) -> list[tuple[
         for i in range(min(opts.candidates, len(table))):
             row = table.iloc[[i]]
             drafter, config = row["drafter"].iloc[0], row["config"].iloc[0]
-            label = f"{method} {'' if drafter == '-' else drafter + ' '}{config}"
+            label = config if drafter == "-" else f"{config} (drafter {drafter})"
             found.append((label, method, scoring.sim_config(row), float(row["tokens_per_s"].iloc[0]) / per_request))
     return found
 

@@ -1,6 +1,7 @@
 """The capacity plan as a report a person reads: `README.md` with its tables, curves and crossover."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -8,33 +9,46 @@ import pandas as pd
 
 from methods import BASELINE
 from common import atomic
+from common.plotting import palette, pyplot, readable_ticks, reference_line
 
 from experiments.capacity.plan import KEEP_UP, CapacityOptions
 
 
+def curves_plot(curves: pd.DataFrame, opts: CapacityOptions, profile: str, path: Path) -> Path:
+    """Throughput against TPOT p50 / p99 and TTFT p99, one colour per configuration in every panel,
+    each SLO limit drawn and named, one legend."""
+    plt, sns = pyplot()
+    colours = palette(curves["label"], sns)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    panels = (("tpot_s_p50", "TPOT p50 (ms)", opts.slo.tpot_p50), ("tpot_s_p99", "TPOT p99 (ms)", opts.slo.tpot_p99),
+              ("ttft_s_p99", "TTFT p99 (ms)", opts.slo.ttft_p99))
+    for ax, (col, name, limit) in zip(axes, panels):
+        for label, colour in colours.items():
+            one = curves[curves["label"] == label].sort_values("rate")
+            ax.plot(one["throughput_tok_s"], 1000 * one[col], marker="o", color=colour, label=label)
+        ax.set(xlabel="throughput (tokens/s, one GPU)", ylabel=name, yscale="log")
+        if limit:
+            reference_line(ax, 1000 * limit, f"SLO {1000 * limit:g} ms", color="crimson")
+        readable_ticks(ax.xaxis)
+        readable_ticks(ax.yaxis)
+    fig.legend(*axes[0].get_legend_handles_labels(), title="configuration", loc="upper center",
+               bbox_to_anchor=(0.5, 0.0), ncol=min(4, len(colours)), fontsize=8, frameon=False)
+    fig.suptitle(f"throughput against latency as the load grows: {profile}")
+    fig.tight_layout()
+    atomic.save_figure(path, fig)
+    plt.close(fig)
+    return path
+
+
 def write_report(result: dict[str, Any], opts: CapacityOptions, out: Path, command: str) -> Path:
-    from experiments.sweep.plots import _plt
     from simulator.report import crossover_batch, write_crossover_report
 
     out = Path(out)
-    plt, sns = _plt()
     best, curves = result["best"], result["curves"]
-    atomic.write_csv(out / "capacity.csv", best.drop(columns=["config"]).assign(config=best.config.map(str)))
-    atomic.write_csv(out / "candidates.csv", result["all"].assign(config=result["all"].config.map(str)))
+    atomic.write_csv(out / "capacity.csv", best.assign(config=best.config.map(json.dumps)))
+    atomic.write_csv(out / "candidates.csv", result["all"].assign(config=result["all"].config.map(json.dumps)))
     atomic.write_csv(out / "curves.csv", curves)
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    view = curves.assign(tpot_p50_ms=1000 * curves.tpot_s_p50, tpot_p99_ms=1000 * curves.tpot_s_p99,
-                         ttft_p99_ms=1000 * curves.ttft_s_p99)
-    for ax, col, limit in zip(axes, ("tpot_p50_ms", "tpot_p99_ms", "ttft_p99_ms"),
-                              (opts.slo.tpot_p50, opts.slo.tpot_p99, opts.slo.ttft_p99)):
-        sns.lineplot(data=view, x="throughput_tok_s", y=col, hue="label", marker="o", ax=ax, sort=False)
-        if limit:
-            ax.axhline(1000 * limit, color="red", ls="--", lw=1)
-        ax.set(xlabel="throughput (tokens/s, one GPU)", ylabel=col.replace("_", " "), yscale="log")
-        ax.legend(fontsize=6)
-    fig.suptitle(f"throughput-latency: {result['profile']}")
-    atomic.save_figure(out / "curves.png", fig)
-    plt.close(fig)
+    curves_plot(curves, opts, result["profile"], out / "curves.png")
     write_crossover_report(out / "crossover", result["crossover"], "no speculation", result["profile"], command)
     ar = best[best.method == BASELINE].iloc[0]
     lines = [

@@ -12,7 +12,7 @@ import pandas as pd
 from methods import BASELINE
 from common import atomic
 from experiments.campaigns.measure import rates
-from experiments.sweep.report import _fmt_table
+from experiments.sweep.markdown import md_table
 
 
 # ------------------------------------------------------------------------------ compare
@@ -190,9 +190,9 @@ def report(fid: pd.DataFrame, reg: pd.DataFrame, args, profile, prompts: list[st
         f"- verdict flips (predicted speculate/don't against measured): {int(spec['verdict_flip'].sum())}; "
         f"ties (within the Profile's held-out error {100 * args.error:.1f}%): {int((spec['predicted_verdict'] == 'tie').sum())}",
         "", "## The baseline across windows", "", *drift(fid, profile, runs),
-        "", "## Search regret", "", _fmt_table(reg, list(reg.columns), ".3f"), "",
+        "", "## Search regret", "", md_table(reg, list(reg.columns), ".3f"), "",
         "## Every configuration", "",
-        _fmt_table(fid, [c for c in fid.columns if c != "ctx_len"], ".3f"), "",
+        md_table(fid, [c for c in fid.columns if c != "ctx_len"], ".3f"), "",
         "Columns: decode speedups over plain decoding: over each generation's own ar partner (the same prompt, run "
         "right beside it) where the runs are paired, else over ar of the same repeat (the steps' own times: the prompt's prefill, the same "
         "work for every method and priced by no step model, is left out; measured_e2e_tokens_per_s includes it); rel_error = predicted / measured - 1; spread = half the "

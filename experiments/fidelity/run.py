@@ -17,6 +17,7 @@ import pandas as pd
 from methods import BASELINE
 import methods
 from common.errors import InputError
+from common.seeds import derive_seed
 from experiments.campaigns.measure import Bench, Candidate, parse_candidate
 
 PER_SETUP = 4            # default configurations per (method, drafter)
@@ -129,7 +130,7 @@ def predict(profile, cands: list[Candidate], dataset: str, ctx_len: float, sim_t
 
     plain_s = float(step_seconds(profile.seconds, plain_shape(profile), float(ctx_len))[0])
     rows = []
-    for i, cand in enumerate(cands):
+    for cand in cands:
         if cand.method == BASELINE:          # the baseline: one target step per token
             rows.append({"dataset": dataset, "candidate": cand.label, "method": BASELINE, "predicted_speedup": 1.0,
                          "predicted_tokens_per_step": 1.0, "predicted_step_s": plain_s, "simulated_speedup": 1.0,
@@ -140,7 +141,8 @@ def predict(profile, cands: list[Candidate], dataset: str, ctx_len: float, sim_t
         priced = priced_config(cand.config, setup.drafter_spec) if cand.drafter else cand.config
         scored = scoring.score(setup, cand.method, spec.frame_of([priced]), setting)
         sim = scoring.simulate_task(scoring.SimTask(profile.to_dict(), cand.method, scoring.sim_config(scored),
-                                                    setting, seed + i, sim_tokens, sim_repeats))
+                                                    setting, derive_seed(seed, profile.name, dataset, cand.label),
+                                                    sim_tokens, sim_repeats))
         rows.append({"dataset": dataset, "candidate": cand.label, "method": cand.method,
                      "predicted_speedup": float(scored["speedup"].iloc[0]),
                      "predicted_tokens_per_step": float(scored["tokens_per_step"].iloc[0]),

@@ -18,6 +18,7 @@ import re
 import pandas as pd
 
 import methods
+from experiments.sweep.ranking import ranked
 
 COLUMNS = ["method", "profile", "setting", "paper_choice", "paper_speedup", "sweep_rank_of_paper_choice",
            "predicted_for_paper_choice", "sweep_best", "predicted_best", "why"]
@@ -28,6 +29,9 @@ def _norm(text: str) -> str:
 
 
 def _why(paper_row: pd.Series, best_row: pd.Series, extra: str = "") -> str:
+    if not bool(best_row.get("fits", True)):      # a comparison with the paper, not a recommendation
+        extra += (" Neither configuration fits in one GPU of the profile's hardware (the report's answer for this "
+                  "deployment gives the memory arithmetic): the comparison is with the paper's measured runs only.")
     if paper_row is None:
         return "the paper's configuration is outside the searched space. " + extra
     if paper_row["config"] == best_row["config"]:
@@ -58,7 +62,7 @@ def _mcsd(table: pd.DataFrame, profiles: dict) -> list[dict]:
         if not match or papers.k_config(match[0]) is None:
             continue
         label = methods.parse_config("mcsd", {"k": papers.k_config(match[0]), "replacement": True}).label
-        group = group.sort_values("speedup", ascending=False).reset_index(drop=True)
+        group = ranked(group).reset_index(drop=True)
         hit = group.index[group.config == label]
         paper_row = group.loc[hit[0]] if len(hit) else None
         best = group.iloc[0]
@@ -85,7 +89,7 @@ def _lookahead(table: pd.DataFrame, profiles: dict) -> list[dict]:
         if key not in good:
             continue
         label = methods.parse_config("lookahead", {c: int(good[key][c]) for c in ("W", "N", "G")}).label
-        group = group.sort_values("speedup", ascending=False).reset_index(drop=True)
+        group = ranked(group).reset_index(drop=True)
         hit = group.index[group.config == label]
         paper_row = group.loc[hit[0]] if len(hit) else None
         best = group.iloc[0]
@@ -103,7 +107,7 @@ def _lookahead(table: pd.DataFrame, profiles: dict) -> list[dict]:
 def _coral(table: pd.DataFrame, profiles: dict) -> list[dict]:
     out = []
     for profile, group in table.groupby("profile"):
-        group = group.sort_values("speedup", ascending=False).reset_index(drop=True)
+        group = ranked(group).reset_index(drop=True)
         hit = group.index[(group.groups == 16) & (group.top_n == 2)]
         paper_row = group.loc[hit[0]] if len(hit) else None
         best = group.iloc[0]

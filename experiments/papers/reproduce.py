@@ -15,7 +15,7 @@ import pandas as pd
 
 from costmodel import coral, kangaroo, leviathan, lookahead, papers, trees
 from costmodel.params import get_arch, layer_params, lm_head_params, non_embedding_params
-from experiments.sweep.report import _fmt_table
+from experiments.sweep.markdown import md_table
 
 MAIN = "paper inputs"
 
@@ -210,7 +210,7 @@ def _cell_row(cell, predicted: float, variant: str) -> dict:
                      assumption=cell.note), section=profile_section(cell.paper, cell.kind))
 
 
-def profile_rows() -> list[dict]:
+def profile_rows(bar=None) -> list[dict]:
     """Every cell the papers' latency fit uses, predicted by the bundled Profiles (published tokens
     per step priced through the step-cost model), and predicted again with its table left out of the fit."""
     from calibrate import paper_fit
@@ -226,6 +226,8 @@ def profile_rows() -> list[dict]:
         out += [_cell_row(c, p, MAIN) for c, p in zip(cells, predicted)]
         held = {(r["table"], r["row"], r["column"]): r["predicted"] for r in paper_fit.leave_one_table_out(model)}
         out += [_cell_row(c, held[(c.table, c.row, c.column)], LOTO) for c in cells]
+        if bar is not None:
+            bar.update()
     return out
 
 
@@ -272,13 +274,19 @@ FINDINGS = """\
 """
 
 
-def run_all() -> pd.DataFrame:
+def run_all(progress: bool = False) -> pd.DataFrame:
+    """Every section's comparisons, then the bundled Profiles' cells (a bar over both when `progress`)."""
+    from calibrate.papers import MODELS
+    from common.progress import progress_bar
+
     frames = []
-    for section, fn in SECTIONS.items():
-        frame = pd.DataFrame(fn())
-        frame.insert(0, "section", section)
-        frames.append(frame)
-    profiles = pd.DataFrame(profile_rows())
+    with progress_bar(len(SECTIONS) + len(MODELS), "reproducing", progress, unit="table") as bar:
+        for section, fn in SECTIONS.items():
+            frame = pd.DataFrame(fn())
+            frame.insert(0, "section", section)
+            frames.append(frame)
+            bar.update()
+        profiles = pd.DataFrame(profile_rows(bar))
     frames.append(profiles[["section"] + [c for c in profiles.columns if c != "section"]])
     return pd.concat(frames, ignore_index=True)
 
@@ -313,16 +321,16 @@ def markdown_report(comparisons: pd.DataFrame, summary: pd.DataFrame, loto: pd.D
              "needed); 'sensitivity: ...' variants change that assumption. Sections '(bundled profiles)' predict "
              f"every number the latency fit of `calibrate.paper_profiles` uses from the bundled Profiles; variant "
              f"'{LOTO}' predicts each table's cells from a fit without that table.\n",
-             "## Summary\n", _fmt_table(summary, list(summary.columns)), "\n",
+             "## Summary\n", md_table(summary, list(summary.columns)), "\n",
              "## Leave one table out\n",
              "Each paper's latency parameters refitted without table T (calibrate.paper_fit.leave_one_table_out), "
              "then T's cells predicted; a parameter only T pins falls back to its prior.\n",
-             _fmt_table(loto, list(loto.columns)), "\n", FINDINGS]
+             md_table(loto, list(loto.columns)), "\n", FINDINGS]
     for section, grp in comparisons.groupby("section", sort=False):
         parts.append(f"\n## {section}\n")
         assumptions = sorted(a for a in grp["assumption"].unique() if a)
         if assumptions:
             parts.append("Assumptions: " + "; ".join(assumptions) + "\n")
-        parts.append(_fmt_table(grp, ["row", "column", "variant", "published", "predicted", "rel_error"]))
+        parts.append(md_table(grp, ["row", "column", "variant", "published", "predicted", "rel_error"]))
         parts.append("\n")
     return "\n".join(parts)

@@ -21,7 +21,8 @@ from common.rundir import add_overwrite_option, open_run
 from costmodel.hardware import hardware_names
 from experiments.sweep import deployments, scoring
 from experiments.sweep.estimate import check_fits, estimate
-from experiments.sweep.executor import EXECUTORS, make_executor, progress_enabled
+from common.progress import add_progress_option, progress_enabled
+from experiments.sweep.executor import EXECUTORS, make_executor
 from experiments.sweep.run import (BUNDLED_PROFILES, SweepOptions, setting_of, space_of, bundled_profile_paths,
                                    load_profiles, run_sweep)
 from methods.engines import parse_engines
@@ -102,8 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "vllm, sglang, hf: vllm_*.json, sglang_*.txt, hf_*.json and exports.md in --out "
                         "(default: none)")
     p.add_argument("--top", type=int, default=50,
-                   help="rows per (profile, method) in the CSV tables and the report (default 50); the zstd "
-                        "parquet tables keep every configuration")
+                   help="rows per (profile, method) in the CSV tables tables/<method>_top<N>.csv (default 50); the "
+                        "report lists the first 5 (fewer when --top is smaller) and the zstd parquet tables keep "
+                        "every configuration")
     p.add_argument("--out", default="out/sweep", help="output directory (default out/sweep); a directory holding "
                    "another run's files is refused unless --overwrite")
     add_overwrite_option(p)
@@ -115,9 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="with --executor dask: address of a running Dask scheduler (tcp://host:8786); "
                         "default: start a local cluster")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bars on stderr while building the space, scoring and writing, for steps that take "
-                        "more than a second (default: only when stderr is a terminal)")
+    add_progress_option(p, "progress bars while building the space, scoring, serving and writing, for steps that "
+                           "take more than a second,")
     return p
 
 

@@ -15,27 +15,13 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable, Sequence
 
 from common.errors import InputError
+from common.progress import progress_bar, progress_enabled  # noqa: F401  (the sweep's CLI reads it here)
 
 EXECUTORS = ("local", "dask")
-PROGRESS_MIN_TASKS = 2           # fewer tasks than this never show a bar
-
-
-def progress_enabled(asked: bool | None) -> bool:
-    """Progress bars on stderr: as asked (--progress / --no-progress), else only on a terminal."""
-    return bool(asked) if asked is not None else sys.stderr.isatty()
-
-
-def progress_bar(total: int, desc: str, enabled: bool, unit: str = "task"):
-    """A tqdm bar on stderr that appears only after a second (quick steps stay quiet)."""
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit=unit, disable=not enabled or total < PROGRESS_MIN_TASKS,
-                mininterval=0.5, delay=1.0, leave=False, file=sys.stderr)
 
 
 class LocalExecutor:
@@ -43,7 +29,7 @@ class LocalExecutor:
 
     kind = "local"
 
-    def __init__(self, workers: int | None = None, progress: bool = True):
+    def __init__(self, workers: int | None = None, progress: bool = False):
         self.workers = max(1, int(workers or os.cpu_count() or 1))
         self.progress = progress
         self._pool: ProcessPoolExecutor | None = None
@@ -93,7 +79,7 @@ class DaskExecutor:
 
     kind = "dask"
 
-    def __init__(self, workers: int | None = None, address: str | None = None, progress: bool = True,
+    def __init__(self, workers: int | None = None, address: str | None = None, progress: bool = False,
                  client: Any = None, processes: bool = True):
         try:
             import distributed
@@ -150,7 +136,7 @@ class DaskExecutor:
 
 
 def make_executor(kind: str = "local", workers: int | None = None, address: str | None = None,
-                  progress: bool = True):
+                  progress: bool = False):
     """The executor named `kind` ('local' or 'dask'); InputError for anything else."""
     if kind == "local":
         if address:

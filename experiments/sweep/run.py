@@ -4,8 +4,10 @@ Steps: load the profiles (default: every `data/profiles/*.json`), move their lat
 `--hardware` if asked (`experiments.sweep.scoring.retarget`), enumerate each registered method's space
 on each of its setups (`methods`: `spec.space(setup)`), cut it into chunks and hand the chunks to
 the executor (local processes or Dask, `experiments.sweep.executor`), which scores them with the closed
-forms or, given a TokenTrace, exact greedy replay (`experiments.sweep.scoring`). The best few configurations per (profile, method)
-are then re-scored in the discrete-event simulator with several seeds, for their spread.
+forms or, given a TokenTrace, exact greedy replay (`experiments.sweep.scoring`), and ranks them in
+one order (`experiments.sweep.ranking`: what fits in memory first). The best few configurations per
+(profile, method) are then re-scored in the discrete-event simulator with several seeds, for their
+spread, each task seeded from what it is (`common.seeds.derive_seed`).
 Then one answer per deployment (`experiments.sweep.deployments`): at each of `--batch-sizes` the closed
 forms' best of every (method, drafter) is served by the simulator beside plain decoding, giving
 the best configuration per batch and the batch where speculation stops paying; `--export` writes
@@ -28,7 +30,8 @@ import methods
 from common.bundled import bundled
 from calibrate.profile import Profile
 from common.errors import InputError
-from experiments.sweep import deployments, scoring
+from common.seeds import derive_seed
+from experiments.sweep import deployments, ranking, scoring
 from experiments.sweep.estimate import space_options
 from experiments.sweep.executor import progress_bar
 from experiments.papers.choices import compare
@@ -132,15 +135,17 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor) -> SweepRes
     best = _top(tables, opts.rescore)
     by_name = {p.name: p.to_dict() for p in profiles}
     by_profile = {p.name: p for p in profiles}
-    sim_tasks = [
-        scoring.SimTask(by_name[best["profile"].iat[i]], best["method"].iat[i], scoring.sim_config(best.iloc[[i]]),
-                        setting(by_profile[best["profile"].iat[i]]), opts.seed + i, opts.sim_tokens, opts.sim_repeats)
-        for i in range(len(best))
-    ]
+    sim_tasks = []
+    for i in range(len(best)):
+        row, name = best.iloc[[i]], best["profile"].iat[i]
+        config = scoring.sim_config(row)       # a seed of its own (profile, configuration, load), not a counter
+        seed = derive_seed(opts.seed, "stream", name, row["method"].iat[0], sorted(config.items()), opts.sim_tokens)
+        sim_tasks.append(scoring.SimTask(by_name[name], row["method"].iat[0], config, setting(by_profile[name]),
+                                         seed, opts.sim_tokens, opts.sim_repeats))
     sims = executor.map(scoring.simulate_task, sim_tasks, desc="simulating the best") if sim_tasks else []
     if sims:
         best = pd.concat([best.reset_index(drop=True), pd.DataFrame(sims)], axis=1)
-    best_one = best.sort_values("speedup", ascending=False).groupby(["profile", "method"], sort=False).head(1)
+    best_one = ranking.best_of(best, ["profile", "method"]).merge(_ties(tables), on=["profile", "method"], how="left")
     timings["simulate"] = time.perf_counter() - t1
     choices = compare(tables, best)
 
@@ -186,18 +191,20 @@ def _serve_deployments(profiles: list[Profile], opts: SweepOptions, executor,
     hardware = {p.name: p.hardware for p in profiles}
     ctx = {p.name: setting_of(p, opts).ctx_len for p in profiles}
     heldout = {p.name: p.heldout_error() for p in profiles}
+    measured = {p.name: deployments.measured_batch(p) for p in profiles}
     frames = []
     for batch in opts.batch_sizes or [opts.batch]:
         scored = tables if batch == opts.batch else _score_tables(profiles, opts, executor, batch, [])
         cands = deployments.candidates(scored, hardware)
         tasks, rows = deployments.serve_tasks(cands, by_name, batch, ctx, opts.sim_tokens, opts.seed)
         served = executor.map(deployments.serve_task, tasks, desc=f"serving the best (batch {batch})")
-        frames.append(deployments.answers(rows, served, batch, heldout))
+        frames.append(deployments.answers(rows, served, batch, heldout, measured))
     return pd.concat(frames, ignore_index=True)
 
 
 def _rank(scored: list[pd.DataFrame]) -> dict[str, pd.DataFrame]:
-    """Concatenate the chunks per method; rank by predicted speedup within each profile."""
+    """Concatenate the chunks per method; rank within each profile in the sweep's one order
+    (`experiments.sweep.ranking`: those that fit in memory first, then by predicted speedup)."""
     by_method: dict[str, list[pd.DataFrame]] = {}
     for frame in scored:
         by_method.setdefault(str(frame["method"].iloc[0]), []).append(frame)
@@ -206,7 +213,7 @@ def _rank(scored: list[pd.DataFrame]) -> dict[str, pd.DataFrame]:
         if method not in by_method:
             continue
         frame = pd.concat(by_method[method], ignore_index=True)
-        frame = frame.sort_values(["profile", "speedup"], ascending=[True, False], kind="stable")
+        frame = ranking.ranked(frame, "speedup", ["profile"])
         frame["rank"] = frame.groupby("profile").cumcount() + 1
         tables[method] = frame.reset_index(drop=True)
     return tables
@@ -215,3 +222,17 @@ def _rank(scored: list[pd.DataFrame]) -> dict[str, pd.DataFrame]:
 def _top(tables: dict[str, pd.DataFrame], n: int) -> pd.DataFrame:
     rows = [frame.groupby("profile").head(n) for frame in tables.values()]
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+
+
+def _ties(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per (profile, method): how many other configurations that fit tie with its best, i.e. are
+    predicted within the Profile's held-out error of it (`experiments.sweep.ranking.ties_with_best`)."""
+    rows = []
+    for frame in tables.values():
+        fitting = frame[frame["fits"]] if "fits" in frame else frame
+        if fitting.empty:
+            continue
+        ties = ranking.ties_with_best(fitting, ["profile"])
+        rows.append(fitting.assign(ties=ties).groupby("profile", sort=False)
+                    .agg(method=("method", "first"), ties=("ties", "first")).reset_index())
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["profile", "method", "ties"])

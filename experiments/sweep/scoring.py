@@ -13,7 +13,10 @@ configurations (`spec.space`):
 Scored columns (SCORE_COLUMNS): speedup, tokens_per_step (bonus included), verified_per_step
 (query tokens per sequence in the verify forward), draft_cost (draft seconds per step in units of
 one plain target forward), draft_forwards (expected draft forwards per step), step_s,
-tokens_per_s (all sequences of the batch), scored_by.
+tokens_per_s (all sequences of the batch), scored_by, kv_tokens (KV-cache tokens one GPU holds beside
+the weights of the target and the setup's drafter, `simulator.memory`), fits (the batch's sequences,
+at the end of their generation with a step's query tokens, fit in them), heldout_error and verdict
+(`confidence`; DOES_NOT_FIT where the configuration does not fit).
 """
 from __future__ import annotations
 
@@ -27,12 +30,14 @@ import pandas as pd
 import methods
 from calibrate.profile import Profile
 from common.errors import InputError
+from common.seeds import derive_seed
 from costmodel.step import step_cost, step_seconds
 from methods.spec import Setup, plain_shape
 
 TABULATE_MIN = 4096      # forwards asked at once from which integer token counts are priced on a table
 SCORE_COLUMNS = ["speedup", "tokens_per_step", "verified_per_step", "draft_cost", "draft_forwards",
-                 "step_s", "tokens_per_s", "ctx_len", "scored_by", "heldout_error", "verdict"]
+                 "step_s", "tokens_per_s", "ctx_len", "scored_by", "kv_tokens", "fits", "heldout_error", "verdict"]
+DOES_NOT_FIT = "does not fit"       # the verdict of a configuration whose sequences do not fit in memory
 
 
 @dataclass(frozen=True)
@@ -234,8 +239,32 @@ def score(setup: Setup, method: str, configs: pd.DataFrame, setting: Setting) ->
                "verified_per_step": np.broadcast_to(np.asarray(shape.verify_tokens, dtype=float), tokens.shape),
                "draft_cost": draft_s / baseline, "draft_forwards": shape.drafted, "step_s": step_s,
                "tokens_per_s": batch * tokens / step_s, "ctx_len": ctx, "scored_by": scored_by}
-    columns.update(confidence(tokens * baseline / step_s, profile.heldout_error()))
+    kv = kv_tokens(profile, setup.drafter)
+    verified = np.asarray(columns["verified_per_step"], dtype=float)
+    fits = kv >= batch * (ctx + (setting.new_tokens or 0) / 2.0 + np.ceil(verified)) if kv == kv else True
+    columns.update(kv_tokens=kv, fits=np.broadcast_to(fits, tokens.shape))
+    judged = confidence(tokens * baseline / step_s, profile.heldout_error())
+    judged["verdict"] = np.where(columns["fits"], judged["verdict"], DOES_NOT_FIT)
+    columns.update(judged)
     return pd.DataFrame(columns, index=configs.index)    # built once: no per-column inserts
+
+
+def kv_tokens(profile: Profile, drafter: str | None) -> float:
+    """KV-cache tokens one GPU of the profile's hardware holds beside the weights of the target and
+    `drafter` (0 when they leave none; NaN when the hardware's memory is unknown)."""
+    from simulator.memory import memory_of
+
+    try:
+        return float(memory_of(profile, drafter).capacity_tokens)
+    except InputError:
+        return float("nan")
+
+
+def memory_note(profile: Profile, drafter: str | None) -> str:
+    """The memory arithmetic of the profile's target with `drafter`, in words (`simulator.memory`)."""
+    from simulator.memory import memory_of
+
+    return memory_of(profile, drafter).describe()
 
 
 def confidence(speedup: np.ndarray, error: float | None) -> dict[str, Any]:
@@ -308,7 +337,7 @@ def simulate_task(task: SimTask) -> dict[str, float]:
     # token pending) and as the closed form prices them; simulate_stream's prefill emits one more
     prompt = centred_prompt(task.setting.ctx_len, task.n_tokens)
     summaries = [simulate_stream(profile, task.method, task.config, n_tokens=task.n_tokens + 1,
-                                 seed=task.seed * 1000 + r, prompt_len=prompt).summary for r in range(task.repeats)]
+                                 seed=derive_seed(task.seed, "repeat", r), prompt_len=prompt).summary for r in range(task.repeats)]
     s = np.array([x["speedup"] for x in summaries])
     ar, decode = (np.array([x[k] for x in summaries]) for k in ("ar_decode_s", "decode_s"))
     pooled = ar.sum() / decode.sum()

@@ -21,6 +21,7 @@ from common import atomic
 from runtime.engine import Sampling, make_decoder
 from common.errors import InputError
 from common.cli import CliParser, cli_entry
+from common.progress import add_progress_option, progress_bar, progress_enabled
 from runtime.models import LoadedModel, check_same_vocabulary, load_model, truncated
 
 
@@ -123,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the decoders' random source when sampling (default 0)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     p.add_argument("--out", default=None, help="optional CSV with one row per method and prompt (default: none, the table is printed)")
+    add_progress_option(p)
     return p
 
 
@@ -143,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     reference = {} if not sampling.greedy else {
         pid: make_decoder(BASELINE, target.model).generate(ids, args.max_new_tokens, eos).tokens for pid, ids in prompts}
     rows, failures = [], 0
+    bar = progress_bar(len(runs) * len(prompts), "generating", progress_enabled(args.progress), unit="generation")
     for name, config, own in runs:
         decoder = make_decoder(name, target.model, own if name in own_drafter_methods() else drafter.model,
                                sampling=sampling, seed=args.seed, **config)
@@ -155,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
                              seconds=out.seconds, steps=len(out.steps), identical=same,
                              draft_s=sum(s.draft_s for s in out.steps), verify_s=sum(s.verify_s for s in out.steps),
                              overhead_s=sum(s.overhead_s for s in out.steps)))
+            bar.update()
+    bar.close()
     frame = pd.DataFrame(rows)
     summary = frame.groupby(["method", "config"], sort=False).agg(
         tokens=("tokens", "sum"), seconds=("seconds", "sum"), steps=("steps", "sum"), identical=("identical", lambda x: None if x.isna().any() else bool(x.all())),

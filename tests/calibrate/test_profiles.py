@@ -85,7 +85,7 @@ def test_bundled_profiles_match_their_builder(tmp_path):
         # (CORAL's p90 4.30% on one machine, 4.38% on another), so they are held to 0.2 points
         heldout = [[tree.get("provenance", {}).get("latency_fit", {}).pop("heldout", None),
                     tree.get("engine", {}).get("fit", {}).pop("heldout", None)] for tree in (fresh, bundled)]
-        assert _same(fresh, bundled), f"{path.name} is stale: run python -m calibrate.paper_profiles"
+        assert _same(fresh, bundled), f"{path.name} is stale: run python -m calibrate.paper_profiles --out data/profiles"
         assert _same(heldout[0], heldout[1], rel=0.0, abs_tol=2e-3), f"{path.name}'s held-out errors are stale"
 
 

@@ -3,6 +3,7 @@ where it has one (the value the parser really uses), and no internal jargon (iss
 argparse's own errors are one `error:` line through common.errors.CliParser, which every CLI uses."""
 import argparse
 import importlib
+import importlib.util
 import re
 import subprocess
 from pathlib import Path
@@ -22,7 +23,7 @@ CLIS = [
     ("experiments.simulate", ["serve"]), ("experiments.simulate", ["crossover"]),
     ("calibrate.fit", []), ("calibrate.ingest.__main__", []), ("calibrate.paper_profiles", []),
     ("traces.record", []), ("traces.check_replay", []), ("traces.timing", []),
-    ("runtime.engine.__main__", []), ("training.__main__", []),
+    ("runtime.engine.__main__", []), ("training.__main__", []), ("experiments.examples", []),
 ]
 JARGON = re.compile(r"\bissue\s*#?\d+|\bitem \d+\b", re.IGNORECASE)
 
@@ -120,3 +121,68 @@ def test_simulates_help_examples_run_on_every_bundled_paper_profile(tmp_path, ca
         argv = [a if not a.startswith("out/sim/") else str(tmp_path / Path(a).name) for a in example]
         code = simulate.main([*argv, "--repeats", "2", "--n-tokens", "32"])
         assert code == 0, f"{' '.join(example)}: {capsys.readouterr().err[-300:]}"
+
+
+def test_every_documented_command_exists():
+    """Every `python -m NAME` the README, docs and examples' READMEs give is a module with a `main`
+    (`python -m experiments.measure` is gone; nothing may point at it)."""
+    texts = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "examples").glob("*/README.md"))]
+    named = {m for path in texts for m in re.findall(r"python -m ([A-Za-z_][\w.]*)", path.read_text())}
+    assert "experiments.sweep" in named and "experiments.examples" in named
+    missing = []
+    ours = {"common", "costmodel", "verification", "methods", "runtime", "traces", "training", "calibrate",
+            "simulator", "experiments"}
+    for name in sorted(n for n in named if n.split(".")[0] in ours):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+            continue
+        runs = hasattr(module, "main") or importlib.util.find_spec(f"{name}.__main__") is not None
+        if not runs:
+            missing.append(name)
+    assert missing == []
+
+
+def test_commands_serving_a_workload_share_its_options_and_defaults():
+    """capacity and simulate serve name the arrival trace and the lengths alike, with one default."""
+    from experiments.capacity.cli import build_parser
+    from experiments.simulate import _parser
+
+    serve = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["serve"]
+    options = ("--arrival", "--cv", "--arrival-trace", "--prompt-len", "--output-len")
+
+    def defaults(parser):
+        return {s: a.default for a in parser._actions for s in a.option_strings if s in options}
+
+    assert defaults(build_parser()) == defaults(serve) and len(defaults(serve)) == len(options)
+    assert "--trace" not in {s for a in build_parser()._actions for s in a.option_strings}
+
+
+def test_paper_profiles_never_write_the_bundled_profiles_by_default(tmp_path, monkeypatch):
+    from calibrate import paper_profiles
+
+    written = {}
+    monkeypatch.setattr(paper_profiles, "build_all", lambda out, only, progress: written.setdefault("out", out) and [])
+    assert paper_profiles.main(["--only", "glide"]) == 0
+    assert written["out"] == Path("out/profiles") and written["out"].resolve() != paper_profiles.DEFAULT_OUT
+
+
+def test_progress_bars_stay_out_of_logs(tmp_path, capfd):
+    """stderr is not a terminal here: no bar is drawn unless --progress asks for one."""
+    from common.progress import progress_bar, progress_enabled
+
+    assert not progress_enabled(None) and progress_enabled(True)
+    with progress_bar(100, "work", progress_enabled(None)) as bar:
+        for _ in range(100):
+            bar.update()
+    assert capfd.readouterr().err == ""
+
+
+def test_sweep_top_says_what_the_report_shows():
+    """--top sets the CSV tables' rows; the report lists at most 5 per (profile, method)."""
+    from experiments.sweep.cli import build_parser
+    from experiments.sweep.markdown import REPORT_ROWS
+
+    top = next(a for a in build_parser()._actions if "--top" in a.option_strings)
+    assert f"the report lists the first {REPORT_ROWS}" in top.help

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
+
 import pytest
 
 from experiments.capacity import cli as capacity_cli
@@ -68,3 +70,20 @@ def test_bad_input_one_line(args, message, capsys):
     assert capacity_cli.main(args + ["--out", "/tmp/never"]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err
+
+
+def test_curves_name_each_configuration_once_and_draw_every_slo(tmp_path, monkeypatch):
+    figures = []
+    monkeypatch.setattr(capacity_report.atomic, "save_figure", lambda path, fig: figures.append(fig) or path)
+    curves = pd.DataFrame([{"label": label, "rate": r, "throughput_tok_s": 100.0 * r, "tpot_s_p50": 0.01 + 0.001 * r,
+                            "tpot_s_p99": 0.015 + 0.001 * r, "ttft_s_p99": 0.05 * r}
+                           for label in ("glide g4 (drafter glide)", "no speculation") for r in (1, 2, 4)])
+    opts = capacity.CapacityOptions()
+    capacity_report.curves_plot(curves, opts, "toy", tmp_path / "curves.png")
+    fig = figures[0]
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["glide g4 (drafter glide)", "no speculation"]
+    slo = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert slo == ["SLO 20 ms", "SLO 30 ms", "SLO 1000 ms"]
+    for ax, limit in zip(fig.axes, (20, 30, 1000)):
+        low, high = ax.get_ylim()
+        assert low < limit < high                    # the limit is in view, not off the axes

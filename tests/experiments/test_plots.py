@@ -1,10 +1,11 @@
-"""The sweep's figures compare something or are not drawn (with a note), always mark the best
-configuration, and keep the legend off the data; the report's "Not scored" list is one line per reason."""
+"""The sweep's figures compare something or are not drawn (with a note), one panel per deployment,
+each naming its best configuration and the 1.0 line, legends that list what is drawn, log axes where
+values double, nothing that does not fit; the report's "Not scored" list is one line per reason."""
 import pandas as pd
 import pytest
 
 from experiments.sweep import plots
-from experiments.sweep.report import not_scored
+from experiments.sweep.markdown import not_scored
 from methods.spec import PlotSpec
 
 
@@ -34,19 +35,51 @@ def test_columns_that_take_one_value_are_dropped():
     assert plots.figure_axes(Spec(PlotSpec(x="W", y="G")), flat_g) == ("W", None, None)
 
 
-@pytest.mark.parametrize("plot", [PlotSpec(x="gamma"), PlotSpec(x="gamma", hue="k"), PlotSpec(x="gamma", y="k")])
-def test_the_best_configuration_is_marked_and_the_legend_sits_outside(plot, tmp_path, monkeypatch):
-    frame = _frame(profile=["p"] * 6 + ["q"] * 6, gamma=[1, 2, 3] * 4, k=([1] * 3 + [2] * 3) * 2,
-                   speedup=[1.0, 1.5, 1.2, 1.1, 3.3, 1.4, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4])
+def _drawn(spec, frame, tmp_path, monkeypatch):
     drawn = {}
     monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.setdefault("fig", fig) and path)
-    assert plots.plot_method(Spec(plot), frame, tmp_path / "toy.png") is not None
-    ax = drawn["fig"].axes[0]
-    texts = [t.get_text() for t in ax.texts] + [t.get_text() for t in (ax.get_legend().get_texts()
-                                                                       if ax.get_legend() else [])]
-    assert any(t.startswith("best: toy 4 (3.30x)") for t in texts), texts
-    if ax.get_legend() is not None:
-        assert ax.get_legend().get_bbox_to_anchor().x0 >= ax.get_window_extent().x1 - 1   # right of the axes
+    assert plots.plot_method(spec, frame, tmp_path / "toy.png") is not None
+    return drawn["fig"]
+
+
+@pytest.mark.parametrize("plot", [PlotSpec(x="gamma"), PlotSpec(x="gamma", hue="k"), PlotSpec(x="gamma", y="k")])
+def test_one_panel_per_deployment_each_naming_its_best(plot, tmp_path, monkeypatch):
+    """Each deployment (profile, dataset, temperature) gets its own panel named in its title; each
+    panel labels its best configuration and, for lines, the 1.0 line; a legend sits right of the
+    panels and lists the lines drawn."""
+    frame = _frame(profile=["p"] * 6 + ["q"] * 6, gamma=[1, 2, 3] * 4, k=([1] * 3 + [2] * 3) * 2,
+                   speedup=[1.0, 1.5, 1.2, 1.1, 3.3, 1.4, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4])
+    fig = _drawn(Spec(plot), frame, tmp_path, monkeypatch)
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    assert [ax.get_title().split("\n")[0] for ax in panels] == ["p", "q"]
+    named = [ax.get_title() + " ".join(t.get_text() for t in ax.texts) for ax in panels]
+    assert "best: toy 4 (3.30x)" in named[0] and "toy 11 (1.40x)" in named[1], named
+    if plot.y is None:
+        assert all(plots.PLAIN in [t.get_text() for t in ax.texts] for ax in panels)
+    for legend in fig.legends:
+        assert legend.get_bbox_to_anchor().x0 >= max(ax.get_window_extent().x1 for ax in panels) - 1
+        assert len(legend.get_texts()) == len({line.get_color() for ax in panels for line in ax.lines
+                                               if line.get_linestyle() == "-"})
+
+
+def test_budgets_that_double_get_a_log_axis_and_many_values_few_lines(tmp_path, monkeypatch):
+    budget = [1, 2, 4, 8, 16, 32, 64] * 12
+    depth = [d for d in range(1, 13) for _ in range(7)]
+    frame = _frame(profile="p", budget=budget, depth=depth, speedup=[1 + 0.01 * b + 0.02 * d for b, d in
+                                                                    zip(budget, depth)])
+    fig = _drawn(Spec(PlotSpec(x="budget", hue="depth")), frame, tmp_path, monkeypatch)
+    assert fig.axes[0].get_xscale() == "log"
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["1-2", "3-4", "5-6", "7-8", "9-10", "11-12"]
+
+
+def test_configurations_that_do_not_fit_are_not_drawn():
+    frame = _frame(profile=["p"] * 3 + ["q"] * 3, gamma=[1, 2, 3] * 2, speedup=[1.0, 1.5, 1.2, 2.0, 2.5, 2.2])
+    frame["fits"] = [True] * 3 + [False] * 3
+    frame["dataset"], frame["temperature"] = "d", 0.0
+    assert plots.not_drawn(frame) == ["q (d, T=0)"]
+    assert plots.figure_axes(Spec(PlotSpec(x="gamma")), frame.assign(fits=False)) == (None, None, None)
+    assert plots.no_figure_note(Spec(PlotSpec(x="gamma")), frame.assign(fits=False)) == \
+        "no configuration scored fits in memory"
 
 
 def test_not_scored_is_one_line_per_reason():

@@ -1,5 +1,6 @@
 """experiments.reproduce end to end: GLIDE Table 1 within 1% (bar the one cell the paper's own rounding
 rules out), every section present, files written, bad --out rejected in one line; and the benchmark CLI."""
+import re
 import subprocess
 import sys
 
@@ -35,6 +36,31 @@ def test_reproduce_writes_report_and_meets_glide_target(tmp_path, capsys):
     report = (tmp_path / "report.md").read_text()
     assert "## Findings" in report and "sensitivity" in report and "## Leave one table out" in report
     assert (tmp_path / "summary.csv").exists()
+
+
+def _cells(line: str) -> int:
+    """Cells of a markdown table line: '|' not escaped as '\\|' separates them."""
+    return len(re.findall(r"(?<!\\)\|", line)) - 1
+
+
+def test_report_tables_keep_their_columns_when_a_cell_holds_a_bar():
+    """The worst row is written 'row | column': escaped, so the summary table keeps its columns."""
+    comparisons = pd.DataFrame({"section": ["S"] * 2, "paper": ["p"] * 2, "table": ["1"] * 2,
+                                "row": ["a | b", "c"], "column": ["x", "y"], "variant": [reproduce.MAIN] * 2,
+                                "published": [1.0, 2.0], "predicted": [1.1, 2.0], "rel_error": [0.1, 0.0],
+                                "assumption": ["", ""]})
+    text = reproduce.markdown_report(comparisons, reproduce.summarise(comparisons), pd.DataFrame(), 0.1)
+    assert "a \\| b" in text
+    tables, current = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|") and _cells(line) > 0:
+            current.append(line)
+        elif current:
+            tables.append(current)
+            current = []
+    assert len(tables) >= 2
+    for table in tables:                   # every row as wide as its header
+        assert {_cells(line) for line in table} == {_cells(table[0])}, table
 
 
 def test_reproduce_rejects_a_file_as_out_dir(tmp_path):

@@ -180,11 +180,11 @@ def _served(ratios: dict[int, float]) -> pd.DataFrame:
     rows = []
     for batch, ratio in ratios.items():
         base = {"profile": "p", "target": "t", "hardware": "H", "dataset": "d", "temperature": 0.0, "batch": batch,
-                "oom": 0, "ar_throughput_tok_s": 100.0}
+                "oom": 0, "not_served": "", "ar_throughput_tok_s": 100.0, "heldout_error": 0.05}
         rows.append({**base, "method": "ar", "drafter": "-", "config": "ar", "throughput_tok_s": 100.0,
-                     "throughput_ratio": 1.0})
+                     "throughput_ratio": 1.0, "serving_verdict": "-"})
         rows.append({**base, "method": "sd", "drafter": "x", "config": "sd g3", "throughput_tok_s": 100.0 * ratio,
-                     "throughput_ratio": ratio})
+                     "throughput_ratio": ratio, "serving_verdict": "speculate" if ratio > 1.05 else "don't"})
     return pd.DataFrame(rows)
 
 
@@ -193,6 +193,7 @@ def test_where_speculation_stops_paying():
     assert deployments.stops_paying(served)["stops_paying_at"].iat[0] == 16
     best = deployments.best_per_batch(served)
     assert list(best["answer"]) == ["sd g3", "sd g3", "ar", "ar"]
+    assert list(best["throughput_tok_s"]) == [200.0, 130.0, 100.0, 100.0]     # the answer's own numbers
     assert np.isnan(deployments.stops_paying(_served({1: 2.0, 8: 1.1}))["stops_paying_at"].iat[0])
 
 
@@ -205,9 +206,12 @@ def test_one_answer_per_deployment_and_batch(toy):
     served = result.served
     assert (served["method"] == "ar").sum() == answers.shape[0]      # plain decoding served once per answer
     assert (served.loc[served.method == "ar", "throughput_ratio"] == 1.0).all()
-    for _, row in answers.iterrows():       # the answer is the fastest served at that batch
+    for _, row in answers.iterrows():       # the best speculative is the fastest served at that batch
         at = served[(served.batch == row.batch) & (served.dataset == row.dataset) & (served.oom == 0)]
-        assert row.throughput_tok_s == at[at.method != "ar"].throughput_tok_s.max()
+        fastest = at[at.method != "ar"].sort_values("throughput_tok_s").iloc[-1]
+        assert row.best_speculative == fastest.config
+        answer = fastest if fastest.throughput_ratio > 1 else at[at.method == "ar"].iloc[0]
+        assert row.throughput_tok_s == answer.throughput_tok_s and row.tpot_ms == answer.tpot_ms
     # the configurations served at batch 16 are the closed form's best when scored at batch 16
     big = sweep._score_tables([toy], opts, LocalExecutor(workers=1, progress=False), 16, [])
     want = big["sd"].sort_values("speedup", ascending=False).config.iloc[0]

@@ -99,6 +99,19 @@ def test_check_replay_agrees_on_tiny_models(tmp_path, prompts, capsys):
     assert "Agreement" in (tmp_path / "cr" / "report.md").read_text()
 
 
+def test_check_replay_refuses_a_run_where_no_draft_was_accepted(tmp_path, prompts, capsys):
+    """Another random tiny model as drafter: sd g2 never has a draft accepted, so every step agrees
+    trivially; the run is refused (exit 2, files kept), and beside a configuration that did accept
+    one, it is named as not checked."""
+    args = ["--target", "tiny", "--drafter", "tiny:7", "--prompts", f"{prompts}:3", "--max-new-tokens", "20"]
+    code = check_replay.main([*args, "--out", str(tmp_path / "none"), "--methods", 'sd:{"gamma": 2}'])
+    err = capsys.readouterr().err
+    assert code == 2 and "no draft of drafter 'tiny:7' was accepted in" in err and "checks nothing" in err
+    assert "**Not checked: sd g2**" in (tmp_path / "none" / "report.md").read_text()
+    code = check_replay.main([*args, "--out", str(tmp_path / "some"), "--methods", 'sd:{"gamma": 2}', "mcsd k2x2"])
+    assert code == 0 and "warning: not checked (no draft accepted): sd g2" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("method,needle", [
     ("glide", "glide cannot be checked"), ("lookahead", "lookahead cannot be checked"), ("beam", "unknown method 'beam'"),
     ('sd:{"gama": 2}', "unknown config key 'gama'")])

@@ -1,0 +1,85 @@
+"""What every figure of the project shares: matplotlib without a display, one theme, tick labels
+a person reads (1, 2, 4, 8 or 0.1, 1, 10, never 2 x 10^1), reference lines named where they are
+drawn, and one colour per series across every panel of a figure."""
+from __future__ import annotations
+
+import numpy as np
+
+LABEL_BOX = dict(facecolor="white", edgecolor="none", alpha=0.8, pad=0.5)   # a label stays readable over lines
+
+
+def pyplot():
+    """(matplotlib.pyplot, seaborn) on the Agg backend with the project's theme."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid", context="paper")
+    return plt, sns
+
+
+def readable_ticks(axis, values=None, base: float = 10) -> None:
+    """Plain-number tick labels on `axis` (ax.xaxis / ax.yaxis). Given `values` (what is drawn along
+    it): a tick at each when they are few, on a log2 scale when they double (1, 2, 4, ...)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullLocator
+
+    label = FuncFormatter(lambda t, _: f"{t:,.0f}" if abs(t) >= 1000 else f"{t:g}")
+    scale = axis.get_scale()
+    if values is not None:
+        v = np.unique(np.asarray(values, dtype=float))
+        v = v[np.isfinite(v)]
+        if doubling(v):
+            axis.axes.set_xscale("log", base=2) if axis is axis.axes.xaxis else axis.axes.set_yscale("log", base=2)
+            axis.set_major_locator(FixedLocator(_spaced(v)) if len(v) <= 12 else LogLocator(base=2, numticks=12))
+            axis.set_minor_locator(NullLocator())
+        elif len(v) <= 12 and np.allclose(v, np.round(v)) and scale == "linear":
+            axis.set_major_locator(FixedLocator(v))
+        elif scale == "linear":
+            axis.set_major_locator(MaxNLocator(nbins=8))
+    elif scale == "log":
+        axis.set_major_locator(LogLocator(base=base, subs=(1.0, 2.0, 5.0), numticks=12))
+        axis.set_minor_locator(NullLocator())
+    axis.set_major_formatter(label)
+
+
+def _spaced(values: np.ndarray, apart: float = 0.6) -> list[float]:
+    """Tick values on a log2 axis at least `apart` doublings apart (the largest kept), so that
+    their labels do not run into each other (384 beside 512)."""
+    kept: list[float] = []
+    for v in sorted(values, reverse=True):
+        if not kept or np.log2(kept[-1]) - np.log2(v) >= apart:
+            kept.append(float(v))
+    return sorted(kept)
+
+
+def doubling(values) -> bool:
+    """Whether positive values grow by doubling (1, 2, 4, 8... or batch sizes 1, 4, 16, ... 384, 512):
+    powers of two spanning 8x, or any values spanning 16x. Such an axis is drawn in log2."""
+    v = np.unique(np.asarray(values, dtype=float))
+    if len(v) < 3 or np.any(v <= 0) or v.max() / v.min() < 8:
+        return False
+    return bool(np.allclose(np.log2(v), np.round(np.log2(v)))) or v.max() / v.min() >= 16
+
+
+def reference_line(ax, y: float, text: str, color: str = "dimgrey", keep_in_view: bool = True) -> None:
+    """A dashed horizontal line at `y` named at its right end; the y range holds it."""
+    if keep_in_view:
+        low, high = ax.get_ylim()
+        if ax.get_yscale() == "log":
+            ax.set_ylim(min(low, y / 1.3), max(high, y * 1.3))
+        else:
+            pad = 0.05 * max(high - low, abs(y) * 0.1)
+            ax.set_ylim(min(low, y - pad), max(high, y + pad))
+    ax.axhline(y, color=color, lw=0.9, ls="--", zorder=1)
+    ax.text(0.99, y, text, transform=ax.get_yaxis_transform(), ha="right", va="bottom", fontsize=7,
+            color=color, bbox=LABEL_BOX, zorder=8)
+
+
+def palette(labels, sns=None, name: str = "tab10") -> dict:
+    """One colour per label, the same in every panel of a figure."""
+    if sns is None:
+        import seaborn as sns
+    labels = list(dict.fromkeys(labels))
+    return dict(zip(labels, sns.color_palette(name, len(labels))))

@@ -1,0 +1,92 @@
+"""The bundled examples are what their commands print today (`experiments.examples`, `make
+examples`): the cheap parts of each run again here and their numbers are compared with the
+committed files. (examples/smollm2_cpu: tests/experiments/test_smollm2_cpu.py rebuilds its tables.)"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from calibrate.profile import Profile
+from experiments import examples
+from experiments.capacity import cli as capacity_cli
+from experiments.capacity import plan as capacity
+from experiments.sweep import scoring
+from experiments.sweep.executor import LocalExecutor
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _argv(name: str, out: Path) -> list[str]:
+    """The example's arguments writing to `out` instead of examples/<name>."""
+    argv = list(examples.EXAMPLES[name][1])
+    argv[argv.index("--out") + 1] = str(out)
+    return argv
+
+
+def _table_rows(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("|")]
+
+
+def test_every_example_names_a_folder_and_a_command():
+    for name, (module, argv) in examples.EXAMPLES.items():
+        assert (ROOT / "examples" / name).is_dir(), name
+        assert f"examples/{name}" in argv, name
+        assert examples.command(name).startswith(f"python -m {module.removesuffix('.cli')} ")
+    assert examples.main(["nope"]) == 2
+
+
+def test_batch_crossover_example_is_what_its_command_prints(tmp_path):
+    import importlib
+
+    module, _ = examples.EXAMPLES["batch_crossover"]
+    assert importlib.import_module(module).main(_argv("batch_crossover", tmp_path)) == 0
+    bundled = ROOT / "examples" / "batch_crossover"
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "crossover.csv"), pd.read_csv(bundled / "crossover.csv"),
+                                  check_exact=False, rtol=1e-9)
+    text = (bundled / "README.md").read_text()
+    assert _table_rows((tmp_path / "README.md").read_text()) == _table_rows(text)
+    assert examples.command("batch_crossover") in text
+
+
+@pytest.fixture(scope="module")
+def capacity_run():
+    """The capacity example's options and profile, as its command builds them."""
+    argv = _argv("capacity_vicuna7b_h100", Path("unused"))
+    opts = capacity_cli.options_from_args(capacity_cli.build_parser().parse_args(argv))
+    profile = scoring.retarget(Profile.load(capacity.DEFAULT_PROFILE), opts.hardware)
+    return opts, profile, ROOT / "examples" / "capacity_vicuna7b_h100"
+
+
+def test_capacity_example_names_the_candidates_the_command_finds(capacity_run):
+    """Its candidates (the closed forms' best per method) and their configurations."""
+    opts, profile, bundled = capacity_run
+    found = capacity.candidates(profile, opts, LocalExecutor(workers=1))
+    table = pd.read_csv(bundled / "candidates.csv")
+    assert [label for label, *_ in found] == list(table["label"])
+    assert [config for _, _, config, _ in found] == [json.loads(c) for c in table["config"]]
+
+
+def test_capacity_example_crossover_and_plain_load_are_what_the_command_prints(capacity_run):
+    """The crossover of its best configurations and plain decoding's highest load per GPU (the
+    cheapest of the load searches) run again give the committed numbers; its README's table
+    states capacity.csv's numbers and the command that made them."""
+    opts, profile, bundled = capacity_run
+    best = pd.read_csv(bundled / "capacity.csv").assign(config=lambda f: f["config"].map(json.loads))
+    crossover = capacity._crossover(profile, best, opts)
+    pd.testing.assert_frame_equal(crossover, pd.read_csv(bundled / "crossover" / "crossover.csv"),
+                                  check_exact=False, rtol=1e-9, check_dtype=False)
+    label, method, config, start = capacity.candidates(profile, opts, LocalExecutor(workers=1))[0]
+    assert method == "ar"
+    plain = capacity.max_load_task(capacity.LoadTask(profile.to_dict(), label, method, config, opts.load, opts.slo,
+                                                     opts.seed, start_rate=start))
+    row = best.set_index("method").loc["ar"]
+    assert plain["max_rate"] == pytest.approx(row["max_rate"], rel=1e-9)
+    text = (bundled / "README.md").read_text()
+    assert examples.command("capacity_vicuna7b_h100") in text
+    for r in best.itertuples():
+        assert re.search(rf"\| {r.method} \| {re.escape(r.label)} \| {r.max_rate:.2f} \| {r.throughput_tok_s:.0f} \|",
+                         text), r.label

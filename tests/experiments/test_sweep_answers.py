@@ -1,0 +1,148 @@
+"""The sweep's answers as a person reads them: numbers that depend on their own task only, deployments
+that do not fit said so, plain decoding's own numbers, ties marked, latencies with their load."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from common.bundled import bundled
+from calibrate.profile import Profile
+from experiments.sweep import run as sweep
+from experiments.sweep.executor import LocalExecutor
+
+CORAL = bundled("profiles", "coral-llama-3-8b-a6000.json")
+GLIDE = bundled("profiles", "glide-vicuna-7b-h800.json")
+
+
+def _sweep(paths, **options):
+    opts = sweep.SweepOptions(**{"methods": ["sd", "glide", "coral"], "sim_repeats": 3, "sim_tokens": 128,
+                                 "batch_sizes": [1, 4], **options})
+    return sweep.run_sweep([Profile.load(p) for p in paths], opts, LocalExecutor(workers=1, progress=False))
+
+
+def _rows(frame: pd.DataFrame, profile: str) -> pd.DataFrame:
+    rows = frame[frame["profile"] == profile].reset_index(drop=True).dropna(axis=1, how="all")
+    return rows[sorted(rows.columns)]     # without the columns only another profile's methods fill
+
+
+def test_a_profile_swept_alone_or_among_others_gets_the_same_rows():
+    """Every simulated number is a function of its own (profile, configuration, load, seed): the
+    simulator's re-score and the served deployments of coral-llama-3-8b do not move when another
+    profile is swept beside it, before or after it."""
+    alone = _sweep([CORAL])
+    among = _sweep([GLIDE, CORAL])
+    name = Profile.load(CORAL).name
+    for part in ("best", "served", "deployments"):
+        pd.testing.assert_frame_equal(_rows(getattr(alone, part), name), _rows(getattr(among, part), name),
+                                      check_exact=True, check_dtype=False, obj=part)
+
+
+MCSD33 = bundled("profiles", "mcsd-llama-33b-a6000.json")
+KANGAROO13 = bundled("profiles", "kangaroo-vicuna-13b-v100.json")
+SMOLLM2 = bundled("profiles", "smollm2-135m-cpu.json")
+GLIDE33 = bundled("profiles", "glide-vicuna-33b-h800.json")
+
+
+def _run(profiles, methods_, **options):
+    opts = sweep.SweepOptions(**{"methods": methods_, "space": {"budget": 8}, "sim_repeats": 2, "sim_tokens": 64,
+                                 **options})
+    return sweep.run_sweep(profiles, opts, LocalExecutor(workers=1, progress=False))
+
+
+def test_a_deployment_where_nothing_fits_says_so_everywhere(tmp_path):
+    """mcsd-llama-33b-a6000: 65 GB of weights on one 48 GB A6000. No answer row, best table, plot
+    or 'stops paying' line may recommend anything; the answer gives the memory arithmetic."""
+    from experiments.sweep.report import write_outputs
+
+    result = _run([Profile.load(MCSD33)], ["sd", "mcsd"])
+    answer = result.deployments.iloc[0]
+    assert answer["answer"] == "nothing fits" and pd.isna(answer["throughput_tok_s"])
+    assert "plain decoding does not fit: weights 65.1 GB of 43.2 GB usable on 1 x 48 GB A6000" in answer["why"]
+    assert (result.best["verdict"] == "does not fit").all()
+    assert not result.stops_paying["runs"].iat[0] and pd.isna(result.stops_paying["stops_paying_at"].iat[0])
+    written = write_outputs(result, tmp_path)
+    assert "plot:sd" not in written and "plot:mcsd" not in written      # nothing that runs to draw
+    report = (tmp_path / "report.md").read_text()
+    assert "Speculation stops paying at batch" not in report and "| speculate |" not in report
+    assert "Nothing runs at any batch simulated" in report
+    assert "Neither configuration fits in one GPU" in report        # beside the paper's MCSD choice
+    assert "no configuration scored fits in memory" in report
+    assert "mcsd-llama-33b-a6000 / llama-68m: weights 65.2 GB (llama-33b 65.1 + llama-68m 0.1)" in report
+
+
+def test_a_drafter_that_does_not_fit_leaves_plain_decodings_own_numbers():
+    """Kangaroo whose adapter (made 4 GB here) leaves no KV memory on a V100: the answer is plain
+    decoding, with plain decoding's throughput and latency, and why says what did not fit."""
+    raw = Profile.load(KANGAROO13).to_dict()
+    raw["models"]["kangaroo-vicuna-13b"]["extra_params"] = 2e9
+    result = _run([Profile.from_dict(raw)], ["kangaroo"])
+    answer = result.deployments.iloc[0]
+    plain = result.served[result.served["method"] == "ar"].iloc[0]
+    assert answer["answer"] == "ar" and answer["throughput_tok_s"] == plain["throughput_tok_s"]
+    assert answer["tpot_ms"] == plain["tpot_ms"] and answer["latency_s_p50"] == plain["latency_s_p50"]
+    assert answer["why"].startswith("no speculative configuration runs: kangaroo L3 g2 eta0 (drafter kangaroo) does "
+                                    "not fit: weights 30.0 GB (vicuna-13b 26.0 + kangaroo-vicuna-13b 4.0)")
+    assert (result.best["verdict"] == "does not fit").all()
+
+
+def test_when_plain_decoding_wins_its_row_shows_its_own_numbers():
+    result = _run([Profile.load(SMOLLM2)], ["sd", "prompt_lookup"])
+    answer = result.deployments.iloc[0]
+    plain = result.served[result.served["method"] == "ar"].iloc[0]
+    assert answer["answer"] == "ar"
+    assert answer["throughput_tok_s"] == answer["ar_throughput_tok_s"] == plain["throughput_tok_s"]
+    assert answer["tpot_ms"] == plain["tpot_ms"] and answer["throughput_ratio"] == 1.0
+    assert answer["best_speculative"].startswith("prompt_lookup") and answer["best_speculative_ratio"] < 1.0
+
+
+def test_latencies_say_which_load_they_were_served_under():
+    """At batch 1 three requests arrive together: TTFT and end-to-end include the wait; the own
+    latency (admission to last token) is one request served alone."""
+    result = _run([Profile.load(CORAL)], ["coral"], sim_tokens=128, batch_sizes=[1, 8])
+    served = result.served
+    at = {b: served[(served["batch"] == b) & (served["method"] == "ar")].iloc[0] for b in (1, 8)}
+    assert at[8]["alone_s"] == pytest.approx(at[1]["alone_s"], rel=0.02)     # one request alone, whatever B
+    assert at[8]["latency_s_p50"] > at[8]["alone_s"]                           # B decoding together
+    assert result.deployments["alone_s"].notna().all()
+    for _, row in served[served["batch"] == 1].iterrows():
+        assert row["arrivals"].startswith("3 requests arrive together at t = 0, batch limit 1")
+        assert row["queue_s_p50"] > 0.5 * row["latency_s_p50"]       # the median request waited for one
+        assert row["e2e_s_p50"] > 1.5 * row["latency_s_p50"]
+        # one request alone: its prefill, then 127 decode steps of TPOT
+        assert 127 * row["tpot_ms"] / 1000 < row["latency_s_p50"] < 1.25 * 127 * row["tpot_ms"] / 1000
+
+
+def test_ties_are_marked_and_one_configuration_is_named_everywhere(tmp_path):
+    """glide-vicuna-33b: several bin arrays predict the same speedup; the tables, the best table,
+    the served answer and the plot name the same one (the cheaper step, then the first label), and
+    the best table says how many tie with it within the held-out error."""
+    from experiments.sweep import plots
+    import methods
+
+    result = _run([Profile.load(GLIDE33)], ["glide"])
+    table = result.tables["glide"]
+    top = table.iloc[0]
+    equal = table[(table["speedup"] - top["speedup"]).abs() < 1e-9]
+    assert len(equal) > 1 and top["config"] == sorted(equal["config"])[0]
+    best = result.best.iloc[0]
+    assert best["config"] == top["config"] and best["ties"] >= len(equal) - 1
+    assert result.deployments["config"].iat[0] == top["config"]
+    drawn = {}
+    original = plots._save
+    plots._save = lambda fig, path: drawn.setdefault("fig", fig) and path
+    try:
+        plots.plot_method(methods.get("glide"), table, tmp_path / "glide.png")
+    finally:
+        plots._save = original
+    labels = [t.get_text() for ax in drawn["fig"].axes for t in ax.texts]
+    assert any(t.startswith(f"best: {top['config']} (") for t in labels), labels
+
+
+def test_batches_beyond_the_measured_latency_tables_are_flagged():
+    """The SmolLM2 Profile's latency tables were measured at batch 1 and 2: a batch-16 answer is an
+    extrapolation and says so; batch 1 is not."""
+    result = _run([Profile.load(SMOLLM2)], ["sd"], batch_sizes=[1, 16])
+    why = result.deployments.set_index("batch")["why"]
+    assert "extrapolated" not in why[1]
+    assert "measured up to batch 1 only, so every number at batch 16 is extrapolated" in why[16]
+    assert result.served.loc[result.served["batch"] == 16, "measured_up_to_batch"].eq(1).all()
