@@ -115,7 +115,7 @@ ROWS = [
                            "data/profiles/mcsd-llama-13b-a6000.json", "--out", "{out}"], "GB of memory is available"),
     ("training.__main__", ["vanilla", "--target", "tiny", "--batch-size", "0", "--out", "{out}"], "--batch-size"),
     ("training.__main__", ["vanilla", "--target", "tiny", "--eval-every", "0", "--out", "{out}"], "--eval-every"),
-    ("training.__main__", ["vanilla", "--target", "tiny", "--generated", "0", "--source", "1", "--out", "{out}"],
+    ("training.__main__", ["vanilla", "--target", "tiny", "--generated", "0", "--edit", "0", "--source", "1", "--out", "{out}"],
      "--generated"),
     ("training.__main__", ["vanilla", "--target", "tiny", "--seq-len", "0", "--out", "{out}"], "--seq-len"),
 ]
