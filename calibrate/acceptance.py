@@ -7,6 +7,14 @@ Definitions (the cost models take these, not vLLM's accepted/drafted ratio):
   positions 1..i-1 were; accepted length = 1 + sum_i prod_{j<=i} beta_j.
 - alpha_at_k: MCSD's alpha@k, the per-step acceptance probability with k candidates at a
   position (k = 1 is alpha); `alpha_at_k_without_replacement` the same drawing without replacement.
+  Measured at a few k; `alpha_at` reads it at any k as a curve (`AlphaCurve`): logit(alpha@k) linear
+  in log k, through the measured points and, past the last one, on the slope the points give
+  (never flat unless they are). The family was chosen on the SmolLM2 TokenTraces, where the whole
+  curve is known (examples/smollm2_cpu/README.md): at small alpha it is a power law of alpha in k, near
+  1 a power law of the miss 1 - alpha, and the recorded curves sit between the two.
+- persistence: rho, how a position's miss shrinks once the positions before it were accepted
+  (easy stretches run long): at depth i the miss is (1 - alpha@k) rho^(i-1); 1 (independent
+  positions) when not recorded. A paper fit states it where chain lengths pin it (MCSD).
 - conf_bins: CAPE's table over confidence bins b = floor(10 * drafter top-1 probability), 0..10:
   `freq[b]` the share of positions in bin b, `topk_hit[K][b]` = P(target token within the draft's
   top K | bin b).
@@ -58,6 +66,68 @@ def _k_table(raw: Any, what: str) -> dict[int, float]:
             raise InputError(f"{what} has key {key!r}; keys must be positive integers")
         table[k] = _probability(value, f"{what}[{k}]")
     return dict(sorted(table.items()))
+
+
+LOGIT_EPS = 1e-6
+
+
+def _logit(p: np.ndarray) -> np.ndarray:
+    p = np.clip(np.asarray(p, float), LOGIT_EPS, 1.0 - LOGIT_EPS)
+    return np.log(p) - np.log1p(-p)
+
+
+@dataclass(frozen=True)
+class AlphaCurve:
+    """alpha@k from a table measured at a few k: logit(alpha) linear in log k between the measured
+    points (exact at each), and past the last one on `slope`, the least-squares slope of all the
+    points (clipped at 0: more candidates never accept less). One point: flat, nothing says otherwise."""
+
+    ks: np.ndarray
+    values: np.ndarray
+    slope: float
+
+    FAMILY = "logit(alpha@k) linear in log k"
+
+    @classmethod
+    def of(cls, table: dict[int, float]) -> "AlphaCurve":
+        ks = np.array(list(table), float)
+        values = np.array(list(table.values()), float)
+        slope = 0.0
+        if ks.size >= 2:
+            x, y = np.log(ks), _logit(values)
+            slope = max(0.0, float(np.polyfit(x, y, 1)[0]))
+        return cls(ks, values, slope)
+
+    def __call__(self, k) -> np.ndarray:
+        x = np.log(np.asarray(k, float))
+        known_x, known_y = np.log(self.ks), _logit(self.values)
+        inside = np.interp(x, known_x, known_y)
+        beyond = known_y[-1] + self.slope * (x - known_x[-1])
+        y = np.where(x > known_x[-1], beyond, inside)
+        out = 1.0 / (1.0 + np.exp(-y))
+        exact = np.isclose(x[..., None], known_x).any(axis=-1) if known_x.size else np.zeros(x.shape, bool)
+        if exact.any():      # measured points exactly (the logit clip must not move a recorded 0 or 1)
+            out = np.where(exact, np.interp(x, known_x, self.values), out)
+        return out
+
+
+def leave_one_k_out(table: dict[int, float]) -> dict[str, Any]:
+    """Each measured k but the first predicted by `AlphaCurve` from the others (interpolated inside,
+    extrapolated past the last): the error to expect at a k that was not measured. Needs 3 points."""
+    ks = sorted(table)
+    rows = []
+    for k in ks[1:] if len(ks) >= 3 else []:
+        rest = {j: v for j, v in table.items() if j != k}
+        predicted = float(AlphaCurve.of(rest)(k))
+        rows.append((k, table[k], predicted))
+    if not rows:
+        return {}
+    err = np.array([p / a - 1.0 if a > 0 else (0.0 if p == 0 else np.inf) for _, a, p in rows])
+    finite = np.abs(err[np.isfinite(err)])
+    return {"family": AlphaCurve.FAMILY, "k": [int(k) for k, _, _ in rows],
+            "rel_error": [round(float(e), 4) for e in err],
+            "median": float(np.median(finite)) if finite.size else None,
+            "max": float(finite.max()) if finite.size else None}
 
 
 @dataclass(frozen=True)
@@ -123,6 +193,7 @@ class AcceptanceModel:
     conf_bins: ConfidenceBins | None = None
     markov: MarkovAcceptance | None = None
     own: dict[str, Any] = field(default_factory=dict)   # method name -> its own part (MethodSpec.acceptance_part)
+    persistence: float | None = None
     drafter: str = ""
     temperature: float = 0.0
     dataset: str = ""
@@ -146,33 +217,43 @@ class AcceptanceModel:
 
     def beta(self, gamma: int) -> np.ndarray:
         """beta_1..beta_gamma: per-position acceptance; past the recorded positions the last one
-        repeats, and without a per-position record every position is alpha."""
+        repeats, and without a per-position record every position is alpha (its miss shrunk by the
+        persistence where one is recorded)."""
         if int(gamma) != gamma or gamma < 1:
             raise InputError(f"gamma must be an integer >= 1, got {gamma!r}")
         gamma = int(gamma)
         if self.alpha_by_position is None:
-            return np.full(gamma, self.alpha)
+            return 1.0 - (1.0 - self.alpha) * self.miss_factor(gamma)
         known = self.alpha_by_position
         if gamma <= known.size:
             return known[:gamma].copy()
         return np.concatenate([known, np.full(gamma - known.size, known[-1])])
 
-    def alpha_at(self, k, without_replacement: bool = False) -> np.ndarray | float:
-        """alpha@k for scalar or array k: recorded values exactly, linear in log2 k between them,
-        the largest recorded k's value beyond it (MCSD: the curves flatten past k = 32)."""
+    def miss_factor(self, depth: int) -> np.ndarray:
+        """rho^(i-1) for positions i = 1..depth: how the miss shrinks with depth (ones without a
+        recorded persistence)."""
+        rho = 1.0 if self.persistence is None else self.persistence
+        return rho ** np.arange(int(depth), dtype=float)
+
+    def alpha_curve(self, without_replacement: bool = False) -> AlphaCurve:
+        """The `AlphaCurve` through the recorded alpha@k (InputError when none is recorded)."""
         table = self.alpha_at_k_without_replacement if without_replacement else self.alpha_at_k
         if not table:
             what = "alpha_at_k_without_replacement" if without_replacement else "alpha_at_k"
             raise InputError(f"acceptance model '{self.name}' has no {what}")
+        return AlphaCurve.of(table)
+
+    def alpha_at(self, k, without_replacement: bool = False) -> np.ndarray | float:
+        """alpha@k for scalar or array k on `alpha_curve`: recorded values exactly, the curve between
+        and beyond them."""
+        curve = self.alpha_curve(without_replacement)
         ks = np.asarray(k, float)
         if np.any(ks < 1):
             raise InputError(f"k must be >= 1, got {k!r}")
-        known_k = np.log2(np.array(list(table), float))
-        known_a = np.array(list(table.values()))
-        if np.any(np.log2(ks) < known_k[0]):
-            raise InputError(f"acceptance model '{self.name}' records alpha@k from k = {2 ** known_k[0]:g}; "
+        if np.any(ks < curve.ks[0]):
+            raise InputError(f"acceptance model '{self.name}' records alpha@k from k = {curve.ks[0]:g}; "
                              f"asked for k = {float(ks.min()):g}")
-        out = np.interp(np.log2(ks), known_k, known_a)
+        out = curve(ks)
         return float(out) if out.ndim == 0 else out
 
     def has(self, part: str) -> bool:
@@ -209,8 +290,13 @@ class AcceptanceModel:
                                       _probability(m["p_ra"], f"{where}: markov.p_ra"))
         own = {spec.name: spec.acceptance_part(raw[spec.name], where) for spec in _own_part_methods()
                if raw.get(spec.name) is not None}
+        persistence = raw.get("persistence")
+        if persistence is not None and (isinstance(persistence, bool) or not isinstance(persistence, (int, float))
+                                        or not math.isfinite(persistence) or persistence <= 0):
+            raise InputError(f"{where}: persistence must be a positive number, got {persistence!r}")
         model = cls(name=name, alpha_value=alpha, alpha_by_position=by_pos, alpha_at_k=at_k,
                     alpha_at_k_without_replacement=at_k_wo, conf_bins=conf, markov=markov, own=own,
+                    persistence=None if persistence is None else float(persistence),
                     drafter=str(raw.get("drafter", "")), temperature=_temperature(raw.get("temperature", 0.0), where),
                     dataset=str(raw.get("dataset", "")), source=str(raw.get("source", "")),
                     extra={k: v for k, v in raw.items() if k not in _KNOWN_FIELDS and k not in own})
@@ -233,13 +319,15 @@ class AcceptanceModel:
                 out[key] = part.to_dict()
         for key, part in self.own.items():
             out[key] = part.to_dict()
+        if self.persistence is not None:
+            out["persistence"] = self.persistence
         out["source"] = self.source
         out.update(self.extra)
         return out
 
 
 _KNOWN_FIELDS = {"alpha", "alpha_by_position", "alpha_at_k", "alpha_at_k_without_replacement", "conf_bins",
-                 "markov", "drafter", "temperature", "dataset", "source"}
+                 "markov", "persistence", "drafter", "temperature", "dataset", "source"}
 
 
 def _own_part_methods() -> list:

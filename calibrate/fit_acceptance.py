@@ -1,7 +1,9 @@
 """Acceptance models fitted from traces, in the Profile's acceptance-entry form (calibrate.acceptance).
 
 - `fit_token_acceptance(frame, ...)` from a TokenTrace (teacher-forced, one row per output token):
-  alpha = mean of the `alpha` column (E[sum min(p, q)]); greedy alpha@k = P(draft_rank < k);
+  alpha = mean of the `alpha` column (E[sum min(p, q)]); greedy alpha@k = P(draft_rank < k), with
+  the error of reading each k from the others on the curve `alpha_at` uses (`alpha_at_k_fit`,
+  calibrate.acceptance.leave_one_k_out);
   per-position beta_i from an exact greedy chain replay (traces.replay) at draft length `gamma`;
   the confidence-bin table P(draft_rank < K | floor(10 * draft_conf)); a two-state Markov model of
   consecutive tokens.
@@ -17,7 +19,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from calibrate.acceptance import AcceptanceModel
+from calibrate.acceptance import AcceptanceModel, leave_one_k_out
 from common.errors import InputError
 from costmodel.cape import N_BINS, confidence_bin
 from methods.replay import TokenTable, chain_lengths
@@ -86,6 +88,7 @@ def fit_token_acceptance(frame: pd.DataFrame, drafter: str = "", dataset: str = 
     if temperature == 0:
         entry["alpha_at_k"] = {str(k): float(np.mean(rank < k)) for k in ks}
         entry["alpha_at_k_without_replacement"] = dict(entry["alpha_at_k"])  # greedy: candidates are the top-k
+        entry["alpha_at_k_fit"] = leave_one_k_out({int(k): v for k, v in entry["alpha_at_k"].items()})
         table = TokenTable.from_frame(frame)
         steps = steps_of(table, chain_lengths(table, (1,) * gamma))      # a drafter's greedy chains of gamma
         last = steps.groupby("prompt_id")["step"].transform("max") == steps["step"]

@@ -3,8 +3,9 @@
 Two kinds, both with `.predict(n_tokens, ctx_len, batch=1) -> np.ndarray` (broadcasting) and
 `.to_dict()` giving the Profile form {"kind", "params", "fit"}:
 
-- "roofline": costmodel.latency's roofline on the datasheet figures with three fitted numbers,
-  bw_eff, flops_eff and overhead_s. It extrapolates to shapes that were never measured.
+- "roofline": costmodel.latency's roofline on the datasheet figures with fitted numbers, bw_eff,
+  flops_eff and overhead_s (and launch_s, the host's kernel-issue floor, where a paper fit states
+  it). It extrapolates to shapes that were never measured.
 - "table": the measured grid itself, interpolated linearly in (log2 n_tokens, ctx_len,
   log2 batch) on log seconds, extrapolated linearly past its edges. Exact where measured.
 
@@ -57,6 +58,7 @@ class RooflineLatency:
     overhead_s: float = 0.0
     fit: dict[str, Any] = field(default_factory=dict)
     name: str = "model"
+    launch_s: float = 0.0
     kind = "roofline"
 
     def __post_init__(self) -> None:
@@ -70,34 +72,39 @@ class RooflineLatency:
             value = getattr(self, key)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise InputError(f"latency model '{self.name}': {key} must be a positive number, got {value!r}")
-        if not (math.isfinite(self.overhead_s) and self.overhead_s >= 0):
-            raise InputError(f"latency model '{self.name}': overhead_s must be >= 0, got {self.overhead_s!r}")
+        for key in ("overhead_s", "launch_s"):
+            if not (math.isfinite(getattr(self, key)) and getattr(self, key) >= 0):
+                raise InputError(f"latency model '{self.name}': {key} must be >= 0, got {getattr(self, key)!r}")
 
     def predict(self, n_tokens, ctx_len, batch=1) -> np.ndarray:
         try:
             return roofline_seconds(self._shape, self._hw, self.dtype, n_tokens, ctx_len, batch,
-                                    self.bw_eff, self.flops_eff, self.overhead_s)
+                                    self.bw_eff, self.flops_eff, self.overhead_s, self.launch_s)
         except ValueError as exc:
             raise InputError(f"latency model '{self.name}': {exc}") from None
 
     def bound(self, n_tokens, ctx_len, batch=1) -> np.ndarray:
-        """'memory' or 'compute' per grid point: which side of the roofline the forward sits on."""
+        """'memory', 'compute' or 'launch' per grid point: which side of the roofline the forward sits on."""
         moved, flops = forward_bytes_flops(self._shape, n_tokens, ctx_len, batch)
-        compute = flops / (self._hw.peak(self.dtype) * self.flops_eff) > moved / (self._hw.bandwidth * self.bw_eff)
-        return np.where(compute, "compute", "memory")
+        memory, compute = moved / (self._hw.bandwidth * self.bw_eff), flops / (self._hw.peak(self.dtype) * self.flops_eff)
+        side = np.where(compute > memory, "compute", "memory")
+        return np.where(self.launch_s > np.maximum(memory, compute), "launch", side)
 
     def to_dict(self) -> dict[str, Any]:
         arch = {k: v for k, v in as_arch(self.arch, self.name).to_dict().items()}
-        return {"kind": self.kind, "params": {"hardware": self.hardware, "dtype": self.dtype, "arch": arch,
-                                              "bw_eff": self.bw_eff, "flops_eff": self.flops_eff,
-                                              "overhead_s": self.overhead_s}, "fit": dict(self.fit)}
+        params = {"hardware": self.hardware, "dtype": self.dtype, "arch": arch, "bw_eff": self.bw_eff,
+                  "flops_eff": self.flops_eff, "overhead_s": self.overhead_s}
+        if self.launch_s:
+            params["launch_s"] = self.launch_s
+        return {"kind": self.kind, "params": params, "fit": dict(self.fit)}
 
     @classmethod
     def from_params(cls, params: dict[str, Any], fit: dict[str, Any], name: str) -> "RooflineLatency":
         _require(params, ("hardware", "dtype", "arch"), name, cls.kind)
         return cls(arch=params["arch"], hardware=params["hardware"], dtype=params["dtype"],
                    bw_eff=float(params.get("bw_eff", 1.0)), flops_eff=float(params.get("flops_eff", 1.0)),
-                   overhead_s=float(params.get("overhead_s", 0.0)), fit=fit, name=name)
+                   overhead_s=float(params.get("overhead_s", 0.0)), fit=fit, name=name,
+                   launch_s=float(params.get("launch_s", 0.0)))
 
     @classmethod
     def fit_frame(cls, frame: pd.DataFrame, arch: "Arch | dict | str", hardware: str, dtype: str,

@@ -7,13 +7,17 @@ number comes from `costmodel.papers` (tagged by paper, table, row, column) or fr
 what a Profile field needs, the assumption that fills the gap is written into the Profile's
 provenance.
 
-Latency: one module per paper (`calibrate.papers`) states the few latency parameters of its
-Profiles (roofline efficiencies on the paper's GPU, draft forward seconds, per-step overheads of
-the paper's engine) and every published number a latency decides (speedups with their tokens per
-step, forward latencies, draft/target ratios). `calibrate.paper_fit.fit` fits the parameters to
-all of a paper's cells at once; each Profile records the fitted values, the tables they were
-fitted on, the fit's error and the leave-one-table-out error (`engine.fit.heldout`, which the
-sweep reports beside its predictions).
+Latency: one module per paper (`calibrate.papers`) states the parameters of its Profiles (one
+latency model of the paper's GPU and engine that prices every model from its architecture,
+`calibrate.papers.base.model_latency`; per-step overheads of the paper's engine; an acceptance
+term where tau pins one) and every published number they decide (speedups with their tokens per
+step, tokens per step, forward latencies, draft/target ratios). `calibrate.paper_fit.fit` fits the
+parameters to all of a paper's cells at once, within what the hardware physically allows; each
+Profile records the fitted values, the tables they were fitted on, the fit's error, the errors of
+leaving each table and each target model size out, and a warning line for every term on a bound
+or held-out error above target (`provenance.latency_fit.warnings`, `calibrate.paper_fit.profile_warnings`).
+The leave-one-table-out speedup error is `engine.fit.heldout`, which the sweep reports beside its
+predictions.
 """
 from __future__ import annotations
 
@@ -32,20 +36,37 @@ CLI_OUT = "out/profiles"
 
 
 def fitted_profiles(paper: str) -> list[Profile]:
-    """The paper's Profiles at its fitted latency parameters, with the fit in their provenance."""
+    """The paper's Profiles at its fitted parameters, with the fit in their provenance: the values,
+    the terms held fixed, the error on the cells fitted, the errors of leaving each table and each
+    target model size out (`paper_fit.leave_one_out`), and a warning line per finding
+    (`paper_fit.warnings`: a term on a bound of its physical range, a held-out error above target)."""
     model = MODELS[paper]
     cells = model.cells()
     fit = paper_fit.fit(model, cells)
     profiles = model.build(fit.values)
     predicted = paper_fit.predict(cells, paper_fit.by_name(profiles))
     err = np.abs(predicted / np.array([c.published for c in cells]) - 1.0)
-    heldout = paper_fit.heldout_summary(paper_fit.leave_one_table_out(model))
+    held = {by: paper_fit.leave_one_out(model, by) for by in ("table", "size")}
+    heldout = paper_fit.heldout_summary(held["table"])
+    summaries = {f"{label} {kind}": summary for by, label in (("table", "leave one table out"),
+                                                                ("size", "leave one model size out"))
+                 for kind in ("speedup", "tau", "latency")
+                 if any(c.kind == kind or (kind == "latency" and c.kind in ("seconds", "ratio")) for c in cells)
+                 and (summary := paper_fit.heldout_summary(held[by], kind, by))}
+    speedups = err[[c.kind == "speedup" for c in cells]]
     record = {"method": "calibrate.paper_fit: bounded least squares of log(predicted / published) over every "
                         "cell at once",
               "parameters": {k: float(v) for k, v in fit.values.items()},
               "described": fit.describe(model.params), "at_bound": list(fit.at_bound),
+              "unpinned": list(fit.unpinned),
+              "bounds": {p.name: [p.low, p.high, p.why] for p in model.params},
+              "fixed": {k: {"value": v, "why": why} for k, (v, why) in model.fixed.items()},
               "tables": [f"{paper} {t}" for t in fit.tables], "cells": fit.n_cells,
-              "error_median": float(np.median(err)), "error_max": float(err.max()), "heldout": heldout}
+              "error_median": float(np.median(err)), "error_max": float(err.max()),
+              "speedup_error_median": float(np.median(speedups)) if speedups.size else None,
+              "speedup_error_max": float(speedups.max()) if speedups.size else None,
+              "heldout": heldout, "heldout_by": summaries,
+              "warnings": paper_fit.warnings(paper, fit, model.params, summaries)}
     for profile in profiles:
         profile.provenance["latency_fit"] = record
         profile.engine = {**profile.engine, "fit": {"heldout": heldout}}

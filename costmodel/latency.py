@@ -14,11 +14,14 @@ and computes
 
 with ctx' = min(ctx_len, sliding_window). Its time is
 
-    seconds = max(bytes / (bandwidth * bw_eff), flops / (peak * flops_eff)) + overhead_s
+    seconds = max(bytes / (bandwidth * bw_eff), flops / (peak * flops_eff), launch_s) + overhead_s
 
-where bandwidth and peak are datasheet figures (costmodel.hardware) and bw_eff, flops_eff and
-overhead_s (kernel launches, Python, sampling) are what calibration fits per (model, hardware,
-engine). Activations are left out: for the token counts of speculative decoding they are a few
+where bandwidth and peak are datasheet figures (costmodel.hardware) and bw_eff, flops_eff,
+launch_s and overhead_s are what calibration fits per (model, hardware, engine). launch_s is the
+host's time to issue the forward's kernels (Python, launches): the device runs them while the host
+issues the next ones, so a forward takes the longer of the two, and a small model (a drafter) is
+launch-bound where a large one is bandwidth-bound. overhead_s is work that does not overlap
+(synchronisation, sampling after the forward). Activations are left out: for the token counts of speculative decoding they are a few
 per cent of the weight bytes at most.
 """
 from __future__ import annotations
@@ -94,14 +97,16 @@ def roofline_seconds(
     bw_eff: float = 1.0,
     flops_eff: float = 1.0,
     overhead_s: float = 0.0,
+    launch_s: float = 0.0,
 ) -> np.ndarray:
-    """Seconds per forward: max(memory time, compute time) + overhead, broadcast over the grid."""
-    if bw_eff <= 0 or flops_eff <= 0 or overhead_s < 0:
-        raise ValueError(f"efficiencies must be > 0 and overhead >= 0 (bw_eff={bw_eff}, flops_eff={flops_eff}, "
-                         f"overhead_s={overhead_s})")
+    """Seconds per forward: max(memory time, compute time, launch time) + overhead, broadcast over the grid."""
+    if bw_eff <= 0 or flops_eff <= 0 or overhead_s < 0 or launch_s < 0:
+        raise ValueError(f"efficiencies must be > 0 and overheads >= 0 (bw_eff={bw_eff}, flops_eff={flops_eff}, "
+                         f"overhead_s={overhead_s}, launch_s={launch_s})")
     hw = get_hardware(hardware) if isinstance(hardware, str) else hardware
     moved, flops = forward_bytes_flops(shape, n_tokens, ctx_len, batch)
-    return np.maximum(moved / (hw.bandwidth * bw_eff), flops / (hw.peak(dtype) * flops_eff)) + overhead_s
+    device = np.maximum(moved / (hw.bandwidth * bw_eff), flops / (hw.peak(dtype) * flops_eff))
+    return np.maximum(device, launch_s) + overhead_s
 
 
 def ridge_tokens(shape: ForwardShape, hardware: "Hardware | str", dtype: str, ctx_len: float = 0.0,

@@ -207,6 +207,8 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
     "llama-3-8b": _llama(32, 4096, 14336, 32, 8, vocab=128256, source="meta-llama/Meta-Llama-3-8B config.json"),
     "qwen2.5-7b": _llama(28, 3584, 18944, 28, 4, vocab=152064, qkv_bias=True,
                          source="Qwen/Qwen2.5-7B config.json (qkv bias, untied head)"),
+    "qwen2.5-14b": _llama(48, 5120, 13824, 40, 8, vocab=152064, qkv_bias=True,
+                          source="Qwen/Qwen2.5-14B config.json (qkv bias, untied head)"),
     "smollm2-135m": _llama(30, 576, 1536, 9, 3, vocab=49152, tie_embeddings=True,
                            source="HuggingFaceTB/SmolLM2-135M-Instruct config.json (tied embeddings)"),
 }

@@ -20,7 +20,8 @@ of the isolated forwards (calibrate.engine fits it from StepTraces): scales of t
 a fixed cost per draft forward (the engine's work around each: cache views, masks, sampling), a
 fixed verify cost (masks, tree building around the forward) and costs per verified token (the
 drafter sampling and building the nodes it proposes, logits at every verified position, cache edits),
-and what a generation's first step pays beyond the others (`catch_up_seconds`: the drafter's first
+a fixed cost of a step that drafts beyond plain decoding's (the acceptance test, residual sampling,
+cache rollback), and what a generation's first step pays beyond the others (`catch_up_seconds`: the drafter's first
 forward runs the whole prompt; the simulator pays it in that step, the closed form spreads it over
 the generation's steps).
 `StepCalibration.apply(shape)` folds it into the shape, so every consumer prices the same step, and
@@ -123,6 +124,7 @@ class StepCalibration:
     first_draft_per_token_s: float = 0.0
     overhead_s: float = 0.0
     overhead_per_token_s: float = 0.0
+    speculation_s: float = 0.0          # a drafting step's own work beside plain decoding's (acceptance, rollback)
 
     @classmethod
     def from_dict(cls, raw: dict | None) -> "StepCalibration":
@@ -141,7 +143,8 @@ class StepCalibration:
         per_token = self.verify_per_token_s + self.overhead_per_token_s + drafts * self.draft_per_token_s
         return replace(shape, draft_parts=parts,
                        verify_scale=np.asarray(shape.verify_scale, float) * self.verify_scale,
-                       overhead_s=shape.overhead_s + self.overhead_s,   # the per-token parts go with each step's tokens
+                       overhead_s=shape.overhead_s + self.overhead_s + drafts * self.speculation_s,  # per-token
+                       # parts go with each step's tokens
                        verify_per_token_s=shape.verify_per_token_s + per_token,
                        draft_per_forward_s=shape.draft_per_forward_s + drafts * self.draft_per_forward_s,
                        first_draft_s=shape.first_draft_s + drafts * self.first_draft_s,

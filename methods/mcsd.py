@@ -148,7 +148,9 @@ class MCSD(MethodSpec):
         return modes * count_k_configurations(budget, choices=choices, max_depth=max_depth)
 
     def level_acceptance(self, setup, frame) -> np.ndarray:
-        """(C, D) alpha@k_i per level (interpolated where k was not recorded)."""
+        """(C, D) acceptance of level i with k_i candidates: alpha@k_i on the entry's curve
+        (`AcceptanceModel.alpha_at`), its miss shrunk by the persistence at depth
+        (`AcceptanceModel.miss_factor`)."""
         kmat = level_matrix(frame)
         repl = frame["replacement"].to_numpy(bool)
         k_axis = np.arange(1, max(K_LOOKUP, int(kmat.max())) + 1)
@@ -158,7 +160,7 @@ class MCSD(MethodSpec):
                 setup.need("alpha_at_k" if mode else "alpha_at_k_without_replacement", self.name)
                 curve = np.asarray(setup.acceptance.alpha_at(k_axis, without_replacement=not mode), dtype=float)
                 beta[repl == mode] = alpha_at_k_lookup(curve, kmat[repl == mode])
-        return beta
+        return 1.0 - (1.0 - beta) * setup.acceptance.miss_factor(kmat.shape[1])[None, :]
 
     def expected_tokens(self, setup, frame):
         """E = 1 + sum_i prod_{j<=i} alpha@k_j (costmodel.trees), whole matrix at once."""

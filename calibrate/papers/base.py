@@ -1,61 +1,81 @@
 """What every paper's Profile builder shares: roofline latency models on the paper's GPU, the
-Profile with its provenance, the context a paper's workload prices latency at."""
+Profile with its provenance, the context a paper's workload prices latency at.
+
+One latency model per (hardware, engine) prices every model a paper ran, target or drafter, from its
+architecture (`model_latency`): the device's time (bytes over bandwidth x bw_eff, FLOPs over peak x
+flops_eff) or the host's time to issue the forward's kernels (launch_s + launch_per_layer_s x
+layers), whichever is longer, plus work that does not overlap (overhead_s). A drafter's cost then
+follows from its parameters and layers on the same hardware: a 2-layer drafter is launch-bound, a
+33B target bandwidth-bound, and neither is a free number. (The project's own eager forward on an H100,
+the shared measurements h100-2026-11-23/graph_grid.jsonl, takes 1.25 ms for LLaMA-68M's 2 layers and
+5.85 ms for LLaMA-160M's 12: 0.46 ms per layer of launches, far above their device time.) `hardware_params` states these five terms
+with the range each can physically take; the fitted values are kept in every latency model's `fit`
+(`HARDWARE_FIT`), so `calibrate.transfer` prices another architecture on the same hardware.
+"""
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 
 from calibrate.latency import RooflineLatency
+from calibrate.paper_fit import Param
 from calibrate.profile import Profile
 from common.rundir import git_commit
 from costmodel.hardware import get_hardware
-from costmodel.latency import ForwardShape
-from costmodel.params import get_arch
 
 DTYPE = "fp16"
 CTX_REF = 256          # context where a paper states none (and where one-token latencies are matched)
-DEFAULT_FLOPS_EFF = 0.5
-TOKENS_PER_WORD = 4.0 / 3.0     # where a paper states prompt lengths in words (assumption, stated in provenance)
 
 
-def fit_target_overheads(points: list[tuple[str, float]], hardware: str) -> tuple[float, float, float]:
-    """Bounded least squares (relative error) over (architecture, measured seconds of a 1-token
-    forward): seconds ~ weight_bytes / (bandwidth * bw_eff) + fixed_s + n_layers * per_layer_s with
-    bw_eff in (0, 1] and both overheads >= 0. Returns (bw_eff, fixed_s, per_layer_s)."""
-    from scipy.optimize import lsq_linear
-
-    hw = get_hardware(hardware)
-    memory = np.array([ForwardShape.of(a, DTYPE).weight_bytes / hw.bandwidth for a, _ in points])
-    layers = np.array([get_arch(a).n_layers for a, _ in points], float)
-    seconds = np.array([s for _, s in points])
-    design = np.column_stack([memory, np.ones_like(memory), layers]) / seconds[:, None]
-    solution = lsq_linear(design, np.ones_like(seconds), bounds=([1.0, 0.0, 0.0], [np.inf, np.inf, np.inf]))
-    inv_eff, fixed, per_layer = solution.x
-    return 1.0 / inv_eff, float(fixed), float(per_layer)
+HARDWARE_FIT = "hardware_fit"     # key of a latency model's fit holding the hardware terms it was priced with
+HARDWARE_TERMS = ("bw_eff", "flops_eff", "launch_s", "launch_per_layer_s", "overhead_s")
 
 
-def roofline(arch: dict[str, Any], hardware: str, how: str, name: str, *, bw_eff: float,
-             flops_eff: float = DEFAULT_FLOPS_EFF, overhead_s: float = 0.0) -> RooflineLatency:
-    return RooflineLatency(arch=arch, hardware=get_hardware(hardware).name, dtype=DTYPE, bw_eff=bw_eff,
-                           flops_eff=flops_eff, overhead_s=max(float(overhead_s), 0.0),
-                           fit={"method": "paper", "how": how}, name=name)
+def hardware_params(hardware: str, prior: dict[str, float], prefix: str = "",
+                    fixed: tuple[str, ...] = ()) -> tuple[Param, ...]:
+    """The five terms of one (hardware, engine) latency model, each bounded by what is physically
+    possible: an efficiency is at most 1 (the datasheet is the ceiling), a host launches one decoder
+    layer's ~30 kernels in well under 1.5 ms, and nothing a forward does beside its kernels takes
+    longer than a few milliseconds. Terms named in `fixed` are left out (the paper model holds them,
+    `PaperModel.fixed`)."""
+    hw = get_hardware(hardware).name
+    return tuple(p for p in _hardware_params(hw, prior, prefix) if p.name[len(prefix):] not in fixed)
 
 
-def timed_roofline(arch: dict[str, Any], like: RooflineLatency, seconds: float, how: str, name: str,
-                   ctx: float = CTX_REF) -> RooflineLatency:
-    """`like`'s efficiencies, with the fixed overhead that makes one 1-token forward at `ctx` take
-    `seconds` (0 where the roofline alone takes longer: then the roofline's time, said in `how`)."""
-    bare = roofline(arch, like.hardware, how, name, bw_eff=like.bw_eff, flops_eff=like.flops_eff)
-    overhead = seconds - float(bare.predict(1, ctx))
-    if overhead < 0:
-        how += f"; the roofline alone exceeds {seconds * 1e3:.3f} ms, overhead 0"
-    return roofline(arch, like.hardware, how, name, bw_eff=like.bw_eff, flops_eff=like.flops_eff,
-                    overhead_s=max(overhead, 0.0))
+def _hardware_params(hw: str, prior: dict[str, float], prefix: str) -> tuple[Param, ...]:
+    return (
+        Param(f"{prefix}bw_eff", prior["bw_eff"], 0.3, 1.0, 0.1, unit="", what=f"{hw} bandwidth efficiency",
+              why="the datasheet bandwidth is the ceiling"),
+        Param(f"{prefix}flops_eff", prior["flops_eff"], 0.05, 1.0, 0.1, unit="", what=f"{hw} compute efficiency",
+              why="the datasheet peak is the ceiling"),
+        Param(f"{prefix}launch_s", prior["launch_s"], 0.0, 0.01, 1e-3,
+              what=f"host time to issue a forward's embedding, head and sampling kernels on {hw}",
+              why="a few dozen kernels at 10-100 us each"),
+        Param(f"{prefix}launch_per_layer_s", prior["launch_per_layer_s"], 0.0, 1.5e-3, 2e-4,
+              what=f"host time to issue one decoder layer's kernels on {hw}",
+              why="an eager layer issues ~30 kernels at 10-50 us each"),
+        Param(f"{prefix}overhead_s", prior["overhead_s"], 0.0, 5e-3, 5e-4,
+              what=f"per-forward work on {hw} that does not overlap the kernels (synchronisation, sampling)",
+              why="no more than a small forward's own time"),
+    )
 
 
-def workload(prompt_tokens: float, new_tokens: float) -> dict[str, float]:
-    return {"prompt_tokens": float(prompt_tokens), "new_tokens": float(new_tokens)}
+def hardware_terms(values: dict[str, float], prefix: str = "") -> dict[str, float]:
+    return {k: float(values[f"{prefix}{k}"]) for k in HARDWARE_TERMS}
+
+
+def launch_layers(arch: dict[str, Any]) -> float:
+    """Blocks whose kernels a forward issues one by one: the decoder layers and any attention block
+    beside them (an adapter's, GLIDE's cross-attention)."""
+    return float(arch["n_layers"]) + float(arch.get("extra_kv_layers", 0)) + float(arch.get("cross_kv_layers", 0))
+
+
+def model_latency(arch: dict[str, Any], hardware: str, terms: dict[str, float], name: str, how: str) -> RooflineLatency:
+    """`arch` on `hardware` priced by the hardware terms (module docstring), which its fit records."""
+    launch = terms["launch_s"] + terms["launch_per_layer_s"] * launch_layers(arch)
+    return RooflineLatency(arch=arch, hardware=get_hardware(hardware).name, dtype=DTYPE, bw_eff=terms["bw_eff"],
+                           flops_eff=terms["flops_eff"], overhead_s=terms["overhead_s"], launch_s=launch,
+                           fit={"method": "paper", "how": how, HARDWARE_FIT: dict(terms)}, name=name)
 
 
 def workload_ctx(entry: dict[str, float] | None) -> float:

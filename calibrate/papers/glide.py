@@ -3,9 +3,10 @@ and GLIDE drafters.
 
 Constraining numbers: Table 4's target-only tokens/s at batch 1-16 (absolute target latency),
 Table 1's cost coefficient c (draft / target forward) of every target/draft pair, Table 3's GLIDE
-speculation walltime per step. Fitted: the H800 bandwidth efficiency and fixed + per-layer
-overhead of the targets, one forward of each draft model (the same model on the same GPU whatever
-the target), and the GLIDE drafter's bandwidth efficiency and fixed overhead.
+speculation walltime per step. One H800 latency model prices every model from its architecture
+(`calibrate.papers.base.model_latency`: bandwidth and compute efficiencies, the host's launch time
+per forward and per layer, per-forward work): the targets, the two draft models and the GLIDE
+drafter are none a free number.
 """
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ import functools
 
 import numpy as np
 
-from calibrate.paper_fit import Cell, PaperModel, Param, seconds_cell
-from calibrate.papers.base import (CTX_REF, fit_target_overheads, make_profile, roofline, timed_roofline)
+from calibrate.paper_fit import Cell, PaperModel, seconds_cell
+from calibrate.papers.base import CTX_REF, hardware_params, hardware_terms, make_profile, model_latency
 from costmodel import papers
 from costmodel.cape import N_BINS
 from costmodel.params import arch_dict, drafter_arch
@@ -53,49 +54,31 @@ def mcsd_rank_ratio() -> float:
     return ((1.0 - a4) / (1.0 - a1)) ** (1.0 / 3.0)
 
 
-def _prior_target_fit() -> tuple[float, float, float]:
-    t4 = papers.table("glide", "4")
-    return fit_target_overheads([(a, 1.0 / t4["1"][f"{lab} Only"]) for a, lab in TARGETS.items()], "H800")
-
-
-_BW, _FIXED, _PER_LAYER = _prior_target_fit()
-PARAMS = (
-    Param("bw_eff", _BW, 0.2, 1.0, 0.1, unit="", what="H800 bandwidth efficiency"),
-    Param("fixed_s", _FIXED, 0.0, 0.05, 1e-3, what="fixed overhead of a target forward"),
-    Param("per_layer_s", _PER_LAYER, 0.0, 1e-3, 1e-4, what="overhead per target layer"),
-    Param("llama-68m_s", 1.4e-3, 1e-5, 0.02, 1e-3, what="one LLaMA-68m forward on an H800"),
-    Param("llama-160m_s", 9e-3, 1e-5, 0.05, 5e-3, what="one LLaMA-160m forward on an H800"),
-    Param("glide_overhead_s", 1e-3, 0.0, 0.02, 1e-3, what="fixed overhead of a GLIDE drafter forward"),
-    Param("glide_bw_eff", 0.5, 0.02, 1.0, 0.1, unit="", what="bandwidth efficiency of a GLIDE drafter forward"),
-)
+H800_PRIOR = {"bw_eff": 0.6, "flops_eff": 0.5, "launch_s": 5e-3, "launch_per_layer_s": 4e-4, "overhead_s": 0.0}
+PARAMS = hardware_params("H800", H800_PRIOR, fixed=("overhead_s",))
+FIXED = {"overhead_s": (0.0, "fitted, it fell to the floor of its range: the host's launch time accounts for "
+                              "every forward")}
 SPECULATION_STEPS = 5        # Table 3 is per speculation step: gamma = 5 draft forwards (Table 1's gamma)
 
 
 def build(values: dict[str, float]) -> list:
     t1 = papers.table("glide", "1")
-    how_t = (f"bw_eff {values['bw_eff']:.3f}, overhead {values['fixed_s'] * 1e3:.3f} ms + "
-             f"{values['per_layer_s'] * 1e3:.4f} ms per layer, fitted to GLIDE Tables 1, 3 and 4 (calibrate.paper_fit); "
-             "flops_eff 0.5 assumed (no paper number pins it)")
+    terms = hardware_terms(values)
+    how = ("H800 terms fitted to GLIDE Tables 1, 3 and 4 over the three targets (calibrate.paper_fit): "
+           + ", ".join(f"{k} {v:.4g}" for k, v in terms.items()))
     ratio = mcsd_rank_ratio()
     out = []
     for arch_name, label in TARGETS.items():
         target_arch = arch_dict(arch_name)
-        target = roofline(target_arch, "H800", how_t, arch_name, bw_eff=values["bw_eff"],
-                          overhead_s=values["fixed_s"] + values["per_layer_s"] * target_arch["n_layers"])
+        target = model_latency(target_arch, "H800", terms, arch_name, how)
         models, latency, drafters, acceptance = {arch_name: target_arch}, {arch_name: target}, {}, {}
         for draft, draft_label in DRAFTS.items():
             row = t1[f"{label} / {draft_label}"]
             if draft == "glide":
                 d_arch, d_model = drafter_arch("glide", target_arch), f"glide-{arch_name}"
-                latency[d_model] = roofline(d_arch, "H800", f"bw_eff {values['glide_bw_eff']:.3f} and "
-                                            f"{values['glide_overhead_s'] * 1e3:.3f} ms per forward, fitted to GLIDE "
-                                            "Tables 1 and 3 with the targets'", d_model, bw_eff=values["glide_bw_eff"],
-                                            overhead_s=values["glide_overhead_s"])
             else:
                 d_arch, d_model = arch_dict(draft), draft
-                latency[d_model] = timed_roofline(d_arch, target, values[f"{draft}_s"],
-                                                  f"one forward = {values[f'{draft}_s'] * 1e3:.3f} ms at ctx {CTX_REF}, "
-                                                  "fitted to GLIDE Table 1 costs of all three targets", d_model)
+            latency[d_model] = model_latency(d_arch, "H800", terms, d_model, how)
             models[d_model] = d_arch
             drafters[draft] = {"kind": "glide" if draft == "glide" else "draft_model", "model": d_model}
             for column, dataset in DATASETS.items():
@@ -118,8 +101,9 @@ def build(values: dict[str, float]) -> list:
                 f"{ratio:.3f} from MCSD Table 7 LLaMA-68M/Vicuna-13B T=0 Alpaca alpha@1 -> alpha@4)",
                 "GLIDE drafter architecture: 1 Vicuna layer + cross-attention on the target's KV cache of one "
                 "layer, target LM head (costmodel.params.drafter_arch('glide'))",
-                "one forward of LLaMA-68m / LLaMA-160m costs the same whatever the target (same model, same "
-                "GPU): Table 1's three costs c of a draft model are fitted by one number, not matched one by one",
+                "one H800 latency model prices every model from its architecture (calibrate.papers.base."
+                "model_latency): a draft model costs the same whatever the target, and Table 1's costs c are "
+                "fitted through it, not matched one by one",
                 f"Table 3's speculation step = {SPECULATION_STEPS} drafter forwards (Table 1's gamma)",
                 "GLIDE gives no prompt lengths: latency priced at the sweep's default context",
             ]))
@@ -135,7 +119,7 @@ def cells() -> list[Cell]:
             if f"{label} Only" in cols:
                 out.append(seconds_cell("glide", "4", batch, f"{label} Only", 1.0 / cols[f"{label} Only"], profile,
                                         arch_name, ctx=CTX_REF, batch=int(batch),
-                                        note="tokens/s per sequence, as seconds per forward"))
+                                        note="tokens/s per sequence, as seconds per forward", size=label))
         for draft, draft_label in DRAFTS.items():
             model = f"glide-{arch_name}" if draft == "glide" else draft
 
@@ -143,11 +127,12 @@ def cells() -> list[Cell]:
                 p = profiles[profile]
                 return float(p.seconds(model, 1, CTX_REF) / p.seconds(target, 1, CTX_REF))
             row = f"{label} / {draft_label}"
-            out.append(Cell("glide", "1", row, "cost", t1[row]["cost"] / 100, ratio, "ratio"))
+            out.append(Cell("glide", "1", row, "cost", t1[row]["cost"] / 100, ratio, "ratio", size=label))
         out.append(Cell("glide", "3", label, "GLIDE", t3[label]["GLIDE"] / 1e3,
                         lambda profiles, profile=profile, model=f"glide-{arch_name}":
-                        SPECULATION_STEPS * float(profiles[profile].seconds(model, 1, CTX_REF)), "seconds"))
+                        SPECULATION_STEPS * float(profiles[profile].seconds(model, 1, CTX_REF)), "seconds",
+                        size=label))
     return out
 
 
-MODEL = PaperModel("glide", PARAMS, build, cells)
+MODEL = PaperModel("glide", PARAMS, build, cells, FIXED)

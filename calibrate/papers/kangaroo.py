@@ -1,37 +1,35 @@
 """Kangaroo (Liu et al., 2024) on V100: Vicuna 7B/13B with the early-exit self-drafter.
 
 Constraining numbers: Table 1's walltime speedups with their compression rates CR (every task of
-the 7B and 13B Kangaroo rows). The V100 bandwidth efficiency comes from Sec. 1's one absolute
-number (Vicuna-33B on four V100 at 7 tokens/s; pipeline, one GPU's bandwidth at a time). Fitted:
-the self-drafter's fixed overhead per draft forward (adapter kernels, early-exit check) and a
-per-step overhead of the engine (every step, plain decoding included).
+the 7B and 13B Kangaroo rows) and Sec. 1's one absolute number (Vicuna-33B on four V100 at 7
+tokens/s; pipeline, one GPU at a time). One V100 latency model prices the targets and the
+self-drafter (its exit layers, the adapter and the LM head) from their architectures
+(`calibrate.papers.base.model_latency`); fitted besides: the engine's work per step (plain
+decoding included) and a drafting step's own work (the early-exit check, acceptance, rollback).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from calibrate.paper_fit import Cell, PaperModel, Param, speedup_cell
-from calibrate.papers.base import CTX_REF, DTYPE, make_profile, roofline, slug
+from calibrate.papers.base import (CTX_REF, hardware_params, hardware_terms, make_profile, model_latency, slug)
 from costmodel import papers
-from costmodel.hardware import get_hardware
-from costmodel.latency import ForwardShape
 from costmodel.leviathan import alpha_from_expected_tokens
 from costmodel.params import arch_dict, drafter_arch
 
 TARGETS = {"vicuna-7b": "7B", "vicuna-13b": "13B"}
-PARAMS = (
-    Param("draft_overhead_s", 5e-3, 0.0, 0.05, 5e-3, what="fixed overhead of a self-draft forward"),
-    Param("step_overhead_s", 0.0, 0.0, 0.1, 0.01, what="per-step overhead of the engine (every step)"),
+V100_PRIOR = {"bw_eff": 0.6, "flops_eff": 0.5, "launch_s": 3e-3, "launch_per_layer_s": 5e-4, "overhead_s": 0.0}
+PARAMS = hardware_params("V100", V100_PRIOR) + (
+    Param("step_overhead_s", 0.0, 0.0, 0.02, 1e-3, what="the engine's work per step beside its forwards (every "
+          "step, plain decoding included)", why="half a 7B forward on a V100 (~30 ms)"),
+    Param("speculation_s", 0.0, 0.0, 0.02, 1e-3, what="a drafting step's own work beside plain decoding's "
+          "(early-exit check, acceptance, cache rollback)", why="half a 7B forward on a V100"),
 )
+SEC1_TOKENS_PER_S = 7.0         # Sec. 1: Vicuna-33B on four V100
 
 
 def _settings() -> tuple[int, float]:
     return int(papers.value("kangaroo", "text", "setting", "gamma")), papers.value("kangaroo", "text", "setting", "eta")
-
-
-def v100_bw_eff() -> float:
-    """"Vicuna-33B on four V100 yields seven tokens per second" (Sec. 1), one GPU's bandwidth at a time."""
-    return ForwardShape.of("vicuna-33b", DTYPE).weight_bytes / get_hardware("V100").bandwidth / (1.0 / 7.0)
 
 
 def _tasks(row: dict) -> list[str]:
@@ -41,19 +39,17 @@ def _tasks(row: dict) -> list[str]:
 def build(values: dict[str, float]) -> list:
     t1 = papers.table("kangaroo", "1")
     gamma, eta = _settings()
-    bw_eff = v100_bw_eff()
+    terms = hardware_terms(values)
+    how = ("V100 terms fitted to Kangaroo Table 1 speedups and Sec. 1's Vicuna-33B tokens/s (calibrate.paper_fit): "
+           + ", ".join(f"{k} {v:.4g}" for k, v in terms.items()))
     out = []
     for arch_name, label in TARGETS.items():
         row = t1[f"{label} / Kangaroo"]
         exit_layer = int(papers.value("kangaroo", "text", f"Vicuna-{label}", "exit layer"))
         target_arch = arch_dict(arch_name)
-        target = roofline(target_arch, "V100", f"bw_eff {bw_eff:.3f} from Kangaroo Sec. 1 (Vicuna-33B on four V100 "
-                          "at 7 tokens/s, one GPU's bandwidth at a time); no overhead term; flops_eff 0.5 assumed",
-                          arch_name, bw_eff=bw_eff)
+        target = model_latency(target_arch, "V100", terms, arch_name, how)
         d_arch, d_name = drafter_arch("kangaroo", target_arch, exit_layer=exit_layer), f"kangaroo-{arch_name}"
-        drafter = roofline(d_arch, "V100", f"the target's efficiencies + {values['draft_overhead_s'] * 1e3:.3f} ms per "
-                           "forward fitted to Kangaroo Table 1 speedups (calibrate.paper_fit)", d_name,
-                           bw_eff=bw_eff, overhead_s=values["draft_overhead_s"])
+        drafter = model_latency(d_arch, "V100", terms, d_name, how)
         acceptance = {}
         for task in _tasks(row):
             cr = row[f"{task} CR"]
@@ -67,16 +63,27 @@ def build(values: dict[str, float]) -> list:
             {arch_name: target, d_name: drafter},
             {"kangaroo": {"kind": "kangaroo", "exit_layer": exit_layer, "adapter_model": d_name, "model": d_name}},
             acceptance, sources=["Kangaroo Table 1 (CR; speedup with CR: latency fit)",
-                                 "Kangaroo Sec. 1 (Vicuna-33B tokens/s on V100)",
+                                 "Kangaroo Sec. 1 (Vicuna-33B tokens/s on V100: latency fit)",
                                  "Kangaroo Sec. 4.2 (exit layer, gamma, eta)"],
             assumptions=[f"per-token alpha inverted from CR with the chain formula at gamma {gamma}, ignoring the "
                          f"eta = {eta} early exit (which lowers CR for a given alpha): a lower bound on alpha",
                          "drafted steps per cycle taken as min(CR, gamma) where a published speedup is priced "
                          "(the paper gives no draft-step count under eta)",
+                         "Vicuna-33B on four V100 (Sec. 1) runs its layers one GPU at a time: one GPU's bandwidth",
                          "Spec-Bench's prompt lengths are not given in the paper: latency priced at the sweep's "
                          "default context"],
-            engine={"pooled": {"overhead_s": values["step_overhead_s"]}}))
+            engine={"pooled": {"overhead_s": values["step_overhead_s"], "speculation_s": values["speculation_s"]}}))
     return out
+
+
+def _sec1_cell() -> Cell:
+    def predict_one(profiles):
+        profile = profiles["kangaroo-vicuna-7b-v100"]          # every Kangaroo Profile holds the same V100 terms
+        terms = profile.latency_model(profile.target).fit["hardware_fit"]
+        model = model_latency(arch_dict("vicuna-33b"), "V100", terms, "vicuna-33b", "")
+        return float(model.predict(1, CTX_REF))
+    return Cell("kangaroo", "text", "Vicuna-33B on four V100", "seconds per token", 1.0 / SEC1_TOKENS_PER_S,
+                predict_one, "seconds", "Sec. 1: seven tokens per second; pipeline, one GPU at a time", "33B")
 
 
 def cells() -> list[Cell]:
@@ -96,7 +103,8 @@ def cells() -> list[Cell]:
                                     cr, f"kangaroo-{arch_name}-v100", "kangaroo",
                                     {"exit_layer": exit_layer, "gamma": gamma, "eta": 0.0}, drafter="kangaroo",
                                     acceptance=f"kangaroo/{slug(task)}", ctx=CTX_REF, reach=reach,
-                                    note=f"drafted steps min(CR, gamma) = {steps:g}"))
+                                    note=f"drafted steps min(CR, gamma) = {steps:g}", size=label))
+    out.append(_sec1_cell())
     return out
 
 

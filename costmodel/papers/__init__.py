@@ -7,7 +7,8 @@
     15.0
 
 Tables are keyed by the paper's own numbering ("1", "2", ...); numbers quoted in the running text
-live in table "text" (and Lookahead's Fig. 4(b) setting in "fig4b"). Values are floats; a cell the
+live in table "text" (and Lookahead's Fig. 4(b) setting in "fig4b"). Each dataset's prompt and output
+lengths, with their sources, are `workload(dataset)` (costmodel.papers.workloads). Values are floats; a cell the
 paper leaves empty or marks OOM is NaN with a note saying so. Pure python, no pandas; `to_rows`
 gives plain dicts for a DataFrame.
 """
@@ -17,8 +18,10 @@ import math
 
 from costmodel.papers import coral, glide, kangaroo, lookahead, mcsd, mistral
 from costmodel.papers._records import Record
+from costmodel.papers.workloads import workload, workload_sources, workloads
 
-__all__ = ["Record", "PAPERS", "records", "value", "table", "tables", "to_rows", "k_config", "mcsd_tau_rows"]
+__all__ = ["Record", "PAPERS", "records", "value", "table", "tables", "to_rows", "k_config", "mcsd_tau_rows",
+           "workload", "workloads", "workload_sources"]
 
 PAPERS = {
     "glide": glide.RECORDS,

@@ -10,6 +10,8 @@ verified, draft cost) and from what the profile records.
 Papers' choices (from `costmodel.papers`): MCSD Tables 2-3 "Ours" rows (k-configuration per
 drafter / target / dataset / temperature), Lookahead Table 4 (W, N, G = W per model size), CORAL
 Sec. 4 (N = 16 groups, top-2, Table 4's best).
+The same comparison, priced against the published speedups, is `experiments.papers.heldout.sweep_vs_paper`
+(reproduce's report).
 """
 from __future__ import annotations
 
@@ -72,9 +74,8 @@ def _mcsd(table: pd.DataFrame, profiles: dict) -> list[dict]:
             paper_speedup=match[0].value, sweep_rank_of_paper_choice=int(hit[0]) + 1 if len(hit) else None,
             predicted_for_paper_choice=None if paper_row is None else paper_row.speedup,
             sweep_best=best.config, predicted_best=best.speedup,
-            why=_why(paper_row, best, "alpha@k for k the profile does not record is interpolated in log2 k and "
-                                      f"flat past the largest recorded k ({', '.join(acc)}), so wide first levels "
-                                      "gain less here than in the paper's measured runs.")))
+            why=_why(paper_row, best, "alpha@k for k the profile does not record is read on its curve "
+                                      f"(calibrate.acceptance.AlphaCurve) from the recorded k ({', '.join(acc)}).")))
     return out
 
 

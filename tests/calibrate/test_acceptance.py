@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from calibrate.acceptance import AcceptanceModel, MarkovAcceptance
+from calibrate.acceptance import AcceptanceModel, AlphaCurve, MarkovAcceptance, leave_one_k_out
 from common.errors import InputError
 
 FULL = {
@@ -25,14 +25,48 @@ def test_accessors():
     assert np.allclose(m.beta(5), [0.8, 0.75, 0.7, 0.7, 0.7])
     assert np.allclose(m.beta(2), [0.8, 0.75])
     assert m.alpha_at(4) == 0.85
-    assert m.alpha_at(32) == 0.88                      # flat past the largest recorded k
-    assert m.alpha_at(3) == pytest.approx(0.81 + (0.85 - 0.81) * np.log2(1.5))
+    assert m.alpha_at(32) > 0.88                       # not flat past the largest recorded k: the points rise
+    logit = lambda p: np.log(p / (1 - p))              # noqa: E731
+    assert logit(m.alpha_at(3)) == pytest.approx(logit(0.81) + (logit(0.85) - logit(0.81)) * np.log2(1.5))
     assert np.allclose(m.alpha_at(np.array([1, 2])), [0.76, 0.81])
     assert m.alpha_at(2, without_replacement=True) == 0.83
     assert m.conf_bins.table().shape == (2, 11)
     assert m.conf_bins.hit(4)[0] == pytest.approx(0.2)
     assert m.part("lookahead").f == 3.106
     assert m.markov.stationary_alpha == pytest.approx(0.4 / (1 - 0.85 + 0.4))
+
+
+def test_alpha_curve_extrapolates_on_the_slope_of_its_points():
+    """logit(alpha@k) linear in log k: through two points exactly, past the last on their slope; flat
+    only where the points say so (equal values) or where one point says nothing."""
+    logit = lambda p: np.log(p / (1 - p))              # noqa: E731
+    two = AlphaCurve.of({1: 0.49, 4: 0.67})
+    slope = (logit(0.67) - logit(0.49)) / np.log(4)
+    assert two(np.array([1.0, 4.0])).tolist() == pytest.approx([0.49, 0.67])
+    assert logit(float(two(32))) == pytest.approx(logit(0.67) + slope * np.log(8))
+    assert float(AlphaCurve.of({1: 0.5, 4: 0.5})(32)) == pytest.approx(0.5)
+    assert float(AlphaCurve.of({1: 0.5})(32)) == pytest.approx(0.5)
+    assert float(AlphaCurve.of({1: 0.6, 4: 0.5})(32)) == pytest.approx(0.5)     # never falls with more candidates
+    assert float(AlphaCurve.of({1: 0.0, 2: 0.0})(2)) == 0.0                      # a recorded 0 stays 0
+
+
+def test_leave_one_k_out_reads_each_k_from_the_others():
+    table = {1: 0.1, 2: 0.13, 4: 0.17, 8: 0.22, 16: 0.28, 32: 0.36}
+    fit = leave_one_k_out(table)
+    assert fit["k"] == [2, 4, 8, 16, 32] and len(fit["rel_error"]) == 5
+    rest = {k: v for k, v in table.items() if k != 32}
+    assert fit["rel_error"][-1] == pytest.approx(float(AlphaCurve.of(rest)(32)) / 0.36 - 1, abs=1e-4)
+    assert fit["max"] == pytest.approx(max(abs(e) for e in fit["rel_error"]), abs=1e-4)
+    assert leave_one_k_out({1: 0.5, 4: 0.7}) == {}
+
+
+def test_persistence_shrinks_the_miss_with_depth():
+    m = AcceptanceModel.from_dict({"alpha": 0.6, "persistence": 0.9})
+    assert np.allclose(m.beta(3), [0.6, 1 - 0.4 * 0.9, 1 - 0.4 * 0.81])
+    assert np.allclose(AcceptanceModel.from_dict({"alpha": 0.6}).beta(3), 0.6)
+    assert AcceptanceModel.from_dict(m.to_dict()).persistence == 0.9
+    with pytest.raises(InputError, match="persistence must be a positive number"):
+        AcceptanceModel.from_dict({"alpha": 0.6, "persistence": 0})
 
 
 def test_round_trip():

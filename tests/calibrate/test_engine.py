@@ -43,6 +43,17 @@ def test_apply_prices_every_part():
     assert step_seconds(fixed, TRUTH.apply(no_draft), 0.0) == pytest.approx([1.2 * 0.06 + 0.004 + 0.0005 + 0.0001])
 
 
+def test_speculation_cost_is_paid_by_drafting_steps_only():
+    """A drafting step's own work (acceptance, rollback) is paid by a shape that drafts, not by plain
+    decoding's: the denominator of every speedup stays the plain step."""
+    calibration = StepCalibration(overhead_s=0.003, speculation_s=0.002)
+    drafted = StepShape("t", np.array([2.0]), (DraftPart("d"),), np.ones((1, 1)))
+    plain = StepShape("t", np.array([1.0]))
+    assert step_seconds(fixed, calibration.apply(drafted), 0.0) - step_seconds(fixed, drafted, 0.0) == \
+        pytest.approx([0.005])
+    assert step_seconds(fixed, calibration.apply(plain), 0.0) - step_seconds(fixed, plain, 0.0) == pytest.approx([0.003])
+
+
 def test_per_token_costs_follow_each_steps_own_tokens():
     """The per-token parts go with the tokens a step verifies: a realised step (the simulator)
     pays them on its own tokens, a verify distribution (the closed form) on its mean."""

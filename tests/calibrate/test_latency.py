@@ -100,3 +100,19 @@ def test_table_needs_full_grid_and_kinds_are_checked():
     with pytest.raises(InputError, match="unknown hardware"):
         latency_model_from_dict({"kind": "roofline", "params": {"hardware": "TPU", "dtype": "fp16",
                                                                  "arch": arch_dict("vicuna-7b")}}, "m")
+
+
+def test_launch_floor_makes_a_small_model_launch_bound_and_round_trips():
+    """seconds = max(device time, launch time) + overhead: a 2-layer drafter waits on the host, a 33B
+    target on its bandwidth; the floor is kept through the Profile form and left out when zero."""
+    small = RooflineLatency(arch_dict("llama-68m"), "A6000", "fp16", bw_eff=0.8, launch_s=3e-3, overhead_s=1e-4)
+    big = RooflineLatency(arch_dict("llama-33b"), "A6000", "fp16", bw_eff=0.8, launch_s=3e-3, overhead_s=1e-4)
+    assert float(small.predict(1, 0)) == pytest.approx(3e-3 + 1e-4)
+    assert set(small.bound([1, 4], 0)) == {"launch"} and set(big.bound([1], 0)) == {"memory"}
+    device = ForwardShape.of("llama-33b", "fp16").weight_bytes / (get_hardware("A6000").bandwidth * 0.8)
+    assert float(big.predict(1, 0)) == pytest.approx(device + 1e-4, rel=1e-3)
+    again = latency_model_from_dict(small.to_dict(), "d")
+    assert again.launch_s == 3e-3 and float(again.predict(1, 0)) == float(small.predict(1, 0))
+    assert "launch_s" not in RooflineLatency(arch_dict("llama-68m"), "A6000", "fp16").to_dict()["params"]
+    with pytest.raises(InputError, match="launch_s must be >= 0"):
+        RooflineLatency(arch_dict("llama-68m"), "A6000", "fp16", launch_s=-1.0)

@@ -148,12 +148,14 @@ def test_leave_one_table_out_never_sees_the_table_it_predicts():
 
 
 def test_glide_profiles_keep_table_4_latency():
+    """One H800 model prices every target from its architecture (no free per-target number): Table 4's
+    batch-1 rates within 7% (33B is the worst, -6%)."""
     from calibrate.papers import glide
 
     t4 = papers.table("glide", "4")
     for arch, label in glide.TARGETS.items():
         target = float(_load(f"glide-{arch}-h800").latency_model(arch).predict(1, paper_profiles.CTX_REF))
-        assert 1.0 / target == pytest.approx(t4["1"][f"{label} Only"], rel=0.06)
+        assert 1.0 / target == pytest.approx(t4["1"][f"{label} Only"], rel=0.07)
 
 
 def test_coral_profiles_reproduce_table_1_latencies_and_price_the_tree():
@@ -164,11 +166,14 @@ def test_coral_profiles_reproduce_table_1_latencies_and_price_the_tree():
     t1 = papers.table("coral", "1")
     for arch, (_, row) in coral.TARGETS.items():
         profile = _load(f"coral-{arch}-a6000")
-        assert float(profile.latency_model(arch).predict(1, 0)) * 1e3 == pytest.approx(t1[row]["L_t"], rel=0.02)
-        assert float(profile.latency_model(f"eagle-{arch}").predict(1, paper_profiles.CTX_REF)) * 1e3 == \
-            pytest.approx(t1[row]["L_d"], rel=1e-6)
-        router = float(profile.latency_model(f"coral-router-{arch}").predict(1, paper_profiles.CTX_REF))
-        assert router * 1e3 < t1[row]["L_d"]          # the router reads 2/16 of the LM head
+        if row is None:                                # Llama2-13B, Qwen2.5-14B: priced from their architectures
+            assert "coral-router-" + arch in profile.latency or "coral-router" not in profile.drafters
+            continue
+        assert float(profile.latency_model(arch).predict(1, 0)) * 1e3 == pytest.approx(t1[row]["L_t"], rel=0.05)
+        head = float(profile.latency_model(f"eagle-{arch}").predict(1, paper_profiles.CTX_REF))
+        assert head * 1e3 == pytest.approx(t1[row]["L_d"], rel=0.05)
+        if f"coral-router-{arch}" in profile.latency:
+            assert float(profile.latency_model(f"coral-router-{arch}").predict(1, paper_profiles.CTX_REF)) <= head
         spec = methods.get("coral")
         shape = spec.step_shape(Setup(profile, "coral", "coral/mt-bench/T0"), spec.frame_of(["coral g6"]))
         assert float(shape.verify_tokens[0]) == 61.0 and shape.draft_width.tolist() == [[1, 10, 10, 10, 10, 10]]
@@ -242,3 +247,82 @@ def test_bad_nested_entries_fail_on_access():
         profile.acceptance_model(key)
     with pytest.raises(InputError, match="missing parameter 'hardware'"):
         profile.latency_model(model)
+
+
+# ---- issue 28: physical bounds, held-out errors, warnings ------------------------------------------------
+
+@pytest.mark.parametrize("paper", ["glide", "mcsd", "lookahead", "kangaroo", "coral"])
+def test_bundled_fits_record_bounds_held_out_errors_and_warnings(paper):
+    """Every paper fit states each term's physical range, its leave-one-table-out and (where the paper
+    has several target sizes) leave-one-model-size-out errors, and a warning line naming every term on
+    a bound or held-out error over target; no term lies outside its range."""
+    from calibrate import paper_fit
+    from calibrate.papers import MODELS
+
+    model = MODELS[paper]
+    record = _load(model.build(model.priors)[0].name).provenance["latency_fit"]
+    for param in model.params:
+        low, high, why = record["bounds"][param.name]
+        assert low <= record["parameters"][param.name] <= high and why
+    for name in record["at_bound"]:
+        assert any(name in w and "bound" in w for w in record["warnings"])
+    sizes = {c.size for c in model.cells()}
+    labels = " ".join(record["heldout_by"])
+    assert "leave one table out" in labels and (len({s for s in sizes if s}) < 2 or "leave one model size out" in labels)
+    for label, summary in record["heldout_by"].items():
+        kind = label.rsplit(" ", 1)[1]
+        if kind not in paper_fit.TARGETS:
+            continue                                   # latencies: reported, no target
+        median, worst = paper_fit.TARGETS[kind]
+        over = summary[f"{kind}_error_median"] > median or summary[f"{kind}_error_max"] > worst
+        assert over == any(f"{label} error" in w for w in record["warnings"]), label
+
+
+def test_a_term_on_its_bound_is_a_warning_naming_it():
+    from calibrate import paper_fit
+
+    params = (paper_fit.Param("a_s", 1e-3, 0.0, 0.01, 1e-3, what="thing", why="because"),
+              paper_fit.Param("b", 0.5, 0.1, 1.0, 0.1, unit=""))
+    fit = paper_fit.Fit({"a_s": 0.01, "b": 0.5}, ("1",), 3, 0.1, ("a_s",))
+    lines = paper_fit.warnings("x", fit, params, {"leave one table out speedup": {"speedup_error_median": 0.05,
+                                                                                   "speedup_error_max": 0.06}})
+    assert any("a_s = 10 ms is on the upper bound" in w and "because" in w for w in lines)
+    assert any("speedup error median 5.0%" in w for w in lines) and not any("term b" in w for w in lines)
+    assert paper_fit.on_bound(params[0], 0.01) and not paper_fit.on_bound(params[0], 5e-3)
+
+
+def test_leave_one_model_size_out_never_sees_the_size_it_predicts():
+    from calibrate import paper_fit
+    from calibrate.papers import MODELS
+
+    model = MODELS["kangaroo"]
+    rows = paper_fit.leave_one_out(model, "size")
+    held = [c for c in model.cells() if c.size == "13B"]
+    without = paper_fit.fit(model, [c for c in model.cells() if c.size != "13B"]).values
+    expected = paper_fit.predict(held, paper_fit.by_name(model.build(without)))
+    assert [r["predicted"] for r in rows if r["held_out"] == "13B"] == pytest.approx(expected.tolist(), rel=1e-9)
+    assert paper_fit.leave_one_out(MODELS["lookahead"], "size") == []      # one target: nothing to hold out
+
+
+def test_drafters_are_priced_from_their_architecture_on_the_targets_terms():
+    """A draft model is no free number: on every paper Profile its latency model carries the same
+    hardware terms as the target's, and its launch floor follows its layers."""
+    from calibrate.papers.base import HARDWARE_FIT, launch_layers
+
+    for path in PAPER_BUILT:
+        profile = Profile.load(path)
+        terms = profile.latency[profile.target]["fit"][HARDWARE_FIT]
+        for name, spec in profile.latency.items():
+            assert spec["fit"][HARDWARE_FIT] == terms, (path.name, name)
+            launch = terms["launch_s"] + terms["launch_per_layer_s"] * launch_layers(profile.models[name])
+            assert spec["params"].get("launch_s", 0.0) == pytest.approx(launch)
+
+
+def test_mcsd_acceptance_is_a_curve_with_a_persistence():
+    """MCSD's Profiles read alpha@k beyond k = 4 on the curve of Table 7's two points (not flat), and
+    the persistence fitted to Tables 2-3's tau shrinks the miss with depth."""
+    profile = _load("mcsd-vicuna-13b-a6000")
+    model = profile.acceptance_model("llama-68m/alpaca/T0")
+    assert model.alpha_at(32) > model.alpha_at(16) > model.alpha_at(4) == 0.67
+    assert 0.5 < model.persistence < 1.0
+    assert model.persistence == profile.provenance["latency_fit"]["parameters"]["persistence"]

@@ -62,3 +62,12 @@ def test_k_configs_are_read_back_and_accessor_errors_are_clear():
     with pytest.raises(ValueError, match="no single value"):
         papers.value("glide", "1", "Vicuna-7B / GLIDE", "nope")
     assert papers.to_rows(papers.records("mistral"))[0]["paper"] == "mistral"
+
+
+def test_workloads_state_lengths_with_their_source():
+    cnn = papers.workload("CNN")
+    assert cnn["prompt_tokens"] == round(781 * 4 / 3) and "See et al." in cnn["source"]
+    assert set(papers.workloads(["alpaca", "wmt"])) == {"alpaca", "wmt"}
+    assert all(line.startswith("workload ") for line in papers.workload_sources(["xsum", "mt-bench"]))
+    with pytest.raises(ValueError, match="no workload lengths for dataset 'nope'"):
+        papers.workload("nope")

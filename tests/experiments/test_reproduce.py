@@ -12,20 +12,25 @@ from experiments.papers import reproduce
 
 
 def test_reproduce_writes_report_and_meets_glide_target(tmp_path, capsys):
+    from calibrate.papers import MODELS
+
     assert reproduce_cli.main(["--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
     assert "worst (paper inputs)" in printed and "leave one table out: speedup cells median" in printed
+    assert "leave one model size out: speedup cells median" in printed and "sweep's MCSD pick within 2%" in printed
     comparisons = pd.read_csv(tmp_path / "comparisons.csv")
-    profile_sections = {reproduce.profile_section("glide", "latency"), reproduce.profile_section("coral", "latency")}
-    profile_sections |= {reproduce.profile_section(p, "speedup") for p in ("mcsd", "lookahead", "kangaroo", "coral")}
+    profile_sections = {reproduce.profile_section(paper, c.kind) for paper, m in MODELS.items() for c in m.cells()}
     assert set(reproduce.SECTIONS) | profile_sections == set(comparisons["section"])
     main = comparisons[comparisons["variant"] == reproduce.MAIN]
     for paper in ("MCSD", "CORAL"):      # issue 12's targets: median |error| of the speedups <= 3%
         assert main.loc[main["section"] == f"{paper} speedups (bundled profiles)", "rel_error"].abs().median() <= 0.03
     loto = pd.read_csv(tmp_path / "leave_one_table_out.csv")
-    assert {("mcsd", "4"), ("coral", "2"), ("coral", "3")} <= set(zip(loto["paper"], loto["table"].astype(str)))
+    held_out = set(zip(loto["paper"], loto["scheme"], loto["held_out"].astype(str)))
+    assert {("mcsd", reproduce.LOTO, "4"), ("coral", reproduce.LOTO, "2"), ("mcsd", reproduce.LOMSO, "13B"),
+            ("coral", reproduce.LOMSO, "Q2.5-14B")} <= held_out
     held = comparisons[comparisons["variant"] == reproduce.LOTO]
     assert len(held) == len(main[main["section"].str.endswith("(bundled profiles)")])
+    assert comparisons["role"].notna().all()
     glide = comparisons[comparisons["section"] == "GLIDE Table 1 E(Spd)"]
     assert len(glide) == 44
     explained = glide["assumption"].fillna("").str.contains("outside the printed rounding")
@@ -33,8 +38,17 @@ def test_reproduce_writes_report_and_meets_glide_target(tmp_path, capsys):
     assert explained.sum() <= 1
     for section, grp in comparisons.groupby("section"):
         assert (grp["variant"] == reproduce.MAIN).any(), section
+    choices = pd.read_csv(tmp_path / "sweep_vs_paper.csv")
+    assert len(choices) == 17 and (choices["predicted_pick"] >= choices["predicted_paper_best"].fillna(0) - 1e-9).all()
+    targets = pd.read_csv(tmp_path / "targets.csv")
+    assert {"speedup", "tau"} <= set(targets["kind"]) and set(targets["met"]) <= {"yes", "no"}
+    families = pd.read_csv(tmp_path / "acceptance_families.csv")
+    assert len(families) == 4 * len(reproduce.heldout.FAMILIES)
     report = (tmp_path / "report.md").read_text()
-    assert "## Findings" in report and "sensitivity" in report and "## Leave one table out" in report
+    for heading in ("## Findings", "## Held out", "## Issue 28's targets", "## Warnings of the fits",
+                    "## The sweep against MCSD's best configurations", "## Acceptance curve family"):
+        assert heading in report, heading
+    assert "sensitivity" in report and "validation (its model size held out)" in report
     assert (tmp_path / "summary.csv").exists()
 
 
