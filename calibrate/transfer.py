@@ -199,14 +199,15 @@ def main(argv: list[str] | None = None) -> int:
                              "of the source profile")
     parser.add_argument("--drafter", default=None,
                         help="new draft model for the source's draft-model drafters (same forms as --target); "
-                             "None keeps theirs")
+                             "default: keep theirs")
     parser.add_argument("--acceptance", type=Path, default=None,
-                        help="JSON object of acceptance entries (Profile form) for the new pair; None carries the "
-                             "source's, marked ASSUMED")
+                        help="JSON object of acceptance entries (Profile form) for the new pair (default: "
+                             "the source's, marked ASSUMED)")
     parser.add_argument("--workload", action="append", default=[],
                         help="a dataset's context: NAME=PROMPT_TOKENS,NEW_TOKENS or a dataset of "
-                             "costmodel.papers.workloads (cnn, xsum, mt-bench, ...); repeatable")
-    parser.add_argument("--name", default=None, help="name of the new Profile (None: derived from target and source)")
+                             "costmodel.papers.workloads (cnn, xsum, mt-bench, ...); repeatable (default: the "
+                             "source's contexts)")
+    parser.add_argument("--name", default=None, help="name of the new Profile (default: derived from target and source)")
     parser.add_argument("--out", required=True, type=Path, help="where to write the new Profile (JSON)")
     args = parser.parse_args(argv)
     source = Profile.load(args.profile)

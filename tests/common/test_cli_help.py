@@ -21,7 +21,7 @@ CLIS = [
     ("experiments.smollm2_cpu", []), ("experiments.transformers_peer", []), ("experiments.bench.costmodel", []), ("experiments.bench.simulator", []),
     ("experiments.bench.sweep", []), ("experiments.simulate", []), ("experiments.simulate", ["stream"]),
     ("experiments.simulate", ["serve"]), ("experiments.simulate", ["crossover"]),
-    ("calibrate.fit", []), ("calibrate.ingest.__main__", []), ("calibrate.paper_profiles", []),
+    ("calibrate.fit", []), ("calibrate.ingest.__main__", []), ("calibrate.paper_profiles", []), ("calibrate.transfer", []),
     ("traces.record", []), ("traces.check_replay", []), ("traces.timing", []),
     ("runtime.engine.__main__", []), ("training.__main__", []), ("experiments.examples", []),
 ]

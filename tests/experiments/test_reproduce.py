@@ -62,7 +62,7 @@ def test_report_tables_keep_their_columns_when_a_cell_holds_a_bar():
     comparisons = pd.DataFrame({"section": ["S"] * 2, "paper": ["p"] * 2, "table": ["1"] * 2,
                                 "row": ["a | b", "c"], "column": ["x", "y"], "variant": [reproduce.MAIN] * 2,
                                 "published": [1.0, 2.0], "predicted": [1.1, 2.0], "rel_error": [0.1, 0.0],
-                                "assumption": ["", ""]})
+                                "assumption": ["", ""], "role": ["prediction", "prediction"]})
     text = reproduce.markdown_report(comparisons, reproduce.summarise(comparisons), pd.DataFrame(), 0.1)
     assert "a \\| b" in text
     tables, current = [], []
