@@ -29,7 +29,7 @@ from common.bundled import bundled
 from calibrate.profile import Profile
 from common.errors import InputError
 from experiments.sweep import deployments, scoring
-from experiments.sweep.estimate import space_options
+from experiments.sweep.estimate import CHUNK_ROWS, space_options
 from experiments.sweep.executor import progress_bar
 from experiments.papers.choices import compare
 from methods.spec import MethodSpec, Setup
@@ -37,7 +37,6 @@ from methods.spec import MethodSpec, Setup
 DEFAULT_CTX = 512        # context of a Profile without a recorded workload
 
 BUNDLED_PROFILES = bundled("profiles")
-CHUNK_ROWS = 25_000          # configurations per executor task
 
 
 @dataclass
@@ -129,13 +128,13 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor) -> SweepRes
     timings["score"] = time.perf_counter() - t0
 
     t1 = time.perf_counter()
-    best = _top(tables, opts.rescore)
+    best = _top(tables, max(opts.rescore, 1))       # --rescore 0: the closed forms' best, not simulated
     by_name = {p.name: p.to_dict() for p in profiles}
     by_profile = {p.name: p for p in profiles}
     sim_tasks = [
         scoring.SimTask(by_name[best["profile"].iat[i]], best["method"].iat[i], scoring.sim_config(best.iloc[[i]]),
                         setting(by_profile[best["profile"].iat[i]]), opts.seed + i, opts.sim_tokens, opts.sim_repeats)
-        for i in range(len(best))
+        for i in range(len(best) if opts.rescore else 0)
     ]
     sims = executor.map(scoring.simulate_task, sim_tasks, desc="simulating the best") if sim_tasks else []
     if sims:
