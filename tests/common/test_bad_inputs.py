@@ -80,6 +80,7 @@ ROWS = [
     (ENGINE, ["--target", "tiny", "--drafter", "layers:x"], "layers:x"),
     (ENGINE, ["--target", "tiny", "--top-p", "0"], "--top-p"),
     (ENGINE, ["--target", "tiny", "--temperature", "nan"], "--temperature"),
+    (ENGINE, ["--target", "nope"], "model 'nope'"),      # at once: no hub retries (one line, online or not)
     (ENGINE, ["--target", "tiny", "--methods", "nope"], "nope"),
     (ENGINE, ["--target", "tiny", "--max-new-tokens", "0"], "--max-new-tokens"),
     (ENGINE, ["--target", "tiny", "--threads", "0"], "--threads"),
