@@ -25,6 +25,7 @@ from calibrate.papers import MODELS
 from calibrate.papers.base import CTX_REF, git_commit  # noqa: F401  (re-exported: calibrate.fit, ingest)
 from calibrate.profile import Profile
 from common.cli import CliParser, cli_entry
+from common.rundir import claim_file
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "data" / "profiles"
 
@@ -50,23 +51,24 @@ def fitted_profiles(paper: str) -> list[Profile]:
     return profiles
 
 
-def build_all(out_dir: Path = DEFAULT_OUT, only: list[str] | None = None) -> list[Path]:
-    written = []
-    for paper in MODELS:
-        if only and paper not in only:
-            continue
-        for profile in fitted_profiles(paper):
-            written.append(profile.save(Path(out_dir) / f"{profile.name}.json"))
-    return written
+def build_all(out_dir: Path = DEFAULT_OUT, only: list[str] | None = None, overwrite: bool = True) -> list[Path]:
+    """Build the papers' Profiles and write them to `out_dir`; without `overwrite`, a Profile file
+    already there is refused (InputError naming it) before any is written."""
+    profiles = [profile for paper in MODELS if not only or paper in only for profile in fitted_profiles(paper)]
+    paths = [claim_file(Path(out_dir) / f"{profile.name}.json", overwrite) for profile in profiles]
+    return [profile.save(path) for profile, path in zip(profiles, paths)]
 
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    parser = CliParser(description="Build the bundled default Profiles from the papers' numbers.")
+    parser = CliParser(prog="python -m calibrate.paper_profiles",
+                       description="Build the bundled default Profiles from the papers' numbers.")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="directory for the Profile JSON files")
     parser.add_argument("--only", nargs="*", choices=list(MODELS), help="build only these papers' profiles (default: all)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace Profile files already in --out (rebuilding the bundled ones needs it)")
     args = parser.parse_args(argv)
-    for path in build_all(args.out, args.only):
+    for path in build_all(args.out, args.only, args.overwrite):
         print(path)
     return 0
 

@@ -227,6 +227,14 @@ RERUN_ROWS = [
     ("experiments.fidelity", ["--profile", SMOLLM2, "--target", "smollm2", "--prompts", "mtbench:7-9", "--out", "{out}"],
      "files"),
     ("traces.timing", ["--model", "tiny", *TINY_GRID, "--out", "{out}/t.parquet"], "file"),
+    # every other writer (issue 30): refused before any model loads or any fit runs
+    ("calibrate.fit", ["--out", "{out}/p.json"], "file:p.json"),
+    ("calibrate.paper_profiles", ["--only", "lookahead", "--out", "{out}"], "file:lookahead-llama-2-7b-a100.json"),
+    (ENGINE, ["--target", "tiny", "--out", "{out}/r.csv"], "file:r.csv"),
+    ("traces.record", [*RECORD, "--method", "ar", "--out", "{out}/r.parquet"], "file:r.parquet"),
+    ("training.__main__", ["vanilla", "--target", "tiny", "--out", "{out}"], "file:vanilla.safetensors"),
+    ("experiments.bench.sweep", ["--out", "{out}/b.json"], "file:b.json"),
+    ("experiments.bench.simulator", ["--out", "{out}/b.json"], "file:b.json"),
 ]
 
 
@@ -241,11 +249,12 @@ def _occupy(out, kind: str) -> None:
         (out / "report.md").write_text("a report of a run before manifests\n")
     else:
         out.mkdir(parents=True)
-        (out / "t.parquet").write_bytes(b"a previous run's output")
+        (out / (kind.partition(":")[2] or "t.parquet")).write_bytes(b"a previous run's output")
 
 
 @pytest.mark.parametrize("module, argv, kind", RERUN_ROWS,
-                         ids=[f"{m.split('.')[-1]}:{' '.join(a[:2])}:{k}" for m, a, k in RERUN_ROWS])
+                         ids=[f"{m.split('.')[-2 if m.endswith('__main__') else -1]}:{' '.join(a[:2])}:{k}"
+                              for m, a, k in RERUN_ROWS])
 def test_rerun_into_another_runs_out_is_refused_in_one_line(module, argv, kind, tmp_path, capsys):
     out = tmp_path / "out"
     _occupy(out, kind)
@@ -256,3 +265,15 @@ def test_rerun_into_another_runs_out_is_refused_in_one_line(module, argv, kind, 
     assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), lines
     assert str(out) in lines[0] and "--overwrite" in lines[0], lines[0]
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before   # nothing touched
+
+
+def test_overwrite_replaces_another_recording_run(tmp_path, capsys):
+    out = tmp_path / "r.parquet"
+    argv = [*RECORD, "--limit", "1", "--max-new-tokens", "4", "--quiet", "--out", str(out)]
+    main = cli_main("traces.record")
+    assert main([*argv, "--method", "ar"]) == 0
+    assert main([*argv, "--method", "sd", "--drafter", "layers:1"]) == 2 and "--overwrite" in capsys.readouterr().err
+    assert main([*argv, "--method", "sd", "--drafter", "layers:1", "--overwrite"]) == 0
+    from traces import schema
+
+    assert schema.read_trace(out)[0]["method"].unique().tolist() == ["sd"]
