@@ -234,3 +234,18 @@ def test_both_modes_estimate_their_run_time_and_refuse_past_max_seconds():
     for bad in (0, -1.0, "soon"):
         with pytest.raises(InputError, match="max_seconds is"):
             exact.exact_law(slow_two_draws, None, max_seconds=bad)
+
+
+def test_a_top8_draft_over_a_large_vocabulary_is_refused_by_its_time_not_its_paths():
+    """A few thousand paths pass max_paths, but each runs the rule over the whole vocabulary in
+    Fractions: the estimate (paths x seconds per path) refuses it in about a second."""
+    from verification.cases import normalise_weights, random_weights
+
+    rng = np.random.default_rng(0)
+    case = PositionCase(normalise_weights(random_weights(rng, 2000, 3), "p"),
+                        normalise_weights(random_weights(rng, 2000, 3), "q"), 8)
+    start = time.perf_counter()
+    with pytest.raises(InputError, match=r"exact mode: about [\d.e+]+ paths at [\d.]+ ms each .* past max_seconds = 60"):
+        exact.exact_check(RULES["one_hot"].sampler, case, case.target(), probes=4, max_seconds=60)
+    assert time.perf_counter() - start < 30
+    assert exact.estimate_paths(RULES["one_hot"].sampler, case, probes=4)[0] < exact.DEFAULT_MAX_PATHS
