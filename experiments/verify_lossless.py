@@ -27,7 +27,7 @@ import pandas as pd
 import torch
 
 from common import atomic
-from common.errors import InputError
+from common.errors import InputError, duration
 from common.cli import CliParser, cli_entry
 from common.rundir import add_overwrite_option, start_run
 from verification.cases import RULES, SequenceCase, random_position_case
@@ -149,7 +149,7 @@ def run_statistical(vocab: int, alpha: float, beta: float, delta: float, seed: i
         kind, name, check, case, true_tv, accept = (plan[k] for k in ("kind", "name", "check", "case", "true_tv",
                                                                        "accept"))
         if progress:
-            print(f"statistical {i + 1}/{len(planned)}: {kind} {name}, {plan['n']:,} draws, ~{_minutes(plan['seconds'])}",
+            print(f"statistical {i + 1}/{len(planned)}: {kind} {name}, {plan['n']:,} draws, ~{duration(plan['seconds'])}",
                   file=sys.stderr, flush=True)
         cpu = time.process_time()
         result = statistical_check(check.sampler, case, case.target(), alpha=alpha, beta=beta, delta=delta,
@@ -168,10 +168,6 @@ def run_statistical(vocab: int, alpha: float, beta: float, delta: float, seed: i
                               + (f"; accept {result.accept_rate:.4f} vs {accept:.4f}" if accept is not None else "")
                               + (f"; {result.reason}" if result.reason else ""))})
     return rows
-
-
-def _minutes(seconds: float) -> str:
-    return f"{seconds / 60:,.1f} min" if seconds >= 120 else f"{seconds:.0f} s"
 
 
 def _report(rows: list[dict], args) -> str:
@@ -265,12 +261,12 @@ def main(argv: list[str] | None = None) -> int:
         if total > 60 * args.max_minutes:
             draws = max(p["n"] for p in planned)
             raise InputError(f"--vocab {args.vocab} --delta {args.delta:g}: the statistical checks would draw up to "
-                             f"{draws:,} samples each, ~{_minutes(total)} in all (measured on a probe of each), past "
+                             f"{draws:,} samples each, ~{duration(total)} in all (measured on a probe of each), past "
                              f"--max-minutes {args.max_minutes:g}; raise --delta, --alpha or --beta, lower --vocab, or "
                              "raise --max-minutes")
         if progress:
             print(f"estimate: {len(planned)} statistical checks, up to {max(p['n'] for p in planned):,} draws each, "
-                  f"~{_minutes(total)}", file=sys.stderr, flush=True)
+                  f"~{duration(total)}", file=sys.stderr, flush=True)
     start_run(args.out, "experiments.verify_lossless", argv, args.overwrite)
     rows, wall, cpu = [], time.perf_counter(), _cpu_seconds()
     if args.mode in ("exact", "both"):

@@ -47,7 +47,7 @@ from typing import Any, Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
-from common.errors import InputError
+from common.errors import InputError, duration
 from verification.inputs import (ExactConversionWarning, GlobalRandomness, check_outcome_kinds, check_sampler,
                                  exact_case, exact_target)
 from verification.memo import BYPASS, Memo
@@ -284,17 +284,10 @@ def _probe(sampler: Sampler, case: Any, probes: int, seed: int, max_seconds: flo
         runs += 2
         elapsed = time.perf_counter() - start
         if max_seconds is not None and elapsed > max_seconds:
-            raise InputError(f"exact mode: {len(widths)} of {probes} probe paths alone took {_duration(elapsed)}, past "
+            raise InputError(f"exact mode: {len(widths)} of {probes} probe paths alone took {duration(elapsed)}, past "
                              f"max_seconds = {max_seconds:g}; use a smaller case or statistical mode")
     per_path = (time.perf_counter() - start) / runs if runs else 0.0
     return _Probes(sum(widths) / len(widths) if widths else 0.0, memo_calls > 0, per_path)
-
-
-def _duration(seconds: float) -> str:
-    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= 2 * size:
-            return f"{seconds / size:,.1f} {unit}"
-    return f"{seconds:.3g} s"
 
 
 @dataclass
@@ -321,7 +314,7 @@ def _enumerate(sampler: Sampler, case: Any, max_paths: int, memo: bool, probes: 
                          "(--memo) with rng.memo keys, or statistical mode")
     if max_seconds is not None and seconds > max_seconds and not cut:
         raise InputError(f"exact mode: about {estimate:.3g} paths at {found.seconds_per_path * 1e3:.3g} ms each "
-                         f"(measured on {probes} random paths) would take ~{_duration(seconds)}, past max_seconds = "
+                         f"(measured on {probes} random paths) would take ~{duration(seconds)}, past max_seconds = "
                          f"{max_seconds:g}; use a smaller case, memo=True (--memo) with rng.memo keys, statistical "
                          "mode, or raise max_seconds")
     law: dict = {}
@@ -360,7 +353,7 @@ def _enumerate(sampler: Sampler, case: Any, max_paths: int, memo: bool, probes: 
                              "use a smaller case, raise max_paths (--max-paths) or use statistical mode")
         if max_seconds is not None and time.perf_counter() - start > max_seconds:
             raise InputError(f"exact mode: {paths} paths took more than max_seconds = {max_seconds:g} (estimated "
-                             f"{estimate:.3g} paths, ~{_duration(seconds)}); use a smaller case, statistical mode, "
+                             f"{estimate:.3g} paths, ~{duration(seconds)}); use a smaller case, statistical mode, "
                              "or raise max_seconds")
     if memo_state is not None:
         memo_state.close_all()

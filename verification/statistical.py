@@ -44,7 +44,7 @@ import numpy as np
 from scipy import optimize, stats
 
 from verification import rules
-from common.errors import InputError
+from common.errors import InputError, duration
 from verification.inputs import GlobalRandomness, check_count, check_sampler
 from verification.memo import BYPASS
 
@@ -245,13 +245,6 @@ def _same_draws(first: tuple, again: tuple, m: int) -> None:
             raise InputError(f"statistical mode: {BYPASS} (draw {i} with the same seed: {a[i]!r}, then {b[i]!r})")
 
 
-def _duration(seconds: float) -> str:
-    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= 2 * size:
-            return f"{seconds / size:,.1f} {unit}"
-    return f"{seconds:.3g} s"
-
-
 def sample_size(target: Mapping | np.ndarray | None = None, *, alpha: float = 1e-6, beta: float = 1e-6,
                 delta: float = 0.01, n: int | None = None, tests: int = 1) -> int:
     """The draws `statistical_check` makes per sampler with these arguments (`target` None: a
@@ -296,7 +289,7 @@ def statistical_check(sampler: Callable, case: Any, target: Mapping | np.ndarray
     if max_seconds is not None and seconds > max_seconds:
         raise InputError(f"statistical mode: n = {n:,} draws{' of each sampler' if reference else ''} at "
                          f"{sum(p.seconds_per_draw for p in probes) * 1e6:.3g} us each (measured on "
-                         f"{min(n, PROBE_DRAWS):,}) would take ~{_duration(seconds)}, past max_seconds = "
+                         f"{min(n, PROBE_DRAWS):,}) would take ~{duration(seconds)}, past max_seconds = "
                          f"{max_seconds:g}; raise delta (the TV to catch), alpha or beta, pass a smaller n, or raise "
                          "max_seconds")
     guard = GlobalRandomness("statistical")

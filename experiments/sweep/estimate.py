@@ -34,7 +34,7 @@ import pandas as pd
 
 import methods
 from calibrate.profile import Profile
-from common.errors import InputError
+from common.errors import InputError, duration
 from experiments.sweep import deployments, scoring
 
 SAMPLE_ROWS = 2_000      # rows of the sample that are scored
@@ -95,21 +95,14 @@ class Estimate:
     def describe(self) -> str:
         """Per (profile, method) lines and the total, for stderr."""
         lines = [f"  {r.profile} / {r.method}: {r.configurations:,} configurations on {r.setups} setup(s), "
-                 f"~{_gb(r.bytes + r.work_bytes)}, ~{_duration(r.seconds)} of work" for r in self.table.itertuples()]
+                 f"~{_gb(r.bytes + r.work_bytes)}, ~{duration(r.seconds)} of work" for r in self.table.itertuples()]
         return "\n".join(["estimate before building:", *lines,
                           f"  total: {self.configurations:,} configurations, ~{_gb(self.bytes)} at the peak, "
-                          f"~{_duration(self.seconds)} on {self.workers} worker(s)"])
+                          f"~{duration(self.seconds)} on {self.workers} worker(s)"])
 
 
 def _gb(n: float) -> str:
     return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.0f} MB"
-
-
-def _duration(seconds: float) -> str:
-    for unit, size in (("years", 365 * 86400), ("days", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= 2 * size:
-            return f"{seconds / size:,.1f} {unit}"
-    return f"{seconds:.0f} s"
 
 
 def available_memory() -> int:
@@ -303,8 +296,8 @@ def check_fits(est: Estimate, opts, available: int | None = None, max_hours: flo
                    "serving the best": {"sim_tokens": opts.sim_tokens}}
         phases = est.phases()
         part = max(phases, key=phases.get)
-        raise InputError(f"{_given(options[part])}: the sweep would run ~{_duration(est.seconds)} on {est.workers} "
-                         f"worker(s) ({part}: ~{_duration(phases[part])}), beyond --max-hours {max_hours:g}; "
+        raise InputError(f"{_given(options[part])}: the sweep would run ~{duration(est.seconds)} on {est.workers} "
+                         f"worker(s) ({part}: ~{duration(phases[part])}), beyond --max-hours {max_hours:g}; "
                          f"lower {_names(options[part])}, pass fewer --methods / --profile, or raise --max-hours")
 
 
