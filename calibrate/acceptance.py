@@ -65,7 +65,17 @@ def _k_table(raw: Any, what: str) -> dict[int, float]:
         if k < 1 or str(k) != str(key).strip():
             raise InputError(f"{what} has key {key!r}; keys must be positive integers")
         table[k] = _probability(value, f"{what}[{k}]")
-    return dict(sorted(table.items()))
+    table = dict(sorted(table.items()))
+    _nondecreasing(list(table), list(table.values()), what)
+    return table
+
+
+def _nondecreasing(ks: list[int], values, what: str) -> None:
+    """A hit probability over k candidates cannot fall as k grows (k + 1 candidates hold the first k)."""
+    for (k0, v0), (k1, v1) in zip(zip(ks, values), zip(ks[1:], values[1:])):
+        if v1 < v0 - 1e-9:
+            raise InputError(f"{what} falls from {float(v0)!r} at {k0} to {float(v1)!r} at {k1}; more "
+                             "candidates cannot be accepted less often")
 
 
 LOGIT_EPS = 1e-6
@@ -297,8 +307,8 @@ class AcceptanceModel:
         model = cls(name=name, alpha_value=alpha, alpha_by_position=by_pos, alpha_at_k=at_k,
                     alpha_at_k_without_replacement=at_k_wo, conf_bins=conf, markov=markov, own=own,
                     persistence=None if persistence is None else float(persistence),
-                    drafter=str(raw.get("drafter", "")), temperature=_temperature(raw.get("temperature", 0.0), where),
-                    dataset=str(raw.get("dataset", "")), source=str(raw.get("source", "")),
+                    drafter=_text(raw, "drafter", where), temperature=_temperature(raw.get("temperature", 0.0), where),
+                    dataset=_text(raw, "dataset", where), source=_text(raw, "source", where),
                     extra={k: v for k, v in raw.items() if k not in _KNOWN_FIELDS and k not in own})
         model.alpha  # every model must yield a per-token alpha somehow
         return model
@@ -337,6 +347,14 @@ def _own_part_methods() -> list:
     return [spec for spec in methods.specs() if spec.needs == spec.name]
 
 
+def _text(raw: dict, key: str, where: str) -> str:
+    """A name field: a string, or absent / null (not recorded)."""
+    value = raw.get(key)
+    if value is not None and not isinstance(value, str):
+        raise InputError(f"{where}: {key} must be a string, got {value!r}")
+    return value or ""
+
+
 def _temperature(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise InputError(f"{where}: temperature must be a number >= 0, got {value!r}")
@@ -356,4 +374,6 @@ def _conf_bins(raw: Any, where: str) -> ConfidenceBins:
         if not str(key).isdigit() or int(key) < 1:
             raise InputError(f"{where}: conf_bins.topk_hit has key {key!r}; keys must be positive integers")
         hits[int(key)] = _probabilities(raw["topk_hit"][key], f"{where}: conf_bins.topk_hit[{key}]", N_BINS)
+    for b in range(N_BINS):
+        _nondecreasing(list(hits), [row[b] for row in hits.values()], f"{where}: conf_bins.topk_hit of bin {b}")
     return ConfidenceBins(freq, hits)

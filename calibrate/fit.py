@@ -26,6 +26,7 @@ from costmodel.hardware import get_hardware, hardware_names
 from costmodel.params import Arch, get_arch
 from common.errors import InputError
 from common.cli import CliParser, cli_entry
+from common.rundir import claim_file
 from traces.schema import read_trace
 
 
@@ -194,9 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gamma", type=int, default=8, help="draft length of the per-position replay (>= 1)")
     parser.add_argument("--base", type=Path,
                         help="a Profile to start from; fitted entries replace its own (default: none, an empty profile)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an existing --out file (--base included) instead of refusing")
     args = parser.parse_args(argv)
     if args.gamma < 1:
         raise InputError(f"--gamma must be >= 1, got {args.gamma}")
+    claim_file(args.out, args.overwrite)
     if args.hardware is not None:   # before any trace is read: a name the cost model knows, canonical
         try:
             args.hardware = get_hardware(args.hardware).name

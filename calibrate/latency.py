@@ -37,6 +37,10 @@ def _require(params: dict[str, Any], keys: tuple[str, ...], name: str, kind: str
             raise InputError(f"latency model '{name}' ({kind}) is missing parameter '{key}'")
 
 
+def _is_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
 def mape(predicted: np.ndarray, observed: np.ndarray) -> float:
     """Mean absolute percentage error, in per cent."""
     observed = np.asarray(observed, float)
@@ -68,13 +72,16 @@ class RooflineLatency:
             self._hw.peak(self.dtype)
         except ValueError as exc:
             raise InputError(f"latency model '{self.name}': {exc}") from None
-        for key in ("bw_eff", "flops_eff"):
+        for key in ("bw_eff", "flops_eff"):    # a share of the datasheet's bandwidth or peak: (0, 1]
             value = getattr(self, key)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise InputError(f"latency model '{self.name}': {key} must be a positive number, got {value!r}")
+            if not (_is_number(value) and 0 < value <= 1):
+                raise InputError(f"latency model '{self.name}': {key} must be an efficiency in (0, 1] (a share of "
+                                 f"the {self.hardware} datasheet's {'bandwidth' if key == 'bw_eff' else 'peak'}), "
+                                 f"got {value!r}")
         for key in ("overhead_s", "launch_s"):
-            if not (math.isfinite(getattr(self, key)) and getattr(self, key) >= 0):
-                raise InputError(f"latency model '{self.name}': {key} must be >= 0, got {getattr(self, key)!r}")
+            if not (_is_number(getattr(self, key)) and getattr(self, key) >= 0):
+                raise InputError(f"latency model '{self.name}': {key} must be a number of seconds >= 0, "
+                                 f"got {getattr(self, key)!r}")
 
     def predict(self, n_tokens, ctx_len, batch=1) -> np.ndarray:
         try:
@@ -102,9 +109,8 @@ class RooflineLatency:
     def from_params(cls, params: dict[str, Any], fit: dict[str, Any], name: str) -> "RooflineLatency":
         _require(params, ("hardware", "dtype", "arch"), name, cls.kind)
         return cls(arch=params["arch"], hardware=params["hardware"], dtype=params["dtype"],
-                   bw_eff=float(params.get("bw_eff", 1.0)), flops_eff=float(params.get("flops_eff", 1.0)),
-                   overhead_s=float(params.get("overhead_s", 0.0)), fit=fit, name=name,
-                   launch_s=float(params.get("launch_s", 0.0)))
+                   bw_eff=params.get("bw_eff", 1.0), flops_eff=params.get("flops_eff", 1.0),
+                   overhead_s=params.get("overhead_s", 0.0), fit=fit, name=name, launch_s=params.get("launch_s", 0.0))
 
     @classmethod
     def fit_frame(cls, frame: pd.DataFrame, arch: "Arch | dict | str", hardware: str, dtype: str,
@@ -116,8 +122,14 @@ class RooflineLatency:
         moved, flops = forward_bytes_flops(shape, frame["n_tokens"], frame["ctx_len"], frame["batch"])
         inv_bw, inv_fl, overhead = _fit_roofline(moved / hw.bandwidth, flops / hw.peak(dtype),
                                                  frame["seconds"].to_numpy(float))
-        return cls(arch=a.to_dict(), hardware=hw.name, dtype=dtype, bw_eff=1.0 / inv_bw, flops_eff=1.0 / inv_fl,
-                   overhead_s=overhead, name=name)
+        effs = {"bw_eff": 1.0 / inv_bw, "flops_eff": 1.0 / inv_fl}
+        for key, value in effs.items():     # faster than the datasheet allows: the figures, not the fit, are wrong
+            if value > 1.0 + 1e-9:
+                raise InputError(f"latency model '{name}': the traces run faster than {hw.name}'s datasheet allows "
+                                 f"(fitted {key} {value:.3g} > 1); give the hardware it ran on, or fit the table "
+                                 "kind (--latency-kind table)")
+        return cls(arch=a.to_dict(), hardware=hw.name, dtype=dtype, overhead_s=overhead, name=name,
+                   **{k: min(v, 1.0) for k, v in effs.items()})
 
 
 def _fit_roofline(mem_s: np.ndarray, comp_s: np.ndarray, seconds: np.ndarray) -> tuple[float, float, float]:
@@ -180,8 +192,11 @@ class TableLatency:
     kind = "table"
 
     def __post_init__(self) -> None:
-        axes = [np.asarray(getattr(self, a), float) for a in AXES]
-        grid = np.asarray(self.seconds, float)
+        try:
+            axes = [np.asarray(getattr(self, a), float) for a in AXES]
+            grid = np.asarray(self.seconds, float)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"latency model '{self.name}': table axes and seconds must be numbers ({exc})") from None
         for axis_name, axis in zip(AXES, axes):
             if axis.ndim != 1 or axis.size < 1 or np.any(np.diff(axis) <= 0):
                 raise InputError(f"latency model '{self.name}': table axis '{axis_name}' must be strictly increasing")

@@ -30,6 +30,7 @@ from calibrate.papers import MODELS
 from calibrate.papers.base import CTX_REF, git_commit  # noqa: F401  (re-exported: calibrate.fit, ingest)
 from calibrate.profile import Profile
 from common.cli import CliParser, cli_entry
+from common.rundir import claim_file
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "data" / "profiles"     # the bundled Profiles
 CLI_OUT = "out/profiles"
@@ -73,19 +74,22 @@ def fitted_profiles(paper: str) -> list[Profile]:
     return profiles
 
 
-def build_all(out_dir: Path = DEFAULT_OUT, only: list[str] | None = None, progress: bool = False) -> list[Path]:
-    """Fit every paper's latency parameters (tens of seconds each) and write its Profiles to `out_dir`."""
+def build_all(out_dir: Path = DEFAULT_OUT, only: list[str] | None = None, progress: bool = False,
+              overwrite: bool = True) -> list[Path]:
+    """Fit every paper's latency parameters (tens of seconds each) and write its Profiles to `out_dir`;
+    without `overwrite`, a Profile file already there is refused (InputError naming it) before any
+    is written."""
     from common.progress import progress_bar
 
-    written = []
+    profiles = []
     papers = [paper for paper in MODELS if not only or paper in only]
     with progress_bar(len(papers), "fitting the papers' profiles", progress, unit="paper") as bar:
         for paper in papers:
             bar.set_postfix_str(paper)
-            for profile in fitted_profiles(paper):
-                written.append(profile.save(Path(out_dir) / f"{profile.name}.json"))
+            profiles += fitted_profiles(paper)
             bar.update()
-    return written
+    paths = [claim_file(Path(out_dir) / f"{profile.name}.json", overwrite) for profile in profiles]
+    return [profile.save(path) for profile, path in zip(profiles, paths)]
 
 
 @cli_entry
@@ -99,9 +103,11 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"directory for the Profile JSON files (default {CLI_OUT}; --out data/profiles "
                              "refreshes the bundled ones)")
     parser.add_argument("--only", nargs="*", choices=list(MODELS), help="build only these papers' profiles (default: all)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace Profile files already in --out (refreshing the bundled ones needs it)")
     add_progress_option(parser)
     args = parser.parse_args(argv)
-    for path in build_all(args.out, args.only, progress_enabled(args.progress)):
+    for path in build_all(args.out, args.only, progress_enabled(args.progress), args.overwrite):
         print(path)
     return 0
 

@@ -272,7 +272,9 @@ class Profile:
 
 
 def validate_profile_dict(raw: Any, source: str = "profile") -> None:
-    """Raise InputError naming the first missing or malformed field of a profile dict."""
+    """Raise InputError naming `source` and the first missing or malformed field of a profile dict:
+    every field is checked here, where the Profile is read, in its physical range (the latency and
+    acceptance models are built once to check them), so a bad value never reaches an answer."""
     if not isinstance(raw, dict):
         raise InputError(f"{source}: a profile must be a JSON object")
     for key in REQUIRED_FIELDS:
@@ -282,40 +284,77 @@ def validate_profile_dict(raw: Any, source: str = "profile") -> None:
         raise InputError(
             f"{source}: profile schema version {raw['schema_version']!r} is not the supported {PROFILE_SCHEMA_VERSION}"
         )
-    for key in ("models", "latency", "acceptance"):
-        if not isinstance(raw[key], dict):
-            raise InputError(f"{source}: profile field '{key}' must be an object")
+    for key in ("models", "latency", "acceptance", "drafters", "provenance", "engine", "workload"):
+        if key in raw and not isinstance(raw[key], dict):
+            raise InputError(f"{source}: profile field '{key}' must be an object (name -> entry), "
+                             f"got {type(raw[key]).__name__}")
     if raw["target"] not in raw["models"]:
         raise InputError(f"{source}: target '{raw['target']}' is not among the profile's models")
-    for name, spec in raw["latency"].items():
-        if not isinstance(spec, dict) or "kind" not in spec or "params" not in spec:
-            raise InputError(f"{source}: latency model '{name}' needs 'kind' and 'params'")
+    _validate_models(raw, source)
     for name, spec in raw.get("drafters", {}).items():
         kind = spec.get("kind") if isinstance(spec, dict) else None
         if kind not in drafter_kinds():
             raise InputError(f"{source}: drafter '{name}' has kind {kind!r}; expected one of {', '.join(drafter_kinds())}")
     _validate_engine(raw.get("engine", {}), source)
-    for name, spec in raw["acceptance"].items():
-        if not isinstance(spec, dict):
-            raise InputError(f"{source}: acceptance model '{name}' must be an object")
-        alpha = spec.get("alpha")
-        if alpha is not None and not (isinstance(alpha, (int, float)) and math.isfinite(alpha) and 0.0 <= alpha <= 1.0):
-            raise InputError(f"{source}: acceptance model '{name}' has alpha {alpha!r} outside [0, 1]")
+    _validate_workload(raw.get("workload", {}), source)
 
 
-def _validate_engine(engine: Any, source: str) -> None:
-    """The optional engine calibration: per method (and pooled) finite StepCalibration numbers."""
+def _validate_models(raw: dict, source: str) -> None:
+    """Architectures, latency models and acceptance models, each built as the cost models read it."""
+    from calibrate.acceptance import AcceptanceModel
+    from calibrate.latency import latency_model_from_dict
+    from costmodel.params import ARCH_REQUIRED, as_arch
+
+    try:
+        for name, arch in raw["models"].items():
+            if not isinstance(arch, dict):
+                raise ValueError(f"model '{name}' must be an object (its architecture numbers, or a 'source')")
+            if any(key in arch for key in ARCH_REQUIRED):     # else a model without architecture numbers
+                as_arch(arch, name)
+        for name, spec in raw["latency"].items():
+            latency_model_from_dict(spec, name=name)
+        for name, spec in raw["acceptance"].items():
+            AcceptanceModel.from_dict(spec, name=name)
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"{source}: {exc}") from None
+
+
+def _validate_engine(engine: dict, source: str) -> None:
+    """The optional engine calibration: per method (and pooled) StepCalibrations, and its held-out error."""
     from costmodel.step import StepCalibration
 
-    if not isinstance(engine, dict):
-        raise InputError(f"{source}: profile field 'engine' must be an object")
-    entries = {**{f"methods.{m}": v for m, v in engine.get("methods", {}).items()}, "pooled": engine.get("pooled", {})}
+    methods = engine.get("methods", {})
+    if not isinstance(methods, dict):
+        raise InputError(f"{source}: engine.methods must be an object (method -> calibration), "
+                         f"got {type(methods).__name__}")
+    entries = {**{f"engine.methods.{m}": v for m, v in methods.items()}, "engine.pooled": engine.get("pooled", {})}
     for name, entry in entries.items():
+        try:
+            StepCalibration.from_dict(entry, where=name)
+        except ValueError as exc:
+            raise InputError(f"{source}: {exc}") from None
+    fit = engine.get("fit", {})
+    heldout = fit.get("heldout", {}) if isinstance(fit, dict) else None
+    if not isinstance(heldout, dict):
+        raise InputError(f"{source}: engine.fit.heldout must be an object")
+    error = heldout.get("speedup_error_p90")
+    if error is not None and not _number_in(error, 0.0):
+        raise InputError(f"{source}: engine.fit.heldout.speedup_error_p90 must be a number >= 0 (a fraction), "
+                         f"got {error!r}")
+
+
+def _validate_workload(workload: dict, source: str) -> None:
+    """Per dataset: the mean prompt tokens (>= 0) and new tokens (>= 1) its traces saw."""
+    for dataset, entry in workload.items():
         if not isinstance(entry, dict):
-            raise InputError(f"{source}: engine.{name} must be an object")
-        for key, value in entry.items():
-            if key not in StepCalibration.__dataclass_fields__:
-                raise InputError(f"{source}: engine.{name} has unknown key '{key}' "
-                                 f"(known: {', '.join(StepCalibration.__dataclass_fields__)})")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise InputError(f"{source}: engine.{name}.{key} must be a finite number, got {value!r}")
+            raise InputError(f"{source}: workload.{dataset} must be an object with prompt_tokens and new_tokens")
+        for key, least in (("prompt_tokens", 0.0), ("new_tokens", 1.0)):
+            value = entry.get(key)
+            if not _number_in(value, least):
+                raise InputError(f"{source}: workload.{dataset}.{key} must be a number of tokens >= {least:g}, "
+                                 f"got {value!r}")
+
+
+def _number_in(value: Any, least: float) -> bool:
+    return (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+            and value >= least)

@@ -126,10 +126,26 @@ class StepCalibration:
     overhead_per_token_s: float = 0.0
     speculation_s: float = 0.0          # a drafting step's own work beside plain decoding's (acceptance, rollback)
 
+    SCALES = ("verify_scale", "draft_scale")   # ratios to an isolated forward's cost: > 0; the rest are
+                                                # seconds the fit adds or takes away (a fit may make one < 0)
+
     @classmethod
-    def from_dict(cls, raw: dict | None) -> "StepCalibration":
+    def from_dict(cls, raw: dict | None, where: str = "engine calibration") -> "StepCalibration":
+        """Checked where it is read: an object of known keys, finite numbers, scales > 0; a one-line
+        ValueError naming `where` and the key otherwise."""
+        if raw is None:
+            return cls()
+        if not isinstance(raw, dict):
+            raise ValueError(f"{where} must be an object of numbers, got {type(raw).__name__}")
         keys = cls.__dataclass_fields__
-        return cls(**{k: float(v) for k, v in (raw or {}).items() if k in keys})
+        for key, value in raw.items():
+            if key not in keys:
+                raise ValueError(f"{where} has unknown key '{key}' (known: {', '.join(keys)})")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+                raise ValueError(f"{where}.{key} must be a finite number, got {value!r}")
+            if key in cls.SCALES and value <= 0:
+                raise ValueError(f"{where}.{key} is {value!r}; a scale of a forward's cost must be > 0")
+        return cls(**{k: float(v) for k, v in raw.items()})
 
     def to_dict(self) -> dict[str, float]:
         return {k: float(getattr(self, k)) for k in self.__dataclass_fields__}

@@ -150,6 +150,8 @@ def run_stream(args) -> None:
     step = build_step_model(profile, args.method, args.config)      # refuses a bad config before any run
     if args.repeats < 1 and not args.token_trace:
         raise InputError(f"--repeats must be >= 1, got {args.repeats}")
+    if args.n_tokens < 2 and not args.token_trace:
+        raise InputError(f"--n-tokens must be >= 2 (the prefill emits the first), got {args.n_tokens}")
     start_run(args.out, "experiments.simulate", args.argv, args.overwrite)
     if args.token_trace:
         rows, steps = [], []

@@ -5,10 +5,17 @@ k 1-4, integer weights) and a few context-dependent sequence cases; statistical 
 batched torch rules (`verification.rules_torch`) and the batched mutants at `--vocab` with the sample
 size derived from --alpha/--beta/--delta (Bonferroni over all statistical checks). Exit 0 only
 when every rule passes and every mutant is caught. Writes report.md and results.csv to --out.
+
+Before anything runs or is written, statistical mode estimates its own run time (each check's
+sample size times its seconds per draw, measured on a probe of the same seeded sampler) and
+refuses a run past --max-minutes, with the estimate; exact mode refuses a case whose estimated
+enumeration runs past it (`verification.exact`). On a terminal (or with --progress) it says the
+estimate and each check as it starts.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import multiprocessing
 import os
 import sys
@@ -20,11 +27,13 @@ import pandas as pd
 import torch
 
 from common import atomic
-from common.errors import InputError
+from common.errors import InputError, duration
 from common.cli import CliParser, cli_entry
 from common.rundir import add_overwrite_option, start_run
 from verification.cases import RULES, SequenceCase, random_position_case
-from verification.exact import DEFAULT_MAX_PATHS, exact_check
+from common.progress import progress_enabled
+from experiments.sweep.executor import die_with_parent, worker_count
+from verification.exact import DEFAULT_MAX_PATHS, DEFAULT_MAX_SECONDS, exact_check
 from verification.mutants import MUTANTS
 
 SEQUENCE_CASES = ((3, 3, (1, 1)), (3, 2, (2,)), (2, 3, (2, 1)))
@@ -40,11 +49,12 @@ CLI_PROBES = 4  # random paths per check for the path estimate and the replay ch
 
 
 def _exact_one(args) -> dict:
-    kind, name, cases, max_paths, memo = args
+    kind, name, cases, max_paths, memo, max_seconds = args
     rule = (RULES if kind == "rule" else MUTANTS)[name]
     start, paths, worst, failed, error = time.perf_counter(), 0, 0, 0, ""
     for case in cases:
-        result = exact_check(rule.sampler, case, rule.target(case), max_paths, memo=memo, probes=CLI_PROBES)
+        result = exact_check(rule.sampler, case, rule.target(case), max_paths, memo=memo, probes=CLI_PROBES,
+                             max_seconds=max_seconds)
         paths += result.paths
         worst = max(worst, result.tv)
         failed += not result.passed
@@ -58,9 +68,10 @@ def _exact_one(args) -> dict:
 
 
 def run_exact(cases: int, seed: int, workers: int, max_length: int | None = None,
-              max_paths: int = DEFAULT_MAX_PATHS, memo: bool = False) -> list[dict]:
+              max_paths: int = DEFAULT_MAX_PATHS, memo: bool = False,
+              max_seconds: float | None = DEFAULT_MAX_SECONDS) -> list[dict]:
     """All rules and mutants by exact enumeration; `max_length` caps the sequence cases' lengths;
-    `max_paths` and `memo` as in `verification.exact.exact_check`."""
+    `max_paths`, `memo` and `max_seconds` (per case) as in `verification.exact.exact_check`."""
     positions = _position_cases(cases, seed)
     sequences = [SequenceCase(v, min(L, max_length or L), shape, seed + i, name=f"sequence {i}")
                  for i, (v, L, shape) in enumerate(SEQUENCE_CASES)]
@@ -72,9 +83,10 @@ def run_exact(cases: int, seed: int, workers: int, max_length: int | None = None
                 chosen = positions[: max(1, min(len(positions), 50))]
             half = (len(chosen) + 1) // 2
             parts = [chosen[:half], chosen[half:]] if len(chosen) > 1 else [chosen]
-            jobs += [(kind, name, part, max_paths, memo) for part in parts]
+            jobs += [(kind, name, part, max_paths, memo, max_seconds) for part in parts]
     if workers > 1:
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
+        with multiprocessing.get_context("fork").Pool(workers, initializer=die_with_parent,
+                                                      initargs=(os.getpid(),)) as pool:
             parts = pool.map(_exact_one, jobs)
     else:
         parts = [_exact_one(job) for job in jobs]
@@ -105,22 +117,45 @@ def _cpu_seconds() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def run_statistical(vocab: int, alpha: float, beta: float, delta: float, seed: int, threads: int = 1) -> list[dict]:
-    """Every batched rule must pass and every batched mutant must fail, with Bonferroni over all checks.
-    Each mutant's case is chosen so its exact TV (`true_tv`) is at least MUTANT_MIN_TV; `detectable_tv`
-    is the TV the chosen sample size catches with miss probability beta."""
+def statistical_checks(vocab: int, alpha: float, beta: float, delta: float, seed: int) -> list[dict]:
+    """Every batched rule and mutant check with its case, seed, sample size and estimated seconds
+    (`verification.statistical.estimate_seconds`: a probe of the seeded sampler), before any runs."""
     from verification.batched import MUTANT_CHECKS, MUTANT_MIN_TV, RULE_CHECKS
-    from verification.statistical import detectable_tv, statistical_check
+    from verification.statistical import estimate_seconds, sample_size
 
-    torch.set_num_threads(threads)
     checks = [("rule", n, c) for n, c in RULE_CHECKS.items()] + [("mutant", n, c) for n, c in MUTANT_CHECKS.items()]
-    rows = []
+    planned = []
     for i, (kind, name, check) in enumerate(checks):
         case, true_tv = check.build(vocab, seed + 100 * i, MUTANT_MIN_TV if kind == "mutant" else 0.0)
         accept = case.accept_rate() if check.single_draft else None
+        n = sample_size(case.target(), alpha=alpha, beta=beta, delta=delta, tests=len(checks))
+        seconds = estimate_seconds(check.sampler, case, n, seed=seed + i, batched=True, accept_rate=accept)
+        planned.append(dict(kind=kind, name=name, check=check, case=case, true_tv=true_tv, accept=accept,
+                            seed=seed + i, n=n, seconds=seconds, tests=len(checks)))
+    return planned
+
+
+def run_statistical(vocab: int, alpha: float, beta: float, delta: float, seed: int, threads: int = 1,
+                    planned: list[dict] | None = None, progress: bool = False) -> list[dict]:
+    """Every batched rule must pass and every batched mutant must fail, with Bonferroni over all checks.
+    Each mutant's case is chosen so its exact TV (`true_tv`) is at least MUTANT_MIN_TV; `detectable_tv`
+    is the TV the chosen sample size catches with miss probability beta. `planned`: the checks of
+    `statistical_checks` (already estimated); `progress`: a line on stderr as each check starts."""
+    from verification.statistical import detectable_tv, statistical_check
+
+    torch.set_num_threads(threads)
+    planned = planned or statistical_checks(vocab, alpha, beta, delta, seed)
+    rows = []
+    for i, plan in enumerate(planned):
+        kind, name, check, case, true_tv, accept = (plan[k] for k in ("kind", "name", "check", "case", "true_tv",
+                                                                       "accept"))
+        if progress:
+            print(f"statistical {i + 1}/{len(planned)}: {kind} {name}, {plan['n']:,} draws, ~{duration(plan['seconds'])}",
+                  file=sys.stderr, flush=True)
         cpu = time.process_time()
         result = statistical_check(check.sampler, case, case.target(), alpha=alpha, beta=beta, delta=delta,
-                                   tests=len(checks), seed=seed + i, batched=True, accept_rate=accept)
+                                   tests=plan["tests"], seed=plan["seed"], batched=True, accept_rate=accept,
+                                   n=plan["n"], max_seconds=None)
         cpu = time.process_time() - cpu
         ok = result.passed if kind == "rule" else not result.passed
         rows.append({"mode": "statistical", "kind": kind, "name": name, "cases": 1,
@@ -178,7 +213,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="exact mode reuses the law below identical sub-states (the samplers' rng.memo keys: "
                              "rejections so far, committed tokens); much faster on larger cases")
     parser.add_argument("--threads", type=int, default=1, help="torch threads in statistical mode (default 1)")
-    parser.add_argument("--workers", type=int, default=2, help="processes for exact mode (default 2)")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="processes for exact mode, at most the CPU cores (default 2)")
+    parser.add_argument("--max-minutes", type=float, default=60.0,
+                        help="refuse, before running, a statistical run estimated to take longer, and an exact case "
+                             "whose enumeration is (default 60)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="say the estimate and each statistical check as it starts, on stderr (default: only "
+                             "when stderr is a terminal)")
     parser.add_argument("--out", type=Path, default=Path("out/verify_lossless"),
                         help="folder for report.md and results.csv (default out/verify_lossless); one holding another run's files is refused unless --overwrite")
     add_overwrite_option(parser)
@@ -201,12 +243,39 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"{option} is {value}, must lie in (0, 1)")
     if not 0 < args.delta <= 1:
         raise InputError(f"--delta is {args.delta}, must lie in (0, 1]")
+    if not (args.max_minutes > 0 and math.isfinite(args.max_minutes)):
+        raise InputError(f"--max-minutes is {args.max_minutes}, must be a number of minutes > 0")
+    workers = worker_count(args.workers)
+    progress = progress_enabled(args.progress)
+    planned = None
+    if args.mode in ("statistical", "both"):        # estimated before anything runs or is written
+        from experiments.sweep.estimate import available_memory
+        from verification.batched import bigram_bytes
+
+        if bigram_bytes(args.vocab) > available_memory():
+            raise InputError(f"--vocab {args.vocab}: the sequence checks' {args.vocab:,} x {args.vocab:,} tables "
+                             f"would hold ~{bigram_bytes(args.vocab) / 1e9:.1f} GB at their peak, but "
+                             f"{available_memory() / 1e9:.1f} GB of memory is available; lower --vocab")
+        torch.set_num_threads(args.threads)
+        planned = statistical_checks(args.vocab, args.alpha, args.beta, args.delta, args.seed)
+        total = sum(p["seconds"] for p in planned)
+        if total > 60 * args.max_minutes:
+            draws = max(p["n"] for p in planned)
+            raise InputError(f"--vocab {args.vocab} --delta {args.delta:g}: the statistical checks would draw up to "
+                             f"{draws:,} samples each, ~{duration(total)} in all (measured on a probe of each), past "
+                             f"--max-minutes {args.max_minutes:g}; raise --delta, --alpha or --beta, lower --vocab, or "
+                             "raise --max-minutes")
+        if progress:
+            print(f"estimate: {len(planned)} statistical checks, up to {max(p['n'] for p in planned):,} draws each, "
+                  f"~{duration(total)}", file=sys.stderr, flush=True)
     start_run(args.out, "experiments.verify_lossless", argv, args.overwrite)
     rows, wall, cpu = [], time.perf_counter(), _cpu_seconds()
     if args.mode in ("exact", "both"):
-        rows += run_exact(args.cases, args.seed, args.workers, args.max_length, args.max_paths, args.memo)
+        rows += run_exact(args.cases, args.seed, workers, args.max_length, args.max_paths, args.memo,
+                          60 * args.max_minutes)
     if args.mode in ("statistical", "both"):
-        rows += run_statistical(args.vocab, args.alpha, args.beta, args.delta, args.seed, args.threads)
+        rows += run_statistical(args.vocab, args.alpha, args.beta, args.delta, args.seed, args.threads, planned,
+                                progress)
     frame = pd.DataFrame(rows)
     columns = ["mode", "kind", "name", "cases", "failed_cases", "max_tv", "true_tv", "detectable_tv", "n_or_paths",
                "seconds", "throughput", "verdict"]

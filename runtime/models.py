@@ -186,6 +186,8 @@ def load_transformers(spec: str, *, gguf_file: str | None = None):
     elif spec.startswith((".", "/", "~")) and not path.exists():
         raise InputError(f"model path not found: {spec}")
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}
+    if not path.exists() and not gguf_file:
+        kwargs.update(hub_source(spec))
     try:
         hf = AutoModelForCausalLM.from_pretrained(location, dtype=torch.float32, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(location, **kwargs)
@@ -193,6 +195,42 @@ def load_transformers(spec: str, *, gguf_file: str | None = None):
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputError(f"cannot load model '{spec}': {first}") from None
     return hf.eval(), tokenizer
+
+
+HUB_PROBE_S = 3.0        # how long to wait for the hub before calling it unreachable
+
+
+def hub_source(spec: str) -> dict[str, Any]:
+    """`from_pretrained` options for a hub id: none when the hub answers, the local cache alone when
+    it does not (transformers would retry it for half a minute), else a one-line InputError at once."""
+    from huggingface_hub import constants, try_to_load_from_cache
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    known = "smollm2, tiny[:seed], random:<architecture>, a .gguf file, a local folder or a hub id"
+    try:
+        validate_repo_id(spec)
+    except HFValidationError:
+        raise InputError(f"model '{spec}' is not a file or folder here, nor a model name ({known})") from None
+    if not constants.HF_HUB_OFFLINE and _reachable(constants.ENDPOINT):
+        return {}
+    if isinstance(try_to_load_from_cache(spec, "config.json"), str):
+        return {"local_files_only": True}
+    why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else f"{constants.ENDPOINT} cannot be reached"
+    raise InputError(f"model '{spec}' is not a file or folder here, nor in the Hugging Face cache, and {why} "
+                     f"(models: {known})")
+
+
+def _reachable(url: str) -> bool:
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    try:
+        socket.create_connection((parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)),
+                                 timeout=HUB_PROBE_S).close()
+    except OSError:
+        return False
+    return True
 
 
 def architecture_of(spec: str) -> str | None:

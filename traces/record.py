@@ -42,6 +42,7 @@ from runtime.engine.ar import AR
 from common.errors import InputError
 from common.cli import CliParser, cli_entry
 from common.progress import add_progress_option, progress_enabled
+from common.rundir import claim_file
 from runtime.models import LoadedModel, load_model
 from traces.timing import DTYPE_NAMES, git_commit, hardware_name
 from runtime.prompts import BUILTIN_SETS, ByteTokenizer, Prompt, encode_prompt, load_prompts
@@ -203,14 +204,23 @@ def token_statistics(p_logits: torch.Tensor, q_logits: torch.Tensor, tokens: tor
             "target_entropy": entropy.clamp_min(0).tolist()}
 
 
-def existing_rows(path: Path, run: Run) -> pd.DataFrame | None:
-    """The rows of an earlier run of the same arguments at `path`, or None; another run -> error."""
+def existing_rows(path: Path, run: Run, overwrite: bool = False) -> pd.DataFrame | None:
+    """The rows of an earlier run of the same arguments at `path`, or None; another run -> error
+    (None with `overwrite`: it is replaced)."""
     if not path.exists():
         return None
-    frame, meta = schema.read_trace(path)
+    try:
+        frame, meta = schema.read_trace(path)
+    except InputError as exc:
+        if overwrite:
+            return None
+        raise InputError(f"{path} holds no trace of this recording run ({exc}); use another --out, or --overwrite "
+                         "to replace it") from None
     if meta.kind != run.kind or meta.extra.get("run_id") != run.run_id:
+        if overwrite:
+            return None
         raise InputError(f"{path} holds a different recording run (other method, models or options); "
-                         "use another --out to start a new one")
+                         "use another --out to start a new one, or --overwrite to replace it")
     return frame
 
 
@@ -241,6 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own choice)")
     p.add_argument("--out", required=True, help="output parquet file (resumed if it holds this run)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace --out when it holds another recording run, instead of refusing (a file of this "
+                        "same run is resumed without it)")
     add_progress_option(p)
     p.add_argument("--quiet", dest="progress", action="store_const", const=False, default=None,
                     help="the same as --no-progress")
@@ -257,9 +270,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.turn < 1:
         raise InputError(f"--turn must be >= 1, got {args.turn}")
     prompts = load_prompts(args.prompts, limit=args.limit, field=args.field)
+    out = claim_file(args.out, args.overwrite, resumable=True)
     run = Run(args)
-    out = Path(args.out)
-    previous = existing_rows(out, run)
+    previous = existing_rows(out, run, args.overwrite)
     rows: list[dict] = [] if previous is None else previous.to_dict("records")
     done = set() if previous is None else set(previous["prompt_id"])
     todo = [p for p in prompts if p.prompt_id not in done]

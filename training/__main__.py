@@ -15,6 +15,7 @@ import torch
 
 from common.errors import InputError
 from common.cli import CliParser, cli_entry
+from common.rundir import claim_file
 from runtime.models import load_model
 from training import kinds
 from training.data import DEFAULT_CACHE, CorpusConfig, training_data
@@ -45,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the learning-rate schedule's length where it exceeds --steps (reproduces a run the time budget stopped early; default: none, --steps)")
     p.add_argument("--seed", type=int, default=0, help="seed of initialisation, batch order and corpus")
     p.add_argument("--out", default=None, help="output directory (default artifacts/drafters/<kind>)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the drafter weights already in --out (and their training.json) instead of refusing")
     p.add_argument("--batch-size", type=int, default=8, help="windows per step")
     p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (AdamW, cosine schedule)")
     p.add_argument("--eval-every", type=int, default=50, help="steps between held-out evaluations")
@@ -74,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     corpus = CorpusConfig(n_generated=args.generated, n_edit=args.edit, max_new_tokens=args.max_new_tokens,
                           n_source=args.source, seed=args.seed)
     module = kinds()[args.kind]
+    out = Path(args.out or f"artifacts/drafters/{args.kind}")
+    claim_file(out / module.WEIGHTS, args.overwrite)        # before the target loads and the hours of training
     target = load_model(args.target)
     for p in target.model.parameters():
         p.requires_grad_(False)
@@ -85,7 +90,6 @@ def main(argv: list[str] | None = None) -> int:
     if hasattr(trainee, "prepare"):            # a trainee whose shape depends on the data (a draft vocabulary)
         trainee.prepare(data)
     print(f"data: {json.dumps(data.meta)}")
-    out = Path(args.out or f"artifacts/drafters/{args.kind}")
     command = ["--target", args.target, "--generated", str(args.generated), "--edit", str(args.edit),
                "--max-new-tokens", str(args.max_new_tokens),
                "--source", str(args.source), "--seq-len", str(args.seq_len), *(f"--set {o}" for o in args.options)]

@@ -35,6 +35,13 @@ FAST_CHUNK = 1 << 18
 MUTANT_MIN_TV = 0.05  # statistical cases put every mutant at least this far (exact TV) from its target
 GUMBEL_SUPPORT = 64   # draft without replacement by Gumbel top-k when q has at most this many tokens
 DTYPE = torch.float32
+TABLE_CELL_BYTES = 64  # peak bytes per cell of a BigramCase's vocab x vocab tables while the case, its
+                       # law and its row sampler are built (float64 work copies; bounds the memory first)
+
+
+def bigram_bytes(vocab: int) -> int:
+    """Peak bytes of building and checking one BigramCase at `vocab` (its tables are vocab x vocab)."""
+    return TABLE_CELL_BYTES * int(vocab) ** 2
 
 
 @dataclass(frozen=True)

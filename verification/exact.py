@@ -8,20 +8,24 @@ randomness from `rng` through the `verification.rules.RandomSource` protocol. He
 the sampler is re-run once per path (depth-first over choice scripts) and every path's
 probability is an exact `Fraction`, so the law and its TV distance to the target are exact.
 
-    exact_law(sampler, case, max_paths=..., memo=False, floats="convert") -> (law, paths)
-    exact_check(sampler, case, target, max_paths=..., memo=False, floats="convert") -> ExactResult
-        (law, tv, paths, passed = law == target, error: what the sampler raised on some path,
-        notes: floats converted, estimate: the path count estimated before enumerating)
+    exact_law(sampler, case, max_paths=..., memo=False, floats="convert", max_seconds=...) -> (law, paths)
+    exact_check(sampler, case, target, max_paths=..., memo=False, floats="convert", max_seconds=...)
+        -> ExactResult (law, tv, paths, passed = law == target, error: what the sampler raised on
+        some path, notes: floats converted, estimate: the path count estimated before enumerating,
+        seconds: the run time estimated before enumerating)
     tv_distance(a, b) -> Fraction (half the L1 distance of two laws given as dicts)
 
 Before enumerating (`verification.inputs`): the sampler's signature and the target are checked,
 floats in the case and the target become exact Fractions (a note and an ExactConversionWarning
 say so; floats="refuse" raises instead), so float rounding cannot make a correct rule look lossy.
 Then `probes` random paths (each branch taken uniformly) give Knuth's unbiased estimate of the
-path count: above `max_paths` the run is refused at once, naming the estimate. Each probe is run
-twice with the same choices: different outcomes mean randomness that bypasses `rng` (Python's
-`random`, numpy's global state) or state kept between calls, and raise InputError; so does a
-replayed path whose branch probabilities changed.
+path count, and their run time the seconds per path: above `max_paths`, or above `max_seconds`
+(DEFAULT_MAX_SECONDS; None: no limit), the run is refused at once, naming the estimate; an
+enumeration that runs past either anyway stops with the same refusal. Each probe is run twice
+with the same choices: different outcomes mean randomness that bypasses `rng` or state kept
+between calls, and raise InputError; so does a replayed path whose branch probabilities changed,
+and any path after which a global random source moved (`verification.inputs.GlobalRandomness`:
+numpy's global state, Python's `random`, torch's generator), even where the outcome did not.
 
 Memoised mode (`memo=True`): a sampler may call `rng.memo(key)` where the law of the rest of its
 run (its final outcome included) depends only on `key` (hashable; for a decode loop, the tokens
@@ -35,6 +39,7 @@ other use of a uniform (float(), arithmetic other than scaling and shifting) rai
 from __future__ import annotations
 
 import random
+import time
 import warnings
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -42,15 +47,16 @@ from typing import Any, Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
-from common.errors import InputError
-from verification.inputs import (ExactConversionWarning, check_outcome_kinds, check_sampler, exact_case,
-                                 exact_target)
+from common.errors import InputError, duration
+from verification.inputs import (ExactConversionWarning, GlobalRandomness, check_outcome_kinds, check_sampler,
+                                 exact_case, exact_target)
 from verification.memo import BYPASS, Memo
 
 Sampler = Callable[[Any, Any], Hashable]
 
 DEFAULT_MAX_PATHS = 2_000_000
 DEFAULT_PROBES = 16
+DEFAULT_MAX_SECONDS = 600.0     # 10 minutes per check; None: no limit
 
 
 class SamplerError(Exception):
@@ -245,21 +251,43 @@ def _same(a: Any, b: Any) -> bool:
         return repr(a) == repr(b)
 
 
+@dataclass
+class _Probes:
+    paths: float             # Knuth's estimate of the path count
+    memo: bool               # the sampler calls rng.memo
+    seconds_per_path: float  # mean run time of one path
+
+
 def estimate_paths(sampler: Sampler, case: Any, probes: int = DEFAULT_PROBES, seed: int = 0) -> tuple[float, bool]:
     """(Knuth's estimate of the path count from `probes` random paths, whether the sampler calls
     rng.memo); each probe is replayed and must repeat exactly (InputError otherwise)."""
+    found = _probe(sampler, case, probes, seed, None)
+    return found.paths, found.memo
+
+
+def _probe(sampler: Sampler, case: Any, probes: int, seed: int, max_seconds: float | None) -> _Probes:
+    """`probes` random paths, each run twice with the same choices (module docstring); they stop,
+    refused, once they alone run past `max_seconds`."""
     chooser = random.Random(seed)
-    widths, memo_calls = [], 0
+    widths, memo_calls, runs, start = [], 0, 0, time.perf_counter()
+    guard = GlobalRandomness("exact")
     for _ in range(probes):
         first = ExactSource((), chooser=chooser)
         outcome, _ = _run(sampler, case, first)
         again = ExactSource(tuple(first.taken))
         repeat, _ = _run(sampler, case, again)
+        guard.check()
         if not _same(outcome, repeat) or again.taken != first.taken or again.prob != first.prob:
             raise InputError(f"exact mode: {BYPASS} (outcome {outcome!r}, then {repeat!r})")
         widths.append(first.width)
         memo_calls += first.memo_calls
-    return (sum(widths) / len(widths) if widths else 0.0), memo_calls > 0
+        runs += 2
+        elapsed = time.perf_counter() - start
+        if max_seconds is not None and elapsed > max_seconds:
+            raise InputError(f"exact mode: {len(widths)} of {probes} probe paths alone took {duration(elapsed)}, past "
+                             f"max_seconds = {max_seconds:g}; use a smaller case or statistical mode")
+    per_path = (time.perf_counter() - start) / runs if runs else 0.0
+    return _Probes(sum(widths) / len(widths) if widths else 0.0, memo_calls > 0, per_path)
 
 
 @dataclass
@@ -268,38 +296,51 @@ class _Enumeration:
     paths: int
     estimate: float
     notes: list
+    seconds: float = 0.0
 
 
-def _enumerate(sampler: Sampler, case: Any, max_paths: int, memo: bool, probes: int, seed: int) -> _Enumeration:
+def _enumerate(sampler: Sampler, case: Any, max_paths: int, memo: bool, probes: int, seed: int,
+               max_seconds: float | None = DEFAULT_MAX_SECONDS) -> _Enumeration:
     if isinstance(max_paths, bool) or not isinstance(max_paths, int) or max_paths < 1:
         raise InputError(f"max_paths is {max_paths!r}, must be a positive integer")
-    estimate, declares_memo = estimate_paths(sampler, case, probes, seed)
-    if estimate > max_paths and not (memo and declares_memo):
+    if max_seconds is not None and not (isinstance(max_seconds, (int, float)) and max_seconds > 0):
+        raise InputError(f"max_seconds is {max_seconds!r}, must be a number of seconds > 0 (or None: no limit)")
+    found = _probe(sampler, case, probes, seed, max_seconds)
+    estimate, seconds = found.paths, found.paths * found.seconds_per_path
+    cut = memo and found.memo          # memoised: far fewer paths than estimated, so neither bound applies yet
+    if estimate > max_paths and not cut:
         raise InputError(f"exact mode: about {estimate:.3g} paths (estimated from {probes} random paths) exceed "
                          f"max_paths = {max_paths}; use a smaller case, raise max_paths (--max-paths), memo=True "
                          "(--memo) with rng.memo keys, or statistical mode")
+    if max_seconds is not None and seconds > max_seconds and not cut:
+        raise InputError(f"exact mode: about {estimate:.3g} paths at {found.seconds_per_path * 1e3:.3g} ms each "
+                         f"(measured on {probes} random paths) would take ~{duration(seconds)}, past max_seconds = "
+                         f"{max_seconds:g}; use a smaller case, memo=True (--memo) with rng.memo keys, statistical "
+                         "mode, or raise max_seconds")
     law: dict = {}
     stack: list[tuple[tuple[int, ...], tuple | None]] = [((), None)]
-    paths, floats = 0, 0
+    paths, floats, start = 0, 0, time.perf_counter()
     memo_state = Memo() if memo else None
+    guard = GlobalRandomness("exact")
     while stack:
         script, expected = stack.pop()
         if memo_state is not None:
             memo_state.leave(script)
         source = ExactSource(script, memo_state, expected)
-        outcome, cut = _run(sampler, case, source)
+        outcome, cut_key = _run(sampler, case, source)
+        guard.check()
         if len(source.taken) < len(script):
             raise InputError(f"exact mode: {BYPASS} (a replayed path ended early)")
         for depth, alternatives, probs in source.branches:
             prefix = tuple(source.taken[:depth])
             stack.extend((prefix + (alt,), probs) for alt in reversed(alternatives))
-        if cut is None:
+        if cut_key is None:
             try:
                 contributions = {outcome: source.prob}
             except TypeError:
                 raise InputError(f"exact mode: sampler outcome {outcome!r} is not hashable") from None
         else:
-            contributions = {o: source.prob * w for o, w in memo_state.cache[cut].items()}
+            contributions = {o: source.prob * w for o, w in memo_state.cache[cut_key].items()}
         if memo_state is not None:
             memo_state.enter(source)
             memo_state.add(contributions)
@@ -310,6 +351,10 @@ def _enumerate(sampler: Sampler, case: Any, max_paths: int, memo: bool, probes: 
         if paths > max_paths:
             raise InputError(f"exact mode: more than max_paths = {max_paths} paths (estimated {estimate:.3g}); "
                              "use a smaller case, raise max_paths (--max-paths) or use statistical mode")
+        if max_seconds is not None and time.perf_counter() - start > max_seconds:
+            raise InputError(f"exact mode: {paths} paths took more than max_seconds = {max_seconds:g} (estimated "
+                             f"{estimate:.3g} paths, ~{duration(seconds)}); use a smaller case, statistical mode, "
+                             "or raise max_seconds")
     if memo_state is not None:
         memo_state.close_all()
     if sum(law.values()) != 1:  # pragma: no cover - would mean a bug in the enumeration itself
@@ -318,7 +363,7 @@ def _enumerate(sampler: Sampler, case: Any, max_paths: int, memo: bool, probes: 
     if floats:
         notes.append(f"the sampler handed {floats} floats of its own arithmetic to rng (comparisons or categorical "
                      "weights); their rounding can show as a TV near 1e-16: compute with Fractions")
-    return _Enumeration(law, paths, estimate, notes)
+    return _Enumeration(law, paths, estimate, notes, seconds)
 
 
 def _prepare(sampler: Sampler, case: Any, floats: str) -> tuple[Any, list]:
@@ -333,10 +378,11 @@ def _warn(notes: list) -> None:
 
 
 def exact_law(sampler: Sampler, case: Any, max_paths: int = DEFAULT_MAX_PATHS, *, memo: bool = False,
-              floats: str = "convert", probes: int = DEFAULT_PROBES, seed: int = 0) -> tuple[dict, int]:
+              floats: str = "convert", probes: int = DEFAULT_PROBES, seed: int = 0,
+              max_seconds: float | None = DEFAULT_MAX_SECONDS) -> tuple[dict, int]:
     """The exact output law of `sampler` on `case` and the number of paths (sampler runs) enumerated."""
     case, notes = _prepare(sampler, case, floats)
-    result = _enumerate(sampler, case, max_paths, memo, probes, seed)
+    result = _enumerate(sampler, case, max_paths, memo, probes, seed, max_seconds)
     _warn(notes + result.notes)
     return result.law, result.paths
 
@@ -356,6 +402,7 @@ class ExactResult:
     error: str = ""      # what the sampler raised, when it did (then passed is False)
     notes: list = field(default_factory=list)  # floats converted, floats seen in the sampler's arithmetic
     estimate: float = 0.0                      # path count estimated before enumerating
+    seconds: float = 0.0                       # run time estimated before enumerating
 
     def worst_outcome(self, target: Mapping) -> Hashable | None:
         """The outcome with the largest |law - target| (None when they agree)."""
@@ -367,13 +414,13 @@ class ExactResult:
 
 def exact_check(sampler: Sampler, case: Any, target: Any, max_paths: int = DEFAULT_MAX_PATHS, *,
                 memo: bool = False, floats: str = "convert", probes: int = DEFAULT_PROBES,
-                seed: int = 0) -> ExactResult:
+                seed: int = 0, max_seconds: float | None = DEFAULT_MAX_SECONDS) -> ExactResult:
     """Enumerate `sampler` on `case` and compare its law with `target` ({outcome: p} or a vector over token ids)."""
     target, target_notes = exact_target(target, floats)
     case, notes = _prepare(sampler, case, floats)
     notes += target_notes
     try:
-        result = _enumerate(sampler, case, max_paths, memo, probes, seed)
+        result = _enumerate(sampler, case, max_paths, memo, probes, seed, max_seconds)
     except SamplerError as exc:
         _warn(notes)
         return ExactResult(law={}, tv=Fraction(1), paths=0, passed=False, error=str(exc), notes=notes)
@@ -382,4 +429,4 @@ def exact_check(sampler: Sampler, case: Any, target: Any, max_paths: int = DEFAU
     check_outcome_kinds(result.law, target)
     tv = tv_distance(result.law, target)
     return ExactResult(law=result.law, tv=tv, paths=result.paths, passed=tv == 0, notes=notes,
-                       estimate=result.estimate)
+                       estimate=result.estimate, seconds=result.seconds)

@@ -15,13 +15,20 @@ mistake a verdict, so:
     check_outcome_kinds(law, target)  InputError when no outcome of the sampler has the kind (int,
         tuple, ...) of any target outcome: a sampler returning a Step or (token, accepted) against
         a law over token ids is a mistake, not a TV of 1.
+    GlobalRandomness(mode)  a snapshot of the global random sources a sampler could draw from
+        instead of rng (numpy's global state, Python's `random`, torch's generator once torch is
+        loaded); `.check()` raises InputError naming the ones a sampler moved, in both modes.
+    check_count(n, name, mode)  a positive integer count (draws, probes), or a one-line InputError.
 Conversions are reported in the result's `notes` and as an `ExactConversionWarning`.
 """
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import inspect
 import math
+import random
+import sys
 from fractions import Fraction
 from typing import Any, Mapping
 
@@ -181,3 +188,46 @@ def check_outcome_kinds(law: Mapping, target: Mapping) -> None:
         example = next(iter(law))
         raise InputError(f"exact mode: the sampler returned {example!r} ({_kind(example)}) but the target's outcomes "
                          f"are {', '.join(sorted(expected))}: return the same kind of outcome as the target")
+
+
+class GlobalRandomness:
+    """The state of every global random source at the snapshot (see the module docstring)."""
+
+    def __init__(self, mode: str):
+        self.mode = mode
+        self.before = self._state()
+
+    @staticmethod
+    def _state() -> dict[str, Any]:
+        state = {"numpy's global random state (np.random.*)": _numpy_global_state(),
+                 "Python's random module": random.getstate()}
+        torch = sys.modules.get("torch")
+        if torch is not None and hasattr(torch, "random"):
+            state["torch's global generator (torch.rand*)"] = bytes(torch.random.get_rng_state().numpy())
+        return state
+
+    def check(self) -> None:
+        """InputError when a global source moved since the snapshot: the sampler drew from it."""
+        after = self._state()
+        moved = [name for name, value in self.before.items() if name in after and after[name] != value]
+        if moved:
+            raise InputError(f"{self.mode} mode: the sampler drew from {' and '.join(moved)} instead of rng: every "
+                             "random choice must come from rng (a seeded run must repeat)")
+
+
+def _numpy_global_state() -> Any:
+    """numpy's global MT19937 state: its raw bytes where numpy exposes them (a microsecond: this runs
+    after every path), else `np.random.get_state()`."""
+    try:
+        generator = np.random.mtrand._rand._bit_generator
+        return ctypes.string_at(generator.ctypes.state_address, 625 * 4)      # key[624], pos
+    except (AttributeError, TypeError):      # pragma: no cover - another numpy layout
+        kind, keys, pos, has_gauss, gauss = np.random.get_state()
+        return kind, keys.tobytes(), pos, has_gauss, gauss
+
+
+def check_count(n: Any, name: str, mode: str, what: str) -> int:
+    """`n` as a positive integer; one line naming it and what it counts otherwise."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise InputError(f"{mode} mode: {name} is {n!r}; it counts {what} and must be a positive integer")
+    return int(n)

@@ -22,8 +22,16 @@ contain outcomes whose expected count is below `min_expected`.
 A sampler is `(case, rng) -> outcome` (a token id) called n times with `rng = rules.NumpySource(seed)` (the
 same protocol as exact mode), or, with `batched=True`, `(case, rng: np.random.Generator, n) ->
 outcomes` (an int array), or `(outcomes, accepted)` when an acceptance rate is tested. The
-signature and the outcomes are checked: a wrong signature, or outcomes that are not token ids
-(a tuple without accept_rate, a float), raise one-line InputErrors.
+signature and the outcomes are checked: a wrong signature, outcomes that are not token ids (a
+tuple without accept_rate, a float), a target that is not a finite probability vector, or an n
+that is not a positive integer raise one-line InputErrors.
+
+Before the n draws, a probe of PROBE_DRAWS draws is run with the same seed as the check (twice for
+a batched sampler): its time per draw estimates the run, refused above `max_seconds`
+(DEFAULT_MAX_SECONDS; None: no limit) with the estimate in the message, and its outcomes must
+come back the same in the check's own draws: a seeded run that does not repeat draws randomness
+outside rng or keeps state between calls (InputError, as in exact mode); so does a sampler after
+which a global random source moved (`verification.inputs.GlobalRandomness`).
 """
 from __future__ import annotations
 
@@ -36,10 +44,13 @@ import numpy as np
 from scipy import optimize, stats
 
 from verification import rules
-from common.errors import InputError
-from verification.inputs import check_sampler
+from common.errors import InputError, duration
+from verification.inputs import GlobalRandomness, check_count, check_sampler
+from verification.memo import BYPASS
 
 MIN_EXPECTED = 5.0
+PROBE_DRAWS = 2_048             # draws of the probe that times a check and repeats its seed
+DEFAULT_MAX_SECONDS = 600.0     # 10 minutes per check; None: no limit
 
 
 def _check_levels(alpha: float, beta: float) -> None:
@@ -135,7 +146,10 @@ def _token_ids(outcomes: Any, n: int, accept_hint: bool) -> np.ndarray:
     return np.asarray(values, dtype=np.int64)
 
 
-def _draw(sampler: Callable, case: Any, n: int, seed: int, batched: bool, want_accept: bool):
+def _draw(sampler: Callable, case: Any, n: int, seed: int, batched: bool, want_accept: bool, twice: bool = False):
+    """n outcomes (and acceptance flags) of `sampler` seeded with `seed`; `twice`: a per-call
+    sampler runs every draw twice from the same rng state, and the two must agree (a batched one is
+    compared by its caller, batch against batch)."""
     if batched:
         check_sampler(sampler, (case, None, n), "statistical")
         out = sampler(case, np.random.default_rng(seed), n)
@@ -143,7 +157,7 @@ def _draw(sampler: Callable, case: Any, n: int, seed: int, batched: bool, want_a
         return _token_ids(np.asarray(outcomes), n, True), (None if accepted is None else np.asarray(accepted, dtype=bool))
     check_sampler(sampler, (case, None), "statistical")
     source = rules.NumpySource(seed)
-    draws = [sampler(case, source) for _ in range(n)]
+    draws = [_twice(sampler, case, source, i) if twice else sampler(case, source) for i in range(n)]
     if want_accept:
         bad = next((d for d in draws if not (isinstance(d, tuple) and len(d) == 2)), None)
         if bad is not None:
@@ -153,34 +167,139 @@ def _draw(sampler: Callable, case: Any, n: int, seed: int, batched: bool, want_a
     return _token_ids(draws, n, True), None
 
 
+def _twice(sampler: Callable, case: Any, source: rules.NumpySource, i: int) -> Any:
+    state = source.rng.bit_generator.state
+    first = sampler(case, source)
+    after, source.rng.bit_generator.state = source.rng.bit_generator.state, state
+    again = sampler(case, source)
+    if repr(first) != repr(again) or source.rng.bit_generator.state != after:
+        raise InputError(f"statistical mode: {BYPASS} (draw {i} run twice from the same rng state: {first!r}, then "
+                         f"{again!r})")
+    return first
+
+
 def _target_vector(target: Mapping | np.ndarray | None, vocab: int | None) -> np.ndarray:
-    if isinstance(target, Mapping):
-        size = vocab or (max(int(k) for k in target) + 1)
-        vec = np.zeros(size)
-        for key, value in target.items():
-            vec[int(key)] = float(value)
-        return vec
-    return np.asarray(target, dtype=np.float64)
+    """The target law as a probability vector over token ids; InputError naming the first entry that
+    is not a finite probability (a NaN compares false with everything and would pass any sampler)."""
+    try:
+        if isinstance(target, Mapping):
+            if any(isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0 for k in target):
+                raise InputError("statistical mode: target keys must be token ids (ints >= 0)")
+            vec = np.zeros(vocab or (max(int(k) for k in target) + 1 if target else 0))
+            for key, value in target.items():
+                vec[int(key)] = float(value)
+        else:
+            vec = np.asarray(target, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, InputError):
+            raise
+        raise InputError(f"statistical mode: target must be a vector of probabilities over token ids or "
+                         f"{{token id: probability}} ({exc})") from None
+    if vec.ndim != 1 or vec.size == 0:
+        raise InputError(f"statistical mode: target must be a non-empty vector over token ids, got shape {vec.shape}")
+    bad = np.flatnonzero(~np.isfinite(vec) | (vec < 0))
+    if bad.size:
+        raise InputError(f"statistical mode: target[{int(bad[0])}] is {float(vec[bad[0]])}, not a probability >= 0")
+    if abs(vec.sum() - 1) > rules.SUM_TOLERANCE:
+        raise InputError(f"statistical mode: target probabilities sum to {vec.sum():.9g}, not 1")
+    return vec
+
+
+@dataclass
+class _Probe:
+    """PROBE_DRAWS draws with the check's seed: their outcomes and the time per draw."""
+
+    outcomes: np.ndarray
+    accepted: np.ndarray | None
+    seconds_per_draw: float
+
+
+def _probe(sampler: Callable, case: Any, n: int, seed: int, batched: bool, want_accept: bool) -> _Probe:
+    """The probe of one sampler (module docstring). A batched sampler runs it twice, must repeat, and
+    is timed on its second run (the first may warm its kernels up)."""
+    m = min(n, PROBE_DRAWS)
+    guard = GlobalRandomness("statistical")
+    start = time.perf_counter()
+    try:
+        first = _draw(sampler, case, m, seed, batched, want_accept, twice=True)
+        if batched:
+            start = time.perf_counter()
+            _same_draws(first, _draw(sampler, case, m, seed, batched, want_accept), m)
+    except InputError:
+        guard.check()            # name the global source it drew from, where one moved
+        raise
+    per_draw = (time.perf_counter() - start) / m / (1 if batched else 2)
+    guard.check()
+    return _Probe(*first, per_draw)
+
+
+def _same_draws(first: tuple, again: tuple, m: int) -> None:
+    """InputError when two draws with one seed differ in their first m outcomes or acceptance flags."""
+    for a, b in zip(first, again):
+        if a is None and b is None:
+            continue
+        a, b = np.asarray(a)[:m], np.asarray(b)[:m]
+        differ = np.flatnonzero(a != b)
+        if differ.size:
+            i = int(differ[0])
+            raise InputError(f"statistical mode: {BYPASS} (draw {i} with the same seed: {a[i]!r}, then {b[i]!r})")
+
+
+def sample_size(target: Mapping | np.ndarray | None = None, *, alpha: float = 1e-6, beta: float = 1e-6,
+                delta: float = 0.01, n: int | None = None, tests: int = 1) -> int:
+    """The draws `statistical_check` makes per sampler with these arguments (`target` None: a
+    two-sample check against a reference)."""
+    _check_levels(alpha, beta)
+    if n is not None:
+        return check_count(n, "n", "statistical", "the draws per sampler (None: the sample size that catches delta)")
+    level = alpha / check_count(tests, "tests", "statistical", "the checks of the run (Bonferroni)")
+    support = 2 if target is None else int((_target_vector(target, None) > 0).sum())
+    return samples_needed(max(support, 2), delta, level, beta)
+
+
+def estimate_seconds(sampler: Callable, case: Any, n: int, *, reference: Callable | None = None, seed: int = 0,
+                     batched: bool = False, accept_rate: float | None = None) -> float:
+    """The seconds `statistical_check` will take to draw n outcomes (of each sampler), from its probe."""
+    probes = [_probe(sampler, case, n, seed, batched, accept_rate is not None)]
+    if reference is not None:
+        probes.append(_probe(reference, case, n, seed + 1, batched, False))
+    return n * sum(p.seconds_per_draw for p in probes)
 
 
 def statistical_check(sampler: Callable, case: Any, target: Mapping | np.ndarray | None = None,
                       reference: Callable | None = None, *, alpha: float = 1e-6, beta: float = 1e-6,
                       delta: float = 0.01, n: int | None = None, tests: int = 1, seed: int = 0,
                       batched: bool = False, accept_rate: float | None = None,
-                      min_expected: float = MIN_EXPECTED) -> StatResult:
+                      min_expected: float = MIN_EXPECTED,
+                      max_seconds: float | None = DEFAULT_MAX_SECONDS) -> StatResult:
     """Check that `sampler` draws outcomes (token ids 0..V-1) from `target`, or as `reference` does."""
     _check_levels(alpha, beta)
     if (target is None) == (reference is None):
         raise InputError("give exactly one of target (a law) or reference (a sampler)")
-    level = alpha / max(tests, 1)
+    if max_seconds is not None and not (isinstance(max_seconds, (int, float)) and max_seconds > 0):
+        raise InputError(f"max_seconds is {max_seconds!r}, must be a number of seconds > 0 (or None: no limit)")
+    n = sample_size(target, alpha=alpha, beta=beta, delta=delta, n=n, tests=tests)
+    level = alpha / tests
     start = time.perf_counter()
+    want = accept_rate is not None
+    probes = [_probe(sampler, case, n, seed, batched, want)]
+    if reference is not None:
+        probes.append(_probe(reference, case, n, seed + 1, batched, False))
+    seconds = n * sum(p.seconds_per_draw for p in probes)
+    if max_seconds is not None and seconds > max_seconds:
+        raise InputError(f"statistical mode: n = {n:,} draws{' of each sampler' if reference else ''} at "
+                         f"{sum(p.seconds_per_draw for p in probes) * 1e6:.3g} us each (measured on "
+                         f"{min(n, PROBE_DRAWS):,}) would take ~{duration(seconds)}, past max_seconds = "
+                         f"{max_seconds:g}; raise delta (the TV to catch), alpha or beta, pass a smaller n, or raise "
+                         "max_seconds")
+    guard = GlobalRandomness("statistical")
     if reference is None:
         law = _target_vector(target, None)
-        if law.min() < 0 or abs(law.sum() - 1) > rules.SUM_TOLERANCE:
-            raise InputError("target law must be >= 0 and sum to 1")
         support = int((law > 0).sum())
-        n = n or samples_needed(max(support, 2), delta, level, beta)
-        outcomes, accepted = _draw(sampler, case, n, seed, batched, accept_rate is not None)
+        outcomes, accepted = _draw(sampler, case, n, seed, batched, want)
+        guard.check()
+        if not batched:
+            _same_draws((probes[0].outcomes, probes[0].accepted), (outcomes, accepted), min(n, PROBE_DRAWS))
         outside = (outcomes < 0) | (outcomes >= len(law))
         bad = outcomes[outside] if outside.any() else outcomes[law[np.clip(outcomes, 0, len(law) - 1)] == 0]
         if bad.size:
@@ -196,9 +315,13 @@ def statistical_check(sampler: Callable, case: Any, target: Mapping | np.ndarray
         tv_hat = 0.5 * float(np.abs(counts / n - law).sum())
         eps = certified_eps(n, support, level)
     else:
-        n = n or samples_needed(2, delta, level, beta)
-        outcomes, accepted = _draw(sampler, case, n, seed, batched, accept_rate is not None)
+        outcomes, accepted = _draw(sampler, case, n, seed, batched, want)
         ref, _ = _draw(reference, case, n, seed + 1, batched, False)
+        guard.check()
+        if not batched:
+            m = min(n, PROBE_DRAWS)
+            _same_draws((probes[0].outcomes, probes[0].accepted), (outcomes, accepted), m)
+            _same_draws((probes[1].outcomes, None), (ref, None), m)
         size = int(max(outcomes.max(), ref.max())) + 1
         a, b = np.bincount(outcomes, minlength=size), np.bincount(ref, minlength=size)
         pooled = (a + b) / 2.0

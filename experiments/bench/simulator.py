@@ -19,6 +19,7 @@ from common import atomic
 from common.bundled import bundled
 from common.errors import InputError
 from common.cli import CliParser, cli_entry
+from common.rundir import claim_file
 
 DEFAULT_PROFILE = bundled("profiles", "glide-vicuna-7b-h800.json")
 SD = {"gamma": 5, "drafter": "llama-68m", "dataset": "gsm8k"}
@@ -67,9 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stream-tokens", type=int, default=200_000, help="output tokens of the single stream (default 200000)")
     p.add_argument("--serve-seconds", type=float, default=3600.0, help="simulated seconds of traffic (default 3600)")
     p.add_argument("--out", help="also write the figures as JSON here (default: stdout only)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file instead of refusing")
     args = p.parse_args(argv)
     if args.repeats < 1 or args.stream_tokens < 2 or not args.serve_seconds > 0:
         raise InputError("--repeats >= 1, --stream-tokens >= 2 and --serve-seconds > 0 are required")
+    if args.out:
+        claim_file(args.out, args.overwrite)
     r = bench(Path(args.profile), args.repeats, args.stream_tokens, args.serve_seconds)
     print(f"profile: {r['profile']}  (sd gamma 5, llama-68m drafter)")
     for engine, name in (("fast", "vectorised"), ("simpy", "simpy")):

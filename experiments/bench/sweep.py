@@ -21,6 +21,7 @@ from calibrate.profile import Profile
 from common import atomic
 from common.errors import InputError
 from common.cli import CliParser, cli_entry
+from common.rundir import claim_file
 from experiments.sweep import scoring
 from experiments.sweep.run import BUNDLED_PROFILES, SweepOptions, space_of
 
@@ -65,9 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", action="append", help="profile JSON (repeatable); default: one bundled per method")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats after one warm-up (default 5)")
     p.add_argument("--out", default=None, help="also write the figures as JSON to this file (default: stdout only)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file instead of refusing")
     args = p.parse_args(argv)
     if args.repeats < 1:
         raise InputError(f"--repeats must be at least 1, got {args.repeats}")
+    if args.out:
+        claim_file(args.out, args.overwrite)
     paths = args.profile or default_profiles()
     table = bench([Profile.load(path) for path in paths], args.repeats)
     total = table.configurations.sum() / table.median_s.sum()

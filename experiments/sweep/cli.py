@@ -9,6 +9,7 @@ profile and method) refuses a run that will not fit; outputs go to `--out` (`exp
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -20,9 +21,9 @@ from common.errors import InputError
 from common.rundir import add_overwrite_option, open_run
 from costmodel.hardware import hardware_names
 from experiments.sweep import deployments, scoring
-from experiments.sweep.estimate import check_fits, estimate
+from experiments.sweep.estimate import MAX_HOURS, check_fits, estimate
 from common.progress import add_progress_option, progress_enabled
-from experiments.sweep.executor import EXECUTORS, make_executor
+from experiments.sweep.executor import EXECUTORS, make_executor, worker_count
 from experiments.sweep.run import (BUNDLED_PROFILES, SweepOptions, setting_of, space_of, bundled_profile_paths,
                                    load_profiles, run_sweep)
 from methods.engines import parse_engines
@@ -79,7 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"{option.help} (default {option.default}); the configurations and memory it takes are "
                             "estimated first and a sweep that will not fit in the memory available is refused")
     p.add_argument("--estimate-only", action="store_true",
-                   help="print the estimate (configurations and peak memory per profile and method) and stop")
+                   help="print the estimate (configurations, peak memory and time per profile and method) and stop")
+    p.add_argument("--max-hours", type=float, default=MAX_HOURS,
+                   help="refuse, before building anything, a sweep whose estimated run time (measured on a sample "
+                        f"of its own work: closed forms, simulated re-scores, serving) exceeds this (default {MAX_HOURS:g})")
     p.add_argument("--ctx-len", type=int, default=None,
                    help="context length (prompt + generated tokens) at which forwards are costed (default: the "
                         "mean context of each profile's recorded workload, else 512)")
@@ -132,6 +136,8 @@ def options_from_args(args: argparse.Namespace) -> SweepOptions:
         raise InputError(f"--ctx-len must be >= 1 (tokens in the context), got {args.ctx_len}")
     if args.workers is not None and args.workers < 1:
         raise InputError(f"--workers must be >= 1, got {args.workers}")
+    if not (args.max_hours > 0 and math.isfinite(args.max_hours)):
+        raise InputError(f"--max-hours must be a number of hours > 0, got {args.max_hours}")
     if args.temperature is not None and not (0.0 <= args.temperature <= 10.0):
         raise InputError(f"--temperature must lie in [0, 10], got {args.temperature}")
     if args.token_trace is not None and not Path(args.token_trace).is_file():
@@ -159,17 +165,18 @@ def main(argv: list[str] | None = None) -> int:
         opts.dataset = scoring.check_token_trace(opts.token_trace, profiles, opts.dataset)
     scoring.check_recorded(profiles, opts.temperature, opts.dataset)
     progress = progress_enabled(args.progress)
-    cost = estimate(profiles, opts, space_of, setting_of)     # before any space is built (experiments.sweep.estimate)
+    workers = worker_count(args.workers) if args.executor == "local" or not args.scheduler else 1
+    cost = estimate(profiles, opts, space_of, setting_of, workers)   # before any space is built (.estimate)
     if args.estimate_only:
         print(cost.describe())
         return 0
-    check_fits(cost, opts.space)
+    check_fits(cost, opts, max_hours=args.max_hours)
     started = time.perf_counter()
     with open_run(args.out, "experiments.sweep", argv, args.overwrite):
         if progress:        # after every refusal, so a refused run prints its one line only
-            print(f"estimate: {cost.configurations:,} configurations, ~{cost.bytes / 1e9:.2f} GB at the peak",
-                  file=sys.stderr)
-        with make_executor(args.executor, workers=args.workers, address=args.scheduler,
+            print(f"estimate: {cost.configurations:,} configurations, ~{cost.bytes / 1e9:.2f} GB at the peak, "
+                  f"~{cost.seconds / 60:.1f} min on {workers} worker(s)", file=sys.stderr)
+        with make_executor(args.executor, workers=workers if not args.scheduler else None, address=args.scheduler,
                            progress=progress) as executor:
             result = run_sweep(profiles, opts, executor)
         written = write_outputs(result, Path(args.out), progress=progress)

@@ -1,19 +1,32 @@
-"""What a sweep will cost before it builds anything: configurations and memory per (profile, method).
+"""What a sweep will cost before it builds anything: configurations, memory and time per (profile, method).
 
 The counts come from each method's own `space_size` (methods.spec; MCSD counts its trees per
 running product instead of enumerating them), so the estimate and the space cannot disagree on
-the rules. Memory is bytes per row measured on a small sample of the same space, built and scored
-by the sweep's own code (`space`, `experiments.sweep.scoring.score_task`), times the rows. At its peak
-the sweep holds every space chunk and PEAK_COPIES scored copies of each row (the scored chunks,
-their ranked concatenation, the plain copy written as parquet); with --batch-sizes beyond
---batch, one more scored copy per batch is alive while it is served.
+the rules. Everything else is measured on a small sample of the same work, run by the sweep's own
+code, and scaled (`Cost`):
+- the closed forms: bytes per row of a space and of its scored table, the working memory per row
+  while a chunk is scored, and CPU seconds per row, priced over the sweep's generation length
+  (`--sim-tokens`; past SAMPLE_TOKENS the sample is priced at the three LONG_TOKENS, its memory
+  carried on linearly and its time as a + c * tokens^p, so a long generation is never priced to
+  estimate it);
+- the simulator: a stream's and a served request's fixed and per-token seconds and bytes, from
+  samples of STREAM_TOKENS and SERVE_TOKENS carried on linearly (a simulated generation's steps
+  are arrays of its length; one step's events serve a whole batch, so serving takes about the
+  same time at any batch).
+At its peak the sweep holds every space chunk and PEAK_COPIES scored copies of each row (the
+scored chunks, their ranked concatenation, the plain copy written as parquet); with --batch-sizes
+beyond --batch, one more scored copy per batch is alive while it is served; each worker holds one
+chunk, stream or served batch at a time. Time is the sum of the parts over the workers.
 
-A sweep whose estimate exceeds the memory available (psutil) is refused in one line before any
-space is built.
+A sweep whose estimate exceeds the memory available (psutil) or `--max-hours` is refused in one
+line, with the estimate, before any space is built or any file written.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
+import time
+import tracemalloc
 from dataclasses import dataclass
 from typing import Callable
 
@@ -21,17 +34,38 @@ import pandas as pd
 
 import methods
 from calibrate.profile import Profile
-from common.errors import InputError
-from experiments.sweep import scoring
+from common.errors import InputError, duration
+from experiments.sweep import deployments, scoring
 
 SAMPLE_ROWS = 2_000      # rows of the sample that are scored
 PEAK_COPIES = 3          # scored copies of a row alive at the peak (see the module docstring)
+CHUNK_ROWS = 25_000      # configurations per executor task (experiments.sweep.run)
+SAMPLE_TOKENS = 512      # the longest generation the closed forms' sample is priced over; past it
+LONG_TOKENS = (128, 256, 512)  # they are priced at these and their growth carried on
+STREAM_TOKENS = (500, 2_000)   # sample streams: the simulator's fixed cost and its cost per token
+SERVE_TOKENS = (32, 128)       # sample requests served: the same for serving
+MAX_HOURS = 6.0          # default --max-hours
+
+
+@dataclass
+class Cost:
+    """One method's measured costs at the sweep's generation length (module docstring)."""
+
+    space_b: float = 0.0      # bytes per row of the space
+    scored_b: float = 0.0     # bytes per row of a scored table
+    work_b: float = 0.0       # working bytes per row while a chunk is scored
+    score_s: float = 0.0      # seconds per row scored
+    stream_s: float = 0.0     # seconds of one simulated stream
+    stream_b: float = 0.0     # bytes one simulated stream holds
+    serve_s: float = 0.0      # seconds of one configuration served (at any batch: WAVES x B requests)
+    serve_b: float = 0.0      # bytes one served request holds
 
 
 @dataclass
 class Estimate:
-    table: pd.DataFrame      # profile, method, setups, configurations, bytes
+    table: pd.DataFrame      # profile, method, setups, configurations, bytes, work_bytes, *_s, seconds
     base_bytes: int          # this process before the sweep (interpreter, libraries, profiles)
+    workers: int = 1
 
     @property
     def configurations(self) -> int:
@@ -39,14 +73,32 @@ class Estimate:
 
     @property
     def bytes(self) -> int:
-        return self.base_bytes + (int(self.table["bytes"].sum()) if len(self.table) else 0)
+        """The peak: what the sweep keeps, and each worker's largest working set."""
+        if not len(self.table):
+            return self.base_bytes
+        return self.base_bytes + int(self.table["bytes"].sum()) + self.workers * int(self.table["work_bytes"].max())
+
+    def phases(self) -> dict[str, float]:
+        """Seconds of the sweep's phases, one after the other: each its work shared by the workers,
+        or its longest single task (a chunk, a configuration's repeats), whichever is longer."""
+        t = self.table
+        if not len(t):
+            return {"the closed forms": 0.0, "the simulator's re-scores": 0.0, "serving the best": 0.0}
+        return {"the closed forms": max(t["score_s"].sum() / self.workers, t["chunk_s"].max()),
+                "the simulator's re-scores": max(t["simulate_s"].sum() / self.workers, t["repeats_s"].max()),
+                "serving the best": t["serve_s"].sum() / self.workers}
+
+    @property
+    def seconds(self) -> float:
+        return float(sum(self.phases().values()))
 
     def describe(self) -> str:
         """Per (profile, method) lines and the total, for stderr."""
         lines = [f"  {r.profile} / {r.method}: {r.configurations:,} configurations on {r.setups} setup(s), "
-                 f"~{_gb(r.bytes)}" for r in self.table.itertuples()]
+                 f"~{_gb(r.bytes + r.work_bytes)}, ~{duration(r.seconds)} of work" for r in self.table.itertuples()]
         return "\n".join(["estimate before building:", *lines,
-                          f"  total: {self.configurations:,} configurations, ~{_gb(self.bytes)} at the peak"])
+                          f"  total: {self.configurations:,} configurations, ~{_gb(self.bytes)} at the peak, "
+                          f"~{duration(self.seconds)} on {self.workers} worker(s)"])
 
 
 def _gb(n: float) -> str:
@@ -66,18 +118,20 @@ def _process_bytes() -> int:
     return int(psutil.Process().memory_info().rss)
 
 
-def estimate(profiles: list[Profile], opts, space: Callable, setting: Callable) -> Estimate:
-    """Configurations and peak bytes of sweeping `profiles` with `opts` (a SweepOptions), without
-    building any space larger than the sample. `space(spec, setup, opts)` and `setting(profile,
-    opts)` are the sweep's own."""
-    extra_batches = len([b for b in (opts.batch_sizes or []) if b != opts.batch])
+def estimate(profiles: list[Profile], opts, space: Callable, setting: Callable, workers: int = 1) -> Estimate:
+    """Configurations, peak bytes and seconds of sweeping `profiles` with `opts` (a SweepOptions) on
+    `workers` processes, without building any space larger than the sample or pricing any generation
+    longer than SAMPLE_TOKENS. `space(spec, setup, opts)` and `setting(profile, opts)` are the sweep's own."""
+    batches = opts.batch_sizes or [opts.batch]
+    extra_batches = len([b for b in batches if b != opts.batch])
     copies = PEAK_COPIES + extra_batches
     declared = methods.space_options()          # each option at its sample value: a small space of the same kind
     sample_opts = dataclasses.replace(opts, space={k: min(v, declared[k].sample or v) for k, v in opts.space.items()})
     rows = []
-    per_row: dict[str, tuple[float, float]] = {}       # method -> (space bytes, scored bytes) per row
+    costs: dict[str, Cost] = {}                 # method -> its costs, measured on the first profile that has it
     for profile in profiles:
         scored_setting = setting(profile, opts)
+        plain = len(batches)                     # plain decoding, served once per deployment and batch
         for method in opts.methods:
             spec = methods.get(method)
             try:
@@ -86,13 +140,26 @@ def estimate(profiles: list[Profile], opts, space: Callable, setting: Callable) 
                 continue                      # the sweep lists it as not scored
             takes = space_options(spec, opts)
             count = sum(spec.space_size(setup, **takes) for setup in found)
-            if method not in per_row:
-                per_row[method] = _bytes_per_row(profile, spec, found[0], sample_opts, space, scored_setting)
-            space_b, scored_b = per_row[method]
+            if method not in costs:
+                costs[method] = _measure(profile, spec, found[0], sample_opts, space, scored_setting, opts)
+            c = costs[method]
+            rescored, served = min(opts.rescore, count), len(found) * len(batches) + plain
+            plain = 0
+            works = {"a chunk of closed forms priced over": min(count, CHUNK_ROWS) * c.work_b,
+                     "a simulated generation of": c.stream_b if rescored else 0.0,
+                     "a served batch of generations of": deployments.WAVES * max(batches) * c.serve_b}
+            what = max(works, key=works.get)
             rows.append({"profile": profile.name, "method": method, "setups": len(found), "configurations": count,
-                         "bytes": int(count * (space_b + copies * scored_b))})
-    table = pd.DataFrame(rows, columns=["profile", "method", "setups", "configurations", "bytes"])
-    return Estimate(table=table, base_bytes=_process_bytes())
+                         "bytes": int(count * (c.space_b + copies * c.scored_b)), "work_bytes": int(works[what]),
+                         "work": what,
+                         "score_s": count * c.score_s * (1 + extra_batches),
+                         "simulate_s": rescored * opts.sim_repeats * c.stream_s, "serve_s": served * c.serve_s,
+                         "chunk_s": min(count, CHUNK_ROWS) * c.score_s,
+                         "repeats_s": opts.sim_repeats * c.stream_s if rescored else 0.0})
+    table = pd.DataFrame(rows, columns=["profile", "method", "setups", "configurations", "bytes", "work_bytes", "work",
+                                        "score_s", "simulate_s", "serve_s", "chunk_s", "repeats_s"])
+    table["seconds"] = table[["score_s", "simulate_s", "serve_s"]].sum(axis=1)
+    return Estimate(table=table, base_bytes=_process_bytes(), workers=max(1, int(workers)))
 
 
 def space_options(spec, opts) -> dict:
@@ -100,26 +167,143 @@ def space_options(spec, opts) -> dict:
     return {k: opts.space[k] for k in spec.options}
 
 
-def _bytes_per_row(profile: Profile, spec, setup, sample_opts, space: Callable, setting) -> tuple[float, float]:
-    """Bytes per row of a small space and of its scored table, measured on the real code's output."""
+def _traced(work: Callable) -> tuple[object, int]:
+    """(what `work()` returns, the peak bytes it allocated: tracemalloc, numpy's arrays included)."""
+    tracing = tracemalloc.is_tracing()
+    if not tracing:
+        tracemalloc.start()
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    try:
+        out = work()
+        return out, max(0, tracemalloc.get_traced_memory()[1] - base)
+    finally:
+        if not tracing:
+            tracemalloc.stop()
+
+
+def _timed(work: Callable) -> float:
+    """CPU seconds of `work()` (wall time on a shared machine says more about the others' work)."""
+    start = time.process_time()
+    work()
+    return time.process_time() - start
+
+
+def _grown(values: list[float], lengths: list[int], tokens: int) -> float:
+    """A time a + c * length^p measured at one length (returned as is) or at three doubling lengths
+    (a, c and p in [0, 2] from the two differences, so a fixed cost does not hide the growth), at
+    `tokens`. (Memory is carried on linearly: no closed form holds more than a row per token.)"""
+    if len(values) == 1:
+        return values[0]
+    rise, last = values[2] - values[1], values[1] - values[0]
+    if rise <= 0.05 * values[2]:             # flat within the noise: the fixed cost
+        return values[2]
+    power = min(max(math.log2(rise / last), 0.0), 2.0) if last > 0 else 2.0
+    unit = rise / (lengths[2] ** power - lengths[1] ** power) if power else rise / math.log(2)
+    grown = (tokens ** power - lengths[2] ** power) if power else math.log(tokens / lengths[2])
+    return values[2] + unit * grown
+
+
+def _measure(profile: Profile, spec, setup, sample_opts, space: Callable, setting, opts) -> Cost:
+    """One method's `Cost`, measured on a sample of its space on `setup` by the sweep's own code."""
     sample = space(spec, setup, sample_opts)
     if sample.empty:
-        return 0.0, 0.0
+        return Cost()
     sample = sample.iloc[:SAMPLE_ROWS].reset_index(drop=True)
-    scored = scoring.score_task(scoring.ScoreTask(profile.to_dict(), spec.name, setup.base, sample, setting))
-    return (sample.memory_usage(deep=True).sum() / len(sample), scored.memory_usage(deep=True).sum() / len(scored))
+    raw, tokens = profile.to_dict(), int(setting.new_tokens or SAMPLE_TOKENS)
+
+    def score(rows: pd.DataFrame, length: int) -> Callable:
+        at = dataclasses.replace(setting, new_tokens=length)
+        return lambda: scoring.score_task(scoring.ScoreTask(raw, spec.name, setup.base, rows, at))
+
+    # disjoint row sets, each priced cold (a method may cache what its rows share): a warm-up, then
+    # per length one traced (working memory) and one timed
+    lengths = [tokens] if tokens <= SAMPLE_TOKENS else list(LONG_TOKENS)
+    parts = _split(sample, 1 + 2 * len(lengths))
+    score(parts[0], min(lengths))()
+    work_b, score_s, scored = [], [], None
+    for i, length in enumerate(lengths):
+        traced, timed = parts[1 + 2 * i], parts[2 + 2 * i]
+        scored, peak = _traced(score(traced, length))
+        work_b.append(peak / len(traced))
+        score_s.append(_timed(score(timed, length)) / len(timed))
+    cost = Cost(space_b=sample.memory_usage(deep=True).sum() / len(sample),
+                scored_b=scored.memory_usage(deep=True).sum() / len(scored),
+                work_b=_linear(work_b[-2:], lengths[-2:], tokens), score_s=_grown(score_s, lengths, tokens))
+    config = scoring.sim_config(scored.iloc[[0]])
+    if opts.rescore:
+        cost.stream_s, cost.stream_b = _linear_cost(
+            lambda n: lambda: scoring.simulate_task(scoring.SimTask(raw, spec.name, config, setting, 0, n, 1)),
+            STREAM_TOKENS, opts.sim_tokens)
+    prompt = scoring.centred_prompt(setting.ctx_len, min(opts.sim_tokens, SERVE_TOKENS[1]))
+    cost.serve_s, cost.serve_b = _linear_cost(
+        lambda n: lambda: deployments.serve_task(deployments.ServeTask(raw, spec.name, config, 1, prompt, n, 0)),
+        SERVE_TOKENS, opts.sim_tokens)
+    cost.serve_b /= deployments.WAVES                   # per request
+    return cost
 
 
-def check_fits(est: Estimate, space: dict[str, int], available: int | None = None) -> None:
-    """InputError (one line: the estimate and the limit) when the sweep will not fit in memory."""
+def _split(frame: pd.DataFrame, parts: int) -> list[pd.DataFrame]:
+    """`parts` disjoint row sets of `frame` (repeating rows where it has fewer)."""
+    size = max(1, len(frame) // parts)
+    return [frame.iloc[(i * size) % len(frame):(i * size) % len(frame) + size].reset_index(drop=True)
+            for i in range(parts)]
+
+
+def _linear_cost(run: Callable[[int], Callable], sample: tuple[int, int], tokens: int) -> tuple[float, float]:
+    """(seconds, peak bytes) of `run(tokens)()`: measured at `tokens` when it is at most sample[1],
+    else a fixed cost and a cost per token from runs at the two `sample` lengths, carried on linearly
+    (a simulated generation's steps are arrays of its length)."""
+    lengths = [tokens] if tokens <= sample[1] else list(sample)
+    run(min(lengths))()                                               # warm-up
+    peaks = [float(_traced(run(n))[1]) for n in lengths]
+    seconds = [_timed(run(n)) for n in lengths]
+    return _linear(seconds, lengths, tokens), _linear(peaks, lengths, tokens)
+
+
+def _linear(values: list[float], lengths: list[int], tokens: int) -> float:
+    """A cost a + b * length measured at two lengths, at `tokens` (b >= 0; one length: as measured)."""
+    if len(values) == 1:
+        return values[0]
+    per_token = max(values[1] - values[0], 0.0) / (lengths[1] - lengths[0])
+    return max(values[0] - per_token * lengths[0], 0.0) + per_token * tokens
+
+
+def check_fits(est: Estimate, opts, available: int | None = None, max_hours: float = MAX_HOURS) -> None:
+    """InputError (one line: the estimate, the limit and the options to lower) when the sweep will
+    not fit in memory or would run past `max_hours`."""
     limit = available_memory() if available is None else available
     if est.bytes > limit:
-        where = ""
-        if len(est.table):
-            worst = est.table.sort_values("bytes", ascending=False).iloc[0]
-            where = f"; largest: {worst.profile} / {worst.method} {int(worst.configurations):,} configurations"
-        given = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in space.items())
-        raise InputError(f"{given}: the sweep would hold {est.configurations:,} configurations, "
-                         f"~{_gb(est.bytes)} at its peak, but {_gb(limit)} of memory is available{where}; "
-                         f"lower {', '.join('--' + k.replace('_', '-') for k in space)}, or pass fewer --methods / "
-                         "--profile")
+        kept = est.bytes - est.workers * (int(est.table["work_bytes"].max()) if len(est.table) else 0)
+        if kept >= est.bytes - kept:            # the spaces and their scored tables
+            where = ""
+            if len(est.table):
+                worst = est.table.sort_values("bytes", ascending=False).iloc[0]
+                where = f"; largest: {worst.profile} / {worst.method} {int(worst.configurations):,} configurations"
+            given = _given(opts.space)
+            raise InputError(f"{given}: the sweep would hold {est.configurations:,} configurations, "
+                             f"~{_gb(est.bytes)} at its peak, but {_gb(limit)} of memory is available{where}; "
+                             f"lower {_names(opts.space)}, or pass fewer --methods / --profile")
+        worst = est.table.sort_values("work_bytes", ascending=False).iloc[0]
+        raise InputError(f"{_given({'sim_tokens': opts.sim_tokens})}: each of {est.workers} worker(s) would hold "
+                         f"~{_gb(worst.work_bytes)} at once ({worst.profile} / {worst.method}: {worst.work} that many "
+                         f"tokens), ~{_gb(est.bytes)} in all, but {_gb(limit)} of memory is available; lower --sim-tokens")
+    if est.seconds > max_hours * 3600:
+        taken = {k: v for m in est.table["method"].unique() for k, v in space_options(methods.get(m), opts).items()}
+        options = {"the closed forms": {**taken, "sim_tokens": opts.sim_tokens},
+                   "the simulator's re-scores": {"sim_tokens": opts.sim_tokens, "sim_repeats": opts.sim_repeats,
+                                                 "rescore": opts.rescore},
+                   "serving the best": {"sim_tokens": opts.sim_tokens}}
+        phases = est.phases()
+        part = max(phases, key=phases.get)
+        raise InputError(f"{_given(options[part])}: the sweep would run ~{duration(est.seconds)} on {est.workers} "
+                         f"worker(s) ({part}: ~{duration(phases[part])}), beyond --max-hours {max_hours:g}; "
+                         f"lower {_names(options[part])}, pass fewer --methods / --profile, or raise --max-hours")
+
+
+def _given(options: dict) -> str:
+    return " ".join(f"--{k.replace('_', '-')} {v}" for k, v in options.items())
+
+
+def _names(options: dict) -> str:
+    return ", ".join("--" + k.replace("_", "-") for k in options)

@@ -15,13 +15,49 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable, Sequence
 
 from common.errors import InputError
-from common.progress import progress_bar, progress_enabled  # noqa: F401  (the sweep's CLI reads it here)
+from common.progress import progress_bar
 
 EXECUTORS = ("local", "dask")
+PARENT_POLL_S = 0.5              # how often a worker checks that the process that started it is alive
+
+
+def cpu_cores() -> int:
+    """CPU cores this process may run on (its affinity, else the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:           # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def worker_count(asked: int | None, option: str = "--workers") -> int:
+    """Worker processes: one per core by default, and never more than the cores (more only
+    time-share them and hold more memory); a capped request is said in one line on stderr."""
+    cores = cpu_cores()
+    if asked is None:
+        return cores
+    if asked > cores:
+        print(f"note: {option} {asked} capped at the {cores} CPU core(s) of this machine", file=sys.stderr)
+        return cores
+    return max(1, int(asked))
+
+
+def die_with_parent(parent: int) -> None:
+    """Worker initializer: end this worker as soon as `parent` (the process that started it) is
+    gone, so a sweep killed with SIGKILL leaves no pool worker behind (a pool's worker otherwise
+    waits on its task queue for as long as any sibling holds it open)."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
 
 
 class LocalExecutor:
@@ -30,7 +66,7 @@ class LocalExecutor:
     kind = "local"
 
     def __init__(self, workers: int | None = None, progress: bool = False):
-        self.workers = max(1, int(workers or os.cpu_count() or 1))
+        self.workers = worker_count(workers)
         self.progress = progress
         self._pool: ProcessPoolExecutor | None = None
 
@@ -54,7 +90,8 @@ class LocalExecutor:
 
     def _ensure_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=self.workers)
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, initializer=die_with_parent,
+                                             initargs=(os.getpid(),))
         return self._pool
 
     def close(self) -> None:
@@ -99,7 +136,7 @@ class DaskExecutor:
                 raise InputError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
             self._own_client = True
         else:
-            n = max(1, int(workers or os.cpu_count() or 1))
+            n = worker_count(workers)
             self._own_cluster = distributed.LocalCluster(
                 n_workers=n, threads_per_worker=1, processes=processes, dashboard_address=None,
                 silence_logs=logging.ERROR,

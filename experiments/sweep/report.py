@@ -76,7 +76,7 @@ def _joined(value):
 def write_outputs(result: Any, out_dir: Path, progress: bool = False) -> dict[str, Path]:
     """Write every table, plot and the report of a SweepResult into `out_dir`; return the paths
     (a progress bar over the tables and plots when `progress` and it takes over a second)."""
-    from experiments.sweep.executor import progress_bar
+    from common.progress import progress_bar
 
     out_dir = Path(out_dir)
     written: dict[str, Path] = {}

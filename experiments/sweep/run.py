@@ -32,15 +32,14 @@ from calibrate.profile import Profile
 from common.errors import InputError
 from common.seeds import derive_seed
 from experiments.sweep import deployments, ranking, scoring
-from experiments.sweep.estimate import space_options
-from experiments.sweep.executor import progress_bar
+from experiments.sweep.estimate import CHUNK_ROWS, space_options
+from common.progress import progress_bar
 from experiments.papers.choices import compare
 from methods.spec import MethodSpec, Setup
 
 DEFAULT_CTX = 512        # context of a Profile without a recorded workload
 
 BUNDLED_PROFILES = bundled("profiles")
-CHUNK_ROWS = 25_000          # configurations per executor task
 
 
 @dataclass
@@ -132,11 +131,11 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor) -> SweepRes
     timings["score"] = time.perf_counter() - t0
 
     t1 = time.perf_counter()
-    best = _top(tables, opts.rescore)
+    best = _top(tables, max(opts.rescore, 1))       # --rescore 0: the closed forms' best, not simulated
     by_name = {p.name: p.to_dict() for p in profiles}
     by_profile = {p.name: p for p in profiles}
     sim_tasks = []
-    for i in range(len(best)):
+    for i in range(len(best) if opts.rescore else 0):    # --rescore 0: nothing simulated
         row, name = best.iloc[[i]], best["profile"].iat[i]
         config = scoring.sim_config(row)       # a seed of its own (profile, configuration, load), not a counter
         seed = derive_seed(opts.seed, "stream", name, row["method"].iat[0], sorted(config.items()), opts.sim_tokens)

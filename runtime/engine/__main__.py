@@ -22,6 +22,7 @@ from runtime.engine import Sampling, make_decoder
 from common.errors import InputError
 from common.cli import CliParser, cli_entry
 from common.progress import add_progress_option, progress_bar, progress_enabled
+from common.rundir import claim_file
 from runtime.models import LoadedModel, check_same_vocabulary, load_model, truncated
 
 
@@ -125,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     p.add_argument("--out", default=None, help="optional CSV with one row per method and prompt (default: none, the table is printed)")
     add_progress_option(p)
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file instead of refusing")
     return p
 
 
@@ -134,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     check_options(args)
+    if args.out:
+        claim_file(args.out, args.overwrite)
     torch.set_num_threads(args.threads)
     runs = [parse_method(m) for m in (args.methods or methods.names())]
     prompt_set = load_prompt_mix(args.prompts)

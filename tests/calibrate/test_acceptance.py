@@ -121,3 +121,22 @@ def test_bad_queries():
         m.alpha_at(1)
     with pytest.raises(InputError, match="no alpha_at_k_without_replacement"):
         m.alpha_at(2, without_replacement=True)
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"alpha_at_k": {"1": 0.6, "2": 0.5}}, r"alpha_at_k falls from 0.6 at 1 to 0.5 at 2; more candidates cannot"),
+    ({"alpha": 0.5, "alpha_at_k_without_replacement": {"1": 0.5, "4": 0.4}}, "alpha_at_k_without_replacement falls"),
+    ({"alpha": 0.5, "dataset": ["mt-bench"]}, r"dataset must be a string, got \['mt-bench'\]"),
+    ({"alpha": 0.5, "drafter": 3}, "drafter must be a string, got 3"),
+])
+def test_physically_impossible_acceptance_is_refused(raw, message):
+    with pytest.raises(InputError, match=message):
+        AcceptanceModel.from_dict(raw, name="x")
+
+
+def test_a_top_k_hit_that_falls_with_k_is_refused():
+    freq = [1 / 11] * 11
+    bins = {"freq": freq, "topk_hit": {"1": [0.5] * 11, "2": [0.6] * 10 + [0.4]}}
+    with pytest.raises(InputError, match="conf_bins.topk_hit of bin 10 falls from 0.5 at 1 to 0.4 at 2"):
+        AcceptanceModel.from_dict({"alpha": 0.5, "conf_bins": bins}, name="x")
+    assert AcceptanceModel.from_dict({"alpha": 0.5, "dataset": None}, name="x").dataset == ""

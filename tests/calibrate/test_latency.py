@@ -114,5 +114,5 @@ def test_launch_floor_makes_a_small_model_launch_bound_and_round_trips():
     again = latency_model_from_dict(small.to_dict(), "d")
     assert again.launch_s == 3e-3 and float(again.predict(1, 0)) == float(small.predict(1, 0))
     assert "launch_s" not in RooflineLatency(arch_dict("llama-68m"), "A6000", "fp16").to_dict()["params"]
-    with pytest.raises(InputError, match="launch_s must be >= 0"):
+    with pytest.raises(InputError, match="launch_s must be a number of seconds >= 0"):
         RooflineLatency(arch_dict("llama-68m"), "A6000", "fp16", launch_s=-1.0)

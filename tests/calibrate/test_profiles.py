@@ -218,13 +218,42 @@ def _raw():
     return json.loads(BUNDLED[0].read_text())
 
 
+SMOLLM2 = paper_profiles.DEFAULT_OUT / "smollm2-135m-cpu.json"
+
+
+def _first(entries: dict) -> dict:
+    return next(iter(entries.values()))
+
+
 @pytest.mark.parametrize("edit,message", [
     (lambda d: d.update(schema_version=2), "schema version 2 is not the supported 1"),
     (lambda d: d.pop("latency"), "missing field 'latency'"),
     (lambda d: d.pop("target"), "missing field 'target'"),
     (lambda d: d.update(target="nope"), "target 'nope' is not among"),
-    (lambda d: next(iter(d["acceptance"].values())).update(alpha=1.5), "alpha 1.5 outside"),
-    (lambda d: next(iter(d["latency"].values())).pop("params"), "needs 'kind' and 'params'"),
+    (lambda d: _first(d["acceptance"]).update(alpha=1.5), "alpha = 1.5 is outside"),
+    (lambda d: _first(d["latency"]).pop("params"), "needs 'kind' and 'params'"),
+    # every field in its physical range, checked when the file is read (issue 30)
+    (lambda d: _first(d["latency"])["params"].update(bw_eff=50),
+     r"latency model '[^']+': bw_eff must be an efficiency in \(0, 1\]"),
+    (lambda d: _first(d["latency"])["params"].update(flops_eff=0), r"flops_eff must be an efficiency in \(0, 1\]"),
+    (lambda d: _first(d["latency"])["params"].update(overhead_s="abc"),
+     r"latency model '[^']+': overhead_s must be a number of seconds >= 0, got 'abc'"),
+    (lambda d: _first(d["latency"])["params"].update(overhead_s=-1.0), "overhead_s must be a number of seconds >= 0"),
+    (lambda d: _first(d["latency"])["params"].pop("hardware"), "missing parameter 'hardware'"),
+    (lambda d: _first(d["acceptance"]).update(alpha_at_k={"1": 0.5, "2": 7}), r"alpha_at_k\[2\] = 7"),
+    (lambda d: _first(d["models"]).update(n_layers=0), "'n_layers' must be a positive number"),
+    (lambda d: d.update(drafters=[]), "profile field 'drafters' must be an object"),
+    (lambda d: d.update(engine=[]), "profile field 'engine' must be an object"),
+    (lambda d: d.update(engine={"methods": []}), r"engine.methods must be an object \(method -> calibration\), got list"),
+    (lambda d: d.update(engine={"pooled": {"overhead_s": "abc"}}), "engine.pooled.overhead_s must be a finite number"),
+    (lambda d: d.update(engine={"methods": {"sd": {"verify_scale": 0}}}), "engine.methods.sd.verify_scale is 0"),
+    (lambda d: d.update(engine={"methods": {"sd": {"verify_scael": 1}}}), "engine.methods.sd has unknown key"),
+    (lambda d: d.update(engine={"fit": {"heldout": {"speedup_error_p90": -0.1}}}), "speedup_error_p90 must be a number"),
+    (lambda d: d.update(workload={"mt-bench": {"prompt_tokens": -50, "new_tokens": 64}}),
+     "workload.mt-bench.prompt_tokens must be a number of tokens >= 0, got -50"),
+    (lambda d: d.update(workload={"mt-bench": {"prompt_tokens": 50, "new_tokens": 0}}),
+     "workload.mt-bench.new_tokens must be a number of tokens >= 1, got 0"),
+    (lambda d: d.update(workload={"mt-bench": 105}), "workload.mt-bench must be an object"),
 ])
 def test_bad_profiles_fail_with_one_line_naming_the_problem(edit, message, tmp_path):
     raw = _raw()
@@ -233,20 +262,21 @@ def test_bad_profiles_fail_with_one_line_naming_the_problem(edit, message, tmp_p
     path.write_text(json.dumps(raw))
     with pytest.raises(InputError, match=message) as info:
         Profile.load(path)
-    assert "\n" not in str(info.value)
+    assert "\n" not in str(info.value) and str(info.value).startswith(f"{path}: ")
 
 
-def test_bad_nested_entries_fail_on_access():
+def test_bad_nested_entries_fail_at_load():
+    """An acceptance or latency entry is built where the Profile is read, so a bad one is refused there."""
     raw = _raw()
     key = next(iter(raw["acceptance"]))
-    raw["acceptance"][key]["alpha_at_k"] = {"1": 0.5, "2": 7}
+    bad_alpha = copy.deepcopy(raw)
+    bad_alpha["acceptance"][key]["alpha_at_k"] = {"1": 0.5, "2": 7}
+    with pytest.raises(InputError, match=r"alpha_at_k\[2\] = 7"):
+        Profile.from_dict(bad_alpha)
     model = next(iter(raw["latency"]))
     raw["latency"][model]["params"].pop("hardware")
-    profile = Profile.from_dict(copy.deepcopy(raw))
-    with pytest.raises(InputError, match=r"alpha_at_k\[2\] = 7"):
-        profile.acceptance_model(key)
     with pytest.raises(InputError, match="missing parameter 'hardware'"):
-        profile.latency_model(model)
+        Profile.from_dict(raw)
 
 
 # ---- issue 28: physical bounds, held-out errors, warnings ------------------------------------------------
@@ -326,3 +356,24 @@ def test_mcsd_acceptance_is_a_curve_with_a_persistence():
     assert model.alpha_at(32) > model.alpha_at(16) > model.alpha_at(4) == 0.67
     assert 0.5 < model.persistence < 1.0
     assert model.persistence == profile.provenance["latency_fit"]["parameters"]["persistence"]
+def test_an_engine_calibration_may_take_time_away_but_not_scale_by_zero():
+    """A fitted engine term in seconds may be negative (the bundled SmolLM2 fit has one); a scale of a
+    forward's cost may not."""
+    raw = json.loads(SMOLLM2.read_text())
+    assert raw["engine"]["methods"]["sd"]["draft_per_forward_s"] < 0
+    Profile.from_dict(raw)
+    raw["engine"]["methods"]["sd"]["draft_scale"] = -0.5
+    with pytest.raises(InputError, match="engine.methods.sd.draft_scale is -0.5"):
+        Profile.from_dict(raw, source="smollm2")
+
+
+def test_a_roofline_fit_faster_than_the_datasheet_is_refused_not_stored():
+    from calibrate.latency import RooflineLatency, fit_latency
+    from calibrate.synthetic import synthetic_latency_trace
+    from costmodel.params import arch_dict
+
+    truth = RooflineLatency(arch=arch_dict("vicuna-7b"), hardware="A100-80G", dtype="fp16", bw_eff=0.5)
+    frame, _ = synthetic_latency_trace(truth, noise=0.0, seed=0, hardware="A100-80G")
+    frame["seconds"] /= 4            # four times faster than the A100's datasheet bandwidth allows
+    with pytest.raises(InputError, match=r"faster than A100-80G's datasheet allows \(fitted bw_eff 2 > 1\)"):
+        fit_latency(frame, "roofline", arch=arch_dict("vicuna-7b"), hardware="A100-80G", dtype="fp16")

@@ -2,6 +2,7 @@
 naming the bad value, before any heavy work (every row runs the CLI's main in-process; none loads
 a real model)."""
 import importlib
+from pathlib import Path
 
 import pytest
 
@@ -35,7 +36,7 @@ ROWS = [
     ("experiments.simulate", ["stream", "--profile", P, "--out", "{out}", "--method", "sd", "--repeats", "0"],
      "--repeats"),
     ("experiments.simulate", ["stream", "--profile", P, "--out", "{out}", "--method", "sd", "--n-tokens", "0"],
-     "n_tokens"),
+     "--n-tokens"),
     ("experiments.simulate", ["stream", "--profile", "missing.json", "--out", "{out}", "--method", "sd"], "missing.json"),
     ("experiments.simulate", ["serve", "--profile", P, "--out", "{out}", "--method", "sd", "--rates", "abc"], "abc"),
     ("experiments.simulate", ["serve", "--profile", P, "--out", "{out}", "--method", "sd", "--cv", "nan"], "--cv"),
@@ -79,6 +80,7 @@ ROWS = [
     (ENGINE, ["--target", "tiny", "--drafter", "layers:x"], "layers:x"),
     (ENGINE, ["--target", "tiny", "--top-p", "0"], "--top-p"),
     (ENGINE, ["--target", "tiny", "--temperature", "nan"], "--temperature"),
+    (ENGINE, ["--target", "nope"], "model 'nope'"),      # at once: no hub retries (one line, online or not)
     (ENGINE, ["--target", "tiny", "--methods", "nope"], "nope"),
     (ENGINE, ["--target", "tiny", "--max-new-tokens", "0"], "--max-new-tokens"),
     (ENGINE, ["--target", "tiny", "--threads", "0"], "--threads"),
@@ -87,6 +89,10 @@ ROWS = [
     ("experiments.verify_lossless", ["--max-paths", "0", "--out", "{out}"], "--max-paths"),
     ("experiments.verify_lossless", ["--cases", "0", "--out", "{out}"], "--cases"),
     ("experiments.verify_lossless", ["--workers", "0", "--out", "{out}"], "--workers"),
+    ("experiments.verify_lossless", ["--max-minutes", "0", "--out", "{out}"], "--max-minutes is 0.0, must be"),
+    ("experiments.verify_lossless", ["--max-minutes", "nan", "--out", "{out}"], "--max-minutes is nan, must be"),
+    ("experiments.verify_lossless", ["--mode", "statistical", "--vocab", "100", "--max-minutes", "0.0001", "--out",
+                                     "{out}"], "past --max-minutes 0.0001"),
     ("training.__main__", ["vanilla", "--target", "tiny", "--minutes", "0", "--out", "{out}"], "--minutes"),
     ("training.__main__", ["vanilla", "--target", "tiny", "--steps", "0", "--out", "{out}"], "--steps"),
     ("training.__main__", ["vanilla", "--target", "tiny", "--set", "foo=1", "--out", "{out}"], "foo"),
@@ -118,6 +124,22 @@ ROWS = [
     ("training.__main__", ["vanilla", "--target", "tiny", "--generated", "0", "--edit", "0", "--source", "1", "--out", "{out}"],
      "--generated"),
     ("training.__main__", ["vanilla", "--target", "tiny", "--seq-len", "0", "--out", "{out}"], "--seq-len"),
+    # sizes bounded before allocation (issue 30): refused by the sweep's estimate, nothing written
+    ("experiments.sweep", ["--sim-tokens", "1000000000", "--methods", "sd", "--profile", P, "--out", "{out}"],
+     "--sim-tokens 1000000000: each of"),
+    ("experiments.sweep", ["--sim-repeats", "1000000000", "--methods", "sd", "--profile", P, "--out", "{out}"],
+     "--sim-repeats 1000000000 --rescore 2: the sweep would run ~"),
+    ("experiments.sweep", ["--max-hours", "0", *SMALL_SWEEP, "--out", "{out}"], "--max-hours must be a number of hours"),
+    ("experiments.sweep", ["--max-hours", "nan", *SMALL_SWEEP, "--out", "{out}"], "--max-hours must be a number"),
+    ("experiments.sweep", ["--methods", "", "--out", "{out}"], "no method named in ''"),
+    # a CAPE bin outside 1..35 is refused by every layer that runs one (not run as S=1)
+    ("experiments.simulate", ["stream", "--profile", P, "--out", "{out}", "--method", "cape", "--config",
+                              "cape g4 S88886666440"], "1..35"),
+    ("experiments.simulate", ["stream", "--profile", P, "--out", "{out}", "--method", "cape", "--config",
+                              '{"bins": [36, 8, 8, 8, 6, 6, 6, 6, 4, 4, 2]}'], "36"),
+    ("traces.record", [*RECORD, "--method", "cape", "--config", "cape g4 S88886666440", "--out", "{out}/r.parquet"],
+     "1..35"),
+    (ENGINE, ["--target", "tiny", "--methods", '{"bins": [0, 8, 8, 8, 6, 6, 6, 6, 4, 4, 2]}'.join(["cape:", ""])], "0"),
 ]
 
 
@@ -143,6 +165,47 @@ def test_bad_input_is_refused_in_one_line(module, argv, expected, tmp_path, caps
     assert code == 2, f"exit code {code}; stderr: {err[-300:]}"
     assert len(lines) == 1 and lines[0].startswith("error: "), err[-300:]
     assert expected in lines[0], lines[0]
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()], "a refused run wrote files"
+
+
+# A Profile with one bad field, run by each command line that reads Profiles: (edit, the one line's
+# words after "error: <file>: "). Every field is checked where the file is read, in its physical range.
+def _first(entries: dict) -> dict:
+    return next(iter(entries.values()))
+
+
+BAD_PROFILES = [
+    (lambda d: _first(d["latency"])["params"].update(bw_eff=50),
+     "latency model 'vicuna-7b': bw_eff must be an efficiency in (0, 1]"),
+    (lambda d: _first(d["latency"])["params"].update(overhead_s="abc"),
+     "latency model 'vicuna-7b': overhead_s must be a number of seconds >= 0, got 'abc'"),
+    (lambda d: d.update(drafters=[]), "profile field 'drafters' must be an object (name -> entry), got list"),
+    (lambda d: d.update(engine={"methods": []}), "engine.methods must be an object (method -> calibration), got list"),
+    (lambda d: d.update(workload={"mt-bench": {"prompt_tokens": -50, "new_tokens": 64}}),
+     "workload.mt-bench.prompt_tokens must be a number of tokens >= 0, got -50"),
+    (lambda d: d.update(engine={"pooled": {"verify_scale": 0}}), "engine.pooled.verify_scale is 0"),
+]
+PROFILE_CLIS = [
+    ("experiments.sweep", ["--methods", "sd", "--profile", "{profile}", "--out", "{out}"]),
+    ("experiments.simulate", ["stream", "--profile", "{profile}", "--method", "sd", "--out", "{out}"]),
+    ("experiments.capacity", ["--profile", "{profile}", "--methods", "sd", "--out", "{out}"]),
+]
+
+
+@pytest.mark.parametrize("edit, expected", BAD_PROFILES, ids=[m.split(":")[0][:40] for _, m in BAD_PROFILES])
+@pytest.mark.parametrize("module, argv", PROFILE_CLIS, ids=[m.split(".")[-1] for m, _ in PROFILE_CLIS])
+def test_a_bad_profile_field_is_refused_naming_file_and_field(module, argv, edit, expected, tmp_path, capsys):
+    import json
+
+    raw = json.loads(Path(P).read_text())
+    edit(raw)
+    profile = tmp_path / "bad.json"
+    profile.write_text(json.dumps(raw))
+    code = cli_main(module)([a.replace("{out}", str(tmp_path / "out")).replace("{profile}", str(profile))
+                             for a in argv])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {profile}: {expected}"), lines
+    assert not (tmp_path / "out").exists()
 
 
 def test_the_table_covers_enough_bad_inputs_across_the_clis():
@@ -168,6 +231,14 @@ RERUN_ROWS = [
     ("experiments.fidelity", ["--profile", SMOLLM2, "--target", "smollm2", "--prompts", "mtbench:7-9", "--out", "{out}"],
      "files"),
     ("traces.timing", ["--model", "tiny", *TINY_GRID, "--out", "{out}/t.parquet"], "file"),
+    # every other writer (issue 30): refused before any model loads or any fit runs
+    ("calibrate.fit", ["--out", "{out}/p.json"], "file:p.json"),
+    ("calibrate.paper_profiles", ["--only", "lookahead", "--out", "{out}"], "file:lookahead-llama-2-7b-a100.json"),
+    (ENGINE, ["--target", "tiny", "--out", "{out}/r.csv"], "file:r.csv"),
+    ("traces.record", [*RECORD, "--method", "ar", "--out", "{out}/r.parquet"], "file:r.parquet"),
+    ("training.__main__", ["vanilla", "--target", "tiny", "--out", "{out}"], "file:vanilla.safetensors"),
+    ("experiments.bench.sweep", ["--out", "{out}/b.json"], "file:b.json"),
+    ("experiments.bench.simulator", ["--out", "{out}/b.json"], "file:b.json"),
 ]
 
 
@@ -182,11 +253,12 @@ def _occupy(out, kind: str) -> None:
         (out / "report.md").write_text("a report of a run before manifests\n")
     else:
         out.mkdir(parents=True)
-        (out / "t.parquet").write_bytes(b"a previous run's output")
+        (out / (kind.partition(":")[2] or "t.parquet")).write_bytes(b"a previous run's output")
 
 
 @pytest.mark.parametrize("module, argv, kind", RERUN_ROWS,
-                         ids=[f"{m.split('.')[-1]}:{' '.join(a[:2])}:{k}" for m, a, k in RERUN_ROWS])
+                         ids=[f"{m.split('.')[-2 if m.endswith('__main__') else -1]}:{' '.join(a[:2])}:{k}"
+                              for m, a, k in RERUN_ROWS])
 def test_rerun_into_another_runs_out_is_refused_in_one_line(module, argv, kind, tmp_path, capsys):
     out = tmp_path / "out"
     _occupy(out, kind)
@@ -197,3 +269,15 @@ def test_rerun_into_another_runs_out_is_refused_in_one_line(module, argv, kind, 
     assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), lines
     assert str(out) in lines[0] and "--overwrite" in lines[0], lines[0]
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before   # nothing touched
+
+
+def test_overwrite_replaces_another_recording_run(tmp_path, capsys):
+    out = tmp_path / "r.parquet"
+    argv = [*RECORD, "--limit", "1", "--max-new-tokens", "4", "--quiet", "--out", str(out)]
+    main = cli_main("traces.record")
+    assert main([*argv, "--method", "ar"]) == 0
+    assert main([*argv, "--method", "sd", "--drafter", "layers:1"]) == 2 and "--overwrite" in capsys.readouterr().err
+    assert main([*argv, "--method", "sd", "--drafter", "layers:1", "--overwrite"]) == 0
+    from traces import schema
+
+    assert schema.read_trace(out)[0]["method"].unique().tolist() == ["sd"]

@@ -163,7 +163,7 @@ def test_paper_profiles_never_write_the_bundled_profiles_by_default(tmp_path, mo
     from calibrate import paper_profiles
 
     written = {}
-    monkeypatch.setattr(paper_profiles, "build_all", lambda out, only, progress: written.setdefault("out", out) and [])
+    monkeypatch.setattr(paper_profiles, "build_all", lambda out, only, progress, overwrite: written.setdefault("out", out) and [])
     assert paper_profiles.main(["--only", "glide"]) == 0
     assert written["out"] == Path("out/profiles") and written["out"].resolve() != paper_profiles.DEFAULT_OUT
 

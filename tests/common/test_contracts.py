@@ -41,7 +41,9 @@ def test_trace_wrong_kind(tmp_path):
 def _profile_dict():
     return {
         "schema_version": 1, "name": "p", "hardware": "A100-80G", "dtype": "fp16", "target": "t",
-        "models": {"t": {"params": 1.0}}, "latency": {"t": {"kind": "roofline", "params": {}}},
+        "models": {"t": {"params": 1.0}},
+        "latency": {"t": {"kind": "table", "params": {"n_tokens": [1], "ctx_len": [0], "batch": [1],
+                                                      "seconds": [[[0.01]]]}}},
         "acceptance": {"d": {"alpha": 0.5}},
     }
 
@@ -57,7 +59,7 @@ def test_profile_round_trip(tmp_path):
     [
         (lambda d: d.pop("latency"), "missing field 'latency'"),
         (lambda d: d.update(schema_version=99), "schema version 99"),
-        (lambda d: d["acceptance"]["d"].update(alpha=1.5), "alpha 1.5 outside"),
+        (lambda d: d["acceptance"]["d"].update(alpha=1.5), "alpha = 1.5 is outside"),
         (lambda d: d.update(target="nope"), "target 'nope'"),
     ],
 )

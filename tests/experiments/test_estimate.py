@@ -1,6 +1,7 @@
 """The sweep's estimate before it builds anything (experiments.sweep.estimate): counts equal to the
 spaces the sweep builds, a one-line refusal of what will not fit in memory, progress only when asked
 or on a terminal."""
+import pandas as pd
 import pytest
 
 import methods
@@ -9,7 +10,8 @@ from common.errors import InputError
 from experiments.sweep import estimate
 from experiments.sweep import cli
 from experiments.sweep import run as sweep
-from experiments.sweep.executor import LocalExecutor, progress_enabled
+from common.progress import progress_enabled
+from experiments.sweep.executor import LocalExecutor
 from methods.mcsd import count_k_configurations, k_configurations
 
 MCSD_PROFILE = "data/profiles/mcsd-llama-13b-a6000.json"
@@ -45,12 +47,56 @@ def test_mcsd_space_size_is_the_space_length_with_both_replacement_modes():
 
 def test_a_sweep_that_will_not_fit_is_refused_in_one_line():
     profile = Profile.load(MCSD_PROFILE)
-    est = estimate.estimate([profile], sweep.SweepOptions(methods=["mcsd"], space={"budget": 64}), sweep.space_of, sweep.setting_of)
-    estimate.check_fits(est, {"budget": 64}, available=est.bytes + 1)
+    opts = sweep.SweepOptions(methods=["mcsd"], space={"budget": 64})
+    est = estimate.estimate([profile], opts, sweep.space_of, sweep.setting_of)
+    estimate.check_fits(est, opts, available=est.bytes + 1)
     with pytest.raises(InputError) as refused:
-        estimate.check_fits(est, {"budget": 64}, available=est.bytes - 1)
+        estimate.check_fits(est, opts, available=est.bytes - 1)
     message = str(refused.value)
     assert "\n" not in message and message.startswith("--budget 64") and f"{est.configurations:,}" in message
+
+
+def test_long_generations_are_estimated_without_being_priced():
+    """--sim-tokens past SAMPLE_TOKENS is estimated from short samples (memory linear in tokens, a
+    stream's working set from two sample streams), never priced at its own length."""
+    profile = Profile.load(MCSD_PROFILE)
+    base = estimate.estimate([profile], sweep.SweepOptions(methods=["sd"], sim_tokens=256), sweep.space_of,
+                             sweep.setting_of)
+    long = estimate.estimate([profile], sweep.SweepOptions(methods=["sd"], sim_tokens=10 ** 9), sweep.space_of,
+                             sweep.setting_of)
+    assert long.table["work_bytes"].iat[0] > 1000 * base.table["work_bytes"].iat[0]
+    assert long.table["work"].iat[0] == "a simulated generation of"
+    assert long.seconds > 1000 * base.seconds
+
+
+def test_a_sweep_past_max_hours_is_refused_with_its_estimate():
+    profile = Profile.load(MCSD_PROFILE)
+    opts = sweep.SweepOptions(methods=["sd"], sim_repeats=10 ** 9)
+    est = estimate.estimate([profile], opts, sweep.space_of, sweep.setting_of, workers=2)
+    assert est.phases()["the simulator's re-scores"] == max(est.phases().values())
+    with pytest.raises(InputError) as refused:
+        estimate.check_fits(est, opts, available=10 ** 15, max_hours=est.seconds / 3600 / 2)
+    message = str(refused.value)
+    assert message.startswith("--sim-tokens 256 --sim-repeats 1000000000 --rescore 2: the sweep would run ~")
+    assert "on 2 worker(s)" in message and "raise --max-hours" in message
+    estimate.check_fits(est, opts, available=10 ** 15, max_hours=est.seconds / 3600 * 2)
+
+
+def test_the_time_estimate_is_shared_by_workers_but_not_below_the_longest_task():
+    table = {"profile": ["p"], "method": ["sd"], "setups": [1], "configurations": [10], "bytes": [0],
+             "work_bytes": [0], "work": ["-"], "score_s": [100.0], "simulate_s": [40.0], "serve_s": [10.0],
+             "chunk_s": [100.0], "repeats_s": [4.0]}
+    est = estimate.Estimate(pd.DataFrame(table), base_bytes=0, workers=4)
+    assert est.phases() == {"the closed forms": 100.0, "the simulator's re-scores": 10.0, "serving the best": 2.5}
+    assert est.seconds == 112.5
+
+
+def test_growth_is_fitted_past_a_fixed_cost():
+    # a + c * n^2 with a fixed cost as large as the growth at the shortest length: a quadratic, not n^0.8
+    values = [0.016 + 1e-6 * n ** 2 for n in estimate.LONG_TOKENS]
+    assert estimate._grown(values, list(estimate.LONG_TOKENS), 10 ** 5) == pytest.approx(0.016 + 1e-6 * 1e10)
+    assert estimate._grown([3.0, 3.01, 3.0], list(estimate.LONG_TOKENS), 10 ** 9) == 3.0      # flat: its value
+    assert estimate._linear([10.0, 40.0], [100, 400], 1000) == pytest.approx(100.0)
 
 
 def test_progress_is_quiet_off_a_terminal_unless_asked(tmp_path, capsys):

@@ -42,3 +42,71 @@ def test_dask_worker_processes_start_and_match():
     pytest.importorskip("distributed")
     with make_executor("dask", workers=1, progress=False) as ex:   # what `--executor dask` starts
         assert ex.map(_seeded_sum, TASKS[:3]) == EXPECTED[:3]
+
+
+def test_workers_are_capped_at_the_cores_in_one_line(monkeypatch, capsys):
+    from experiments.sweep import executor
+
+    monkeypatch.setattr(executor, "cpu_cores", lambda: 2)
+    assert executor.worker_count(None) == 2 and executor.worker_count(1) == 1
+    assert capsys.readouterr().err == ""
+    assert LocalExecutor(workers=12, progress=False).workers == 2
+    assert capsys.readouterr().err == "note: --workers 12 capped at the 2 CPU core(s) of this machine\n"
+
+
+PARENT = """
+import os, sys, time
+sys.path.insert(0, {root!r})
+from experiments.sweep.executor import LocalExecutor
+
+def pid(_):
+    return os.getpid()
+
+def sleep(_):
+    time.sleep(120)
+
+with LocalExecutor(workers=2, progress=False) as ex:
+    print(" ".join(map(str, sorted(set(ex.map(pid, range(8)))))), flush=True)
+    ex.map(sleep, range(2))
+"""
+
+
+def test_pool_workers_die_with_a_killed_parent(tmp_path):
+    """A sweep killed with SIGKILL runs no `finally`: its pool workers must notice and end themselves."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT.format(root=str(Path(__file__).resolve().parents[2])))
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    workers = [int(p) for p in parent.stdout.readline().split()]
+    assert workers and parent.pid not in workers
+    time.sleep(0.5)                                   # both workers are inside their two-minute task
+    parent.send_signal(signal.SIGKILL)
+    parent.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    alive = workers
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [w for w in alive if _running(w)]
+    for w in alive:                                   # never leave them behind, even when the test fails
+        os.kill(w, signal.SIGKILL)
+    assert not alive, f"pool workers {alive} outlived their killed parent"
+
+
+def _running(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:                                              # a zombie waiting for init to reap it is gone
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False

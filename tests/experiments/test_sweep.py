@@ -222,6 +222,20 @@ def test_cli_writes_tables_plots_and_report(tmp_path, toy, capsys):
     assert pd.read_parquet(out / "tables/coral.parquet").speedup.notna().all()
 
 
+def test_rescore_0_keeps_the_closed_forms_best_without_simulating(tmp_path, capsys):
+    out = tmp_path / "out"
+    code = cli.main(["--profile", "data/profiles/glide-vicuna-7b-h800.json", "--methods", "sd,glide", "--rescore", "0",
+                     "--out", str(out), "--workers", "1", "--no-progress"])
+    printed = capsys.readouterr().out
+    assert code == 0 and "Empty DataFrame" not in printed
+    best = pd.read_csv(out / "best.csv")
+    assert sorted(best["method"]) == ["glide", "sd"] and not any(c.startswith("sim_") for c in best.columns)
+    for method, frame in best.groupby("method"):        # each the top of its table
+        table = pd.read_parquet(out / f"tables/{method}.parquet")
+        assert frame["speedup"].iat[0] == table["speedup"].max()
+        assert frame["config"].iat[0] in printed
+
+
 @pytest.mark.parametrize("args,message", [
     (["--methods", "sd,medusa"], "unknown method 'medusa'"),
     (["--methods", "ar"], "method 'ar' has no search space"),

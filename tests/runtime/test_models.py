@@ -148,3 +148,35 @@ def test_smollm2_matches_hf():
         ref, got = hf(ids).logits, ours(ids).logits
     assert (ref - got).abs().max() < 1e-3 * ref.abs().max()
     assert torch.equal(ref.argmax(-1), got.argmax(-1))
+
+
+def test_an_unknown_hub_model_offline_is_refused_at_once(monkeypatch):
+    """transformers retries an unreachable hub for half a minute; a name that is neither here nor in
+    the cache is refused in one line as soon as the hub does not answer."""
+    import time
+
+    from runtime import models
+
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)     # the tests' conftest sets it
+    monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", "http://127.0.0.1:9")   # nothing listens there
+    with pytest.raises(InputError, match="model 'a b' is not a file or folder here, nor a model name"):
+        models.load_model("a b")
+    start = time.perf_counter()
+    with pytest.raises(InputError, match=r"model 'nope' is not a file or folder here, nor in the Hugging Face "
+                                         r"cache, and http://127.0.0.1:9 cannot be reached"):
+        models.load_model("nope")
+    assert time.perf_counter() - start < 5.0                   # was 25 s of retries
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    with pytest.raises(InputError, match="model 'nope' .* and HF_HUB_OFFLINE is set"):
+        models.load_model("nope")
+
+
+def test_a_cached_hub_model_loads_from_the_cache_when_offline(monkeypatch):
+    from runtime import models
+
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(models, "_reachable", lambda url: False)
+    monkeypatch.setattr("huggingface_hub.try_to_load_from_cache", lambda repo, name: f"/cache/{repo}/{name}")
+    assert models.hub_source("org/model") == {"local_files_only": True}
+    monkeypatch.setattr(models, "_reachable", lambda url: True)
+    assert models.hub_source("org/model") == {}

@@ -1,4 +1,5 @@
-"""Hand-built Profiles for the simulator tests: every drafter kind, fixed or roofline latencies."""
+"""Hand-built Profiles for the simulator tests: every drafter kind, fixed or roofline latencies (the
+Profile's own are one-point tables of the fixed seconds, so it loads as any Profile must)."""
 from __future__ import annotations
 
 import copy
@@ -17,7 +18,8 @@ TARGET_S, DRAFT_S = 0.020, 0.002
 _ALL = {
     "schema_version": 1, "name": "sim-test", "hardware": "A100-80G", "dtype": "fp16", "target": "T",
     "models": {"T": dict(arch_dict("vicuna-7b")), "D": dict(arch_dict("llama-68m"))},
-    "latency": {m: {"kind": "fixed", "params": {}} for m in ("T", "D", "G", "KA", "CM", "CH")},
+    "latency": {m: {"kind": "table", "params": {"n_tokens": [1], "ctx_len": [0], "batch": [1], "seconds": [[[s]]]}}
+                for m, s in (("T", 0.020), ("D", 0.002), ("G", 0.002), ("KA", 0.0005), ("CM", 0.001), ("CH", 0.001))},
     "drafters": {
         "D": {"kind": "draft_model", "model": "D"},
         "G": {"kind": "glide", "model": "G"},

@@ -128,10 +128,124 @@ def test_a_memo_key_that_misses_state_is_caught():
 
 
 def test_randomness_that_bypasses_rng_is_detected():
-    with pytest.raises(InputError, match="does not come from rng"):
+    with pytest.raises(InputError, match="drew from Python's random module instead of rng"):
         exact.exact_law(lambda case, rng: random.random() < 0.5, None)
-    with pytest.raises(InputError, match="does not come from rng"):
+    with pytest.raises(InputError, match=r"drew from numpy's global random state \(np.random.\*\) instead of rng"):
         exact.exact_law(lambda case, rng: rng.categorical([1, 1]) + int(np.random.random() < 0.5), None)
     calls = itertools.count()
     with pytest.raises(InputError, match="keeps state between calls"):
         exact.exact_law(lambda case, rng: next(calls) % 2 + rng.categorical([1, 1]), None)
+
+
+def np_coin_sd(case, rng):
+    """Speculative sampling whose accept coin alone comes from numpy's global state (issue 30)."""
+    p, q = case
+    x = rng.categorical(q)
+    if np.random.uniform() < p[x] / q[x]:
+        return x
+    return rng.categorical([max(a - b, 0) for a, b in zip(p, q)])
+
+
+def fresh_generator_coin_sd(case, rng):
+    """The same with an unseeded generator of its own: no global state moves."""
+    p, q = case
+    x = rng.categorical(q)
+    if np.random.default_rng().random() < p[x] / q[x]:
+        return x
+    return rng.categorical([max(a - b, 0) for a, b in zip(p, q)])
+
+
+def _small_cases(count: int):
+    weights = np.random.default_rng(1).integers(1, 21, size=(count, 2, 3))
+    return [tuple(tuple(F(int(w), int(row.sum())) for w in row) for row in case) for case in weights]
+
+
+def test_an_accept_coin_outside_rng_is_an_input_error_in_both_modes_never_a_verdict():
+    """Before, on 15 of 200 such cases the probes happened to repeat and exact mode gave "lossy"."""
+    for case in _small_cases(200):
+        with pytest.raises(InputError, match="instead of rng"):
+            exact.exact_check(np_coin_sd, case, case[0])
+    refused = 0                     # a private generator moves no global state: the probes' replays catch it
+    for case in _small_cases(20):
+        try:
+            assert not exact.exact_check(fresh_generator_coin_sd, case, case[0]).passed
+        except InputError as exc:
+            assert "does not come from rng" in str(exc)
+            refused += 1
+    assert refused >= 15
+    case = _small_cases(1)[0]
+    law = [float(x) for x in case[0]]
+    with pytest.raises(InputError, match="instead of rng"):
+        statistical.statistical_check(np_coin_sd, case, law, delta=0.05)
+    with pytest.raises(InputError, match=r"does not come from rng .*run twice from the same rng state"):
+        statistical.statistical_check(fresh_generator_coin_sd, case, law, delta=0.05)
+    calls = itertools.count()
+    with pytest.raises(InputError, match="keeps state between calls"):
+        statistical.statistical_check(lambda c, rng: (next(calls) + rng.categorical([1, 1])) % 2, None, [0.5, 0.5])
+    def batched_state(c, rng, n, box=[0]):
+        box[0] += 1
+        return (rng.integers(0, 2, n) + box[0]) % 2
+    with pytest.raises(InputError, match="draw 0 with the same seed"):
+        statistical.statistical_check(batched_state, None, [0.5, 0.5], batched=True)
+
+
+@pytest.mark.parametrize("target, message", [
+    ([float("nan"), 0.5, 0.5], r"target\[0\] is nan, not a probability"),
+    ({0: 0.5, 1: float("nan")}, r"target\[1\] is nan"),
+    ([0.5, float("inf")], r"target\[1\] is inf"),
+    ([0.5, 0.6], "sum to 1.1, not 1"),
+    ({"a": 1.0}, "keys must be token ids"),
+    ([[0.5, 0.5]], "non-empty vector over token ids"),
+])
+def test_a_target_that_is_not_a_probability_vector_is_refused(target, message):
+    """A NaN target compared false with everything: chi-square 0, a buggy sampler passed."""
+    def always_zero(case, rng):
+        return 0
+    with pytest.raises(InputError, match=message):
+        statistical.statistical_check(always_zero, None, target, n=100)
+
+
+@pytest.mark.parametrize("n", [-5, 0, 2.5, True])
+def test_n_must_be_a_positive_count(n):
+    with pytest.raises(InputError, match=rf"statistical mode: n is {n!r}; it counts the draws per sampler"):
+        statistical.statistical_check(lambda c, rng: rng.categorical([1, 1]), None, [0.5, 0.5], n=n)
+
+
+def test_both_modes_estimate_their_run_time_and_refuse_past_max_seconds():
+    """Exact mode: paths x seconds per path, from its probes (a vocabulary of 32,000 with a top-8
+    draft passed the path estimate, 3.8e5 paths, and then ran for days); statistical mode: draws x
+    seconds per draw, from its probe (6.2 million draws at vocabulary 32,000)."""
+    def slow_two_draws(case, rng):
+        time.sleep(0.002)
+        return rng.categorical([1] * 10), rng.categorical([1] * 10)
+    start = time.perf_counter()
+    with pytest.raises(InputError, match=r"exact mode: about 100 paths at [\d.]+ ms each \(measured on 4 random "
+                                         r"paths\) would take ~[\d.]+ s, past max_seconds = 0.05"):
+        exact.exact_law(slow_two_draws, None, probes=4, max_seconds=0.05)
+    assert time.perf_counter() - start < 1.0             # the probes only, not the 100 paths
+    law, paths = exact.exact_law(slow_two_draws, None, probes=4, max_seconds=5)
+    assert paths == 100
+    def slow_draw(case, rng):
+        time.sleep(0.0005)
+        return rng.categorical([1, 1])
+    with pytest.raises(InputError, match=r"statistical mode: n = 100,000 draws at [\d.e+]+ us each \(measured on "
+                                         r"2,048\) would take ~[\d.]+ (s|min), past max_seconds = 10"):
+        statistical.statistical_check(slow_draw, None, [0.5, 0.5], n=100_000, max_seconds=10)
+    for bad in (0, -1.0, "soon"):
+        with pytest.raises(InputError, match="max_seconds is"):
+            exact.exact_law(slow_two_draws, None, max_seconds=bad)
+
+
+def test_a_top8_draft_over_a_large_vocabulary_is_refused_by_its_time_not_its_paths():
+    """A few thousand paths pass max_paths, but each runs the rule over the whole vocabulary in
+    Fractions: the estimate (paths x seconds per path) refuses it in about a second."""
+    from verification.cases import normalise_weights, random_weights
+
+    rng = np.random.default_rng(0)
+    case = PositionCase(normalise_weights(random_weights(rng, 2000, 3), "p"),
+                        normalise_weights(random_weights(rng, 2000, 3), "q"), 8)
+    start = time.perf_counter()
+    with pytest.raises(InputError, match=r"exact mode: about [\d.e+]+ paths at [\d.]+ ms each .* past max_seconds = 60"):
+        exact.exact_check(RULES["one_hot"].sampler, case, case.target(), probes=4, max_seconds=60)
+    assert time.perf_counter() - start < 30
+    assert exact.estimate_paths(RULES["one_hot"].sampler, case, probes=4)[0] < exact.DEFAULT_MAX_PATHS
