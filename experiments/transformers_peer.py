@@ -23,16 +23,16 @@ STAGES = {"steps": stage_steps, "profile": stage_profile}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = CliParser(prog="python -m experiments.transformers_peer", description=__doc__.splitlines()[0][4:])
+    p = CliParser(prog="python -m experiments.transformers_peer", description=__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {', '.join(STAGES)}")
     p.add_argument("--drafters", type=Path, default=Path("artifacts/drafters"), help="trained drafters' folder")
     p.add_argument("--out", type=Path, default=TRACES, help="the peer's StepTrace folder")
     p.add_argument("--smollm2", type=Path, default=Path("data/traces/smollm2-cpu"),
                    help="the SmolLM2 recordings whose forward latency tables the Profile takes")
     p.add_argument("--profile", type=Path, default=PROFILE, help="Profile to write")
-    p.add_argument("--step-limit", type=int, default=3, help="calibration prompts per dataset (the first ones)")
+    p.add_argument("--step-limit", type=int, default=2, help="calibration prompts per dataset (the first ones), as the SmolLM2 campaign's steps")
     p.add_argument("--repeats", type=int, default=2, help="interleaved repeats")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens per prompt")
+    p.add_argument("--max-new-tokens", type=int, default=32, help="tokens per prompt, as the SmolLM2 campaign's")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     return p
 

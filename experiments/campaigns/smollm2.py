@@ -291,7 +291,7 @@ def stage_profile(args, log) -> None:
                     "created": dt.datetime.now(dt.timezone.utc).isoformat(),
                     "sources": [str(p) for p in [args.out / "latency.parquet", args.out / "drafter_latency.parquet",
                                                   *sources]],
-                    "assumptions": [f"greedy decoding; first {args.limit} prompts of MT-Bench (turn 1) and HumanEval, "
+                    "assumptions": [f"greedy decoding; first {args.limit} prompts of MT-Bench (turn 1), HumanEval and code-edit (HumanEval edit requests), "
                                     f"{args.max_new_tokens} new tokens", "latency: measured tables (fp32, 2 threads); "
                                     "drafters timed at one token per forward", "drafters trained by python -m training",
                                     "engine: step parts fitted on the StepTraces of RUNS (calibrate.engine)"],

@@ -188,7 +188,7 @@ def training_table(drafters) -> pd.DataFrame:
                      "untrained_eval_top1": info["untrained"]["eval_top1"],
                      "final_train_loss": info["final"]["train_loss"], "final_eval_loss": info["final"]["eval_loss"],
                      "final_eval_top1": info["final"]["eval_top1"],
-                     "reproduce": f"`{info['reproduce']}`"})
+                     "eval_windows": info["data"]["eval_windows"], "reproduce": f"`{info['reproduce']}`"})
     return pd.DataFrame(rows)
 
 
@@ -231,10 +231,10 @@ def write_report(args, log) -> None:
     text = "\n\n".join([
         "# SmolLM2-135M-Instruct on this CPU: acceptance and measured vs predicted speedups",
         f"Regenerate: `python -m experiments.smollm2_cpu` (drafters from `python -m training KIND`). Greedy, "
-        f"first {args.limit} prompts of MT-Bench (turn 1) and HumanEval, {args.max_new_tokens} new tokens, fp32, "
+        f"first {args.limit} prompts of MT-Bench (turn 1), HumanEval and code-edit (HumanEval edit requests), {args.max_new_tokens} new tokens, fp32, "
         f"{args.threads} threads. Profile: `{args.profile}`.",
-        "## The drafters (python -m training, 2 CPU cores)\nHeld-out numbers are on 41 windows of the "
-        "training corpus (top-1 = agreement with the target's argmax; coral/router: the first draft after the "
+        "## The drafters (python -m training, 2 CPU cores)\nHeld-out numbers are on the held-out windows of "
+        "the training corpus (eval_windows; top-1 = agreement with the target's argmax; coral/router: the first draft after the "
         "root; router losses are its own group cross-entropy).\n\n" + _md(trained),
         "## Acceptance (GLIDE Table 1's shape)\nc = drafter / target forward latency at one token and the mean "
         f"context ({ctx_all:.0f}); alpha = per-token acceptance; expected speedup = Leviathan's at gamma 5.\n\n"

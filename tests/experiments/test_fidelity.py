@@ -200,8 +200,10 @@ def test_repredict_judges_a_finished_run_again_and_keeps_its_first_predictions(t
     """--report-only --repredict: the run's configurations predicted again from the Profile, the
     predictions made before the measurement kept once (predictions_first.csv), the report saying so."""
     run_dir = Path(__file__).resolve().parents[2] / "examples" / "smollm2_fidelity"
-    keep = ["ar", "sd g1 @vanilla", "lookahead W4 N2 G1"]
+    recorded = json.loads((run_dir / "run.json").read_text())["argv"]
+    prompts = recorded[recorded.index("--prompts") + 1]
     pred = pd.read_csv(run_dir / "predictions.csv")
+    keep = ["ar", *[c for c in pred["candidate"].drop_duplicates() if c != "ar"][:2]]
     pred = pred[pred["candidate"].isin(keep)]
     runs = pd.read_csv(run_dir / "runs.csv")
     runs = runs[runs["candidate"].isin(keep)]
@@ -210,7 +212,7 @@ def test_repredict_judges_a_finished_run_again_and_keeps_its_first_predictions(t
     pred.to_csv(out / "predictions.csv", index=False)
     runs.to_csv(out / "runs.csv", index=False)
     argv = ["--profile", str(bundled("profiles", "smollm2-135m-cpu.json")), "--target", "smollm2",
-            "--prompts", "mtbench:30-33,humaneval:30-33", "--out", str(out)]
+            "--prompts", prompts, "--out", str(out)]
     (out / "manifest.json").write_text(json.dumps({"cli": "experiments.fidelity", "status": "ok",
                                                    "files": ["predictions.csv", "runs.csv"]}))
     assert fidelity_cli.main(argv + ["--repredict"]) == 2
@@ -228,7 +230,7 @@ def test_repredict_judges_a_finished_run_again_and_keeps_its_first_predictions(t
     # the header describes the run that measured, not this command's defaults (48 tokens, 3 repeats)
     assert f"; {runs['tokens'].max()} new tokens each" in report
     assert f"+ ar, {runs['repeat'].nunique()} interleaved repeats" in report
-    assert fidelity_cli.main([*argv[:5], "mtbench:26-29,humaneval:26-29", *argv[6:], "--report-only"]) == 2
+    assert fidelity_cli.main([*argv[:5], "mtbench:26-29,humaneval:26-29", *argv[6:], "--report-only"]) == 2  # not the run's
     assert "the run in" in capsys.readouterr().err
     assert fidelity_cli.main(argv + ["--report-only", "--repredict", "--sim-repeats", "20"]) == 0
     assert pd.read_csv(out / "predictions_first.csv").equals(kept)           # the first ones are never replaced
