@@ -12,8 +12,11 @@ depends on which it is in, so the steps form a two-state chain:
 - copy: the match is the stretch being copied and every further token continues it with rho, so a
   step accepts min(R, gamma) proposals, P(R >= k) = rho^k, and stays in the copy while it goes on
   (all gamma accepted and the bonus token copied too).
-Tokens per step are this chain's stationary mean; a longer gamma spends fewer steps per copy, which
-a model of independent steps cannot tell. n_max changes which earlier occurrence is proposed; on
+A generation starts in free text, so over a generation of H steps the share of steps inside a
+copy is the mean of c_t = s (1 - lam^t), t < H (s the stationary share, lam = stay - sigma), not
+the stationary s: a copy entered with 1% per step barely shows in a 32-token answer however long
+it lasts once entered (`generation_reach`; the stationary chain where no length is given). A
+longer gamma spends fewer steps per copy, which a model of independent steps cannot tell. n_max changes which earlier occurrence is proposed; on
 the recorded steps its effect is within the fit's noise, and the model leaves it out. A step
 without a match verifies the pending token alone, one with a match it and its gamma proposals
 (`step_shape` prices that distribution); a match near the context's end proposes fewer, which the
@@ -37,6 +40,7 @@ from methods.spec import MethodSpec, PlotSpec
 GAMMAS = tuple(range(1, 11))          # the sweep's draft lengths
 NGRAMS = tuple(range(1, 7))           # the sweep's match lengths
 PARAMETERS = ("hit", "decay", "alpha", "alpha_next", "rho", "sigma")
+FIXED_POINT_ROUNDS = 4        # generation_reach: the step count settles to within about 1% in these
 
 
 @dataclass(frozen=True)
@@ -69,24 +73,46 @@ class MatchAcceptance:
         """P(a step in free text finds a match of n_min tokens or more)."""
         return self.hit * self.decay ** (np.asarray(n_min, float) - 1.0)
 
-    def copy_share(self, gamma) -> np.ndarray:
-        """The stationary share of steps that start inside a copy."""
+    def copy_share(self, gamma, steps=None) -> np.ndarray:
+        """The share of steps that start inside a copy: stationary, or (`steps`) the mean over the
+        first `steps` steps of a generation that starts in free text (module docstring)."""
         stay = self.rho ** (np.asarray(gamma, float) + 1.0)
-        return self.sigma / np.maximum(self.sigma + 1.0 - stay, 1e-300)
+        gap = self.sigma + 1.0 - stay                        # 1 - lam
+        share = self.sigma / np.maximum(gap, 1e-300)
+        if steps is None:
+            return share
+        h = np.maximum(np.asarray(steps, float), 1.0)
+        small = gap < 1e-9
+        safe = np.where(small, 1.0, gap)
+        unseen = np.where(small, 1.0 - 0.5 * (h - 1.0) * gap, (1.0 - (1.0 - safe) ** h) / (h * safe))
+        return share * (1.0 - unseen)
 
-    def reach(self, n_min, n_max, gamma) -> np.ndarray:
-        """(C, max gamma) P(a step accepts more than i proposals), i = 0.., over the stationary chain."""
+    def reach(self, n_min, n_max, gamma, steps=None) -> np.ndarray:
+        """(C, max gamma) P(a step accepts more than i proposals), i = 0.., over the stationary chain
+        or (`steps`) over a generation of that many steps from a free start."""
         n_min, gamma = np.broadcast_arrays(np.atleast_1d(np.asarray(n_min, np.int64)),
                                            np.atleast_1d(np.asarray(gamma, np.int64)))
         i = np.arange(int(gamma.max()))[None, :]
-        copy = self.copy_share(gamma)[:, None]
+        copy = np.broadcast_to(self.copy_share(gamma, steps), gamma.shape)[:, None]
         free = self.found(n_min)[:, None] * self.alpha * self.alpha_next ** i
         return (copy * self.rho ** (i + 1.0) + (1.0 - copy) * free) * (i < gamma[:, None])
 
-    def matched(self, n_min, gamma) -> np.ndarray:
+    def matched(self, n_min, gamma, steps=None) -> np.ndarray:
         """(C,) P(a step proposes): every copy step, and free steps that find a match."""
-        copy = np.atleast_1d(self.copy_share(gamma))
+        copy = np.atleast_1d(self.copy_share(gamma, steps))
         return copy + (1.0 - copy) * self.found(np.atleast_1d(n_min))
+
+
+def generation_reach(part: MatchAcceptance, n_min, n_max, gamma, new_tokens: int | None):
+    """(reach, steps) over a generation of `new_tokens` from a free start: its step count and its
+    copy share depend on each other, so a few fixed-point rounds (steps = new_tokens / tokens per
+    step) settle them. None: the stationary chain (steps None)."""
+    if new_tokens is None:
+        return part.reach(n_min, n_max, gamma), None
+    steps = np.full(np.broadcast(np.atleast_1d(n_min), np.atleast_1d(gamma)).shape, float(new_tokens))
+    for _ in range(FIXED_POINT_ROUNDS):
+        steps = new_tokens / generation_tokens(part.reach(n_min, n_max, gamma, steps), new_tokens)
+    return part.reach(n_min, n_max, gamma, steps), steps
 
 
 class MatchSampler(Sampler):
@@ -211,7 +237,8 @@ class PromptLookup(MethodSpec):
         return (frame[c].to_numpy(np.int64) for c in ("n_min", "n_max", "gamma"))
 
     def expected_tokens(self, setup, frame):
-        return generation_tokens(self._part(setup).reach(*self._columns(frame)), setup.new_tokens)
+        reach, _ = generation_reach(self._part(setup), *self._columns(frame), setup.new_tokens)
+        return generation_tokens(reach, setup.new_tokens)
 
     def step_shape(self, setup, frame):
         """One target forward of the pending token, and of the gamma proposals when a match was found
@@ -219,7 +246,12 @@ class PromptLookup(MethodSpec):
         recorded steps prices each at its own tokens)."""
         n_min, n_max, gamma = self._columns(frame)
         has_part = setup.acceptance_key and setup.acceptance.has(self.name)
-        found = self._part(setup).matched(n_min, gamma) if has_part else np.ones(len(frame))
+        if has_part:
+            part = self._part(setup)
+            _, steps = generation_reach(part, n_min, n_max, gamma, setup.new_tokens)
+            found = part.matched(n_min, gamma, steps)
+        else:
+            found = np.ones(len(frame))
         tokens = np.stack([np.ones(len(frame)), 1.0 + gamma], axis=1)
         prob = np.stack([1.0 - found, found], axis=1)
         return StepShape(setup.target, 1.0 + found * gamma, draft_width=np.zeros((len(frame), 0), dtype=np.int64),
@@ -247,7 +279,9 @@ class PromptLookup(MethodSpec):
         for label, rows in steps.groupby("config"):
             held = fit_matches(steps[steps["config"] != label], starts=2)
             config = self.parse(label)
-            predicted = float(1.0 + held.reach(config.n_min, config.n_max, config.gamma).sum())
+            new_tokens = int(round(rows.groupby(["run_id", "prompt_id"])["accepted"].sum().mean()))
+            reach, _ = generation_reach(held, config.n_min, config.n_max, config.gamma, new_tokens)
+            predicted = float(generation_tokens(reach, new_tokens)[0])
             configs.append({"config": label, "steps": int(len(rows)), "tokens_per_step": round(float(rows["accepted"].mean()), 4),
                             "heldout_tokens_per_step": round(predicted, 4)})
         errors = [abs(c["heldout_tokens_per_step"] / c["tokens_per_step"] - 1.0) for c in configs]

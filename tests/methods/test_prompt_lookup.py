@@ -10,7 +10,8 @@ import pytest
 
 import methods
 from common.errors import InputError
-from methods.prompt_lookup import MatchAcceptance, MatchSampler, PromptLookupConfig
+from costmodel.leviathan import generation_tokens
+from methods.prompt_lookup import MatchAcceptance, MatchSampler, PromptLookupConfig, generation_reach
 from methods.spec import Setup
 from runtime.engine import Sampling, make_decoder
 from runtime.engine.prompt_lookup import match_continuation
@@ -153,3 +154,25 @@ def test_the_sweep_prices_it_from_its_own_part():
     assert np.all(tokens >= 1) and np.all(shape.verify_tokens >= 1) and shape.max_drafted == 0
     longer = Setup(profile, setup.drafter, setup.acceptance_key, new_tokens=16)
     assert np.all(SPEC.expected_tokens(longer, space) <= tokens + 1e-12)    # a short generation clips its last step
+
+
+def test_a_rare_copy_barely_shows_in_a_short_answer():
+    """A copy entered with 1% per step that never ends dominates the stationary chain, but a
+    32-token answer starts in free text and rarely reaches it. The closed form over the answer's own
+    steps comes near the sampler's generations (1.71 against 1.30 tokens per step: a copy entered
+    late also ends the answer early, which the fixed point on the step count does not see); the
+    stationary one is 2.7 times too high (4.66)."""
+    part = MatchAcceptance(hit=0.3, decay=0.5, alpha=0.3, alpha_next=0.5, rho=0.999, sigma=0.01)
+    config = SPEC.parse("prompt_lookup g8 nmin1 nmax3")
+    reach, steps = generation_reach(part, config.n_min, config.n_max, config.gamma, 32)
+    closed = float(generation_tokens(reach, 32)[0])
+    stationary = float(generation_tokens(part.reach(config.n_min, config.n_max, config.gamma), 32)[0])
+    rng, sampler, tokens, taken = np.random.default_rng(3), MatchSampler(config, part), 0, 0
+    for _ in range(3000):
+        state, done = None, 0
+        while done < 32:
+            draws, state = sampler.draw(rng, 1, state)
+            done, taken = done + int(draws.accepted[0]), taken + 1
+        tokens += 32
+    assert closed == pytest.approx(tokens / taken, rel=0.35)
+    assert stationary > 2.5 * closed and steps[0] == pytest.approx(32 / closed, rel=0.01)
