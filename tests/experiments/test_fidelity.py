@@ -224,7 +224,7 @@ def test_repredict_judges_a_finished_run_again_and_keeps_its_first_predictions(t
     assert kept["predicted_speedup"].to_numpy() == pytest.approx(2 * first["predicted_speedup"].to_numpy())
     again = pd.read_csv(out / "predictions.csv")
     assert list(again["candidate"]) == list(first["candidate"])
-    assert (again["predicted_speedup"].to_numpy() < 1.5 * first["predicted_speedup"].to_numpy()).all()   # not the doubled
+    assert not np.allclose(again["predicted_speedup"], 2 * first["predicted_speedup"])   # made again, not the doubled
     report = (out / "report.md").read_text()
     assert "Predictions made again after the measurement" in report
     # the header describes the run that measured, not this command's defaults (48 tokens, 3 repeats)
