@@ -70,3 +70,19 @@ def cli_entry(main: Callable[..., int | None]) -> Callable[..., int]:
         return 0 if code is None else int(code)
 
     return wrapped
+
+
+def parse_stages(text: str, known) -> list[str]:
+    """A campaign's `--stages` list (comma-separated), each one of `known`; else one line naming it."""
+    stages = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = sorted(set(stages) - set(known))
+    if unknown:
+        raise InputError(f"unknown stage '{unknown[0]}' (known: {', '.join(known)})")
+    return stages
+
+
+def require_positive(args, names) -> None:
+    """Each of these integer options is >= 1, else one line naming the option."""
+    for name in names:
+        if getattr(args, name) < 1:
+            raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")

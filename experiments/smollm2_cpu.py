@@ -26,8 +26,7 @@ import time
 from pathlib import Path
 
 
-from common.errors import InputError
-from common.cli import CliParser, cli_entry
+from common.cli import CliParser, cli_entry, parse_stages, require_positive
 
 from experiments.campaigns.smollm2 import (DATASETS, STAGES, Run, _record, best_run, best_runs_path,
                                           stage_latency, stage_profile, stage_steps, stage_tokens, step_path)
@@ -84,13 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
-    unknown = sorted(set(stages) - set(STAGES))
-    if unknown:
-        raise InputError(f"unknown stage '{unknown[0]}' (known: {', '.join(STAGES)})")
-    for name in ("limit", "max_new_tokens", "threads", "sim_tokens", "step_limit", "repeats"):
-        if getattr(args, name) < 1:
-            raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    stages = parse_stages(args.stages, STAGES)
+    require_positive(args, ("limit", "max_new_tokens", "threads", "sim_tokens", "step_limit", "repeats"))
     args.out.mkdir(parents=True, exist_ok=True)
     log = lambda m: print(m, flush=True)
     for stage in STAGES:

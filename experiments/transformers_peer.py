@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from common.cli import CliParser, cli_entry
+from common.cli import CliParser, cli_entry, parse_stages, require_positive
 from common.errors import InputError
 from experiments.campaigns.transformers_peer import PROFILE, TRACES, stage_profile, stage_steps
 
@@ -40,13 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
-    unknown = sorted(set(stages) - set(STAGES))
-    if unknown or not stages:
-        raise InputError(f"unknown stage '{(unknown or [args.stages])[0]}' (known: {', '.join(STAGES)})")
-    for name in ("step_limit", "repeats", "max_new_tokens", "threads"):
-        if getattr(args, name) < 1:
-            raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    stages = parse_stages(args.stages, STAGES)
+    if not stages:
+        raise InputError(f"unknown stage '{args.stages}' (known: {', '.join(STAGES)})")
+    require_positive(args, ("step_limit", "repeats", "max_new_tokens", "threads"))
     import torch
 
     torch.set_num_threads(args.threads)
