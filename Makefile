@@ -33,6 +33,7 @@ bench: setup
 	$(PY) -m experiments.bench.costmodel
 	$(PY) -m experiments.bench.simulator
 	$(PY) -m experiments.bench.sweep
+	$(PY) -m experiments.bench.kernels
 
 # the bundled examples that a command rebuilds from the bundled data (experiments.examples; about 2 minutes)
 examples: setup

@@ -2,7 +2,7 @@
 (SmolLM2 on this CPU) from its own runs, so that `python -m experiments.fidelity --engine
 transformers` can predict it on held-out prompts before measuring it.
 
-    python -m experiments.transformers_peer                  # steps (minutes), then the Profile
+    python -m experiments.transformers_peer                  # latency and steps (minutes), then the Profile
     python -m experiments.fidelity --engine transformers --profile data/profiles/smollm2-135m-cpu-transformers.json \
         --target smollm2 --prompts mtbench:30-33,humaneval:30-33,codeedit:30-33 --configs CONFIGS --out out/peer
 
@@ -17,9 +17,9 @@ from pathlib import Path
 
 from common.cli import CliParser, cli_entry, parse_stages, require_positive
 from common.errors import InputError
-from experiments.campaigns.transformers_peer import PROFILE, TRACES, stage_profile, stage_steps
+from experiments.campaigns.transformers_peer import PROFILE, TRACES, stage_latency, stage_profile, stage_steps
 
-STAGES = {"steps": stage_steps, "profile": stage_profile}
+STAGES = {"latency": stage_latency, "steps": stage_steps, "profile": stage_profile}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,8 +27,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {', '.join(STAGES)}")
     p.add_argument("--drafters", type=Path, default=Path("artifacts/drafters"), help="trained drafters' folder")
     p.add_argument("--out", type=Path, default=TRACES, help="the peer's StepTrace folder")
-    p.add_argument("--smollm2", type=Path, default=Path("data/traces/smollm2-cpu"),
-                   help="the SmolLM2 recordings whose forward latency tables the Profile takes")
     p.add_argument("--profile", type=Path, default=PROFILE, help="Profile to write")
     p.add_argument("--step-limit", type=int, default=2, help="calibration prompts per dataset (the first ones), as the SmolLM2 campaign's steps")
     p.add_argument("--repeats", type=int, default=2, help="interleaved repeats")

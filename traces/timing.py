@@ -24,7 +24,9 @@ stall of a shared machine, not the model) is timed again, up to three rounds, ke
 median (`retime_outliers`).
 `--mode` (default graph on a GPU, eager on a CPU) picks the runtime mode of the cache forwards
 (runtime.cache): in graph mode each point's forward is captured in its warm-up and replayed when
-timed; every row says its mode (heads are plain eager ops).
+timed; every row says its mode (heads are plain eager ops). `--linear plain` times the
+projections as `F.linear` (as transformers' own modules multiply) instead of `runtime.linear`'s
+few-row CPU path, for a peer engine's Profile; the file's metadata says which.
 """
 from __future__ import annotations
 
@@ -46,6 +48,7 @@ from common.progress import add_progress_option, progress_enabled
 from runtime.cache import MODES, default_mode
 from runtime.graph import GraphRunner
 from runtime.cache import KVCache
+from runtime.linear import use_skinny
 from runtime.llama import Llama
 from runtime.engine.__main__ import load_drafter
 from runtime.models import load_model
@@ -56,6 +59,7 @@ DTYPE_NAMES = {**{v: k for k, v in DTYPES.items()}, torch.float64: "fp64"}
 # grid (with loading) finishes in a few minutes on two cores.
 GPU_GRID = {"tokens": (1, 2, 4, 8, 16, 32, 64, 128, 256), "ctx": (0, 512, 1024, 2048, 4096), "batch": (1, 2, 4, 8)}
 CPU_GRID = {"tokens": (1, 4, 16, 64, 256), "ctx": (0, 1024, 4096), "batch": (1, 2)}
+LINEAR_PATHS = ("few-row", "plain")   # runtime.linear on or off (--linear)
 
 
 def int_list(text: str, name: str, minimum: int) -> tuple[int, ...]:
@@ -324,6 +328,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--mode", choices=MODES, default=None,
                         help="runtime mode of the forwards: eager, static (fixed KV cache) or graph (static, CUDA "
                              "graphs replayed) (default graph on a GPU, eager on a CPU)")
+    parser.add_argument("--linear", choices=LINEAR_PATHS, default="few-row",
+                        help="how projections multiply: few-row (runtime.linear's CPU path for 1-8 rows, as this "
+                             "project's engine runs) or plain (F.linear throughout, as transformers' own modules run) "
+                             "(default few-row)")
     parser.add_argument("--out", required=True,
                         help="output LatencyTrace parquet file; finished points are journalled to OUT.partial.jsonl "
                              "as they come, and a run with the same options resumes from it")
@@ -389,7 +397,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tqdm import tqdm
 
     rows: list[dict] = []
-    with tqdm(total=total, disable=not progress_enabled(args.progress), unit="point", desc="profile") as progress:
+    with tqdm(total=total, disable=not progress_enabled(args.progress), unit="point", desc="profile") as progress, \
+            use_skinny(args.linear == "few-row"):
         for name, role, module, is_head in units:
             progress.set_postfix_str(f"{role} {name}")
             done = Finished(log, f"{role}/{name}")
@@ -404,7 +413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra={"device": str(device), "threads": torch.get_num_threads(), "warmup": args.warmup,
                "point_seconds": None if point_seconds == float("inf") else point_seconds,
                "tokens": list(grid.tokens), "ctx": list(grid.ctx), "batch": list(grid.batch),
-               "routers": [f"{g}:{n}" for g, n in routers], "torch": torch.__version__},
+               "routers": [f"{g}:{n}" for g, n in routers], "torch": torch.__version__, "linear": args.linear},
     )
     schema.write_trace(args.out, frame, metadata)
     log.remove()

@@ -1,2 +1,2 @@
-"""Benchmarks that print figures (`make bench`): `costmodel`, `simulator`, `sweep`, each
+"""Benchmarks that print figures (`make bench`): `costmodel`, `simulator`, `sweep`, `kernels`, each
 `python -m experiments.bench.<name>`."""

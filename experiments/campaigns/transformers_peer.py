@@ -2,13 +2,15 @@
 by transformers' own `generate` on this CPU, calibrated like the project's engine and predicted.
 
 Stages:
+0. `latency`: the forwards' latency tables of SmolLM2 and of the assistant's shape (the target's
+   first layer with the full head) timed as transformers multiplies (`traces.timing --linear plain`:
+   `F.linear` throughout, not this project's few-row CPU path) -> `latency.parquet` in `--out`;
 1. `steps`: StepTraces of the calibration configurations (`CALIBRATION`: plain decoding, prompt
    lookup, the exported vanilla drafter as assistant model) on the first `--step-limit` prompts of
    each dataset, every generation beside plain decoding of its prompt
    (`experiments.campaigns.measure.Bench(engine="transformers")`), written as the hf-assisted
    recorder writes them;
-2. `profile`: a Profile of the peer: the forwards' latency tables of the SmolLM2 recordings (the
-   same model on the same CPU), acceptance read back from its own traces (the assistant's through
+2. `profile`: a Profile of the peer: those latency tables, acceptance read back from its own traces (the assistant's through
    `calibrate.ingest`'s hf-assisted importer, prompt lookup's by its method's fit) and the engine
    calibration fitted on its steps (what transformers pays beyond the isolated forwards).
 `python -m experiments.fidelity --engine transformers --profile <the Profile>` then predicts other
@@ -17,13 +19,13 @@ configurations on held-out prompts before measuring them.
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
 
 import methods
-from experiments.campaigns.smollm2 import DATASETS, TARGET_ARCH, calibration_prompts, latency_rows, slug
+from experiments.campaigns.smollm2 import (DATASETS, LATENCY_CTX, LATENCY_TOKENS, TARGET_ARCH, calibration_prompts,
+                                          run_module, slug)
 from experiments.campaigns.measure import Candidate
 
 TRACES = Path("data/traces/smollm2-cpu-transformers")
@@ -38,6 +40,18 @@ CALIBRATION: list[Candidate] = [
     *(Candidate(methods.parse_label(f"prompt_lookup g{g} nmin1 nmax{n}")) for g, n in ((2, 1), (4, 2), (6, 3))),
     *(Candidate(methods.parse_label(f"sd g{g}"), ASSISTANT) for g in (2, 4, 6)),
 ]
+
+
+LATENCY_NAMES = {"smollm2": TARGET_ARCH, "layers:1": DRAFTERS[ASSISTANT]["model"]}   # timed spec -> Profile model
+
+
+def stage_latency(args, log) -> None:
+    """The target's and the assistant shape's forwards, timed with transformers' F.linear."""
+    out = args.out / "latency.parquet"
+    if not out.exists():
+        run_module("traces.timing", ["--model", "smollm2", "--drafter", "layers:1", "--linear", "plain",
+                                     "--tokens", LATENCY_TOKENS, "--ctx", LATENCY_CTX, "--threads", str(args.threads),
+                                     "--out", str(out), "--quiet"], log)
 
 
 def step_path(out: Path, cand: Candidate, dataset: str) -> Path:
@@ -85,10 +99,10 @@ def stage_profile(args, log) -> None:
     from traces.schema import read_trace
     from traces.timing import git_commit
 
-    rows = latency_rows(SimpleNamespace(out=args.smollm2, drafters=args.drafters))
-    models = {TARGET_ARCH} | {d["model"] for d in DRAFTERS.values() if "model" in d}
+    rows, _ = read_trace(args.out / "latency.parquet", kind="latency")
+    rows = rows.assign(model=rows["model"].replace(LATENCY_NAMES))
     latency = {}
-    for model, group in rows[rows["model"].isin(models) & rows["role"].isin(["target", "draft"])].groupby("model"):
+    for model, group in rows[rows["model"].isin(set(LATENCY_NAMES.values()))].groupby("model"):
         fitted = fit_latency(group, "table", arch=None, hardware="CPU", dtype="fp32", name=model).to_dict()
         fitted["fit"] = {k: v for k, v in fitted["fit"].items() if not (isinstance(v, float) and np.isnan(v))}
         latency[model] = fitted
@@ -111,8 +125,9 @@ def stage_profile(args, log) -> None:
                     "created": dt.datetime.now(dt.timezone.utc).isoformat(), "engine": "transformers generate",
                     "sources": sorted(str(step_path(args.out, c, d)) for c, d in steps),
                     "assumptions": ["greedy decoding; transformers' first assisted step (the prompt's prefill) left out",
-                                    "latency: the SmolLM2 recordings' forward tables (this project's runtime); the "
-                                    "engine calibration carries what transformers pays beyond them"],
+                                    "latency: this project's forward of the same model timed with F.linear, as "
+                                    "transformers multiplies (traces.timing --linear plain); the engine calibration "
+                                    "carries what transformers pays beyond it"],
                     "calibration_prompts": sorted({pid for r in step_runs for pid in r.frame["prompt_id"]})})
     profile.workload = workload(step_runs)
     profile.engine = fit_engine(profile, step_runs)

@@ -24,6 +24,7 @@ from runtime.drafters.common import (UNTRAINED, check_untrained, materialise, po
 from runtime.drafters.router import LMHeadRouter
 from runtime.engine.base import Decoder, Proposal
 from runtime.graph import static_forward
+from runtime.linear import Linear
 from runtime.llama import DecoderLayer, Llama, LlamaConfig
 from verification import rules
 
@@ -54,7 +55,7 @@ class FeatureDrafter(nn.Module):
         super().__init__()
         self.config = config
         self.layer_config = LlamaConfig(**{**target_config.__dict__, "num_layers": 1})
-        self.fc = nn.Linear(2 * config.hidden_size, config.hidden_size, bias=True)
+        self.fc = Linear(2 * config.hidden_size, config.hidden_size, bias=True)
         self.layer = DecoderLayer(self.layer_config)
         self.router = (LMHeadRouter(config.hidden_size, config.vocab_size, config.router_groups, config.router_top_n)
                        if config.router_groups else None)

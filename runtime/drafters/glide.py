@@ -29,6 +29,7 @@ from runtime.engine.cape import CAPE
 from runtime.engine.draft_model import DrafterState
 from runtime.engine.sd import SD
 from runtime.graph import static_forward
+from runtime.linear import Linear
 from runtime.llama import ForwardOutput, Llama, LlamaConfig, RMSNorm, rotate_half
 
 
@@ -84,8 +85,8 @@ class CrossAttention(nn.Module):
     def __init__(self, c: GlideConfig):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = c.target_heads, c.target_kv_heads, c.target_head_dim
-        self.q_proj = nn.Linear(c.hidden_size, c.target_heads * c.target_head_dim, bias=False)
-        self.o_proj = nn.Linear(c.target_heads * c.target_head_dim, c.hidden_size, bias=False)
+        self.q_proj = Linear(c.hidden_size, c.target_heads * c.target_head_dim, bias=False)
+        self.o_proj = Linear(c.target_heads * c.target_head_dim, c.hidden_size, bias=False)
 
     def forward(self, x, cos, sin, keys, values, mask) -> torch.Tensor:
         b, q, _ = x.shape

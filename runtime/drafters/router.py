@@ -12,8 +12,9 @@ stays lossless for any top-n.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+
+from runtime.linear import Linear, linear
 
 
 def group_bounds(vocab_size: int, n_groups: int) -> list[int]:
@@ -33,8 +34,8 @@ class LMHeadRouter(nn.Module):
         self.vocab_size = vocab_size
         self.n_groups = n_groups
         self.top_n = top_n
-        self.w1 = nn.Linear(hidden_size, hidden_size, bias=False)
-        self.w2 = nn.Linear(hidden_size, n_groups, bias=False)
+        self.w1 = Linear(hidden_size, hidden_size, bias=False)
+        self.w2 = Linear(hidden_size, n_groups, bias=False)
         self.act = nn.SiLU()
         self.bounds = group_bounds(vocab_size, n_groups)  # plain ints: survive meta-device builds
 
@@ -56,11 +57,11 @@ class LMHeadRouter(nn.Module):
         With top_n == N the full head is used directly (no gather), bit for bit the plain head.
         """
         if self.top_n == self.n_groups:
-            return F.linear(hidden, lm_head_weight)
+            return linear(hidden, lm_head_weight)
         flat = hidden.reshape(-1, hidden.shape[-1])
         groups = self.active_groups(flat)
         out = torch.full((flat.shape[0], self.vocab_size), float("-inf"), dtype=flat.dtype, device=flat.device)
         for row in range(flat.shape[0]):
             rows = self.group_rows(groups[row].tolist(), flat.device)
-            out[row, rows] = F.linear(flat[row], lm_head_weight[rows])
+            out[row, rows] = linear(flat[row], lm_head_weight[rows])
         return out.reshape(*hidden.shape[:-1], self.vocab_size)

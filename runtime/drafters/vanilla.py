@@ -18,6 +18,7 @@ import torch
 
 from common import atomic
 from common.errors import InputError
+from runtime.linear import linear
 from runtime.llama import Llama
 from runtime.models import truncated
 
@@ -39,7 +40,7 @@ class SubsetHead(torch.nn.Module):
         self.register_buffer("weight", target_head.detach()[ids].clone())
 
     def reduced(self, x: torch.Tensor) -> torch.Tensor:
-        return x @ self.weight.T
+        return linear(x, self.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = x.new_full((*x.shape[:-1], self.vocab), float("-inf"))

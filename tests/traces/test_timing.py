@@ -30,6 +30,19 @@ def test_grid_rows_roles_and_metadata(tmp_path):
     assert meta.hardware == "CPU" and meta.dtype == "fp32" and meta.extra["tokens"] == [1, 3]
 
 
+def test_plain_linear_times_the_projections_as_f_linear(tmp_path, monkeypatch):
+    from runtime import linear
+
+    seen = []
+    real = linear.linear
+    monkeypatch.setattr(linear, "linear", lambda *a, **k: seen.append(linear._enabled) or real(*a, **k))
+    code, out = run(tmp_path, "--linear", "plain")
+    assert code == 0 and schema.read_trace(out, "latency")[1].extra["linear"] == "plain"
+    assert seen and not any(seen) and linear._enabled          # off while timing, back on after
+    seen.clear()
+    assert run(tmp_path / "b", "--overwrite")[0] == 0 and seen and all(seen)   # the default: the few-row path
+
+
 def test_timer_median_and_budget():
     calls = []
     timer = timing.Timer(torch.device("cpu"), warmup=2, repeats=5, min_repeats=2, point_seconds=0.0)
