@@ -274,8 +274,10 @@ def stage_profile(args, log) -> None:
             own_runs = [run for run in RUNS if run.method == spec.name]
             paths = [step_path(args, run.label, dataset) for run in own_runs]
             frame = pd.concat([steps[run, dataset] for run in own_runs], ignore_index=True) if own_runs else None
-            own = None if frame is None else spec.fit_steps(frame, dataset=dataset, temperature=0.0,
-                                                            source="step traces " + ", ".join(p.name for p in paths))
+            source = "step traces " + ", ".join(p.name for p in paths)
+            if spec.name in OUTPUT_REPLAYED and own_runs:
+                frame, paths, source = replayed_from_outputs(args, spec, dataset)
+            own = None if frame is None else spec.fit_steps(frame, dataset=dataset, temperature=0.0, source=source)
             if own is not None:
                 acceptance[f"{spec.name}/{dataset}"] = own
                 sources += paths
@@ -303,6 +305,33 @@ def stage_profile(args, log) -> None:
         f"{100 * heldout['speedup_error_median']:.1f}%, p90 {100 * heldout['speedup_error_p90']:.1f}%")
     profile.save(args.profile)
     log(f"wrote {args.profile}")
+
+
+# methods whose greedy steps follow from a prompt and the target's output alone: their acceptance is
+# fitted on every TokenTrace prompt's output replayed (`--limit` prompts), not on the few timed ones
+OUTPUT_REPLAYED = ("prompt_lookup",)
+
+
+def replayed_from_outputs(args, spec, dataset: str) -> tuple[pd.DataFrame, list[Path], str]:
+    """(StepTrace rows, source files, source text) of `spec`'s calibration configurations replayed
+    (`traces.lookup_replay`) on the greedy outputs a TokenTrace of `dataset` holds."""
+    from runtime.prompts import builtin_prompts, encode_prompt
+    from traces.lookup_replay import replayed_steps
+    from traces.schema import read_trace
+
+    path = token_path(args, next(iter(TOKEN_DRAFTERS)), dataset)
+    frame, _ = read_trace(path, kind="token")
+    outputs = {pid: rows.sort_values("pos")["token"].tolist() for pid, rows in frame.groupby("prompt_id", sort=False)}
+    tokenizer = _tokenizer()
+    prompts = {p.prompt_id: list(encode_prompt(p, tokenizer)) for p in builtin_prompts(list(outputs))}
+    steps = replayed_steps(prompts, outputs, spec.calibration_configs())
+    return steps, [path], f"replayed on the greedy outputs of {len(outputs)} prompts in {path.name}"
+
+
+def _tokenizer():
+    from runtime.models import load_model
+
+    return load_model("smollm2").tokenizer
 
 
 def best_run(row: pd.DataFrame) -> Run:

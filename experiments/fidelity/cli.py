@@ -22,7 +22,8 @@
 
 The default configurations (`--configs` overrides: a file of lines "label @drafter") come from
 each method's own search space on each Profile drafter: the predicted best and configurations
-spread evenly over the predicted speedups, so the set spans good and bad choices of all methods.
+spread evenly over the predicted speedups, so the set spans good and bad choices of all methods
+(`--select top`: the predicted best `--per-setup` of each, the choices among winners a search makes).
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ from common.rundir import add_overwrite_option, add_to_run, start_run
 from experiments.fidelity.report import compare, first_predictions, plot, read_run, regret, report
 from experiments.campaigns.measure import ENGINES, Bench, decode_seconds, parse_candidate
 
-from experiments.fidelity.run import (PER_SETUP, SIM_REPEATS, check_held_out, check_target, dataset_of,
+from experiments.fidelity.run import (PER_SETUP, SELECTIONS, SIM_REPEATS, check_held_out, check_target, dataset_of,
                                       default_candidates, predict, read_candidates)
 
 
@@ -62,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--per-setup", type=int, default=PER_SETUP,
                    help=f"default configurations per method and drafter: the predicted best, the worst and "
                         f"evenly spread between (default {PER_SETUP}; ignored with --configs)")
+    p.add_argument("--select", choices=SELECTIONS, default="spread",
+                   help="which configurations per method and drafter: spread (the predicted best, the worst and "
+                        "evenly between) or top (the predicted best --per-setup) (default spread)")
     p.add_argument("--repeats", type=int, default=3, help="interleaved repeats (default 3)")
     p.add_argument("--max-new-tokens", type=int, default=48, help="tokens per prompt (default 48)")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads, pinned (default 2)")
@@ -184,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     for prompt_set, dataset in datasets.items():
         lengths = [len(ids) for ds, _pid, ids in prompts if ds == prompt_set]
         ctx = float(np.mean(lengths)) + args.max_new_tokens / 2
-        cands_by[dataset] = given or default_candidates(profile, dataset, ctx, args.per_setup, args.sim_tokens)
+        cands_by[dataset] = given or default_candidates(profile, dataset, ctx, args.per_setup, args.sim_tokens,
+                                                               args.select)
         preds.append(predict(profile, cands_by[dataset], dataset, ctx, args.sim_tokens, args.seed, args.sim_repeats))
     pred = pd.concat(preds, ignore_index=True)
     atomic.write_csv(args.out / "predictions.csv", pred)

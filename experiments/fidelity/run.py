@@ -3,7 +3,8 @@ written before measuring it.
 
 The default configurations come from each method's own search space on each Profile drafter: the
 predicted best and configurations spread evenly over the predicted speedups, so the set spans good
-and bad choices of all methods. Predictions are the closed form (`experiments.sweep.scoring`, the
+and bad choices of all methods (`spread`); or (`top`) the predicted best few of each, the choices a
+search has to tell apart where speculation wins. Predictions are the closed form (`experiments.sweep.scoring`, the
 engine-calibrated step cost) and the simulator, priced at the prompts' own context (their mean
 length plus half the new tokens).
 """
@@ -21,6 +22,7 @@ from common.seeds import derive_seed
 from experiments.campaigns.measure import Bench, Candidate, parse_candidate
 
 PER_SETUP = 4            # default configurations per (method, drafter)
+SELECTIONS = ("spread", "top")   # which of a setup's scored configurations are measured (default_candidates)
 SIM_REPEATS = 2000       # default simulated streams per configuration (seed noise <= 0.3% on SmolLM2)
 MAX_VERIFY = 64          # default configurations verify at most this many tokens per step
 
@@ -37,10 +39,13 @@ def dataset_of(profile, prompt_set: str) -> str:
 
 
 def default_candidates(profile, dataset: str, ctx_len: float, per_setup: int = PER_SETUP,
-                       new_tokens: int | None = None) -> list[Candidate]:
+                       new_tokens: int | None = None, select: str = "spread") -> list[Candidate]:
     """ar, then per method and Profile drafter: the predicted best of its search space and
-    `per_setup` - 1 more evenly spread over its predicted speedups down to the worst (verifying
-    <= MAX_VERIFY tokens), predicted for generations of `new_tokens`."""
+    `per_setup` - 1 more (verifying <= MAX_VERIFY tokens), predicted for generations of `new_tokens`:
+    evenly spread over its predicted speedups down to the worst (`select` spread), or the next best
+    (`top`)."""
+    if select not in SELECTIONS:
+        raise InputError(f"unknown selection '{select}' (known: {', '.join(SELECTIONS)})")
     from experiments.sweep import scoring
     from methods.spec import engine_config
 
@@ -60,7 +65,8 @@ def default_candidates(profile, dataset: str, ctx_len: float, per_setup: int = P
                 continue
             scored = scoring.score(setup, spec.name, spec.space(setup), setting)
             scored = scored[scored["verified_per_step"] <= MAX_VERIFY].sort_values("speedup", ascending=False)
-            picks = np.unique(np.linspace(0, len(scored) - 1, per_setup).round().astype(int))
+            picks = (np.arange(min(per_setup, len(scored))) if select == "top"
+                     else np.unique(np.linspace(0, len(scored) - 1, per_setup).round().astype(int)))
             drafter = setup.drafter if loadable else None     # a model-less entry names acceptance only
             for config in spec.configs_of(scored.iloc[picks]):
                 engine = engine_config(config, setup.drafter_spec) if drafter else config

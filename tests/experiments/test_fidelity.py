@@ -46,6 +46,23 @@ def test_prompt_sets_map_to_profile_datasets(profile):
         fidelity.dataset_of(profile, "gsm8k")
 
 
+def test_top_selection_measures_each_setups_predicted_best(profile):
+    from experiments.sweep import scoring
+
+    top = fidelity.default_candidates(profile, "code-edit", 200, 3, 32, select="top")
+    spread = fidelity.default_candidates(profile, "code-edit", 200, 3, 32)
+    assert top[0].method == spread[0].method == "ar" and len(top) == len(spread)
+    setting = scoring.Setting(temperature=0.0, ctx_len=200, dataset="code-edit", new_tokens=32)
+    spec = methods.get("prompt_lookup")
+    setup = profile.setups_for(spec, temperature=0.0, dataset="code-edit")[0]
+    ranked = scoring.score(setup, spec.name, spec.space(setup), setting).sort_values("speedup", ascending=False)
+    best3 = [c.label for c in spec.configs_of(ranked.iloc[:3])]
+    assert [c.label for c in top if c.method == "prompt_lookup"] == best3
+    assert [c.label for c in spread if c.method == "prompt_lookup"] != best3     # the spread reaches the worst
+    with pytest.raises(InputError, match="unknown selection 'best'"):
+        fidelity.default_candidates(profile, "code-edit", 200, 3, 32, select="best")
+
+
 def _runs(speedups: dict[str, float], tokens_per_step: dict[str, float], repeats=3, prompts=2) -> pd.DataFrame:
     """Generations whose decode tokens/s over ar are `speedups` (ar: 10 tokens/s), with a 2% wobble by
     repeat, each after a 0.5 s prefill (the same for every method: speedups must leave it out)."""

@@ -1,0 +1,61 @@
+"""Prompt lookup's greedy steps replayed from a prompt and the target's greedy output.
+
+Under greedy decoding prompt lookup commits the target's own tokens, and what a step proposes depends
+on the committed context alone: the step that starts after output position i proposes
+`runtime.engine.prompt_lookup.match_continuation(prompt + output[:i])`, keeps its leading tokens
+that equal output[i:], and the verification forward adds the target's next token. So every
+configuration's steps follow from one plain-decoding output per prompt (a TokenTrace's tokens),
+without running the model: as many calibration prompts as TokenTraces record, where a timed
+StepTrace affords two or three. (It assumes the verification forward's argmax is decoding's, as the
+engine's greedy-identity tests check.)
+
+`lookup_steps` lists one generation's steps; `replayed_steps` gives StepTrace rows (the columns
+`methods.prompt_lookup`'s fit reads) for many prompts and configurations.
+"""
+from __future__ import annotations
+
+import json
+from typing import Mapping, Sequence
+
+import pandas as pd
+
+from common.errors import InputError
+from methods.config import MethodConfig
+from runtime.engine.prompt_lookup import match_continuation
+
+
+def lookup_steps(prompt: Sequence[int], output: Sequence[int], config: MethodConfig) -> list[tuple[int, int]]:
+    """(verify tokens, accepted tokens) of each step that decodes `output` after `prompt`."""
+    if not prompt:
+        raise InputError("prompt lookup replay needs a non-empty prompt")
+    context, steps, i = list(prompt), [], 0
+    while i < len(output):
+        drafts = match_continuation(context, config.n_min, config.n_max, config.gamma)
+        hits = 0
+        while hits < len(drafts) and i + hits < len(output) and drafts[hits] == output[i + hits]:
+            hits += 1
+        accepted = min(hits + 1, len(output) - i)        # the bonus token, unless the output ends first
+        steps.append((1 + len(drafts), accepted))
+        context += output[i:i + accepted]
+        i += accepted
+    return steps
+
+
+def replayed_steps(prompts: Mapping[str, Sequence[int]], outputs: Mapping[str, Sequence[int]],
+                   configs: Sequence[MethodConfig]) -> pd.DataFrame:
+    """StepTrace rows (run_id, method, config, prompt_id, step, ctx_len, draft_forwards,
+    verify_tokens, accepted) of every configuration replayed on every prompt's output."""
+    missing = sorted(set(outputs) - set(prompts))
+    if missing:
+        raise InputError(f"no prompt tokens for the outputs of {', '.join(missing)}")
+    rows = []
+    for config in configs:
+        text = json.dumps(config.to_dict(), sort_keys=True)
+        for pid, output in outputs.items():
+            ctx = len(prompts[pid])
+            for step, (verify, accepted) in enumerate(lookup_steps(prompts[pid], list(output), config)):
+                rows.append({"run_id": f"{config.label}#replay", "method": config.method, "config": text,
+                             "prompt_id": pid, "step": step, "ctx_len": ctx, "draft_forwards": 0,
+                             "verify_tokens": verify, "accepted": accepted})
+                ctx += accepted
+    return pd.DataFrame(rows)
