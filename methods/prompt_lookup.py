@@ -11,7 +11,9 @@ depends on which it is in, so the steps form a two-state chain:
   the next step starts a copy with probability sigma;
 - copy: the match is the stretch being copied and every further token continues it with rho, so a
   step accepts min(R, gamma) proposals, P(R >= k) = rho^k, and stays in the copy while it goes on
-  (all gamma accepted and the bonus token copied too).
+  (all gamma accepted and the bonus token copied too). A copy is only found once n_min of its
+  tokens have been written, so a longer n_min catches fewer (short copies end first) and later:
+  the entry rate is sigma * catch^(n_min - 1).
 A generation starts in free text, so over a generation of H steps the share of steps inside a
 copy is the mean of c_t = s (1 - lam^t), t < H (s the stationary share, lam = stay - sigma), not
 the stationary s: a copy entered with 1% per step barely shows in a 32-token answer however long
@@ -39,7 +41,7 @@ from methods.spec import MethodSpec, PlotSpec
 
 GAMMAS = tuple(range(1, 11))          # the sweep's draft lengths
 NGRAMS = tuple(range(1, 7))           # the sweep's match lengths
-PARAMETERS = ("hit", "decay", "alpha", "alpha_next", "rho", "sigma")
+PARAMETERS = ("hit", "decay", "alpha", "alpha_next", "rho", "sigma", "catch")
 FIXED_POINT_ROUNDS = 4        # generation_reach: the step count settles to within about 1% in these
 
 
@@ -65,6 +67,7 @@ class MatchAcceptance:
     alpha_next: float
     rho: float
     sigma: float
+    catch: float = 1.0      # entry per extra token of n_min (1: n_min does not change how copies are found)
 
     def to_dict(self) -> dict[str, float]:
         return {k: getattr(self, k) for k in PARAMETERS}
@@ -73,12 +76,17 @@ class MatchAcceptance:
         """P(a step in free text finds a match of n_min tokens or more)."""
         return self.hit * self.decay ** (np.asarray(n_min, float) - 1.0)
 
-    def copy_share(self, gamma, steps=None) -> np.ndarray:
+    def entry(self, n_min) -> np.ndarray:
+        """P(a step in free text starts a copy that a match of n_min tokens finds)."""
+        return self.sigma * self.catch ** (np.asarray(n_min, float) - 1.0)
+
+    def copy_share(self, gamma, steps=None, n_min=1) -> np.ndarray:
         """The share of steps that start inside a copy: stationary, or (`steps`) the mean over the
         first `steps` steps of a generation that starts in free text (module docstring)."""
         stay = self.rho ** (np.asarray(gamma, float) + 1.0)
-        gap = self.sigma + 1.0 - stay                        # 1 - lam
-        share = self.sigma / np.maximum(gap, 1e-300)
+        sigma = self.entry(n_min)
+        gap = sigma + 1.0 - stay                             # 1 - lam
+        share = sigma / np.maximum(gap, 1e-300)
         if steps is None:
             return share
         h = np.maximum(np.asarray(steps, float), 1.0)
@@ -93,13 +101,13 @@ class MatchAcceptance:
         n_min, gamma = np.broadcast_arrays(np.atleast_1d(np.asarray(n_min, np.int64)),
                                            np.atleast_1d(np.asarray(gamma, np.int64)))
         i = np.arange(int(gamma.max()))[None, :]
-        copy = np.broadcast_to(self.copy_share(gamma, steps), gamma.shape)[:, None]
+        copy = np.broadcast_to(self.copy_share(gamma, steps, n_min), gamma.shape)[:, None]
         free = self.found(n_min)[:, None] * self.alpha * self.alpha_next ** i
         return (copy * self.rho ** (i + 1.0) + (1.0 - copy) * free) * (i < gamma[:, None])
 
     def matched(self, n_min, gamma, steps=None) -> np.ndarray:
         """(C,) P(a step proposes): every copy step, and free steps that find a match."""
-        copy = np.atleast_1d(self.copy_share(gamma, steps))
+        copy = np.atleast_1d(self.copy_share(gamma, steps, n_min))
         return copy + (1.0 - copy) * self.found(np.atleast_1d(n_min))
 
 
@@ -124,6 +132,7 @@ class MatchSampler(Sampler):
     def __init__(self, config: PromptLookupConfig, part: MatchAcceptance):
         self.gamma, self.part = config.gamma, part
         self.found = float(part.found(config.n_min))
+        self.entry = float(part.entry(config.n_min))
 
     def initial_state(self, n: int) -> np.ndarray:
         return np.zeros(n, dtype=bool)
@@ -137,7 +146,7 @@ class MatchSampler(Sampler):
             rng.geometric(1.0 - p.alpha_next, n) if p.alpha_next < 1 else np.full(n, g), g)
         drafted_ok = np.where(copying, np.minimum(run, g), np.where(hit, chain, 0))
         verify = 1 + np.where(copying | hit, g, 0)
-        after = np.where(copying, run > g, rng.random(n) < p.sigma)
+        after = np.where(copying, run > g, rng.random(n) < self.entry)
         return StepDraws((1 + drafted_ok).astype(np.int64), np.zeros(n, np.int64), verify.astype(np.int64)), after
 
     def stream(self, rng, n_steps, done, state=None):
@@ -169,7 +178,7 @@ def _sequences(steps: pd.DataFrame) -> tuple[np.ndarray, ...]:
 def _log_likelihood(part: MatchAcceptance, sequences) -> float:
     """Of the generations' steps under the two-state chain (forward algorithm, free at the start)."""
     d, j, valid, n_min = sequences
-    found = part.found(n_min)[:, None]
+    found, entry = part.found(n_min)[:, None], part.entry(n_min)
     a, b, rho = (min(max(v, 1e-9), 1 - 1e-9) for v in (part.alpha, part.alpha_next, part.rho))
     chain = np.where(j == 0, 1 - a, a * b ** np.maximum(j - 1, 0) * np.where(j < d, 1 - b, 1.0))
     free = np.where(d == 0, 1 - found, found * chain)
@@ -182,8 +191,8 @@ def _log_likelihood(part: MatchAcceptance, sequences) -> float:
         total += float(np.log(np.maximum(norm[valid[:, t]], 1e-300)).sum())
         post = joint / np.maximum(norm, 1e-300)[:, None]
         stay = np.where((d[:, t] > 0) & (j[:, t] == d[:, t]), rho, 0.0)
-        step = np.stack([post[:, 0] * stay + post[:, 1] * part.sigma,
-                         post[:, 0] * (1 - stay) + post[:, 1] * (1 - part.sigma)], axis=1)
+        step = np.stack([post[:, 0] * stay + post[:, 1] * entry,
+                         post[:, 0] * (1 - stay) + post[:, 1] * (1 - entry)], axis=1)
         belief = np.where(valid[:, t:t + 1], step, belief)
     return total
 
@@ -199,7 +208,7 @@ def fit_matches(steps: pd.DataFrame, starts: int = 4, seed: int = 0) -> MatchAcc
     sequences = _sequences(steps)
     loss = lambda x: -_log_likelihood(MatchAcceptance(**_probabilities(x)), sequences)   # noqa: E731
     rng = np.random.default_rng(seed)
-    tries = [np.array([0.5, -1.5, -1.5, 0.0, 2.0, -2.0])] + [rng.normal(0.0, 1.5, len(PARAMETERS))
+    tries = [np.array([0.5, -1.5, -1.5, 0.0, 2.0, -2.0, 2.0])] + [rng.normal(0.0, 1.5, len(PARAMETERS))
                                                              for _ in range(starts - 1)]
     fits = [minimize(loss, x0, method="L-BFGS-B", bounds=[(-LOGIT_BOUND, LOGIT_BOUND)] * len(PARAMETERS)) for x0 in tries]
     return MatchAcceptance(**_probabilities(min(fits, key=lambda r: r.fun).x))
@@ -261,13 +270,14 @@ class PromptLookup(MethodSpec):
         return MatchSampler(config, self._part(setup))
 
     def acceptance_part(self, raw, where):
-        if not isinstance(raw, dict) or any(k not in raw for k in PARAMETERS):
-            raise InputError(f"{where}: {self.name} needs {', '.join(repr(k) for k in PARAMETERS)}")
+        needed = [k for k in PARAMETERS if k != "catch"]     # catch: 1 where a Profile predates it
+        if not isinstance(raw, dict) or any(k not in raw for k in needed):
+            raise InputError(f"{where}: {self.name} needs {', '.join(repr(k) for k in needed)}")
         for key in PARAMETERS:
-            value = raw[key]
+            value = raw.get(key, 1.0)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
                 raise InputError(f"{where}: {self.name}.{key} must be a probability in [0, 1], got {value!r}")
-        return MatchAcceptance(**{k: float(raw[k]) for k in PARAMETERS})
+        return MatchAcceptance(**{k: float(raw.get(k, 1.0)) for k in PARAMETERS})
 
     def fit_steps(self, frame, *, dataset, temperature, source):
         """`MatchAcceptance` by maximum likelihood of every generation's steps (each in order, its

@@ -17,7 +17,7 @@ from runtime.engine import Sampling, make_decoder
 from runtime.engine.prompt_lookup import match_continuation
 from runtime.models import tiny_model
 
-TRUE = MatchAcceptance(hit=0.6, decay=0.3, alpha=0.15, alpha_next=0.4, rho=0.9, sigma=0.08)
+TRUE = MatchAcceptance(hit=0.6, decay=0.3, alpha=0.15, alpha_next=0.4, rho=0.9, sigma=0.08, catch=0.7)
 SPEC = methods.get("prompt_lookup")
 
 
@@ -87,6 +87,7 @@ def test_the_fit_recovers_the_model_its_steps_were_drawn_from():
         assert got == pytest.approx(want, rel=0.02), config.label
     assert entry["fit"]["heldout_error_max"] < 0.1 and entry["fit"]["at_bound"] == []
     assert fitted.rho == pytest.approx(TRUE.rho, abs=0.03) and fitted.hit == pytest.approx(TRUE.hit, abs=0.05)
+    assert fitted.catch == pytest.approx(TRUE.catch, abs=0.1)
 
 
 def test_one_configuration_cannot_be_fitted():
@@ -176,3 +177,13 @@ def test_a_rare_copy_barely_shows_in_a_short_answer():
         tokens += 32
     assert closed == pytest.approx(tokens / taken, rel=0.35)
     assert stationary > 2.5 * closed and steps[0] == pytest.approx(32 / closed, rel=0.01)
+
+
+def test_a_longer_n_min_finds_fewer_copies_and_old_profiles_read_as_before():
+    longer = [TRUE.copy_share(4, None, n) for n in (1, 2, 4)]
+    assert longer[0] > longer[1] > longer[2]
+    assert TRUE.entry(3) == pytest.approx(TRUE.sigma * TRUE.catch ** 2)
+    old = {k: v for k, v in TRUE.to_dict().items() if k != "catch"}       # a Profile written before catch
+    assert SPEC.acceptance_part(old, "old").catch == 1.0
+    with pytest.raises(InputError, match="prompt_lookup.catch must be a probability"):
+        SPEC.acceptance_part({**old, "catch": 1.5}, "bad")
