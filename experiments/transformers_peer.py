@@ -27,6 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {', '.join(STAGES)}")
     p.add_argument("--drafters", type=Path, default=Path("artifacts/drafters"), help="trained drafters' folder")
     p.add_argument("--out", type=Path, default=TRACES, help="the peer's StepTrace folder")
+    p.add_argument("--smollm2", type=Path, default=Path("data/traces/smollm2-cpu"),
+                   help="the SmolLM2 recordings whose TokenTraces' greedy outputs prompt lookup is replayed on "
+                        "(default data/traces/smollm2-cpu)")
     p.add_argument("--profile", type=Path, default=PROFILE, help="Profile to write")
     p.add_argument("--step-limit", type=int, default=2, help="calibration prompts per dataset (the first ones), as the SmolLM2 campaign's steps")
     p.add_argument("--repeats", type=int, default=2, help="interleaved repeats")

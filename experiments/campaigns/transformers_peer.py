@@ -10,8 +10,10 @@ Stages:
    each dataset, every generation beside plain decoding of its prompt
    (`experiments.campaigns.measure.Bench(engine="transformers")`), written as the hf-assisted
    recorder writes them;
-2. `profile`: a Profile of the peer: those latency tables, acceptance read back from its own traces (the assistant's through
-   `calibrate.ingest`'s hf-assisted importer, prompt lookup's by its method's fit) and the engine
+2. `profile`: a Profile of the peer: those latency tables, acceptance (the assistant's read back
+   from its own traces through `calibrate.ingest`'s hf-assisted importer; prompt lookup's replayed on
+   the SmolLM2 recordings' greedy outputs, `--smollm2`, since acceptance is the model's and the
+   data's, not the engine's) and the engine
    calibration fitted on its steps (what transformers pays beyond the isolated forwards).
 `python -m experiments.fidelity --engine transformers --profile <the Profile>` then predicts other
 configurations on held-out prompts before measuring them.
@@ -19,13 +21,12 @@ configurations on held-out prompts before measuring them.
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
-
-import pandas as pd
 
 import methods
 from experiments.campaigns.smollm2 import (DATASETS, LATENCY_CTX, LATENCY_TOKENS, TARGET_ARCH, calibration_prompts,
-                                          run_module, slug)
+                                          replayed_from_outputs, run_module, slug)
 from experiments.campaigns.measure import Candidate
 
 TRACES = Path("data/traces/smollm2-cpu-transformers")
@@ -107,15 +108,16 @@ def stage_profile(args, log) -> None:
         fitted["fit"] = {k: v for k, v in fitted["fit"].items() if not (isinstance(v, float) and np.isnan(v))}
         latency[model] = fitted
     steps = {(c, d): read_trace(step_path(args.out, c, d), kind="step")[0] for c in CALIBRATION for d in DATASETS}
-    acceptance = {}
+    acceptance, replayed = {}, set()
     spec = methods.get("prompt_lookup")
     for dataset in DATASETS:
         chains = [str(step_path(args.out, c, dataset)) for c in CALIBRATION if c.drafter == ASSISTANT]
         imported = ingest(chains, IngestOptions(drafter=ASSISTANT, dataset=dataset, temperature=0.0))
         acceptance[f"{ASSISTANT}/{dataset}/T0/steps"] = {**imported.acceptance, "drafter": ASSISTANT}
-        lookups = pd.concat([steps[c, dataset] for c in CALIBRATION if c.method == spec.name], ignore_index=True)
+        lookups, _paths, source = replayed_from_outputs(SimpleNamespace(out=args.smollm2), spec, dataset)
+        replayed |= set(lookups["prompt_id"])
         acceptance[f"{spec.name}/{dataset}"] = spec.fit_steps(lookups, dataset=dataset, temperature=0.0,
-                                                              source="transformers prompt-lookup step traces")
+                                                              source=f"{source} ({args.smollm2})")
     step_runs = [StepRun(frame, c.drafter, dataset) for (c, dataset), frame in steps.items()]
     profile = Profile(
         name="smollm2-135m via transformers on this CPU", hardware="CPU", dtype="fp32", target=TARGET_ARCH,
@@ -125,10 +127,13 @@ def stage_profile(args, log) -> None:
                     "created": dt.datetime.now(dt.timezone.utc).isoformat(), "engine": "transformers generate",
                     "sources": sorted(str(step_path(args.out, c, d)) for c, d in steps),
                     "assumptions": ["greedy decoding; transformers' first assisted step (the prompt's prefill) left out",
+                                    "prompt lookup's acceptance: its steps replayed on the SmolLM2 recordings' greedy "
+                                    "outputs (the same model's greedy law; transformers matches as the project's "
+                                    "proposer does for n_min = 1), the assistant's from transformers' own steps",
                                     "latency: this project's forward of the same model timed with F.linear, as "
                                     "transformers multiplies (traces.timing --linear plain); the engine calibration "
                                     "carries what transformers pays beyond it"],
-                    "calibration_prompts": sorted({pid for r in step_runs for pid in r.frame["prompt_id"]})})
+                    "calibration_prompts": sorted({pid for r in step_runs for pid in r.frame["prompt_id"]} | replayed)})
     profile.workload = workload(step_runs)
     profile.engine = fit_engine(profile, step_runs)
     held = profile.engine["fit"]["heldout"]
