@@ -135,6 +135,23 @@ def agreement(spec: pd.DataFrame) -> str:
     return line
 
 
+WINS = 1.05          # a configuration "wins" when it measures above this speedup (issue 29's bar)
+
+
+def winners(spec: pd.DataFrame) -> list[str]:
+    """Where speculation pays: per dataset how many configurations measure above WINS and the best,
+    and the closed form's error on those alone (the regime a deployment choice is made in)."""
+    won = spec[spec["measured_speedup"] > WINS]
+    per = ", ".join(f"{d} {int((g['measured_speedup'] > WINS).sum())}/{len(g)} (best {g['measured_speedup'].max():.2f}x)"
+                    for d, g in spec.groupby("dataset", sort=False))
+    line = f"- measured above {WINS}x: {len(won)}/{len(spec)} ({per})"
+    if len(won):
+        err = won["rel_error"].abs()
+        line += (f"; closed form on those: median |error| {100 * err.median():.1f}%, worst {100 * err.max():.1f}%, "
+                 f"within 2x the noise {int(won['within_2x_noise'].sum())}/{len(won)}")
+    return [line]
+
+
 def read_run(out: Path) -> dict:
     """run.json of the run in `out` (minutes, argv; "repredicted": the commit that predicted again), or {}."""
     path = out / "run.json"
@@ -187,6 +204,7 @@ def report(fid: pd.DataFrame, reg: pd.DataFrame, args, profile, prompts: list[st
         f"- of which acceptance (tokens/step): median |error| {100 * spec['acceptance_error'].abs().median():.1f}%, "
         f"latency (step time): median |error| {100 * spec['latency_error'].abs().median():.1f}%",
         f"- within 2x the measurement noise: {int(spec['within_2x_noise'].sum())}/{len(spec)}",
+        *winners(spec),
         f"- verdict flips (predicted speculate/don't against measured): {int(spec['verdict_flip'].sum())}; "
         f"ties (within the Profile's held-out error {100 * args.error:.1f}%): {int((spec['predicted_verdict'] == 'tie').sum())}",
         "", "## The baseline across windows", "", *drift(fid, profile, runs),

@@ -98,6 +98,9 @@ def test_compare_regret_and_verdicts():
     assert row.loc["sd g1", "predicted_verdict"] == "tie" and not row.loc["sd g1", "verdict_flip"]
     reg = fidelity_report.regret(fid)
     assert reg.loc[0, "picked"] == "sd g4" and reg.loc[0, "regret"] == pytest.approx(0.0)
+    (line,) = fidelity_report.winners(fid[fid["method"] != "ar"])
+    assert line.startswith("- measured above 1.05x: 1/2 (mt-bench 1/2 (best 1.20x)); closed form on those: "
+                           "median |error| 5.0%, worst 5.0%"), line
     # a flip: predicted to gain 10% where the measurement loses
     pred.loc[2, "predicted_speedup"] = 1.10
     fid = fidelity_report.compare(pred, runs, error=0.03)
