@@ -92,7 +92,9 @@ class MatchAcceptance:
         h = np.maximum(np.asarray(steps, float), 1.0)
         small = gap < 1e-9
         safe = np.where(small, 1.0, gap)
-        unseen = np.where(small, 1.0 - 0.5 * (h - 1.0) * gap, (1.0 - (1.0 - safe) ** h) / (h * safe))
+        lam = 1.0 - safe                                     # negative: the chain alternates
+        lam_h = np.abs(lam) ** h * np.where(lam < 0.0, np.cos(np.pi * h), 1.0)   # lam**h, real for any h
+        unseen = np.where(small, 1.0 - 0.5 * (h - 1.0) * gap, (1.0 - lam_h) / (h * safe))
         return share * (1.0 - unseen)
 
     def reach(self, n_min, n_max, gamma, steps=None) -> np.ndarray:

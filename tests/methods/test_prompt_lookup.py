@@ -187,3 +187,19 @@ def test_a_longer_n_min_finds_fewer_copies_and_old_profiles_read_as_before():
     assert SPEC.acceptance_part(old, "old").catch == 1.0
     with pytest.raises(InputError, match="prompt_lookup.catch must be a probability"):
         SPEC.acceptance_part({**old, "catch": 1.5}, "bad")
+
+
+@pytest.mark.parametrize("steps", [3, 4, 7])
+def test_an_alternating_chain_averages_its_own_first_steps(steps):
+    """Entry more likely than staying (sigma > rho^(gamma+1)): the copy share alternates from step
+    to step; over h steps from a free start its mean is the chain's own, and a step count between
+    two integers stays a real number between theirs (it was NaN)."""
+    part = MatchAcceptance(hit=0.5, decay=0.5, alpha=0.3, alpha_next=0.5, rho=0.3, sigma=0.9)
+    stay, share, chain = part.rho ** 3, 0.0, []
+    for _ in range(steps):
+        chain.append(share)
+        share = stay * share + part.sigma * (1.0 - share)
+    assert part.copy_share(2, steps) == pytest.approx(np.mean(chain), rel=1e-9)
+    between = part.copy_share(2, steps + 0.5)
+    ends = sorted([part.copy_share(2, steps), part.copy_share(2, steps + 1)])
+    assert np.isfinite(between) and ends[0] - 0.05 <= between <= ends[1] + 0.05
