@@ -43,7 +43,7 @@ def default_candidates(profile, dataset: str, ctx_len: float, per_setup: int = P
     """ar, then per method and Profile drafter: the predicted best of its search space and
     `per_setup` - 1 more (verifying <= MAX_VERIFY tokens), predicted for generations of `new_tokens`:
     evenly spread over its predicted speedups down to the worst (`select` spread), or the next best
-    (`top`)."""
+    that the model prices differently (`top`)."""
     if select not in SELECTIONS:
         raise InputError(f"unknown selection '{select}' (known: {', '.join(SELECTIONS)})")
     from experiments.sweep import scoring
@@ -65,13 +65,21 @@ def default_candidates(profile, dataset: str, ctx_len: float, per_setup: int = P
                 continue
             scored = scoring.score(setup, spec.name, spec.space(setup), setting)
             scored = scored[scored["verified_per_step"] <= MAX_VERIFY].sort_values("speedup", ascending=False)
-            picks = (np.arange(min(per_setup, len(scored))) if select == "top"
+            picks = (_distinct_best(scored, per_setup) if select == "top"
                      else np.unique(np.linspace(0, len(scored) - 1, per_setup).round().astype(int)))
             drafter = setup.drafter if loadable else None     # a model-less entry names acceptance only
             for config in spec.configs_of(scored.iloc[picks]):
                 engine = engine_config(config, setup.drafter_spec) if drafter else config
                 out.append(Candidate(engine, drafter))
     return out
+
+
+def _distinct_best(scored: pd.DataFrame, n: int) -> np.ndarray:
+    """Positions of the `n` best rows of `scored` (sorted best first) whose predictions differ: a
+    configuration the model prices exactly like a better one (the same tokens per step and step
+    time, e.g. MCSD k1 with and without replacement) would only measure that one again."""
+    key = scored[["speedup", "tokens_per_step"]].round(6).apply(tuple, axis=1)
+    return np.flatnonzero(~key.duplicated().to_numpy())[:n]
 
 
 def read_candidates(path: Path) -> list[Candidate]:
