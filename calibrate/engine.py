@@ -21,11 +21,14 @@ drafts, so only its per-forward + per-token sum is determined (one of the two ma
 negative). A generation's first draft runs the whole prompt through the drafter, fitted as a fixed
 cost plus one per prompt token. Each fit is a ridge regression towards the prior (scale 1, nothing
 fixed); where the prior barely varies (one configuration of a method) only the scale is fitted, so
-a direction the traces do not explore stays at the prior instead of wandering. Three structures
+a direction the traces do not explore stays at the prior instead of wandering. Four structures
 compete (`STRUCTURES`): every part per method; the verify forward shared by the speculative methods
-(draft and overhead per method); or that shared verify with a cost per verified token besides (the
+(draft and overhead per method); that shared verify with a cost per verified token besides (the
 engine computes logits at every verified position and builds masks for them, which the isolated
-forward may not). The one with the lowest mean leave-one-configuration-out error is kept (the
+forward may not); or the shared verify with a line of its own for verifies of `wide_from()` tokens
+or more (on a CPU the few-row projections of runtime.linear end there: a narrow verify costs
+what plain decoding's forward does over its isolated time, a wide one other kernels' ratio, and
+one line through both puts a fixed cost on the narrow verifies that they do not pay). The one with the lowest mean leave-one-configuration-out error is kept (the
 mean: a structure with a few wild fits must not win on its typical one), and every error is
 recorded. What these fits came to on the bundled recordings is in examples/smollm2_cpu/README.md.
 
@@ -55,7 +58,8 @@ from traces import drift
 from traces.schema import step_wall_s
 
 RIDGE = 1e-3      # pull towards the prior, relative to each feature's own scale
-STRUCTURES = ("per method", "shared verify", "shared verify per token")   # fit_engine keeps the best held out
+STRUCTURES = ("per method", "shared verify", "shared verify per token", "shared verify by width")   # the best
+                                                                        # held out is kept
 VARIES = 0.05     # a prior that varies less than this (relative spread) fits a scale only
 
 
@@ -134,6 +138,13 @@ def _scale_and_fixed(prior: np.ndarray, fixed: np.ndarray, measured: np.ndarray)
     return (float(np.sum(prior * measured) / np.sum(prior * prior)), *zeros)
 
 
+def wide_from() -> int:
+    """Verified tokens from which the target's projections leave the few-row path (runtime.linear)."""
+    from runtime.linear import SKINNY_ROWS
+
+    return SKINNY_ROWS + 1
+
+
 def fit_parts(parts: pd.DataFrame, per_token: bool = False) -> StepCalibration:
     """One StepCalibration from the prior/measured parts of any set of steps (`per_token`: the
     verify part also has a cost per verified token)."""
@@ -160,10 +171,12 @@ def fit_parts(parts: pd.DataFrame, per_token: bool = False) -> StepCalibration:
 def predict_parts(calibration: StepCalibration, parts: pd.DataFrame) -> np.ndarray:
     """Predicted seconds of each step in `parts` (realised draft forwards and verified tokens)."""
     c = calibration
+    wide = (c.verify_wide_from > 0) & (parts["verify_tokens"].to_numpy(float) >= c.verify_wide_from)
+    factor, extra = np.where(wide, c.verify_wide_factor, 1.0), np.where(wide, c.verify_wide_extra_s, 0.0)
     per_token = c.overhead_per_token_s + c.verify_per_token_s + c.draft_per_token_s * parts["drafted"]
     return (c.draft_scale * parts["prior_draft"] + c.draft_per_forward_s * parts["forwards"]
             + parts["first"] * (c.first_draft_s + c.first_draft_per_token_s * parts["ctx_len"])
-            + c.verify_scale * parts["prior_verify"] + c.verify_fixed_s
+            + c.verify_scale * parts["prior_verify"] * factor + c.verify_fixed_s + extra
             + c.overhead_s + per_token * parts["verify_tokens"]).to_numpy(float)
 
 
@@ -173,16 +186,33 @@ def fit_calibrations(parts: pd.DataFrame, structure: str = "per method"
     forward's scale and fixed cost are fitted once over every speculative method's steps (it is
     the same target forward; two configurations of one method pin a line through two points),
     the draft and overhead parts per method; plain decoding (ar) keeps its own. "shared verify
-    per token": the same with a cost per verified token in the shared verify."""
+    per token": the same with a cost per verified token in the shared verify; "shared verify by
+    width": the shared verify with a line of its own from `wide_from()` verified tokens on."""
     per = {m: fit_parts(g) for m, g in parts.groupby("method", sort=True)}
-    if structure in ("shared verify", "shared verify per token"):
-        shared = fit_parts(parts[parts["method"] != BASELINE], per_token=structure.endswith("per token"))
-        per = {m: c if m == BASELINE else replace(c, verify_scale=shared.verify_scale, verify_fixed_s=shared.verify_fixed_s,
-                                               verify_per_token_s=shared.verify_per_token_s)
-               for m, c in per.items()}
+    if structure in ("shared verify", "shared verify per token", "shared verify by width"):
+        speculative = parts[parts["method"] != BASELINE]
+        shared = fit_parts(speculative, per_token=structure.endswith("per token"))
+        if structure.endswith("by width"):
+            shared = _split_verify(speculative, shared)
+        verify = {k: getattr(shared, k) for k in ("verify_scale", "verify_fixed_s", "verify_per_token_s",
+                                                  "verify_wide_from", "verify_wide_factor", "verify_wide_extra_s")}
+        per = {m: c if m == BASELINE else replace(c, **verify) for m, c in per.items()}
     elif structure != "per method":
         raise InputError(f"unknown engine fit structure '{structure}' (known: {', '.join(STRUCTURES)})")
     return per, fit_parts(parts)
+
+
+def _split_verify(parts: pd.DataFrame, line: StepCalibration) -> StepCalibration:
+    """`line` with a verify line (scale, fixed) for narrow and one for wide verifies (`wide_from`),
+    each fitted on its own steps; `line` as it is where either side has none."""
+    start = wide_from()
+    wide = parts["verify_tokens"].to_numpy(float) >= start
+    if wide.all() or not wide.any():
+        return line
+    fits = [_scale_and_fixed(p["prior_verify"], np.ones((len(p), 1)), p["verify_s"]) for p in (parts[~wide], parts[wide])]
+    (narrow_scale, narrow_fixed), (wide_scale, wide_fixed) = fits
+    return replace(line, verify_scale=narrow_scale, verify_fixed_s=narrow_fixed, verify_wide_from=float(start),
+                   verify_wide_factor=wide_scale / narrow_scale, verify_wide_extra_s=wide_fixed - narrow_fixed)
 
 
 def heldout_errors(parts: pd.DataFrame, structure: str = "per method") -> pd.DataFrame:

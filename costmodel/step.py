@@ -7,6 +7,9 @@ A step runs D sequential draft forwards, then one verify forward, then fixed per
                [+ catch_up_s = first_draft_s + first_draft_per_token_s * prompt_len in a generation's first step]
     verify_s = verify_scale * t(verify_model, verify_tokens, ctx, batch) + verify_fixed_s
                + verify_per_token_s * verify_tokens
+               [verify_tokens >= verify_wide_from: the first term times verify_wide_factor, plus
+                verify_wide_extra_s: a verify wide enough to run other kernels (a CPU's few-row
+                projections end at 8 rows) relates to its isolated forward differently]
     step_s   = draft_s + verify_s + overhead_s        (`step_cost`: every consumer's one sum)
 
 `StepShape` holds these for C configurations at once (arrays with a leading C axis). `reach_i` is
@@ -71,6 +74,9 @@ class StepShape:
     verify_per_token_s: float = 0.0        # per verified token beyond the forward (logits, masks, sampling)
     first_draft_s: float = 0.0             # a generation's first step: its drafter catching up on the prompt,
     first_draft_per_token_s: float = 0.0   # fixed and per prompt token (`catch_up_seconds`)
+    verify_wide_from: float = 0.0          # verifies of this many tokens or more (0: none) are priced
+    verify_wide_factor: float = 1.0        # at this factor of the verify scale,
+    verify_wide_extra_s: float = 0.0       # plus these seconds
 
     @property
     def size(self) -> int:
@@ -106,7 +112,13 @@ class StepShape:
                          pick(self.verify_scale), pick(self.overhead_s), self.draft_kv_model,
                          self.draft_per_forward_s, self.verify_fixed_s,
                          None if self.verify_dist is None else tuple(a[rows] for a in self.verify_dist),
-                         self.verify_per_token_s, self.first_draft_s, self.first_draft_per_token_s)
+                         self.verify_per_token_s, self.first_draft_s, self.first_draft_per_token_s,
+                         self.verify_wide_from, self.verify_wide_factor, self.verify_wide_extra_s)
+
+    def wide_terms(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(factor on the verify forward's scale, extra seconds) at `tokens` verified tokens."""
+        wide = (self.verify_wide_from > 0) & (np.asarray(tokens, float) >= self.verify_wide_from)
+        return np.where(wide, self.verify_wide_factor, 1.0), np.where(wide, self.verify_wide_extra_s, 0.0)
 
 
 @dataclass(frozen=True)
@@ -125,8 +137,11 @@ class StepCalibration:
     overhead_s: float = 0.0
     overhead_per_token_s: float = 0.0
     speculation_s: float = 0.0          # a drafting step's own work beside plain decoding's (acceptance, rollback)
+    verify_wide_from: float = 0.0       # verifies this wide or wider (0: none) cost verify_wide_factor
+    verify_wide_factor: float = 1.0     # times the scaled forward, plus verify_wide_extra_s
+    verify_wide_extra_s: float = 0.0
 
-    SCALES = ("verify_scale", "draft_scale")   # ratios to an isolated forward's cost: > 0; the rest are
+    SCALES = ("verify_scale", "draft_scale", "verify_wide_factor")   # ratios to an isolated forward's cost: > 0; the rest are
                                                 # seconds the fit adds or takes away (a fit may make one < 0)
 
     @classmethod
@@ -165,7 +180,10 @@ class StepCalibration:
                        draft_per_forward_s=shape.draft_per_forward_s + drafts * self.draft_per_forward_s,
                        first_draft_s=shape.first_draft_s + drafts * self.first_draft_s,
                        first_draft_per_token_s=shape.first_draft_per_token_s + drafts * self.first_draft_per_token_s,
-                       verify_fixed_s=shape.verify_fixed_s + self.verify_fixed_s)
+                       verify_fixed_s=shape.verify_fixed_s + self.verify_fixed_s,
+                       verify_wide_from=self.verify_wide_from or shape.verify_wide_from,
+                       verify_wide_factor=shape.verify_wide_factor * self.verify_wide_factor,
+                       verify_wide_extra_s=shape.verify_wide_extra_s + self.verify_wide_extra_s)
 
 
 def chain_width(gamma: Sequence[int] | np.ndarray, depth: int | None = None) -> np.ndarray:
@@ -203,12 +221,16 @@ def verify_seconds(latency: Latency, shape: StepShape, ctx, batch: int = 1, veri
         if ctx.ndim == 0 and np.all(tokens == tokens[:1]):      # one token grid: price it once
             tokens = tokens[:1]
         each = latency(shape.verify_model, np.maximum(tokens, 1.0), ctx[..., None], batch)
-        seconds = np.sum(prob * each, axis=-1)
-        return np.asarray(shape.verify_scale, float) * seconds + shape.verify_fixed_s + shape.verify_per_token_s * mean
+        factor, extra = shape.wide_terms(np.maximum(tokens, 1.0))
+        seconds, extra = np.sum(prob * each * factor, axis=-1), np.sum(prob * extra, axis=-1)
+        return (np.asarray(shape.verify_scale, float) * seconds + shape.verify_fixed_s + extra
+                + shape.verify_per_token_s * mean)
     tokens = shape.verify_tokens if verify_tokens is None else verify_tokens
     tokens = np.maximum(np.asarray(tokens, dtype=float), 1.0)
-    seconds = latency(shape.verify_model, tokens, ctx, batch)
-    return np.asarray(shape.verify_scale, float) * seconds + shape.verify_fixed_s + shape.verify_per_token_s * tokens
+    factor, extra = shape.wide_terms(tokens)
+    seconds = latency(shape.verify_model, tokens, ctx, batch) * factor
+    return (np.asarray(shape.verify_scale, float) * seconds + shape.verify_fixed_s + extra
+            + shape.verify_per_token_s * tokens)
 
 
 def catch_up_seconds(shape: StepShape, prompt_len) -> np.ndarray:
