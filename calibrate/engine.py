@@ -28,8 +28,8 @@ engine computes logits at every verified position and builds masks for them, whi
 forward may not); or the shared verify with a line of its own for verifies of `wide_from()` tokens
 or more (on a CPU the few-row projections of runtime.linear end there: a narrow verify costs
 what plain decoding's forward does over its isolated time, a wide one other kernels' ratio, and
-one line through both puts a fixed cost on the narrow verifies that they do not pay). The one with the lowest mean leave-one-configuration-out error is kept (the
-mean: a structure with a few wild fits must not win on its typical one), and every error is
+one line through both puts a fixed cost on the narrow verifies that they do not pay). The one with
+the lowest mean leave-one-configuration-out error is kept (the mean: a structure with a few wild fits must not win on its typical one), and every error is
 recorded. What these fits came to on the bundled recordings is in examples/smollm2_cpu/README.md.
 
 Traces measured in pairs (each generation beside plain decoding of its prompt, `traces.drift`) are
@@ -52,14 +52,14 @@ import pandas as pd
 from methods import BASELINE
 import methods
 from common.errors import InputError
-from costmodel.step import StepCalibration, draft_seconds, verify_seconds
+from costmodel.step import StepCalibration, draft_seconds, verify_seconds, wide_terms
 from methods.spec import priced_config
 from traces import drift
 from traces.schema import step_wall_s
 
 RIDGE = 1e-3      # pull towards the prior, relative to each feature's own scale
-STRUCTURES = ("per method", "shared verify", "shared verify per token", "shared verify by width")   # the best
-                                                                        # held out is kept
+# fit_engine keeps the one with the lowest held-out error
+STRUCTURES = ("per method", "shared verify", "shared verify per token", "shared verify by width")
 VARIES = 0.05     # a prior that varies less than this (relative spread) fits a scale only
 
 
@@ -171,8 +171,7 @@ def fit_parts(parts: pd.DataFrame, per_token: bool = False) -> StepCalibration:
 def predict_parts(calibration: StepCalibration, parts: pd.DataFrame) -> np.ndarray:
     """Predicted seconds of each step in `parts` (realised draft forwards and verified tokens)."""
     c = calibration
-    wide = (c.verify_wide_from > 0) & (parts["verify_tokens"].to_numpy(float) >= c.verify_wide_from)
-    factor, extra = np.where(wide, c.verify_wide_factor, 1.0), np.where(wide, c.verify_wide_extra_s, 0.0)
+    factor, extra = wide_terms(c, parts["verify_tokens"].to_numpy(float))
     per_token = c.overhead_per_token_s + c.verify_per_token_s + c.draft_per_token_s * parts["drafted"]
     return (c.draft_scale * parts["prior_draft"] + c.draft_per_forward_s * parts["forwards"]
             + parts["first"] * (c.first_draft_s + c.first_draft_per_token_s * parts["ctx_len"])
@@ -188,8 +187,10 @@ def fit_calibrations(parts: pd.DataFrame, structure: str = "per method"
     the draft and overhead parts per method; plain decoding (ar) keeps its own. "shared verify
     per token": the same with a cost per verified token in the shared verify; "shared verify by
     width": the shared verify with a line of its own from `wide_from()` verified tokens on."""
+    if structure not in STRUCTURES:
+        raise InputError(f"unknown engine fit structure '{structure}' (known: {', '.join(STRUCTURES)})")
     per = {m: fit_parts(g) for m, g in parts.groupby("method", sort=True)}
-    if structure in ("shared verify", "shared verify per token", "shared verify by width"):
+    if structure != "per method":
         speculative = parts[parts["method"] != BASELINE]
         shared = fit_parts(speculative, per_token=structure.endswith("per token"))
         if structure.endswith("by width"):
@@ -197,8 +198,6 @@ def fit_calibrations(parts: pd.DataFrame, structure: str = "per method"
         verify = {k: getattr(shared, k) for k in ("verify_scale", "verify_fixed_s", "verify_per_token_s",
                                                   "verify_wide_from", "verify_wide_factor", "verify_wide_extra_s")}
         per = {m: c if m == BASELINE else replace(c, **verify) for m, c in per.items()}
-    elif structure != "per method":
-        raise InputError(f"unknown engine fit structure '{structure}' (known: {', '.join(STRUCTURES)})")
     return per, fit_parts(parts)
 
 

@@ -115,10 +115,14 @@ class StepShape:
                          self.verify_per_token_s, self.first_draft_s, self.first_draft_per_token_s,
                          self.verify_wide_from, self.verify_wide_factor, self.verify_wide_extra_s)
 
-    def wide_terms(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(factor on the verify forward's scale, extra seconds) at `tokens` verified tokens."""
-        wide = (self.verify_wide_from > 0) & (np.asarray(tokens, float) >= self.verify_wide_from)
-        return np.where(wide, self.verify_wide_factor, 1.0), np.where(wide, self.verify_wide_extra_s, 0.0)
+
+def wide_terms(priced: "StepShape | StepCalibration", tokens) -> tuple[np.ndarray | float, np.ndarray | float]:
+    """(factor on the verify forward's scale, extra seconds) of a shape's or a calibration's verify
+    at `tokens` verified tokens: (1, 0) below `verify_wide_from` or where it is 0 (no wide line)."""
+    if priced.verify_wide_from <= 0:
+        return 1.0, 0.0
+    wide = np.asarray(tokens, float) >= priced.verify_wide_from
+    return np.where(wide, priced.verify_wide_factor, 1.0), np.where(wide, priced.verify_wide_extra_s, 0.0)
 
 
 @dataclass(frozen=True)
@@ -141,8 +145,9 @@ class StepCalibration:
     verify_wide_factor: float = 1.0     # times the scaled forward, plus verify_wide_extra_s
     verify_wide_extra_s: float = 0.0
 
-    SCALES = ("verify_scale", "draft_scale", "verify_wide_factor")   # ratios to an isolated forward's cost: > 0; the rest are
-                                                # seconds the fit adds or takes away (a fit may make one < 0)
+    # ratios to an isolated forward's cost: > 0; the rest are seconds the fit adds or takes away
+    # (a fit may make one < 0)
+    SCALES = ("verify_scale", "draft_scale", "verify_wide_factor")
 
     @classmethod
     def from_dict(cls, raw: dict | None, where: str = "engine calibration") -> "StepCalibration":
@@ -221,13 +226,13 @@ def verify_seconds(latency: Latency, shape: StepShape, ctx, batch: int = 1, veri
         if ctx.ndim == 0 and np.all(tokens == tokens[:1]):      # one token grid: price it once
             tokens = tokens[:1]
         each = latency(shape.verify_model, np.maximum(tokens, 1.0), ctx[..., None], batch)
-        factor, extra = shape.wide_terms(np.maximum(tokens, 1.0))
+        factor, extra = wide_terms(shape, np.maximum(tokens, 1.0))
         seconds, extra = np.sum(prob * each * factor, axis=-1), np.sum(prob * extra, axis=-1)
         return (np.asarray(shape.verify_scale, float) * seconds + shape.verify_fixed_s + extra
                 + shape.verify_per_token_s * mean)
     tokens = shape.verify_tokens if verify_tokens is None else verify_tokens
     tokens = np.maximum(np.asarray(tokens, dtype=float), 1.0)
-    factor, extra = shape.wide_terms(tokens)
+    factor, extra = wide_terms(shape, tokens)
     seconds = latency(shape.verify_model, tokens, ctx, batch) * factor
     return (np.asarray(shape.verify_scale, float) * seconds + shape.verify_fixed_s + extra
             + shape.verify_per_token_s * tokens)

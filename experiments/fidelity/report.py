@@ -135,7 +135,7 @@ def agreement(spec: pd.DataFrame) -> str:
     return line
 
 
-WINS = 1.05          # a configuration "wins" when it measures above this speedup (issue 29's bar)
+WINS = 1.05          # a configuration "wins" when it measures above this speedup: worth deploying
 
 
 def winners(spec: pd.DataFrame) -> list[str]:

@@ -78,8 +78,8 @@ def _distinct_best(scored: pd.DataFrame, n: int) -> np.ndarray:
     """Positions of the `n` best rows of `scored` (sorted best first) whose predictions differ: a
     configuration the model prices exactly like a better one (the same tokens per step and step
     time, e.g. MCSD k1 with and without replacement) would only measure that one again."""
-    key = scored[["speedup", "tokens_per_step"]].round(6).apply(tuple, axis=1)
-    return np.flatnonzero(~key.duplicated().to_numpy())[:n]
+    twins = scored[["speedup", "tokens_per_step"]].round(6).duplicated()
+    return np.flatnonzero(~twins.to_numpy())[:n]
 
 
 def read_candidates(path: Path) -> list[Candidate]:
