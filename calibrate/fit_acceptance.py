@@ -70,6 +70,17 @@ def betas_from_hit_counts(reached: np.ndarray, accepted: np.ndarray) -> list[flo
     return out
 
 
+def chain_betas(table, gamma: int) -> list[float]:
+    """beta_1..beta_gamma of the drafter's greedy chains of `gamma` drafts, replayed exactly along
+    the recorded output (each prompt's last step, cut short by the output's end, left out)."""
+    steps = steps_of(table, chain_lengths(table, (1,) * gamma))
+    last = steps.groupby("prompt_id")["step"].transform("max") == steps["step"]
+    hits = steps.loc[~last, "accepted"].to_numpy() - 1          # leading hits per full step, 0..gamma
+    reached = np.array([(hits >= i - 1).sum() for i in range(1, gamma + 1)])
+    accepted = np.array([(hits >= i).sum() for i in range(1, gamma + 1)])
+    return betas_from_hit_counts(reached, accepted)
+
+
 def evaluated_positions(mask: np.ndarray) -> int:
     """Drafted positions whose acceptance was decided: up to and including the first rejection."""
     return len(mask) if mask.all() else int(np.argmin(mask)) + 1
@@ -90,12 +101,9 @@ def fit_token_acceptance(frame: pd.DataFrame, drafter: str = "", dataset: str = 
         entry["alpha_at_k_without_replacement"] = dict(entry["alpha_at_k"])  # greedy: candidates are the top-k
         entry["alpha_at_k_fit"] = leave_one_k_out({int(k): v for k, v in entry["alpha_at_k"].items()})
         table = TokenTable.from_frame(frame)
-        steps = steps_of(table, chain_lengths(table, (1,) * gamma))      # a drafter's greedy chains of gamma
-        last = steps.groupby("prompt_id")["step"].transform("max") == steps["step"]
-        hits = steps.loc[~last, "accepted"].to_numpy() - 1          # leading hits per full step, 0..gamma
-        reached = np.array([(hits >= i - 1).sum() for i in range(1, gamma + 1)])
-        accepted = np.array([(hits >= i).sum() for i in range(1, gamma + 1)])
-        entry["alpha_by_position"] = betas_from_hit_counts(reached, accepted)
+        by_gamma = {g: chain_betas(table, g) for g in range(1, gamma + 1)}
+        entry["alpha_by_position"] = by_gamma[gamma]
+        entry["alpha_by_position_at_gamma"] = {str(g): b for g, b in by_gamma.items()}
     hit_by_k = {k: (rank < k) for k in conf_ks}
     entry["conf_bins"] = conf_bin_table(frame["draft_conf"].to_numpy(), hit_by_k)
     signal = "alpha" if temperature > 0 else None

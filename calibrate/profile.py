@@ -26,6 +26,7 @@ Layout (schema_version 1)::
         "llama-68m": {"drafter": "llama-68m", "temperature": 0.0, "dataset": "mt-bench",
                       "alpha": 0.62,                    # per-token acceptance probability E[sum min(p, q)]
                       "alpha_by_position": [...],       # optional: beta_i, i = 1..G
+                      "alpha_by_position_at_gamma": {"1": [...], ...},   # optional: in chains of each G
                       "alpha_at_k": {"1": .., "2": .., "4": ..},   # optional: MCSD alpha@k
                       "alpha_at_k_without_replacement": {...},     # optional
                       "conf_bins": {"freq": [11], "topk_hit": {"1": [11], "2": [11], ...}},  # optional

@@ -62,11 +62,24 @@ def cape_hit_rates(bins, freq, topk_hit):
     return f @ table[0], np.sum(f * hit_s, axis=-1)
 
 
-def cape_expected_tokens(bins, freq, topk_hit, gamma, new_tokens=None):
+def cape_expected_tokens(bins, freq, topk_hit, gamma, new_tokens=None, chain=None):
     """Expected tokens per step (bonus included): 1 + hS * sum_{i=1..gamma} h1^(i-1); over a
-    generation of `new_tokens` where given (`leviathan.generation_tokens`)."""
+    generation of `new_tokens` where given (`leviathan.generation_tokens`).
+
+    chain: (..., G) the chain's own per-position top-1 acceptance beta_i where measured (zero past
+    each gamma); the expansion sets then catch a share c = (hS - h1) / (1 - h1) of its misses, and
+    P(a step commits more than i tokens) = r_(i+1) + c r_i (1 - beta_i), r_i = prod_{j<i} beta_j
+    (beta_i = h1 gives the line above)."""
     h1, hs = cape_hit_rates(bins, freq, topk_hit)
     g = check_positive_int("gamma", gamma)
+    if chain is not None:
+        beta = check_probability("chain", chain)
+        catch = np.divide(hs - h1, 1.0 - h1, out=np.zeros_like(np.asarray(hs - h1, dtype=float)),
+                          where=np.asarray(h1) < 1.0)
+        reach = np.cumprod(np.concatenate([np.ones(beta.shape[:-1] + (1,)), beta], axis=-1), axis=-1)
+        i = np.arange(1, beta.shape[-1] + 1)
+        more = (reach[..., 1:] + np.asarray(catch)[..., None] * reach[..., :-1] * (1.0 - beta)) * (i <= np.asarray(g)[..., None])
+        return generation_tokens(more, new_tokens)
     h1, hs = np.broadcast_arrays(np.asarray(h1, dtype=float), np.asarray(hs, dtype=float), g)[:2]
     if new_tokens is None:
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -11,7 +11,7 @@ import pandas as pd
 from costmodel.cape import N_BINS, PAPER_BINS, cape_expected_tokens, cape_verify_distribution, cape_verify_tokens, format_bins, parse_bins
 from costmodel.step import DraftPart, StepShape, chain_width
 from methods.config import Int, IntTuple, MethodConfig, param
-from methods.sd import MAX_DEPTH, drafter_model, own_kv
+from methods.sd import MAX_DEPTH, chain_betas, drafter_model, own_kv
 from methods.engines import ENGINES
 from methods.spec import MethodSpec, PlotSpec
 from methods.draws import Sampler, StepDraws, first_failure
@@ -43,25 +43,34 @@ def bin_matrix(frame: pd.DataFrame) -> np.ndarray:
     return np.asarray([tuple(b) for b in frame["bins"]], dtype=np.int64).reshape(len(frame), N_BINS)
 
 
+def measured_chain(setup, gamma: np.ndarray) -> np.ndarray | None:
+    """The chain's own per-position acceptance where the entry records chains of each length (a
+    greedy TokenTrace: `methods.sd.chain_betas`), else None (every position at the bins' h1)."""
+    return chain_betas(setup.acceptance, gamma) if setup.acceptance.alpha_by_position_at_gamma else None
+
+
 def expansion_tokens(setup, frame, method: str) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
-    """(expected tokens, verified tokens, their distribution) of CAPE steps: 1 + hS sum_i h1^(i-1);
-    1 + gamma E[S]; 1 + the sum of gamma independent S[bin]."""
+    """(expected tokens, verified tokens, their distribution) of CAPE steps: 1 + hS sum_i h1^(i-1)
+    (or on the measured chain, `costmodel.cape.cape_expected_tokens`); 1 + gamma E[S]; 1 + the sum
+    of gamma independent S[bin]."""
     conf = setup.need("conf_bins", method)
     gamma = frame["gamma"].to_numpy(np.int64)
     bins = bin_matrix(frame)
     hits = {int(k): v for k, v in conf.topk_hit.items()}
-    tokens = cape_expected_tokens(bins, conf.freq, hits, gamma, new_tokens=setup.new_tokens)
+    tokens = cape_expected_tokens(bins, conf.freq, hits, gamma, new_tokens=setup.new_tokens,
+                                  chain=measured_chain(setup, gamma))
     return tokens, 1.0 + cape_verify_tokens(bins, conf.freq, gamma), cape_verify_distribution(bins, conf.freq, gamma)
 
 
 class CapeSampler(Sampler):
     """CAPE on a chain of gamma: each position's confidence bin b ~ freq sets an expansion set of
     S[b] top-ranked tokens. Top-1 hits continue the chain; a miss whose target token is inside the
-    expansion set commits that token and ends the step; otherwise the step ends at the miss."""
+    expansion set commits that token and ends the step; otherwise the step ends at the miss. With
+    a measured `chain` (beta_1..beta_gamma) position i's top-1 rates by bin average beta_i (`_rates_at`)."""
 
     stateful = False
 
-    def __init__(self, gamma: int, bins: list[int], freq, topk_hit: dict[int, np.ndarray]):
+    def __init__(self, gamma: int, bins: list[int], freq, topk_hit: dict[int, np.ndarray], chain=None):
         self.gamma = int(gamma)
         self.bins = np.asarray(bins, dtype=np.int64)          # checked by the config's Param
         self.freq = np.asarray(freq, dtype=float) / float(np.sum(freq))
@@ -71,17 +80,28 @@ class CapeSampler(Sampler):
         hit_s = np.array([_topk_hit_at(topk_hit, int(self.bins[b]), b) for b in range(N_BINS)])
         self.hit1 = hit1
         self.p_exp_given_miss = np.where(hit1 < 1, (hit_s - hit1) / np.maximum(1 - hit1, 1e-12), 0.0)
+        self.top1 = np.tile(hit1, (self.gamma, 1)) if chain is None else _rates_at(hit1, self.freq, chain[: self.gamma])
 
     def draw(self, rng, n, state=None):
         g = self.gamma
         b = np.minimum(np.searchsorted(self.cum, rng.random((n, g)), side="right"), N_BINS - 1)
-        top1 = rng.random((n, g)) < self.hit1[b]
+        top1 = rng.random((n, g)) < self.top1[np.arange(g)[None, :], b]
         k = first_failure(top1)
         miss_bin = b[np.arange(n), np.minimum(k, g - 1)]
         saved = (k < g) & (rng.random(n) < self.p_exp_given_miss[miss_bin])
         accepted = k + 1 + saved
         verify = 1 + (self.bins[b]).sum(axis=1)
         return StepDraws(accepted.astype(np.int64), np.full(n, g, dtype=np.int64), verify.astype(np.int64)), None
+
+
+def _rates_at(hit1: np.ndarray, freq: np.ndarray, chain) -> np.ndarray:
+    """(gamma, bins) top-1 rates by bin whose mean over the bins is each position's beta_i: the
+    bins' hits scaled down to it, or their misses scaled down to its miss (no rate passes 1)."""
+    beta = np.asarray(chain, dtype=float)[:, None]
+    mean = float(freq @ hit1)
+    lower = hit1[None, :] * np.divide(beta, mean, out=np.ones_like(beta), where=mean > 0)
+    higher = 1.0 - (1.0 - hit1[None, :]) * np.divide(1.0 - beta, 1.0 - mean, out=np.zeros_like(beta), where=mean < 1)
+    return np.where(beta <= mean, lower, higher)
 
 
 def _topk_hit_at(topk_hit: dict[int, np.ndarray], k: int, b: int) -> float:
@@ -93,7 +113,9 @@ def _topk_hit_at(topk_hit: dict[int, np.ndarray], k: int, b: int) -> float:
 
 def expansion_sampler(setup, config, method: str):
     conf = setup.need("conf_bins", method)
-    return CapeSampler(config.gamma, list(config.bins), conf.freq, conf.topk_hit)
+    chain = measured_chain(setup, np.array([config.gamma]))
+    return CapeSampler(config.gamma, list(config.bins), conf.freq, conf.topk_hit,
+                       chain=None if chain is None else chain[0])
 
 
 def bins_space(setup, config_class, gammas=GAMMAS, most_values: int = 5) -> pd.DataFrame:

@@ -12,7 +12,7 @@ from costmodel.step import DraftPart, StepShape
 from costmodel.trees import alpha_at_k_lookup, format_k_config, parse_k_config
 from methods.config import Flag, IntTuple, MethodConfig, param
 from methods.draws import TreeSampler
-from methods.sd import drafter_model, own_kv
+from methods.sd import chain_betas, drafter_model, own_kv
 from methods.spec import MethodSpec, PlotSpec, SpaceOption
 
 K_CHOICES = (1, 2, 4, 8, 16, 32)
@@ -150,17 +150,28 @@ class MCSD(MethodSpec):
     def level_acceptance(self, setup, frame) -> np.ndarray:
         """(C, D) acceptance of level i with k_i candidates: alpha@k_i on the entry's curve
         (`AcceptanceModel.alpha_at`), its miss shrunk by the persistence at depth
-        (`AcceptanceModel.miss_factor`)."""
+        (`AcceptanceModel.miss_factor`). Where the entry records chains of each length (a greedy
+        TokenTrace), level i misses as often as position i of a chain of the tree's depth
+        (`methods.sd.chain_betas`), times the share of top-1 misses k_i candidates still miss,
+        (1 - alpha@k_i) / (1 - alpha@1): a tree of one candidate per level is that chain, priced alike."""
         kmat = level_matrix(frame)
         repl = frame["replacement"].to_numpy(bool)
         k_axis = np.arange(1, max(K_LOOKUP, int(kmat.max())) + 1)
-        beta = np.empty(kmat.shape)
+        beta, alpha_1 = np.empty(kmat.shape), np.empty(len(kmat))
         for mode in (True, False):
             if np.any(repl == mode):
                 setup.need("alpha_at_k" if mode else "alpha_at_k_without_replacement", self.name)
                 curve = np.asarray(setup.acceptance.alpha_at(k_axis, without_replacement=not mode), dtype=float)
                 beta[repl == mode] = alpha_at_k_lookup(curve, kmat[repl == mode])
-        return 1.0 - (1.0 - beta) * setup.acceptance.miss_factor(kmat.shape[1])[None, :]
+                alpha_1[repl == mode] = curve[0]
+        if not setup.acceptance.alpha_by_position_at_gamma:
+            return 1.0 - (1.0 - beta) * setup.acceptance.miss_factor(kmat.shape[1])[None, :]
+        chain = np.zeros(kmat.shape)
+        depth = _depth(frame, kmat)
+        chain[:, : int(depth.max())] = chain_betas(setup.acceptance, depth)
+        still_missed = np.divide(1.0 - beta, 1.0 - alpha_1[:, None], out=np.zeros_like(beta),
+                                 where=alpha_1[:, None] < 1.0)
+        return 1.0 - (1.0 - chain) * np.minimum(still_missed, 1.0)
 
     def expected_tokens(self, setup, frame):
         """E = 1 + sum_i prod_{j<=i} alpha@k_j (costmodel.trees), whole matrix at once."""

@@ -24,14 +24,25 @@ class SDConfig(MethodConfig):
     gamma: int = param(Int("g", "draft length", low=1, high=MAX_DEPTH), 4)
 
 
-def chain_tokens(setup, gamma: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
-    """Leviathan with per-position acceptance beta_i, times a per-configuration `scale` (a
-    router's recall) when given: E = 1 + sum_i prod_{j<=i} beta_j (over the setup's generation
-    length where it has one)."""
+def chain_betas(acceptance, gamma: np.ndarray) -> np.ndarray:
+    """(C, max gamma) beta_1..beta_gamma of each configuration's chain, as measured in chains of its
+    own gamma where the acceptance model records them (`AcceptanceModel.beta`); zero past a row's
+    gamma."""
     gamma = np.asarray(gamma, dtype=np.int64)
-    beta = setup.acceptance.beta(int(gamma.max()))
+    beta = np.zeros(gamma.shape + (int(gamma.max()),))
+    for g in np.unique(gamma):
+        beta[gamma == g, :g] = acceptance.beta(int(g))
+    return beta
+
+
+def chain_tokens(setup, gamma: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
+    """Leviathan with per-position acceptance beta_i (`chain_betas`), times a per-configuration
+    `scale` (a router's recall) when given: E = 1 + sum_i prod_{j<=i} beta_j (over the setup's
+    generation length where it has one)."""
+    gamma = np.asarray(gamma, dtype=np.int64)
+    beta = chain_betas(setup.acceptance, gamma)
     if scale is not None:
-        beta = np.clip(beta[None, :] * np.asarray(scale, dtype=float)[:, None], 0.0, 1.0)
+        beta = np.clip(beta * np.asarray(scale, dtype=float)[:, None], 0.0, 1.0)
     return expected_tokens_by_position(beta, gamma, setup.new_tokens)
 
 

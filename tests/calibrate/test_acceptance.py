@@ -106,11 +106,25 @@ def test_markov_sampling_matches_stationary_alpha():
     ({"lookahead": {"alpha": 1.4, "f": 2}}, r"lookahead.alpha must be a number in \[0, 1\], got 1.4"),
     ({"alpha": 0.5, "temperature": -1}, "temperature"),
     ({}, "has no alpha"),
+    ({"alpha": 0.5, "alpha_by_position_at_gamma": {"0": [0.5]}}, "keys must be draft lengths >= 1"),
+    ({"alpha": 0.5, "alpha_by_position_at_gamma": {"1": [0.5, 0.4]}}, r"\[1\] lists 2 positions for chains of 1"),
+    ({"alpha": 0.5, "alpha_by_position_at_gamma": [0.5]}, "must map draft lengths"),
 ])
 def test_bad_input_is_one_line_naming_the_field(bad, message):
     with pytest.raises(InputError, match=message) as info:
         AcceptanceModel.from_dict(bad, "m")
     assert "\n" not in str(info.value) and "'m'" in str(info.value)
+
+
+def test_chains_of_a_recorded_length_use_their_own_positions():
+    """beta(gamma) reads the chains of that gamma where recorded (the last position repeating where
+    a chain's later positions were never reached), else the general per-position record."""
+    m = AcceptanceModel.from_dict({**FULL, "alpha_by_position_at_gamma": {"1": [0.9], "3": [0.85, 0.8]}}, "m")
+    assert np.allclose(m.beta(1), [0.9])
+    assert np.allclose(m.beta(3), [0.85, 0.8, 0.8])
+    assert np.allclose(m.beta(2), [0.8, 0.75])                      # not recorded: alpha_by_position
+    again = AcceptanceModel.from_dict(m.to_dict(), "m")
+    assert np.allclose(again.beta(3), m.beta(3)) and np.allclose(again.beta(1), [0.9])
 
 
 def test_bad_queries():

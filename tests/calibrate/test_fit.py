@@ -45,20 +45,45 @@ def test_token_fit_recovers_markov_and_alpha_at_k(tokens):
         assert abs(entry["alpha_at_k"][str(k)] - expected) < 4 * inflate * _sigma(expected, len(frame)), k
 
 
-def test_token_fit_per_position_follows_the_markov_chain(tokens):
-    """Replayed greedy chain steps (gamma 6). A step follows a miss (its correction token) or a
-    fully accepted step, whose bonus token was a drafter hit with p_aa. Over steps, the share pi of
-    starts preceded by a hit solves pi = (pi p_aa^6 + (1 - pi) p_ra p_aa^5) p_aa, and
-    beta_1 = pi p_aa + (1 - pi) p_ra; once a position hits, the next hits with p_aa."""
-    frame, _, entry = tokens
-    gamma = 6
+def _markov_beta_1(gamma: int) -> float:
+    """beta_1 of greedy chains of `gamma` under the generating chain. A step follows a miss (its
+    correction token) or a fully accepted step, whose bonus token was a drafter hit with p_aa.
+    Over steps, the share pi of starts preceded by a hit solves
+    pi = (pi p_aa^gamma + (1 - pi) p_ra p_aa^(gamma - 1)) p_aa, and beta_1 = pi p_aa + (1 - pi) p_ra."""
     a, b = P_AA ** (gamma + 1), P_RA * P_AA ** gamma
     pi = b / (1 - a + b)
-    beta_1 = pi * P_AA + (1 - pi) * P_RA
+    return pi * P_AA + (1 - pi) * P_RA
+
+
+def test_token_fit_per_position_follows_the_markov_chain(tokens):
+    """Replayed greedy chain steps (gamma 6): beta_1 as the chain gives it; once a position hits,
+    the next hits with p_aa."""
+    frame, _, entry = tokens
+    beta_1 = _markov_beta_1(6)
     betas = entry["alpha_by_position"]
     steps = len(frame) / (1 + np.sum(np.cumprod(betas)))       # tokens / mean accepted length
     assert abs(betas[0] - beta_1) < 4 * _sigma(beta_1, steps)
     assert np.all(np.abs(np.array(betas[1:4]) - P_AA) < 4 * _sigma(P_AA, steps * beta_1 * P_AA ** np.arange(3)))
+
+
+def test_token_fit_measures_each_draft_length_in_chains_of_its_own(tokens):
+    """Short chains start on a streak more often (the bonus token of a full chain was a hit with
+    p_aa): beta_1 falls from gamma 1 to 6 as the chain gives it, each gamma's chains measured
+    apart, and the closed form of a chain of 1 prices it with its own."""
+    from calibrate.acceptance import AcceptanceModel
+    from methods.sd import chain_tokens
+
+    frame, _, entry = tokens
+    by_gamma = entry["alpha_by_position_at_gamma"]
+    assert sorted(map(int, by_gamma)) == list(range(1, 7)) and by_gamma["6"] == entry["alpha_by_position"]
+    first = np.array([by_gamma[str(g)][0] for g in range(1, 7)])
+    expected = np.array([_markov_beta_1(g) for g in range(1, 7)])
+    assert expected[0] - expected[-1] > 0.1                      # the effect is large here, not noise
+    assert np.all(np.abs(first - expected) < 4 * _sigma(expected, len(frame) / 2))
+    setup = type("Setup", (), {"acceptance": AcceptanceModel.from_dict(entry), "new_tokens": None})
+    tokens_1, tokens_6 = chain_tokens(setup, np.array([1, 6]))
+    assert tokens_1 == pytest.approx(1 + by_gamma["1"][0])
+    assert tokens_6 == pytest.approx(1 + np.sum(np.cumprod(by_gamma["6"])))
 
 
 def test_token_fit_conf_bins_match_the_generating_mixture(tokens):
@@ -153,3 +178,38 @@ def test_a_token_trace_of_the_wrong_kind_is_refused(tmp_path):
     _write_traces(tmp_path)
     with pytest.raises(InputError, match="holds a latency trace, expected a token trace"):
         fit_cli.fit_acceptance_files([tmp_path / "lat.parquet"], [], 4, [])
+
+
+def test_a_fitted_trace_prices_one_chain_alike_and_its_trees_near_their_replay(tokens):
+    """On a greedy TokenTrace's fit, a chain of one draft is one configuration whichever method
+    names it (sd g1, mcsd k1, cape g1 with one candidate per bin), chains of any length are their
+    exact replay, and the simulator follows the closed form. Trees and CAPE's expansion sets stay
+    within 5% of the replay on this strongly streaky trace (p_aa 0.8, p_ra 0.4): a catch by a
+    lower-ranked candidate is a miss of the top-1 chain, after which the trace goes on at p_ra,
+    and a CAPE step that ends on a catch starts the next one a token later than a chain would."""
+    from methods.spec import Setup
+    from methods.replay import TokenTable
+    from simulator.stream import simulate_stream
+    from tests.simulator.fixtures import _ALL, FIXED
+    from traces.replay import replay_summary
+
+    frame, _, entry = tokens
+    profile = Profile.from_dict({**_ALL, "drafters": {"D": _ALL["drafters"]["D"]}, "acceptance": {"D": entry}})
+    setup = Setup(profile, "D", "D")
+
+    def closed(label):
+        spec = methods.get(label.split()[0])
+        return float(np.asarray(spec.expected_tokens(setup, spec.frame_of([spec.parse(label)])))[0])
+
+    one = [closed(label) for label in ("sd g1", "mcsd k1 repl", "cape g1 S11111111111")]
+    assert one == pytest.approx([1 + entry["alpha_by_position_at_gamma"]["1"][0]] * 3)
+    table = TokenTable.from_frame(frame)
+    for label, within in (("sd g1", 0.002), ("sd g4", 0.002), ("mcsd k1x1x1 repl", 0.002), ("mcsd k2 repl", 0.015),
+                          ("mcsd k2x1 repl", 0.05), ("mcsd k4x2x1 repl", 0.05), ("cape g2 S88884444222", 0.05),
+                          ("cape g3 S22211111111", 0.05)):
+        replayed = float(replay_summary(table, label.split()[0], [label])["mean_accepted"].iloc[0])
+        assert closed(label) == pytest.approx(replayed, rel=within), label
+    config = methods.get("cape").parse("cape g3 S22211111111").to_dict()
+    simulated = simulate_stream(profile, "cape", {**config, "drafter": "D", "acceptance": "D"}, n_tokens=20000,
+                                seed=0, latencies=FIXED).summary["tokens_per_step"]
+    assert simulated == pytest.approx(closed("cape g3 S22211111111"), rel=0.02)
