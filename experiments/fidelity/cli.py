@@ -40,7 +40,7 @@ from common import atomic
 from common.errors import InputError
 from common.cli import CliParser, cli_entry
 from common.rundir import add_overwrite_option, add_to_run, start_run
-from experiments.fidelity.report import compare, first_predictions, plot, read_run, regret, report
+from experiments.fidelity.report import compare, first_predictions, plot, pool_runs, read_run, regret, report
 from experiments.campaigns.measure import ENGINES, Bench, decode_seconds, parse_candidate
 
 from experiments.fidelity.run import (PER_SETUP, SELECTIONS, SIM_REPEATS, check_held_out, check_target, dataset_of,
@@ -80,11 +80,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report-only", action="store_true",
                    help="measure nothing: recompute fidelity.csv, the plot and report.md from the "
                         "predictions.csv, runs.csv and run.json a finished run left in --out")
+    p.add_argument("--pool", type=Path, nargs="+", metavar="RUN",
+                   help="with --report-only: folders of other runs of the same command (the same prompts, "
+                        "configurations and tokens); their repeats join this run's, so each speedup is the median "
+                        "over every run and its spread spans them (the spread across runs, not only within one)")
     p.add_argument("--repredict", action="store_true",
                    help="with --report-only: predict the run's configurations again from --profile (a model "
                         "changed since it measured); its first predictions stay in predictions_first.csv and "
                         "the report says the new ones came after the measurement")
     return p
+
+
+def read_measured(folder: Path, flag: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(predictions.csv, runs.csv) a finished run left in `folder`, its runs with their decode time."""
+    found = {name: folder / name for name in ("predictions.csv", "runs.csv")}
+    for name, path in found.items():
+        if not path.is_file():
+            raise InputError(f"{flag} {folder}: needs {name}, not found: {path}")
+    runs = pd.read_csv(found["runs.csv"])
+    if "decode_s" not in runs:      # recorded before runs kept their decode time: from the steps
+        step_files = sorted(folder.glob("steps_*.parquet"))
+        if not step_files:
+            raise InputError(f"{flag} {folder}: runs.csv has no decode_s and the folder holds no steps_*.parquet")
+        runs = decode_seconds(runs, pd.concat([pd.read_parquet(f) for f in step_files], ignore_index=True))
+    return pd.read_csv(found["predictions.csv"]), runs
 
 
 def adopt_measured_settings(args, runs: pd.DataFrame, given: list[str]) -> list[str]:
@@ -155,26 +174,19 @@ def main(argv: list[str] | None = None) -> int:
     args.error = profile.heldout_error() or 0.0
     chosen = load_prompt_mix(args.prompts)
     if args.report_only:
-        found = {name: args.out / name for name in ("predictions.csv", "runs.csv")}
-        for name, path in found.items():
-            if not path.is_file():
-                raise InputError(f"--report-only needs {name} in --out, not found: {path}")
+        pred, runs = read_measured(args.out, "--out")
         minutes = read_run(args.out).get("minutes", float("nan"))
-        runs = pd.read_csv(found["runs.csv"])
-        if "decode_s" not in runs:      # recorded before runs kept their decode time: from the steps
-            step_files = sorted(args.out.glob("steps_*.parquet"))
-            if not step_files:
-                raise InputError("--report-only: runs.csv has no decode_s and --out holds no steps_*.parquet")
-            runs = decode_seconds(runs, pd.concat([pd.read_parquet(f) for f in step_files], ignore_index=True))
-        pred = pd.read_csv(found["predictions.csv"])
         prompt_ids = adopt_measured_settings(args, runs, [p.prompt_id for p in chosen])
+        if args.pool:
+            runs = pool_runs(runs, {str(folder): read_measured(folder, "--pool")[1] for folder in args.pool})
         if args.repredict:
             check_held_out(profile, prompt_ids)
             pred = repredict(args, profile, pred)
         write_results(args, profile, pred, runs, prompt_ids, minutes)
         return 0
-    if args.repredict:
-        raise InputError("--repredict works on a finished run: give --report-only too")
+    for flag in ("repredict", "pool"):
+        if getattr(args, flag):
+            raise InputError(f"--{flag} works on a finished run: give --report-only too")
     check_held_out(profile, [p.prompt_id for p in chosen])
     datasets = {p.dataset: dataset_of(profile, p.dataset) for p in chosen}
     given = read_candidates(args.configs) if args.configs else None

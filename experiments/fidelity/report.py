@@ -11,15 +11,51 @@ import pandas as pd
 
 from methods import BASELINE
 from common import atomic
+from common.errors import InputError
 from experiments.campaigns.measure import rates
 from experiments.sweep.markdown import md_table
 
 
 # ------------------------------------------------------------------------------ compare
 
+def pool_runs(runs: pd.DataFrame, others: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """`runs` and other runs of the same command as one measurement: a `run` column (0: this one,
+    then `others` in order) and repeat and pair ids renumbered past the earlier runs' so the
+    repeats stay apart and every generation keeps its own plain-decoding partner. Another run must
+    have measured the same configurations on the same prompts for as many tokens."""
+    def key(frame: pd.DataFrame) -> tuple:
+        return (set(zip(frame["dataset"], frame["candidate"])), set(frame["prompt_id"]), int(frame["tokens"].max()))
+
+    mine = key(runs)
+    pooled = [runs.assign(run=0)]
+    for index, (name, other) in enumerate(others.items(), start=1):
+        theirs = key(other)
+        for part, what in zip(range(3), ("configurations", "prompts", "tokens per generation")):
+            if theirs[part] != mine[part]:
+                raise InputError(f"--pool {name}: measured other {what} than this run; pool only runs of the same command")
+        last = pooled[-1]
+        shifted = other.assign(run=index, repeat=other["repeat"] + int(last["repeat"].max()) + 1)
+        if "pair" in other and "pair" in last:
+            shifted["pair"] = np.where(other["pair"] >= 0, other["pair"] + int(last["pair"].max()) + 1, -1)
+        pooled.append(shifted)
+    return pd.concat(pooled, ignore_index=True)
+
+
+def run_spread(per: pd.DataFrame) -> pd.Series:
+    """Per (dataset, candidate): half the range of the runs' own median speedups, relative to their
+    mean (0 for a single run): how far the same command measured apart from one run to the next."""
+    if "run" not in per:
+        return pd.Series(0.0, index=pd.MultiIndex.from_frame(per[["dataset", "candidate"]].drop_duplicates()))
+    medians = per.groupby(["dataset", "candidate", "run"])["speedup"].median().groupby(level=[0, 1])
+    return ((medians.max() - medians.min()) / 2 / medians.mean()).rename("run_spread")
+
+
 def compare(pred: pd.DataFrame, runs: pd.DataFrame, error: float) -> pd.DataFrame:
     """fidelity.csv: predictions beside the medians of the measured repeats."""
     per = rates(runs)
+    if "run" in runs:        # rates keeps its keys: a pooled repeat belongs to one run
+        per = per.merge(runs[["dataset", "candidate", "repeat", "run"]].drop_duplicates(),
+                        on=["dataset", "candidate", "repeat"], how="left")
     per_prompt = runs.groupby(["dataset", "candidate", "prompt_id"]).agg(tokens=("tokens", "sum"), steps=("steps", "sum"))
     tps = (per_prompt["tokens"] / per_prompt["steps"]).groupby(level=[0, 1])
     accept_se = (tps.std(ddof=1) / np.sqrt(tps.count()) / tps.mean()).rename("acceptance_se")
@@ -31,6 +67,9 @@ def compare(pred: pd.DataFrame, runs: pd.DataFrame, error: float) -> pd.DataFram
     m["measured_step_s"] = m["seconds"] / m["steps"]
     m["spread"] = (m["hi"] - m["lo"]) / 2 / m["measured_speedup"]
     m = m.merge(accept_se.reset_index(), on=["dataset", "candidate"], how="left")
+    m = m.merge(run_spread(per).rename("run_spread").reset_index(), on=["dataset", "candidate"], how="left")
+    m["runs"] = per.groupby(["dataset", "candidate"])["run"].nunique().reindex(
+        pd.MultiIndex.from_frame(m[["dataset", "candidate"]])).to_numpy() if "run" in per else 1
     out = pred.merge(m, on=["dataset", "candidate"], how="inner")
     out["acceptance_se"] = out["acceptance_se"].fillna(0.0)
     out["rel_error"] = out["predicted_speedup"] / out["measured_speedup"] - 1.0
@@ -53,7 +92,8 @@ def compare(pred: pd.DataFrame, runs: pd.DataFrame, error: float) -> pd.DataFram
     out["verdict_flip"] = ((out["predicted_verdict"] != "tie") & (out["predicted_verdict"] != "baseline")
                            & (out["predicted_verdict"] != out["measured_verdict"]))
     keep = ["dataset", "method", "candidate", "predicted_speedup", "simulated_speedup", "measured_speedup",
-            "rel_error", "sim_rel_error", "sim_vs_closed", "sim_se", "spread", "acceptance_se", "noise", "within_2x_noise", "n",
+            "rel_error", "sim_rel_error", "sim_vs_closed", "sim_se", "spread", "run_spread", "acceptance_se", "noise",
+            "within_2x_noise", "n", "runs",
             "predicted_tokens_per_step", "measured_tokens_per_step", "acceptance_error", "predicted_step_s",
             "measured_step_s", "latency_error", "measured_tokens_per_s", "measured_e2e_tokens_per_s", "ctx_len", "predicted_verdict",
             "measured_verdict", "verdict_flip"]
@@ -168,6 +208,18 @@ def command_lines(args) -> list[str]:
     return lines
 
 
+def pooled(spec: pd.DataFrame, args) -> list[str]:
+    """Where other runs of the command were pooled (--pool): which, and how far the runs measured
+    the same configurations apart."""
+    if int(spec["runs"].max()) < 2:
+        return []
+    moved = spec["run_spread"]
+    return [f"- Measured in {int(spec['runs'].max())} runs of this command, pooled (`--pool` "
+            f"{' '.join(str(f) for f in getattr(args, 'pool', None) or [])}): each speedup is the median over "
+            f"every run's repeats and its spread spans them all; the runs' own medians sit apart by "
+            f"median {100 * moved.median():.1f}%, at most {100 * moved.max():.1f}% (run_spread, half their range)"]
+
+
 def first_predictions(args, runs: pd.DataFrame) -> list[str]:
     """Where the predictions were made again after the measurement (--repredict): a line saying
     so, with the error of the predictions made before it."""
@@ -196,7 +248,7 @@ def report(fid: pd.DataFrame, reg: pd.DataFrame, args, profile, prompts: list[st
         + ", "
         f"{args.threads} threads; measured in "
         + (f"{minutes:.1f} min" if minutes == minutes else "(time not recorded by this run)"),
-        *command_lines(args),
+        *command_lines(args), *pooled(spec, args),
         *notes, "", "## Summary", "",
         f"- closed form: median |error| {100 * err.median():.1f}%, worst {100 * err.max():.1f}%",
         f"- simulator: median |error| {100 * sim.median():.1f}%, worst {100 * sim.max():.1f}%",
@@ -214,7 +266,8 @@ def report(fid: pd.DataFrame, reg: pd.DataFrame, args, profile, prompts: list[st
         "Columns: decode speedups over plain decoding: over each generation's own ar partner (the same prompt, run "
         "right beside it) where the runs are paired, else over ar of the same repeat (the steps' own times: the prompt's prefill, the same "
         "work for every method and priced by no step model, is left out; measured_e2e_tokens_per_s includes it); rel_error = predicted / measured - 1; spread = half the "
-        "range over repeats (relative); acceptance_se = standard error of tokens per step over prompts "
+        "range over repeats (relative, over every pooled run); run_spread = half the range of the pooled runs' own "
+        "medians (relative; 0 for one run); acceptance_se = standard error of tokens per step over prompts "
         "(relative); noise = both combined; latency_error = the error with the measured tokens per step; "
         "sim_vs_closed = simulated / closed form - 1; sim_se = the simulator's seed standard error (relative).",
     ]

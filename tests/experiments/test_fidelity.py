@@ -119,6 +119,35 @@ def test_compare_regret_and_verdicts():
     assert "68.8 ms at context 90" in line and f"{1e3 * fid.iloc[0]['measured_step_s']:.1f} ms measured" in line
 
 
+def test_pooled_runs_judge_each_prediction_against_the_spread_across_runs():
+    """--pool: a second run of the same command, measured 10% faster, joins the first; the speedup
+    is the median over both runs' repeats, the spread and run_spread span the runs, the report says
+    so; a run of other prompts is refused."""
+    per_step = {"ar": 1.0, "sd g4": 2.0}
+    first, second = _runs({"ar": 1.0, "sd g4": 1.2}, per_step, repeats=2), _runs({"ar": 1.0, "sd g4": 1.32}, per_step, repeats=2)
+    pred = pd.DataFrame({"dataset": "mt-bench", "candidate": ["ar", "sd g4"], "method": ["ar", "sd"],
+                         "predicted_speedup": [1.0, 1.26], "predicted_tokens_per_step": [1.0, 2.0],
+                         "predicted_step_s": [0.1, 0.1 * 2.0 / 1.26], "simulated_speedup": [1.0, 1.26], "ctx_len": 100.0})
+    alone = fidelity_report.compare(pred, first, error=0.03).set_index("candidate").loc["sd g4"]
+    assert alone["runs"] == 1 and alone["run_spread"] == 0.0 and alone["spread"] == pytest.approx(0.01, rel=0.02)
+    both = fidelity_report.pool_runs(first, {"again": second})
+    assert sorted(both["repeat"].unique()) == [0, 1, 2, 3] and set(both["run"]) == {0, 1}
+    fid = fidelity_report.compare(pred, both, error=0.03)
+    row = fid.set_index("candidate").loc["sd g4"]
+    medians = np.array([1.2 * 0.99, 1.32 * 0.99])       # each run's median repeat (a 2% wobble, 2 repeats)
+    assert row["runs"] == 2 and row["n"] == 4
+    assert row["run_spread"] == pytest.approx((medians[1] - medians[0]) / 2 / medians.mean())
+    assert row["measured_speedup"] == pytest.approx(np.median([1.2 * 0.98, 1.2, 1.32 * 0.98, 1.32]))
+    assert row["spread"] > 4 * alone["spread"]                            # the runs' gap, not one run's wobble
+    [line] = fidelity_report.pooled(fid[fid["method"] != "ar"], type("A", (), {"pool": [Path("again")]}))
+    assert "Measured in 2 runs" in line and "--pool` again" in line and f"median {100 * row['run_spread']:.1f}%" in line
+    assert fidelity_report.pooled(fidelity_report.compare(pred, first, 0.03), None) == []
+    with pytest.raises(InputError, match="--pool elsewhere: measured other prompts than this run"):
+        fidelity_report.pool_runs(first, {"elsewhere": second.assign(prompt_id=second["prompt_id"] + "x")})
+    with pytest.raises(InputError, match="other configurations"):
+        fidelity_report.pool_runs(first, {"elsewhere": second[second["candidate"] == "ar"]})
+
+
 def test_simulator_agreement_is_judged_against_its_seed_noise():
     spec = pd.DataFrame({"sim_vs_closed": [0.004, -0.012, 0.03], "sim_se": [0.003, 0.007, 0.005]})
     line = fidelity_report.agreement(spec)
@@ -261,6 +290,20 @@ def test_repredict_judges_a_finished_run_again_and_keeps_its_first_predictions(t
     (out / "run.json").write_text(json.dumps({"minutes": 1.0}))
     assert fidelity_cli.main(argv + ["--report-only"]) == 0
     assert "Predictions made again" not in (out / "report.md").read_text()
+    # --pool: another run of the same command joins this one's measurement
+    again = tmp_path / "again"
+    again.mkdir()
+    runs.to_csv(again / "runs.csv", index=False)
+    assert fidelity_cli.main(argv + ["--report-only", "--pool", str(again)]) == 2      # no predictions.csv there
+    assert f"--pool {again}: needs predictions.csv" in capsys.readouterr().err
+    first.to_csv(again / "predictions.csv", index=False)
+    assert fidelity_cli.main(argv + ["--pool", str(again)]) == 2
+    assert "--pool works on a finished run: give --report-only too" in capsys.readouterr().err
+    assert fidelity_cli.main(argv + ["--report-only", "--pool", str(again)]) == 0
+    pooled = pd.read_csv(out / "fidelity.csv")
+    assert (pooled["runs"] == 2).all() and (pooled["n"] == 2 * runs["repeat"].nunique()).all()
+    assert (pooled["run_spread"] < 1e-9).all()             # the same runs twice: no spread between them
+    assert f"Measured in 2 runs of this command, pooled (`--pool` {again})" in (out / "report.md").read_text()
 
 
 def test_a_prompt_built_from_a_calibration_prompts_source_is_not_held_out():
