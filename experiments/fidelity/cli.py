@@ -83,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pool", type=Path, nargs="+", metavar="RUN",
                    help="with --report-only: folders of other runs of the same command (the same prompts, "
                         "configurations and tokens); their repeats join this run's, so each speedup is the median "
-                        "over every run and its spread spans them (the spread across runs, not only within one)")
+                        "over every run and its spread spans them, the spread across runs and not only within one "
+                        "(default: none, this run alone)")
     p.add_argument("--repredict", action="store_true",
                    help="with --report-only: predict the run's configurations again from --profile (a model "
                         "changed since it measured); its first predictions stay in predictions_first.csv and "
