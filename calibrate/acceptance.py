@@ -348,8 +348,9 @@ class AcceptanceModel:
         return out
 
 
-_KNOWN_FIELDS = {"alpha", "alpha_by_position", "alpha_by_position_at_gamma", "alpha_at_k", "alpha_at_k_without_replacement", "conf_bins",
-                 "markov", "persistence", "drafter", "temperature", "dataset", "source"}
+_KNOWN_FIELDS = {"alpha", "alpha_by_position", "alpha_by_position_at_gamma", "alpha_at_k",
+                 "alpha_at_k_without_replacement", "conf_bins", "markov", "persistence", "drafter", "temperature",
+                 "dataset", "source"}
 
 
 def _own_part_methods() -> list:

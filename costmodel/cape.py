@@ -78,7 +78,8 @@ def cape_expected_tokens(bins, freq, topk_hit, gamma, new_tokens=None, chain=Non
                           where=np.asarray(h1) < 1.0)
         reach = np.cumprod(np.concatenate([np.ones(beta.shape[:-1] + (1,)), beta], axis=-1), axis=-1)
         i = np.arange(1, beta.shape[-1] + 1)
-        more = (reach[..., 1:] + np.asarray(catch)[..., None] * reach[..., :-1] * (1.0 - beta)) * (i <= np.asarray(g)[..., None])
+        caught = np.asarray(catch)[..., None] * reach[..., :-1] * (1.0 - beta)
+        more = (reach[..., 1:] + caught) * (i <= np.asarray(g)[..., None])
         return generation_tokens(more, new_tokens)
     h1, hs = np.broadcast_arrays(np.asarray(h1, dtype=float), np.asarray(hs, dtype=float), g)[:2]
     if new_tokens is None:

@@ -32,7 +32,8 @@ def pool_runs(runs: pd.DataFrame, others: dict[str, pd.DataFrame]) -> pd.DataFra
         theirs = key(other)
         for part, what in zip(range(3), ("configurations", "prompts", "tokens per generation")):
             if theirs[part] != mine[part]:
-                raise InputError(f"--pool {name}: measured other {what} than this run; pool only runs of the same command")
+                raise InputError(f"--pool {name}: measured other {what} than this run; "
+                                 "pool only runs of the same command")
         last = pooled[-1]
         shifted = other.assign(run=index, repeat=other["repeat"] + int(last["repeat"].max()) + 1)
         if "pair" in other and "pair" in last:
