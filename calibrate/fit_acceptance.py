@@ -70,7 +70,7 @@ def betas_from_hit_counts(reached: np.ndarray, accepted: np.ndarray) -> list[flo
     return out
 
 
-def chain_betas(table, gamma: int) -> list[float]:
+def replayed_betas(table, gamma: int) -> list[float]:
     """beta_1..beta_gamma of the drafter's greedy chains of `gamma` drafts, replayed exactly along
     the recorded output (each prompt's last step, cut short by the output's end, left out)."""
     steps = steps_of(table, chain_lengths(table, (1,) * gamma))
@@ -101,7 +101,7 @@ def fit_token_acceptance(frame: pd.DataFrame, drafter: str = "", dataset: str = 
         entry["alpha_at_k_without_replacement"] = dict(entry["alpha_at_k"])  # greedy: candidates are the top-k
         entry["alpha_at_k_fit"] = leave_one_k_out({int(k): v for k, v in entry["alpha_at_k"].items()})
         table = TokenTable.from_frame(frame)
-        by_gamma = {g: chain_betas(table, g) for g in range(1, gamma + 1)}
+        by_gamma = {g: replayed_betas(table, g) for g in range(1, gamma + 1)}
         entry["alpha_by_position"] = by_gamma[gamma]
         entry["alpha_by_position_at_gamma"] = {str(g): b for g, b in by_gamma.items()}
     hit_by_k = {k: (rank < k) for k in conf_ks}

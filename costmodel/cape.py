@@ -74,11 +74,12 @@ def cape_expected_tokens(bins, freq, topk_hit, gamma, new_tokens=None, chain=Non
     g = check_positive_int("gamma", gamma)
     if chain is not None:
         beta = check_probability("chain", chain)
-        catch = np.divide(hs - h1, 1.0 - h1, out=np.zeros_like(np.asarray(hs - h1, dtype=float)),
-                          where=np.asarray(h1) < 1.0)
+        h1, hs = np.broadcast_arrays(np.asarray(h1, dtype=float), np.asarray(hs, dtype=float))
+        miss = 1.0 - h1
+        catch = np.divide(hs - h1, miss, out=np.zeros_like(miss), where=miss > 0)
         reach = np.cumprod(np.concatenate([np.ones(beta.shape[:-1] + (1,)), beta], axis=-1), axis=-1)
         i = np.arange(1, beta.shape[-1] + 1)
-        caught = np.asarray(catch)[..., None] * reach[..., :-1] * (1.0 - beta)
+        caught = catch[..., None] * reach[..., :-1] * (1.0 - beta)
         more = (reach[..., 1:] + caught) * (i <= np.asarray(g)[..., None])
         return generation_tokens(more, new_tokens)
     h1, hs = np.broadcast_arrays(np.asarray(h1, dtype=float), np.asarray(hs, dtype=float), g)[:2]

@@ -78,7 +78,6 @@ class CapeSampler(Sampler):
         hit1 = np.asarray(topk_hit[1], dtype=float)
         # P(target in top-S[b] | bin b), looked up per bin at the configured expansion size
         hit_s = np.array([_topk_hit_at(topk_hit, int(self.bins[b]), b) for b in range(N_BINS)])
-        self.hit1 = hit1
         self.p_exp_given_miss = np.where(hit1 < 1, (hit_s - hit1) / np.maximum(1 - hit1, 1e-12), 0.0)
         self.top1 = np.tile(hit1, (self.gamma, 1)) if chain is None else _rates_at(hit1, self.freq, chain[: self.gamma])
 

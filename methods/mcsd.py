@@ -166,9 +166,7 @@ class MCSD(MethodSpec):
                 alpha_1[repl == mode] = curve[0]
         if not setup.acceptance.alpha_by_position_at_gamma:
             return 1.0 - (1.0 - beta) * setup.acceptance.miss_factor(kmat.shape[1])[None, :]
-        chain = np.zeros(kmat.shape)
-        depth = _depth(frame, kmat)
-        chain[:, : int(depth.max())] = chain_betas(setup.acceptance, depth)
+        chain = chain_betas(setup.acceptance, _depth(frame, kmat))      # (C, D): D is the deepest tree
         still_missed = np.divide(1.0 - beta, 1.0 - alpha_1[:, None], out=np.zeros_like(beta),
                                  where=alpha_1[:, None] < 1.0)
         return 1.0 - (1.0 - chain) * np.minimum(still_missed, 1.0)

@@ -29,9 +29,8 @@ def pool_runs(runs: pd.DataFrame, others: dict[str, pd.DataFrame]) -> pd.DataFra
     mine = key(runs)
     pooled = [runs.assign(run=0)]
     for index, (name, other) in enumerate(others.items(), start=1):
-        theirs = key(other)
-        for part, what in zip(range(3), ("configurations", "prompts", "tokens per generation")):
-            if theirs[part] != mine[part]:
+        for theirs, ours, what in zip(key(other), mine, ("configurations", "prompts", "tokens per generation")):
+            if theirs != ours:
                 raise InputError(f"--pool {name}: measured other {what} than this run; "
                                  "pool only runs of the same command")
         last = pooled[-1]
@@ -45,18 +44,15 @@ def pool_runs(runs: pd.DataFrame, others: dict[str, pd.DataFrame]) -> pd.DataFra
 def run_spread(per: pd.DataFrame) -> pd.Series:
     """Per (dataset, candidate): half the range of the runs' own median speedups, relative to their
     mean (0 for a single run): how far the same command measured apart from one run to the next."""
-    if "run" not in per:
-        return pd.Series(0.0, index=pd.MultiIndex.from_frame(per[["dataset", "candidate"]].drop_duplicates()))
     medians = per.groupby(["dataset", "candidate", "run"])["speedup"].median().groupby(level=[0, 1])
     return ((medians.max() - medians.min()) / 2 / medians.mean()).rename("run_spread")
 
 
 def compare(pred: pd.DataFrame, runs: pd.DataFrame, error: float) -> pd.DataFrame:
-    """fidelity.csv: predictions beside the medians of the measured repeats."""
-    per = rates(runs)
-    if "run" in runs:        # rates keeps its keys: a pooled repeat belongs to one run
-        per = per.merge(runs[["dataset", "candidate", "repeat", "run"]].drop_duplicates(),
-                        on=["dataset", "candidate", "repeat"], how="left")
+    """fidelity.csv: predictions beside the medians of the measured repeats (of every pooled run)."""
+    runs = runs if "run" in runs else runs.assign(run=0)
+    keys = ["dataset", "candidate", "repeat"]          # a repeat belongs to one run (`pool_runs`)
+    per = rates(runs).merge(runs[keys + ["run"]].drop_duplicates(), on=keys, how="left")
     per_prompt = runs.groupby(["dataset", "candidate", "prompt_id"]).agg(tokens=("tokens", "sum"), steps=("steps", "sum"))
     tps = (per_prompt["tokens"] / per_prompt["steps"]).groupby(level=[0, 1])
     accept_se = (tps.std(ddof=1) / np.sqrt(tps.count()) / tps.mean()).rename("acceptance_se")
@@ -64,13 +60,12 @@ def compare(pred: pd.DataFrame, runs: pd.DataFrame, error: float) -> pd.DataFram
         measured_speedup=("speedup", "median"), lo=("speedup", "min"), hi=("speedup", "max"),
         measured_tokens_per_s=("tokens_per_s", "median"), measured_e2e_tokens_per_s=("e2e_tokens_per_s", "median"),
         measured_tokens_per_step=("tokens_per_step", "median"),
-        seconds=("seconds", "median"), steps=("steps", "median"), n=("repeat", "nunique")).reset_index()
+        seconds=("seconds", "median"), steps=("steps", "median"), n=("repeat", "nunique"),
+        runs=("run", "nunique")).reset_index()
     m["measured_step_s"] = m["seconds"] / m["steps"]
     m["spread"] = (m["hi"] - m["lo"]) / 2 / m["measured_speedup"]
     m = m.merge(accept_se.reset_index(), on=["dataset", "candidate"], how="left")
-    m = m.merge(run_spread(per).rename("run_spread").reset_index(), on=["dataset", "candidate"], how="left")
-    m["runs"] = per.groupby(["dataset", "candidate"])["run"].nunique().reindex(
-        pd.MultiIndex.from_frame(m[["dataset", "candidate"]])).to_numpy() if "run" in per else 1
+    m = m.merge(run_spread(per).reset_index(), on=["dataset", "candidate"], how="left")
     out = pred.merge(m, on=["dataset", "candidate"], how="inner")
     out["acceptance_se"] = out["acceptance_se"].fillna(0.0)
     out["rel_error"] = out["predicted_speedup"] / out["measured_speedup"] - 1.0
