@@ -45,7 +45,7 @@ from common.progress import add_progress_option, progress_enabled
 from common.rundir import claim_file
 from runtime.models import LoadedModel, load_model
 from traces.timing import DTYPE_NAMES, git_commit, hardware_name
-from runtime.prompts import BUILTIN_SETS, ByteTokenizer, Prompt, encode_prompt, load_prompts
+from runtime.prompts import BUILTIN_SETS, ByteTokenizer, Prompt, encode_prompt, load_prompt_mix, parse_prompt_mix
 
 
 def teacher_forced_methods() -> list[str]:
@@ -54,6 +54,13 @@ def teacher_forced_methods() -> list[str]:
 
 
 # ----------------------------------------------------------------------------- the run
+
+def prompt_sets(spec: str) -> str:
+    """The prompt sets `spec` draws from, in order: what a recording run is keyed on. Which prompts of
+    them it records is not part of the key (each prompt's rows depend on that prompt alone), so a run
+    resumed with more prompts of the same sets adds to its file."""
+    return ",".join(dict.fromkeys(name for name, _, _ in parse_prompt_mix(spec)))
+
 
 class Run:
     """Models, decoding law and identity of one recording run."""
@@ -91,7 +98,7 @@ class Run:
             "config": self.decoder.config.to_dict(), "label": self.decoder.config.label,
             "options": self.decoder.options, "target": args.target, "drafter": args.drafter,
             "temperature": args.temperature, "top_p": args.top_p, "seed": args.seed,
-            "max_new_tokens": args.max_new_tokens, "prompts": args.prompts, "turn": args.turn,
+            "max_new_tokens": args.max_new_tokens, "prompts": prompt_sets(args.prompts), "turn": args.turn,
             "chat": args.chat,
         }
         self.run_id = hashlib.sha1(json.dumps(self.key, sort_keys=True, default=str).encode()).hexdigest()[:12]
@@ -237,9 +244,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default="",
                    help='method configuration as JSON (config keys and decoder options), e.g. \'{"gamma": 4}\', '
                         'or as its label, e.g. "mcsd k4x2x1 repl" (default: the defaults)')
-    p.add_argument("--prompts", required=True, help=f"a bundled prompt set ({', '.join(BUILTIN_SETS)}) or a JSONL file")
+    p.add_argument("--prompts", required=True,
+                   help=f"a bundled prompt set ({', '.join(BUILTIN_SETS)}) or a JSONL file, or parts of them "
+                        "(e.g. mtbench:1-12,mtbench:20-24)")
     p.add_argument("--field", default="prompt", help="text field of a local JSONL file (default %(default)s)")
-    p.add_argument("--limit", type=int, default=None, help="only the first N prompts of the set (default: all)")
+    p.add_argument("--limit", type=int, default=None, help="only the first N of those prompts (default: all)")
     p.add_argument("--turn", type=int, default=1, help="user turn to record (2 = MT-Bench's second turn)")
     p.add_argument("--chat", choices=["auto", "on", "off"], default="auto",
                    help="apply the tokenizer's chat template (auto: when it has one)")
@@ -269,7 +278,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     if args.turn < 1:
         raise InputError(f"--turn must be >= 1, got {args.turn}")
-    prompts = load_prompts(args.prompts, limit=args.limit, field=args.field)
+    if args.limit is not None and args.limit < 1:
+        raise InputError(f"--limit must be >= 1, got {args.limit}")
+    prompts = load_prompt_mix(args.prompts, field=args.field)[:args.limit]
     out = claim_file(args.out, args.overwrite, resumable=True)
     run = Run(args)
     previous = existing_rows(out, run, args.overwrite)

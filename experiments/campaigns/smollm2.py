@@ -35,6 +35,19 @@ DRAFTERS: dict[str, dict[str, Any]] = {
        if "file" in entry or "model" not in entry},
 }
 ROUTERS = [f"{e['router']['groups']}:{e['router']['top_n']}" for e in DRAFTERS.values() if e.get("router")]
+# the prompts the TokenTraces record (the drafters' acceptance and prompt lookup's replayed steps are
+# fitted on them; `--token-prompts`): the first 12 of each set, then 36 more spread over the prompts
+# no bundled fidelity run measured (examples/smollm2_fidelity*, examples/transformers_peer), the
+# HumanEval and code-edit ones on distinct HumanEval tasks, and 10 such prompts per set left unseen
+# for held-out runs (examples/smollm2_fidelity_calib48)
+TOKEN_PROMPTS = ",".join([
+    "mtbench:1-12,mtbench:14-14,mtbench:16-18,mtbench:20-21,mtbench:23-24,mtbench:26-28,mtbench:30-31,mtbench:33-35,"
+    "mtbench:37-37,mtbench:39-39,mtbench:52-54,mtbench:57-60,mtbench:63-67,mtbench:70-73,mtbench:75-75,mtbench:77-77",
+    *(f"{name}:1-12," + ",".join(f"{name}:{i}-{i}" for i in extra) for name, extra in (
+        ("humaneval", (14, 17, 22, 24, 28, 30, 34, 37, 52, 56, 59, 61, 64, 69, 72, 74, 78, 81, 83, 87, 91, 94, 96, 99,
+                       102, 106, 108, 113, 127, 131, 133, 137, 141, 143, 147, 149)),
+        ("codeedit", (14, 17, 21, 23, 27, 29, 33, 36, 39, 54, 58, 61, 64, 68, 70, 72, 77, 81, 83, 86, 89, 92, 94, 98,
+                      102, 105, 107, 112, 126, 129, 132, 136, 139, 142, 147, 149))))])
 # the forward micro-benchmark grid: every token count up to 12 (this CPU's kernels are not smooth
 # in it: 2 and 3 tokens cost more than 4), then a coarser tail
 LATENCY_TOKENS = "1,2,3,4,5,6,7,8,9,10,11,12,16,24,32,48,64,128,256"
@@ -134,11 +147,11 @@ def stage_latency(args, log) -> None:
 
 
 def _record(args, config: MethodConfig, drafter: str | None, dataset: str, out: Path, log,
-            teacher_forced: bool = False) -> None:
-    argv = ["--target", "smollm2", "--method", config.method, "--config", json.dumps(config.to_dict()),
-            "--prompts", DATASETS[dataset],
-            "--limit", str(args.limit), "--max-new-tokens", str(args.max_new_tokens), "--threads", str(args.threads),
-            "--out", str(out), "--quiet"]
+            teacher_forced: bool = False, prompts: str | None = None) -> None:
+    """One `traces.record` run: on `prompts` (a prompt spec), else the first --limit of `dataset`."""
+    chosen = ["--prompts", prompts] if prompts else ["--prompts", DATASETS[dataset], "--limit", str(args.limit)]
+    argv = ["--target", "smollm2", "--method", config.method, "--config", json.dumps(config.to_dict()), *chosen,
+            "--max-new-tokens", str(args.max_new_tokens), "--threads", str(args.threads), "--out", str(out), "--quiet"]
     if drafter is not None:
         argv += ["--drafter", drafter_file(args, drafter)]
     run_module("traces.record", argv + (["--teacher-forced"] if teacher_forced else []), log)
@@ -155,7 +168,32 @@ def step_path(args, label: str, dataset: str) -> Path:
 def stage_tokens(args, log) -> None:
     for drafter, config in TOKEN_DRAFTERS.items():
         for dataset in DATASETS:
-            _record(args, config, drafter, dataset, token_path(args, drafter, dataset), log, teacher_forced=True)
+            _record(args, config, drafter, dataset, token_path(args, drafter, dataset), log, teacher_forced=True,
+                    prompts=token_prompts(args)[dataset])
+
+
+def token_prompts(args) -> dict[str, str]:
+    """Profile dataset -> the prompt spec its TokenTraces record (`--token-prompts`, split by set)."""
+    from runtime.prompts import parse_prompt_mix
+
+    parts: dict[str, list[str]] = {}
+    for name, lo, hi in parse_prompt_mix(args.token_prompts):
+        if name not in DATASETS.values():
+            raise InputError(f"--token-prompts: '{name}' is not one of the campaign's prompt sets "
+                             f"({', '.join(DATASETS.values())})")
+        parts.setdefault(name, []).append(name if hi is None else f"{name}:{lo}-{hi}")
+    missing = [name for name in DATASETS.values() if name not in parts]
+    if missing:
+        raise InputError(f"--token-prompts names no prompt of {', '.join(missing)}: every dataset needs its TokenTraces")
+    return {dataset: ",".join(parts[name]) for dataset, name in DATASETS.items()}
+
+
+def token_prompt_count(args) -> str:
+    """How many prompts per dataset the TokenTraces record ("48", or "12-48" when the sets differ)."""
+    from runtime.prompts import load_prompt_mix
+
+    counts = sorted({len(load_prompt_mix(spec)) for spec in token_prompts(args).values()})
+    return str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
 
 
 def calibration_prompts(args) -> str:
@@ -293,7 +331,8 @@ def stage_profile(args, log) -> None:
                     "created": dt.datetime.now(dt.timezone.utc).isoformat(),
                     "sources": [str(p) for p in [args.out / "latency.parquet", args.out / "drafter_latency.parquet",
                                                   *sources]],
-                    "assumptions": [f"greedy decoding; first {args.limit} prompts of MT-Bench (turn 1), HumanEval and code-edit (HumanEval edit requests), "
+                    "assumptions": [f"greedy decoding; MT-Bench (turn 1), HumanEval and code-edit (HumanEval edit requests): TokenTraces on "
+                                    f"{token_prompt_count(args)} prompts of each, the step calibration on the first {args.step_limit}, "
                                     f"{args.max_new_tokens} new tokens", "latency: measured tables (fp32, 2 threads); "
                                     "drafters timed at one token per forward", "drafters trained by python -m training",
                                     "engine: step parts fitted on the StepTraces of RUNS (calibrate.engine)"],

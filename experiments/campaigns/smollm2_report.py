@@ -20,7 +20,7 @@ import methods
 from common.seeds import derive_seed
 from experiments.sweep.markdown import md_table
 from experiments.campaigns.smollm2 import (PLAIN_RUN, CHAIN_RUNS, DATASETS, DRAFTERS, RUNS, Run,
-                                     best_runs, latency_rows, step_path)
+                                     best_runs, latency_rows, step_path, token_prompt_count)
 
 
 def decode_rate(frame: pd.DataFrame) -> tuple[float, float, float]:
@@ -231,8 +231,10 @@ def write_report(args, log) -> None:
     text = "\n\n".join([
         "# SmolLM2-135M-Instruct on this CPU: acceptance and measured vs predicted speedups",
         f"Regenerate: `python -m experiments.smollm2_cpu` (drafters from `python -m training KIND`). Greedy, "
-        f"first {args.limit} prompts of MT-Bench (turn 1), HumanEval and code-edit (HumanEval edit requests), {args.max_new_tokens} new tokens, fp32, "
-        f"{args.threads} threads. Profile: `{args.profile}`.",
+        f"MT-Bench (turn 1), HumanEval and code-edit (HumanEval edit requests), {args.max_new_tokens} new tokens, fp32, "
+        f"{args.threads} threads. Profile: `{args.profile}`, its acceptance fitted on the TokenTraces' "
+        f"{token_prompt_count(args)} prompts per set (`--token-prompts`); measured runs on the first {args.limit} of "
+        "each (in-sample: they are among the TokenTraces' prompts).",
         "## The drafters (python -m training, 2 CPU cores)\nHeld-out numbers are on the held-out windows of "
         "the training corpus (eval_windows; top-1 = agreement with the target's argmax; coral/router: the first draft after the "
         "root; router losses are its own group cross-entropy).\n\n" + _md(trained),

@@ -50,6 +50,20 @@ def test_step_rows_resume_and_refuse_other_runs(tmp_path, prompts, capsys):
     assert out.read_bytes() == before
 
 
+def test_a_run_resumed_with_other_prompts_of_its_sets_adds_them(tmp_path, prompts):
+    """Which prompts of a set a run records is not part of its identity: a TokenTrace extended with
+    more calibration prompts (experiments.smollm2_cpu --token-prompts) keeps its rows and adds."""
+    code, out = rec(tmp_path, f"{prompts}:2-2", "--method", "sd", "--teacher-forced")
+    assert code == 0
+    first, meta = schema.read_trace(out, "token")
+    assert first.prompt_id.unique().tolist() == ["prompts/1"] and meta.extra["run_key"]["prompts"] == str(prompts)
+    code, out = rec(tmp_path, f"{prompts}:2-2,{prompts}:4-4", "--method", "sd", "--teacher-forced")
+    assert code == 0
+    second, _ = schema.read_trace(out, "token")
+    assert second.prompt_id.unique().tolist() == ["prompts/1", "prompts/3"]
+    pd.testing.assert_frame_equal(second[second.prompt_id == "prompts/1"].reset_index(drop=True), first)
+
+
 def test_teacher_forced_rows_replay_the_real_runs(tmp_path, prompts):
     code, tokens_path = rec(tmp_path, prompts, "--method", "sd", "--teacher-forced", out="tok.parquet")
     assert code == 0
@@ -133,6 +147,7 @@ def test_check_replay_refuses_what_it_cannot_check(tmp_path, capsys, method, nee
     (["--method", "sd", "--drafter", "random:llama-68m"], "vocabulary size"),
     (["--method", "lookahead", "--teacher-forced"], "--teacher-forced"),
     (["--method", "sd", "--prompts", "NOTJSONL"], "is not JSON"),
+    (["--method", "sd", "--limit", "0"], "--limit must be >= 1, got 0"),
 ])
 def test_bad_input_one_line_exit_2_nothing_written(tmp_path, prompts, capsys, extra, needle):
     bad = tmp_path / "bad.jsonl"
