@@ -42,9 +42,11 @@ def lookup_steps(prompt: Sequence[int], output: Sequence[int], config: MethodCon
 
 
 def replayed_steps(prompts: Mapping[str, Sequence[int]], outputs: Mapping[str, Sequence[int]],
-                   configs: Sequence[MethodConfig]) -> pd.DataFrame:
+                   configs: Sequence[MethodConfig], drop_first_step: bool = False) -> pd.DataFrame:
     """StepTrace rows (run_id, method, config, prompt_id, step, ctx_len, draft_forwards,
-    verify_tokens, accepted) of every configuration replayed on every prompt's output."""
+    verify_tokens, accepted) of every configuration replayed on every prompt's output;
+    `drop_first_step`: each generation's first step left out, tokens and all, as an engine that
+    runs it with the prompt's prefill reports (transformers' generate)."""
     missing = sorted(set(outputs) - set(prompts))
     if missing:
         raise InputError(f"no prompt tokens for the outputs of {', '.join(missing)}")
@@ -54,8 +56,9 @@ def replayed_steps(prompts: Mapping[str, Sequence[int]], outputs: Mapping[str, S
         for pid, output in outputs.items():
             ctx = len(prompts[pid])
             for step, (verify, accepted) in enumerate(lookup_steps(prompts[pid], list(output), config)):
-                rows.append({"run_id": f"{config.label}#replay", "method": config.method, "config": text,
-                             "prompt_id": pid, "step": step, "ctx_len": ctx, "draft_forwards": 0,
-                             "verify_tokens": verify, "accepted": accepted})
+                if step >= drop_first_step:
+                    rows.append({"run_id": f"{config.label}#replay", "method": config.method, "config": text,
+                                 "prompt_id": pid, "step": step - drop_first_step, "ctx_len": ctx, "draft_forwards": 0,
+                                 "verify_tokens": verify, "accepted": accepted})
                 ctx += accepted
     return pd.DataFrame(rows)

@@ -351,9 +351,10 @@ def stage_profile(args, log) -> None:
 OUTPUT_REPLAYED = ("prompt_lookup",)
 
 
-def replayed_from_outputs(args, spec, dataset: str) -> tuple[pd.DataFrame, list[Path], str]:
+def replayed_from_outputs(args, spec, dataset: str, drop_first_step: bool = False) -> tuple[pd.DataFrame, list[Path], str]:
     """(StepTrace rows, source files, source text) of `spec`'s calibration configurations replayed
-    (`traces.lookup_replay`) on the greedy outputs a TokenTrace of `dataset` holds."""
+    (`traces.lookup_replay`, each generation's first step left out with `drop_first_step`) on the
+    greedy outputs a TokenTrace of `dataset` holds."""
     from runtime.prompts import builtin_prompts, encode_prompt
     from traces.lookup_replay import replayed_steps
     from traces.schema import read_trace
@@ -363,8 +364,9 @@ def replayed_from_outputs(args, spec, dataset: str) -> tuple[pd.DataFrame, list[
     outputs = {pid: rows.sort_values("pos")["token"].tolist() for pid, rows in frame.groupby("prompt_id", sort=False)}
     tokenizer = _tokenizer()
     prompts = {p.prompt_id: list(encode_prompt(p, tokenizer)) for p in builtin_prompts(list(outputs))}
-    steps = replayed_steps(prompts, outputs, spec.calibration_configs())
-    return steps, [path], f"replayed on the greedy outputs of {len(outputs)} prompts in {path.name}"
+    steps = replayed_steps(prompts, outputs, spec.calibration_configs(), drop_first_step=drop_first_step)
+    first = ", first steps left out" if drop_first_step else ""
+    return steps, [path], f"replayed on the greedy outputs of {len(outputs)} prompts in {path.name}{first}"
 
 
 def _tokenizer():

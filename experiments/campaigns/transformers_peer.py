@@ -114,7 +114,10 @@ def stage_profile(args, log) -> None:
         chains = [str(step_path(args.out, c, dataset)) for c in CALIBRATION if c.drafter == ASSISTANT]
         imported = ingest(chains, IngestOptions(drafter=ASSISTANT, dataset=dataset, temperature=0.0))
         acceptance[f"{ASSISTANT}/{dataset}/T0/steps"] = {**imported.acceptance, "drafter": ASSISTANT}
-        lookups, _paths, source = replayed_from_outputs(SimpleNamespace(out=args.smollm2), spec, dataset)
+        # generate runs its first assisted step with the prompt's prefill, and the peer reports the
+        # steps after it (experiments.campaigns.transformers_engine): the replay leaves it out too
+        lookups, _paths, source = replayed_from_outputs(SimpleNamespace(out=args.smollm2), spec, dataset,
+                                                        drop_first_step=True)
         replayed |= set(lookups["prompt_id"])
         acceptance[f"{spec.name}/{dataset}"] = spec.fit_steps(lookups, dataset=dataset, temperature=0.0,
                                                               source=f"{source} ({args.smollm2})")
@@ -129,7 +132,8 @@ def stage_profile(args, log) -> None:
                     "assumptions": ["greedy decoding; transformers' first assisted step (the prompt's prefill) left out",
                                     "prompt lookup's acceptance: its steps replayed on the SmolLM2 recordings' greedy "
                                     "outputs (the same model's greedy law; transformers matches as the project's "
-                                    "proposer does for n_min = 1), the assistant's from transformers' own steps",
+                                    "proposer does for n_min = 1), each generation's first step left out as the "
+                                    "peer reports it, the assistant's from transformers' own steps",
                                     "latency: this project's forward of the same model timed with F.linear, as "
                                     "transformers multiplies (traces.timing --linear plain); the engine calibration "
                                     "carries what transformers pays beyond it"],

@@ -42,6 +42,23 @@ def test_every_configuration_gives_the_greedy_tokens_and_its_own_draft_length(pa
     assert all(s.draft_forwards == 0 and s.verify_tokens in range(1, 5) for s in runs["prompt_lookup g3 nmin1 nmax2"].steps)
 
 
+@pytest.mark.parametrize("label", ["prompt_lookup g3 nmin1 nmax2", "prompt_lookup g5 nmin1 nmax3"])
+def test_transformers_prompt_lookup_steps_are_the_replay_after_its_first_step(pair, label):
+    """The peer Profile's prompt lookup is the project's proposer replayed on the greedy output
+    (traces.lookup_replay) with each generation's first step left out, as the peer reports it:
+    transformers' own steps must be exactly those."""
+    from traces.lookup_replay import replayed_steps
+
+    hf, assistant = pair
+    config = methods.parse_label(label)
+    out = TransformersDecoder(hf, config, assistant).generate(PROMPT, 60)
+    full = hf.generate(torch.tensor([PROMPT]), max_new_tokens=60, do_sample=False)[0, len(PROMPT):].tolist()
+    replay = replayed_steps({"p": PROMPT}, {"p": full}, [config], drop_first_step=True)
+    assert any(s.accepted > 1 for s in out.steps)                        # the prompt repeats: lookups hit
+    assert replay["accepted"].tolist() == [s.accepted for s in out.steps]
+    assert replay["ctx_len"].tolist() == [s.ctx_len for s in out.steps]
+
+
 def test_what_transformers_cannot_run_is_refused(pair):
     hf, assistant = pair
     with pytest.raises(InputError, match="only n_min = 1 runs there"):

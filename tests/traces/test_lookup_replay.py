@@ -31,3 +31,7 @@ def test_replayed_rows_count_context_and_refuse_unknown_prompts():
     assert lookup_steps(PROMPT, output, config)[0] == (4, 3)   # "5 9" -> "2 7 5" proposed, "2 7" hit, "8" the bonus
     with pytest.raises(InputError, match="no prompt tokens for the outputs of q"):
         replayed_steps({"p": PROMPT}, {"q": output}, [config])
+    first = lookup_steps(PROMPT, output, config)[0][1]
+    later = replayed_steps({"p": PROMPT}, {"p": output}, [config], drop_first_step=True)
+    assert later["step"].tolist() == list(range(len(frame) - 1)) and later["accepted"].sum() == len(output) - first
+    assert later["ctx_len"].iloc[0] == len(PROMPT) + first
