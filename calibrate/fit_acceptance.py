@@ -7,13 +7,15 @@
   per-position beta_i from an exact greedy chain replay (traces.replay) at draft length `gamma`;
   the confidence-bin table P(draft_rank < K | floor(10 * draft_conf)); a two-state Markov model of
   consecutive tokens.
-- `fit_step_acceptance(frame)` from a StepTrace of chain steps: beta_i from `accept_mask`, the
-  Markov model from consecutive mask entries, top-1 confidence bins from `confidences`.
+- `fit_step_acceptance(frame)` from a StepTrace of chain steps: beta_i from `accept_mask` (per
+  chain length where the steps come from chains of several), the Markov model from consecutive
+  mask entries, top-1 confidence bins from `confidences`.
 
 Each returns a plain dict that `AcceptanceModel.from_dict` validates; `fit` records sample counts.
 """
 from __future__ import annotations
 
+import json
 from typing import Any, Iterable
 
 import numpy as np
@@ -117,24 +119,28 @@ def fit_token_acceptance(frame: pd.DataFrame, drafter: str = "", dataset: str = 
 
 def fit_step_acceptance(frame: pd.DataFrame, drafter: str = "", dataset: str = "", temperature: float = 0.0,
                         method: str | None = None, source: str = "step trace") -> dict[str, Any]:
-    """The acceptance entry of chain StepTrace rows (accept_mask / confidences per drafted position)."""
+    """The acceptance entry of chain StepTrace rows (accept_mask / confidences per drafted position).
+    Rows of chains of several lengths (their `config`'s gamma) also give beta_1..beta_g as measured
+    in chains of each length g (`alpha_by_position_at_gamma`: acceptance runs in streaks, so it
+    depends on g), and alpha_by_position is then the longest chains' own."""
     rows = frame if method is None else frame[frame["method"] == method]
-    pairs = [(np.asarray(m, bool), np.asarray(c, float)) for m, c in zip(rows["accept_mask"], rows["confidences"])
-             if len(m)]
-    if not pairs:
+    rows = rows[[len(m) > 0 for m in rows["accept_mask"]]]
+    if not len(rows):
         raise InputError(f"{source}: no step with a drafted position to fit acceptance from")
-    depth = max(len(m) for m, _ in pairs)
-    reached, accepted = np.zeros(depth), np.zeros(depth)
-    evaluated_masks, evaluated_conf = [], []
-    for mask, conf in pairs:
-        n_eval = evaluated_positions(mask)
-        reached[:n_eval] += 1
-        accepted[:n_eval] += mask[:n_eval]
-        evaluated_masks.append(mask[:n_eval])
-        evaluated_conf.append(conf[: min(n_eval, len(conf))])
+    masks = [np.asarray(m, bool) for m in rows["accept_mask"]]
+    reached, accepted = _hit_counts(masks)
+    n_eval = [evaluated_positions(m) for m in masks]
+    evaluated_masks = [m[:n] for m, n in zip(masks, n_eval)]
+    evaluated_conf = [np.asarray(c, float)[:n] for c, n in zip(rows["confidences"], n_eval)]
     entry: dict[str, Any] = {"drafter": drafter, "temperature": float(temperature), "dataset": dataset,
                              "alpha": float(accepted.sum() / reached.sum()),
                              "alpha_by_position": betas_from_hit_counts(reached, accepted), "source": source}
+    gammas = _chain_gammas(rows)
+    if gammas is not None and gammas.nunique() > 1:
+        by_gamma = {int(g): betas_from_hit_counts(*_hit_counts([m for m, k in zip(masks, gammas) if k == g]))
+                    for g in sorted(gammas.unique())}
+        entry["alpha_by_position"] = by_gamma[max(by_gamma)]
+        entry["alpha_by_position_at_gamma"] = {str(g): b for g, b in by_gamma.items()}
     with_conf = [(m[: len(c)], c) for m, c in zip(evaluated_masks, evaluated_conf) if len(c)]
     if with_conf:
         entry["conf_bins"] = conf_bin_table(np.concatenate([c for _, c in with_conf]),
@@ -143,9 +149,30 @@ def fit_step_acceptance(frame: pd.DataFrame, drafter: str = "", dataset: str = "
         entry["markov"] = markov_from_sequences(evaluated_masks)
     except InputError:
         pass  # every step accepted everything, or nothing: no transitions of both kinds
-    masks = evaluated_masks
-    entry["fit"] = {"n_steps": len(masks), "max_positions": depth}
+    entry["fit"] = {"n_steps": len(masks), "max_positions": int(reached.size)}
+    if "prompt_id" in rows:
+        entry["fit"]["n_prompts"] = int(rows["prompt_id"].nunique())
     AcceptanceModel.from_dict(entry, name=drafter or "fitted")
     return entry
+
+
+def _hit_counts(masks: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Per drafted position: how many steps decided it (reached it) and how many accepted it."""
+    depth = max(len(m) for m in masks)
+    reached, accepted = np.zeros(depth), np.zeros(depth)
+    for mask in masks:
+        n_eval = evaluated_positions(mask)
+        reached[:n_eval] += 1
+        accepted[:n_eval] += mask[:n_eval]
+    return reached, accepted
+
+
+def _chain_gammas(rows: pd.DataFrame) -> pd.Series | None:
+    """Each row's configured chain length (its `config` JSON's gamma), or None where a row has none."""
+    if "config" not in rows:
+        return None
+    gammas = rows["config"].map(lambda c: json.loads(c).get("gamma") if isinstance(c, str) and c.startswith("{")
+                                else None)
+    return None if gammas.isna().any() else gammas.astype(int)
 
 

@@ -7,18 +7,20 @@ Stages (`--stages`, default all; each recording skips what its output file alrea
    and EAGLE/CORAL (plain, 16:2 router) drafters at SmolLM2's shape
    (`traces.drafter_timing.drafter_rows`) -> `latency.parquet`, `drafter_latency.parquet`;
 2. `tokens`: teacher-forced TokenTraces of the trained vanilla drafter and Kangaroo adapter;
-3. `steps`: real greedy StepTraces of every method with the trained drafters (`RUNS`), timed;
-4. `profile`: everything calibrated into one Profile (`--profile`), the sweep's default data;
-5. `best`: the sweep on that Profile picks each method's best configuration per dataset
+3. `chains`: untimed greedy StepTraces of the GLIDE and CORAL drafters' chains of one draft
+   (`ACCEPTANCE_CHAINS`) on the TokenTraces' prompts: those drafters' first-draft acceptance;
+4. `steps`: real greedy StepTraces of every method with the trained drafters (`RUNS`), timed;
+5. `profile`: everything calibrated into one Profile (`--profile`), the sweep's default data;
+6. `best`: the sweep on that Profile picks each method's best configuration per dataset
    (`best_runs.json`), and those are recorded too, so the best are measured, not only predicted;
-6. `tables`: the acceptance table (GLIDE Table 1's shape: c, alpha, expected speedup), the checks
+7. `tables`: the acceptance table (GLIDE Table 1's shape: c, alpha, expected speedup), the checks
    of the papers' qualitative claims, and measured-vs-predicted speedups (closed form and
    simulator from the Profile against the StepTraces' own wall clock) -> `--report` folder.
 The drafters come from `python -m training KIND` (`--drafters`, default artifacts/drafters).
 Greedy decoding (temperature 0) throughout; MT-Bench first turns, HumanEval and code-edit: the
-TokenTraces on 48 prompts of each (`--token-prompts`), the recorded best on the first `--limit`, the
-step calibration on the first `--step-limit` (documented subsets: a full run does not fit a 2-core
-session).
+TokenTraces and chains on 48 prompts of each (`--token-prompts`), the recorded best on the first
+`--limit`, the step calibration on the first `--step-limit` (documented subsets: a full run does not
+fit a 2-core session).
 """
 from __future__ import annotations
 
@@ -31,8 +33,8 @@ from pathlib import Path
 from common.cli import CliParser, cli_entry, parse_stages, require_positive
 
 from experiments.campaigns.smollm2 import (DATASETS, STAGES, Run, _record, best_run, best_runs_path,
-                                          TOKEN_PROMPTS, stage_latency, stage_profile, stage_steps, stage_tokens,
-                                          step_path)
+                                          TOKEN_PROMPTS, stage_chains, stage_latency, stage_profile, stage_steps,
+                                          stage_tokens, step_path)
 from experiments.campaigns.smollm2_report import ar_context, sweep_result, write_report
 
 
@@ -57,8 +59,8 @@ def stage_tables(args, log) -> None:
     write_report(args, log)
 
 
-STAGE_FUNCTIONS = {"latency": stage_latency, "tokens": stage_tokens, "steps": stage_steps, "profile": stage_profile,
-                   "best": stage_best, "tables": stage_tables}
+STAGE_FUNCTIONS = {"latency": stage_latency, "tokens": stage_tokens, "chains": stage_chains, "steps": stage_steps,
+                   "profile": stage_profile, "best": stage_best, "tables": stage_tables}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,8 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", type=Path, default=Path("data/profiles/smollm2-135m-cpu.json"), help="Profile to write")
     p.add_argument("--report", type=Path, default=Path("examples/smollm2_cpu"), help="tables and report folder")
     p.add_argument("--token-prompts", default=TOKEN_PROMPTS,
-                   help="the prompts of the TokenTraces, over mtbench, humaneval and codeedit (default: the "
-                        "bundled 48 per set, experiments.campaigns.smollm2.TOKEN_PROMPTS; prompt lookup's "
+                   help="the prompts of the TokenTraces and chains, over mtbench, humaneval and codeedit (default: "
+                        "the bundled 48 per set, experiments.campaigns.smollm2.TOKEN_PROMPTS; prompt lookup's "
                         "acceptance is replayed on their outputs)")
     p.add_argument("--limit", type=int, default=12,
                    help="prompts per dataset of the recorded best (the first ones; default 12, as bundled)")

@@ -22,7 +22,7 @@ from methods.spec import drafter_fixed, engine_config, priced_config
 from methods import MethodConfig
 from traces.record import teacher_forced_methods
 
-STAGES = ("latency", "tokens", "steps", "profile", "best", "tables")
+STAGES = ("latency", "tokens", "chains", "steps", "profile", "best", "tables")
 DATASETS = {"mt-bench": "mtbench", "humaneval": "humaneval", "code-edit": "codeedit"}   # profile name -> prompt set
 VANILLA_VOCAB = 8192          # the draft vocabulary the bundled vanilla drafter was trained with
 TARGET_ARCH = "smollm2-135m"
@@ -102,6 +102,12 @@ CHAIN_RUNS = {d: _on(spec.config(), d) for spec in reversed(methods.specs()) if 
 # teacher-forced TokenTraces: drafter -> the configuration whose decoder scores a sequence with it
 TOKEN_DRAFTERS = {d: methods.get(m).config() for m in reversed(teacher_forced_methods())
                   for d in drafters_of(methods.get(m))}
+# the drafters no decoder scores in one pass (GLIDE's cross-attention, CORAL's features): greedy
+# chains of one draft, decoded for real on the TokenTraces' prompts (untimed: acceptance does not
+# depend on the clock), give their first draft's acceptance in chains of one, the configuration
+# the sweep picks for them; deeper positions come from CHAIN_RUNS' timed chains (two prompts)
+ACCEPTANCE_CHAINS = {d: Run(run.config.replace(gamma=1), d) for d, run in CHAIN_RUNS.items()
+                     if d not in TOKEN_DRAFTERS}
 
 
 def slug(text: str) -> str:
@@ -161,6 +167,10 @@ def token_path(args, drafter: str, dataset: str) -> Path:
     return args.out / f"tokens_{drafter}_{dataset}.parquet"
 
 
+def chain_path(args, label: str, dataset: str) -> Path:
+    return args.out / f"chains_{slug(label)}_{dataset}.parquet"
+
+
 def step_path(args, label: str, dataset: str) -> Path:
     return args.out / f"steps_{slug(label)}_{dataset}.parquet"
 
@@ -169,6 +179,13 @@ def stage_tokens(args, log) -> None:
     for drafter, config in TOKEN_DRAFTERS.items():
         for dataset in DATASETS:
             _record(args, config, drafter, dataset, token_path(args, drafter, dataset), log, teacher_forced=True,
+                    prompts=token_prompts(args)[dataset])
+
+
+def stage_chains(args, log) -> None:
+    for drafter, run in ACCEPTANCE_CHAINS.items():
+        for dataset in DATASETS:
+            _record(args, run.config, drafter, dataset, chain_path(args, run.label, dataset), log,
                     prompts=token_prompts(args)[dataset])
 
 
@@ -292,7 +309,7 @@ def stage_profile(args, log) -> None:
         latency[model] = fitted
     steps = {(run, dataset): read_trace(step_path(args, run.label, dataset), kind="step")[0]
              for dataset in DATASETS for run in RUNS}                   # every StepTrace, read once
-    acceptance, sources = {}, []
+    acceptance, sources, chained = {}, [], set()
     for dataset in DATASETS:
         for drafter in TOKEN_DRAFTERS:
             path = token_path(args, drafter, dataset)
@@ -301,13 +318,15 @@ def stage_profile(args, log) -> None:
                 frame, drafter=drafter, dataset=dataset, temperature=0.0,
                 conf_ks=sorted(set(DEFAULT_CONF_KS) | set(PAPER_BINS)), source=f"token trace {path.name}")
             sources.append(path)
-        for drafter, run in CHAIN_RUNS.items():     # drafters without a teacher-forced trace
-            if drafter in TOKEN_DRAFTERS:
-                continue
-            path = step_path(args, run.label, dataset)
+        for drafter, run in ACCEPTANCE_CHAINS.items():     # drafters without a teacher-forced trace
+            chains, timed = chain_path(args, run.label, dataset), step_path(args, CHAIN_RUNS[drafter].label, dataset)
+            ones = read_trace(chains, kind="step")[0]
+            chained |= set(ones["prompt_id"])
             acceptance[f"{drafter}/{dataset}/T0/steps"] = fit_step_acceptance(
-                steps[run, dataset], drafter=drafter, dataset=dataset, temperature=0.0, source=f"step trace {path.name}")
-            sources.append(path)
+                pd.concat([ones, steps[CHAIN_RUNS[drafter], dataset]], ignore_index=True), drafter=drafter,
+                dataset=dataset, temperature=0.0, source=f"greedy chains {chains.name} ({ones['prompt_id'].nunique()} "
+                f"prompts) and step trace {timed.name}")
+            sources += [chains, timed]
         for spec in methods.specs():        # methods with an acceptance part of their own
             own_runs = [run for run in RUNS if run.method == spec.name]
             paths = [step_path(args, run.label, dataset) for run in own_runs]
@@ -320,7 +339,7 @@ def stage_profile(args, log) -> None:
                 acceptance[f"{spec.name}/{dataset}"] = own
                 sources += paths
     step_runs = [StepRun(frame, run.drafter, dataset) for (run, dataset), frame in steps.items()]
-    calibrated = sorted({pid for r in step_runs for pid in r.frame["prompt_id"]}
+    calibrated = sorted({pid for r in step_runs for pid in r.frame["prompt_id"]} | chained
                         | {pid for dataset in DATASETS for d in TOKEN_DRAFTERS
                            for pid in read_trace(token_path(args, d, dataset), kind="token")[0]["prompt_id"]})
     profile = Profile(

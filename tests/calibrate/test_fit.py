@@ -1,6 +1,7 @@
 """calibrate.fit_acceptance and the calibrate.fit CLI against synthetic traces from known parameters."""
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy.stats import beta as beta_dist
 
@@ -109,6 +110,24 @@ def test_step_fit_recovers_per_position_betas():
     reached = 8000 * np.concatenate([[1], np.cumprod(betas)[:-1]])
     assert np.all(np.abs(np.array(entry["alpha_by_position"]) - betas) < 4 * _sigma(np.array(betas), reached))
     assert entry["conf_bins"]["topk_hit"]["1"][9] > entry["conf_bins"]["topk_hit"]["1"][1]
+
+
+def test_step_fit_keeps_each_chain_lengths_own_betas():
+    """Chains of one draft and of four, fitted together (experiments.smollm2_cpu's GLIDE and CORAL
+    chains): each length's betas are its own, and a chain of one is priced by them."""
+    from calibrate.acceptance import AcceptanceModel
+
+    one, _ = synthetic_chain_steps([0.5], n_steps=8000, seed=1)
+    four, _ = synthetic_chain_steps([0.3, 0.6, 0.7, 0.8], n_steps=8000, seed=2)
+    entry = fit_step_acceptance(pd.concat([one, four], ignore_index=True))
+    at_gamma = entry["alpha_by_position_at_gamma"]
+    assert sorted(at_gamma) == ["1", "4"] and entry["alpha_by_position"] == at_gamma["4"]
+    assert at_gamma["1"][0] == pytest.approx(0.5, abs=4 * _sigma(0.5, 8000))
+    assert at_gamma["4"][0] == pytest.approx(0.3, abs=4 * _sigma(0.3, 8000))
+    model = AcceptanceModel.from_dict(entry, name="chains")
+    assert model.beta(1)[0] == pytest.approx(at_gamma["1"][0]) and model.beta(4).tolist() == at_gamma["4"]
+    assert "alpha_by_position_at_gamma" not in fit_step_acceptance(four)      # one length: nothing to tell apart
+    assert entry["fit"]["n_prompts"] == 1
 
 
 @pytest.mark.parametrize("spread", [0, 1])
