@@ -33,7 +33,7 @@ from pathlib import Path
 from common.cli import CliParser, cli_entry, parse_stages, require_positive
 
 from experiments.campaigns.smollm2 import (DATASETS, STAGES, Run, _record, best_run, best_runs_path,
-                                          TOKEN_PROMPTS, stage_chains, stage_latency, stage_profile, stage_steps,
+                                          stage_chains, stage_latency, stage_profile, stage_steps,
                                           stage_tokens, step_path)
 from experiments.campaigns.smollm2_report import ar_context, sweep_result, write_report
 
@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("data/traces/smollm2-cpu"), help="trace folder")
     p.add_argument("--profile", type=Path, default=Path("data/profiles/smollm2-135m-cpu.json"), help="Profile to write")
     p.add_argument("--report", type=Path, default=Path("examples/smollm2_cpu"), help="tables and report folder")
-    p.add_argument("--token-prompts", default=TOKEN_PROMPTS,
+    p.add_argument("--token-prompts", default=None,
                    help="the prompts of the TokenTraces and chains, over mtbench, humaneval and codeedit (default: "
                         "the bundled 48 per set, experiments.campaigns.smollm2.TOKEN_PROMPTS; prompt lookup's "
                         "acceptance is replayed on their outputs)")

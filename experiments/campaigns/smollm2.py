@@ -194,7 +194,7 @@ def token_prompts(args) -> dict[str, str]:
     from runtime.prompts import parse_prompt_mix
 
     parts: dict[str, list[str]] = {}
-    for name, lo, hi in parse_prompt_mix(args.token_prompts):
+    for name, lo, hi in parse_prompt_mix(getattr(args, "token_prompts", None) or TOKEN_PROMPTS):
         if name not in DATASETS.values():
             raise InputError(f"--token-prompts: '{name}' is not one of the campaign's prompt sets "
                              f"({', '.join(DATASETS.values())})")

@@ -228,7 +228,7 @@ RERUN_ROWS = [
     ("experiments.reproduce", ["--out", "{out}"], "run"),
     ("traces.check_replay", ["--target", "tiny", "--out", "{out}"], "run"),
     ("experiments.gpu_campaign", ["--tiny", "--out", "{out}"], "run"),
-    ("experiments.fidelity", ["--profile", SMOLLM2, "--target", "smollm2", "--prompts", "mtbench:13-15", "--out", "{out}"],
+    ("experiments.fidelity", ["--profile", SMOLLM2, "--target", "smollm2", "--prompts", "mtbench:48-50", "--out", "{out}"],
      "files"),
     ("traces.timing", ["--model", "tiny", *TINY_GRID, "--out", "{out}/t.parquet"], "file"),
     # every other writer (issue 30): refused before any model loads or any fit runs

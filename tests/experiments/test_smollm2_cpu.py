@@ -14,7 +14,7 @@ from common.errors import InputError
 
 def test_unknown_stage_and_bad_numbers_are_one_line_exit_2(capsys, tmp_path):
     assert smollm2_cli.main(["--stages", "latency,nope", "--out", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.strip() == "error: unknown stage 'nope' (known: latency, tokens, steps, profile, best, tables)"
+    assert capsys.readouterr().err.strip() == "error: unknown stage 'nope' (known: latency, tokens, chains, steps, profile, best, tables)"
     assert smollm2_cli.main(["--limit", "0", "--out", str(tmp_path)]) == 2
 
 
