@@ -17,9 +17,10 @@ from pathlib import Path
 
 from common.cli import CliParser, cli_entry, parse_stages, require_positive
 from common.errors import InputError
-from experiments.campaigns.transformers_peer import PROFILE, TRACES, stage_latency, stage_profile, stage_steps
+from experiments.campaigns.transformers_peer import (PROFILE, TRACES, stage_latency, stage_profile, stage_steps,
+                                                     stage_tokens)
 
-STAGES = {"latency": stage_latency, "steps": stage_steps, "profile": stage_profile}
+STAGES = {"latency": stage_latency, "tokens": stage_tokens, "steps": stage_steps, "profile": stage_profile}
 
 
 def build_parser() -> argparse.ArgumentParser:

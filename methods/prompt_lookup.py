@@ -23,10 +23,19 @@ the recorded steps its effect is within the fit's noise, and the model leaves it
 without a match verifies the pending token alone, one with a match it and its gamma proposals
 (`step_shape` prices that distribution); a match near the context's end proposes fewer, which the
 fit reads from each step and the closed form does not.
+
+The chain is a model of seven parameters and misses configurations off its calibration grid by up
+to ~8-10% (n_max's effect, proposals cut short near the context's end). Under greedy decoding the
+exact answer is free: every configuration's steps follow from the calibration outputs
+(`traces.lookup_replay`). So an entry may also hold `replayed`: each sweep configuration's tokens per
+step and share of steps that propose, replayed on its calibration outputs of `replayed_new_tokens`
+tokens (`replay_table`). The closed form then takes the replay, carried to another generation
+length by the chain's own ratio between the two lengths (`replayed_at`); the simulator still draws
+steps from the chain (a per-step law the replay's averages do not give).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -68,6 +77,8 @@ class MatchAcceptance:
     rho: float
     sigma: float
     catch: float = 1.0      # entry per extra token of n_min (1: n_min does not change how copies are found)
+    replayed: dict[str, tuple[float, float]] | None = field(default=None, compare=False)   # label -> (tokens/step, proposing share)
+    replayed_new_tokens: int | None = None   # the generation length the replay ran
 
     def to_dict(self) -> dict[str, float]:
         return {k: getattr(self, k) for k in PARAMETERS}
@@ -123,6 +134,30 @@ def generation_reach(part: MatchAcceptance, n_min, n_max, gamma, new_tokens: int
     for _ in range(FIXED_POINT_ROUNDS):
         steps = new_tokens / generation_tokens(part.reach(n_min, n_max, gamma, steps), new_tokens)
     return part.reach(n_min, n_max, gamma, steps), steps
+
+
+def replay_table(steps: pd.DataFrame) -> dict[str, list[float]]:
+    """label -> [tokens per step, share of steps that propose] of each configuration's steps (rows as
+    `PromptLookup._steps` gives them, replayed or measured)."""
+    return {label: [round(float(rows["accepted"].mean()), 5), round(float((rows["drafted"] > 0).mean()), 5)]
+            for label, rows in steps.groupby("config")}
+
+
+def replayed_at(part: MatchAcceptance, labels, n_min, n_max, gamma, new_tokens: int | None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens per step, proposing share) of each configuration from the entry's replay, carried from
+    the replay's generation length to `new_tokens` (None: the stationary chain) by the chain's
+    ratio between the two; NaN for a configuration the replay does not hold (module docstring)."""
+    n = len(labels)
+    if not part.replayed:
+        return np.full(n, np.nan), np.full(n, np.nan)
+    held = np.array([part.replayed.get(label, (np.nan, np.nan)) for label in labels], float).reshape(n, 2)
+    base = part.replayed_new_tokens
+    reach_at, steps_at = generation_reach(part, n_min, n_max, gamma, new_tokens)
+    reach_base, steps_base = generation_reach(part, n_min, n_max, gamma, base)
+    tokens = held[:, 0] * generation_tokens(reach_at, new_tokens) / generation_tokens(reach_base, base)
+    proposing = held[:, 1] * part.matched(n_min, gamma, steps_at) / part.matched(n_min, gamma, steps_base)
+    return tokens, np.clip(proposing, 0.0, 1.0)
 
 
 class MatchSampler(Sampler):
@@ -248,8 +283,11 @@ class PromptLookup(MethodSpec):
         return (frame[c].to_numpy(np.int64) for c in ("n_min", "n_max", "gamma"))
 
     def expected_tokens(self, setup, frame):
-        reach, _ = generation_reach(self._part(setup), *self._columns(frame), setup.new_tokens)
-        return generation_tokens(reach, setup.new_tokens)
+        """The entry's replay where it holds the configuration, else the chain (module docstring)."""
+        part, columns = self._part(setup), tuple(self._columns(frame))
+        reach, _ = generation_reach(part, *columns, setup.new_tokens)
+        replayed, _ = replayed_at(part, self.config.labels(frame), *columns, setup.new_tokens)
+        return np.where(np.isnan(replayed), generation_tokens(reach, setup.new_tokens), replayed)
 
     def step_shape(self, setup, frame):
         """One target forward of the pending token, and of the gamma proposals when a match was found
@@ -260,7 +298,8 @@ class PromptLookup(MethodSpec):
         if has_part:
             part = self._part(setup)
             _, steps = generation_reach(part, n_min, n_max, gamma, setup.new_tokens)
-            found = part.matched(n_min, gamma, steps)
+            _, replayed = replayed_at(part, self.config.labels(frame), n_min, n_max, gamma, setup.new_tokens)
+            found = np.where(np.isnan(replayed), part.matched(n_min, gamma, steps), replayed)
         else:
             found = np.ones(len(frame))
         tokens = np.stack([np.ones(len(frame)), 1.0 + gamma], axis=1)
@@ -279,7 +318,19 @@ class PromptLookup(MethodSpec):
             value = raw.get(key, 1.0)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
                 raise InputError(f"{where}: {self.name}.{key} must be a probability in [0, 1], got {value!r}")
-        return MatchAcceptance(**{k: float(raw.get(k, 1.0)) for k in PARAMETERS})
+        replayed, length = raw.get("replayed"), raw.get("replayed_new_tokens")
+        if replayed is not None:
+            if not isinstance(replayed, dict) or not isinstance(length, int) or length < 1:
+                raise InputError(f"{where}: {self.name}.replayed needs a mapping of configuration labels and "
+                                 "replayed_new_tokens, a whole number >= 1")
+            for label, pair in replayed.items():
+                if (not isinstance(pair, (list, tuple)) or len(pair) != 2 or not isinstance(pair[0], (int, float))
+                        or not isinstance(pair[1], (int, float)) or pair[0] < 1 or not 0 <= pair[1] <= 1):
+                    raise InputError(f"{where}: {self.name}.replayed['{label}'] must be [tokens per step >= 1, "
+                                     f"a share in [0, 1]], got {pair!r}")
+            replayed = {self.parse(label).label: (float(a), float(b)) for label, (a, b) in replayed.items()}
+        return MatchAcceptance(**{k: float(raw.get(k, 1.0)) for k in PARAMETERS}, replayed=replayed,
+                               replayed_new_tokens=length if replayed is not None else None)
 
     def fit_steps(self, frame, *, dataset, temperature, source):
         """`MatchAcceptance` by maximum likelihood of every generation's steps (each in order, its
@@ -305,6 +356,22 @@ class PromptLookup(MethodSpec):
                         "heldout_error_median": round(float(np.median(errors)), 4),
                         "heldout_error_max": round(float(np.max(errors)), 4)},
                 "source": f"{source}: maximum likelihood over every measured step"}
+
+    def fit_replayed(self, frame, *, dataset, temperature, source):
+        """`fit_steps` on the calibration configurations among `frame`'s, steps replayed on greedy
+        outputs (traces.lookup_replay), with every configuration's replay in the entry (`replayed`,
+        module docstring)."""
+        steps = self._steps(frame, source)
+        calibration = {c.label for c in self.calibration_configs()}
+        missing = sorted(calibration - set(steps["config"]))
+        if missing:
+            raise InputError(f"{source}: the replay lacks calibration configuration '{missing[0]}'")
+        entry = self.fit_steps(frame[steps["config"].isin(calibration).to_numpy()], dataset=dataset,
+                               temperature=temperature, source=source)
+        entry[self.name]["replayed"] = replay_table(steps)
+        entry[self.name]["replayed_new_tokens"] = int(round(steps.groupby(["config", "run_id", "prompt_id"])["accepted"]
+                                                            .sum().mean()))
+        return entry
 
     def _steps(self, frame, source) -> pd.DataFrame:
         rows = frame[frame["method"] == self.name].copy()

@@ -170,9 +170,9 @@ def load_hf(spec: str, *, dtype: torch.dtype | None = None, device: str | torch.
     return LoadedModel(model.eval(), tokenizer, spec)
 
 
-def load_transformers(spec: str, *, gguf_file: str | None = None):
-    """(transformers causal LM in fp32 on the CPU, its tokenizer) of a hub id, local directory or .gguf
-    file (`smollm2`: the bundled GGUF), with one-line errors."""
+def load_transformers(spec: str, *, gguf_file: str | None = None, tokenizer: bool = True):
+    """(transformers causal LM in fp32 on the CPU, its tokenizer, or None without `tokenizer`) of a
+    hub id, local directory or .gguf file (`smollm2`: the bundled GGUF), with one-line errors."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if spec == "smollm2":
@@ -190,11 +190,11 @@ def load_transformers(spec: str, *, gguf_file: str | None = None):
         kwargs.update(hub_source(spec))
     try:
         hf = AutoModelForCausalLM.from_pretrained(location, dtype=torch.float32, **kwargs)
-        tokenizer = AutoTokenizer.from_pretrained(location, **kwargs)
+        words = AutoTokenizer.from_pretrained(location, **kwargs) if tokenizer else None
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputError(f"cannot load model '{spec}': {first}") from None
-    return hf.eval(), tokenizer
+    return hf.eval(), words
 
 
 HUB_PROBE_S = 3.0        # how long to wait for the hub before calling it unreachable

@@ -21,12 +21,15 @@ number of timed runs. On a GPU each run is timed with CUDA events around the for
 host synchronisation inside it); on a CPU with perf_counter. A point that stands out from its
 context neighbours (longer than with more context, or a jump over the next smaller context: a
 stall of a shared machine, not the model) is timed again, up to three rounds, keeping the faster
-median (`retime_outliers`).
+median (`retime_outliers`). `--rounds R` passes over the whole grid R times and keeps each point's
+median of the passes' medians (`across_rounds`): on a shared machine whose speed drifts for
+minutes at a time, a point's samples then come from R spells, not one.
 `--mode` (default graph on a GPU, eager on a CPU) picks the runtime mode of the cache forwards
 (runtime.cache): in graph mode each point's forward is captured in its warm-up and replayed when
 timed; every row says its mode (heads are plain eager ops). `--linear plain` times the
-projections as `F.linear` (as transformers' own modules multiply) instead of `runtime.linear`'s
-few-row CPU path, for a peer engine's Profile; the file's metadata says which.
+projections as `F.linear` instead of `runtime.linear`'s few-row CPU path. `--engine transformers`
+times transformers' own modules instead of this project's (`traces.timing_transformers`), for a
+peer engine that runs them; the file's metadata says which engine and path.
 """
 from __future__ import annotations
 
@@ -60,6 +63,7 @@ DTYPE_NAMES = {**{v: k for k, v in DTYPES.items()}, torch.float64: "fp64"}
 GPU_GRID = {"tokens": (1, 2, 4, 8, 16, 32, 64, 128, 256), "ctx": (0, 512, 1024, 2048, 4096), "batch": (1, 2, 4, 8)}
 CPU_GRID = {"tokens": (1, 4, 16, 64, 256), "ctx": (0, 1024, 4096), "batch": (1, 2)}
 LINEAR_PATHS = ("few-row", "plain")   # runtime.linear on or off (--linear)
+ENGINES = ("specsim", "transformers")  # whose forwards are timed (--engine)
 
 
 def int_list(text: str, name: str, minimum: int) -> tuple[int, ...]:
@@ -140,7 +144,10 @@ class Timer:
 
 def filled_cache(model: Llama, batch: int, ctx_len: int, extra: int, seed: int, mode: str = "eager",
                  runner=None) -> KVCache:
-    """A KV cache (of runtime `mode`) holding `ctx_len` random entries, with room for `extra` more."""
+    """A KV cache (of runtime `mode`) holding `ctx_len` random entries, with room for `extra` more
+    (a transformers model fills its own: `traces.timing_transformers`)."""
+    if hasattr(model, "filled_cache"):
+        return model.filled_cache(batch, ctx_len, seed)
     if mode == "eager":
         cache = model.new_cache(batch=batch, capacity=ctx_len + extra)
     else:
@@ -259,6 +266,15 @@ def retime_outliers(rows: list[dict], point: Callable[[int, int, int], tuple[flo
     return len(retimed)
 
 
+def across_rounds(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per point from the rounds' rows: the median of their medians, their timed runs summed
+    (`--rounds`: a point timed in several passes over the grid, minutes apart, so that a slow
+    spell of a shared machine moves one of its samples, not the point)."""
+    keys = [c for c in frame.columns if c not in ("seconds", "repeats")]
+    return (frame.groupby(keys, sort=False, dropna=False)
+            .agg(seconds=("seconds", "median"), repeats=("repeats", "sum")).reset_index()[list(frame.columns)])
+
+
 def profile_head(model: Llama, router: LMHeadRouter | None, grid: Grid, timer: Timer, seed: int,
                  progress=None, done: Finished | None = None) -> list[dict]:
     """Rows for the final norm + LM head (plain, or routed) on n x batch hidden states."""
@@ -319,6 +335,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--point-seconds", type=float, default=None,
                         help="stop repeating a point (after --min-repeats) once it used this many seconds "
                              "(default 2 on a CPU, unlimited on a GPU)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="passes over the whole grid; each point keeps the median of its passes' medians "
+                             "(several on a machine whose speed drifts) (default %(default)s)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default=None,
                         help="weights and activations dtype (default bf16 on a GPU, fp32 on a CPU)")
     parser.add_argument("--device", default=None, help="cpu or cuda[:i] (default: cuda if available)")
@@ -332,6 +351,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="how projections multiply: few-row (runtime.linear's CPU path for 1-8 rows, as this "
                              "project's engine runs) or plain (F.linear throughout, as transformers' own modules run) "
                              "(default few-row)")
+    parser.add_argument("--engine", choices=ENGINES, default="specsim",
+                        help="whose forwards: this project's (specsim) or transformers' own modules and DynamicCache "
+                             "(transformers: eager, no --router; for a peer engine that runs transformers) "
+                             "(default %(default)s)")
     parser.add_argument("--out", required=True,
                         help="output LatencyTrace parquet file; finished points are journalled to OUT.partial.jsonl "
                              "as they come, and a run with the same options resumes from it")
@@ -357,8 +380,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     defaults = GPU_GRID if device.type == "cuda" else CPU_GRID
     grid = Grid(*(int_list(getattr(args, axis) or ",".join(map(str, defaults[axis])), axis, 0 if axis == "ctx" else 1)
                   for axis in ("tokens", "ctx", "batch")))
-    if args.warmup < 0 or args.repeats < 1 or args.min_repeats < 1:
-        raise InputError("--warmup must be >= 0, --repeats and --min-repeats >= 1")
+    if args.warmup < 0 or args.repeats < 1 or args.min_repeats < 1 or args.rounds < 1:
+        raise InputError("--warmup must be >= 0, --repeats, --min-repeats and --rounds >= 1")
     if args.point_seconds is not None and not args.point_seconds > 0:
         raise InputError(f"--point-seconds must be > 0, got {args.point_seconds}")
     point_seconds = args.point_seconds if args.point_seconds is not None else (
@@ -376,14 +399,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                                       "batch": list(grid.batch), "device": str(device), "dtype": dtype_name,
                                       "hardware": hardware, "mode": mode},
                            args.overwrite, args.resume)
-    target = load_model(args.model, dtype=dtype, device=device, seed=args.seed)
-    model = target.model.to(device=device, dtype=dtype)
     units: list[tuple[str, str, Llama | LMHeadRouter | None, bool]] = []  # name, role, module, is_head
-    if not args.no_target:
-        units.append((target.name, "target", model, False))
-    for spec in args.drafter:
-        drafter = load_drafter(spec, target)  # layers:K, or a model with the target's vocabulary
-        units.append((drafter.name, "draft", drafter.model.to(device=device, dtype=dtype), False))
+    if args.engine == "transformers":
+        if routers or mode != "eager":
+            raise InputError("--engine transformers times eager forwards only: no --router, --mode eager")
+        from traces.timing_transformers import load_units
+
+        units = [(name, role, fwd, False) for name, role, fwd in load_units(args.model, args.drafter, dtype, device,
+                                                                              quiet=args.progress is False)
+                 if role != "target" or not args.no_target]
+        target_name = args.model
+    else:
+        target = load_model(args.model, dtype=dtype, device=device, seed=args.seed)
+        model = target.model.to(device=device, dtype=dtype)
+        target_name = target.name
+        if not args.no_target:
+            units.append((target.name, "target", model, False))
+        for spec in args.drafter:
+            drafter = load_drafter(spec, target)  # layers:K, or a model with the target's vocabulary
+            units.append((drafter.name, "draft", drafter.model.to(device=device, dtype=dtype), False))
     if routers:
         units.append((f"{target.name}:lm_head", "lm_head", None, True))
         for groups, top_n in routers:
@@ -397,23 +431,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tqdm import tqdm
 
     rows: list[dict] = []
-    with tqdm(total=total, disable=not progress_enabled(args.progress), unit="point", desc="profile") as progress, \
-            use_skinny(args.linear == "few-row"):
-        for name, role, module, is_head in units:
-            progress.set_postfix_str(f"{role} {name}")
-            done = Finished(log, f"{role}/{name}")
-            found = (profile_head(model, module, grid, timer, args.seed, progress, done) if is_head
-                     else profile_model(module, grid, timer, args.seed, progress, done, mode))
-            rows += [{"model": name, "hardware": hardware, "dtype": dtype_name, "role": role,
-                      "mode": "eager" if is_head else mode, **r} for r in found]
-    frame = pd.DataFrame(rows, columns=[*schema.LATENCY_COLUMNS, "mode"])
+    with tqdm(total=total * args.rounds, disable=not progress_enabled(args.progress), unit="point",
+              desc="profile") as progress, use_skinny(args.linear == "few-row"):
+        for round_ in range(args.rounds):
+            for name, role, module, is_head in units:
+                progress.set_postfix_str(f"{role} {name}")
+                done = Finished(log, f"{role}/{name}" + (f"#{round_}" if args.rounds > 1 else ""))
+                found = (profile_head(model, module, grid, timer, args.seed, progress, done) if is_head
+                         else profile_model(module, grid, timer, args.seed, progress, done, mode))
+                rows += [{"model": name, "hardware": hardware, "dtype": dtype_name, "role": role,
+                          "mode": "eager" if is_head else mode, **r} for r in found]
+    frame = across_rounds(pd.DataFrame(rows, columns=[*schema.LATENCY_COLUMNS, "mode"]))
     metadata = schema.RunMetadata(
-        kind="latency", models={"target": target.name, **{f"draft{i}": s for i, s in enumerate(args.drafter)}},
+        kind="latency", models={"target": target_name, **{f"draft{i}": s for i, s in enumerate(args.drafter)}},
         hardware=hardware, dtype=dtype_name, seed=args.seed, commit=git_commit(),
         extra={"device": str(device), "threads": torch.get_num_threads(), "warmup": args.warmup,
                "point_seconds": None if point_seconds == float("inf") else point_seconds,
                "tokens": list(grid.tokens), "ctx": list(grid.ctx), "batch": list(grid.batch),
-               "routers": [f"{g}:{n}" for g, n in routers], "torch": torch.__version__, "linear": args.linear},
+               "routers": [f"{g}:{n}" for g, n in routers], "torch": torch.__version__, "linear": args.linear,
+               "engine": args.engine, "rounds": args.rounds},
     )
     schema.write_trace(args.out, frame, metadata)
     log.remove()

@@ -331,9 +331,11 @@ def stage_profile(args, log) -> None:
             paths = [step_path(args, run.label, dataset) for run in own_runs]
             frame = pd.concat([steps[run, dataset] for run in own_runs], ignore_index=True) if own_runs else None
             source = "step traces " + ", ".join(p.name for p in paths)
+            fit = spec.fit_steps
             if spec.name in OUTPUT_REPLAYED and own_runs:
-                frame, paths, source = replayed_from_outputs(args, spec, dataset)
-            own = None if frame is None else spec.fit_steps(frame, dataset=dataset, temperature=0.0, source=source)
+                frame, paths, source = replayed_from_outputs(args, spec, dataset, sweep=True)
+                fit = spec.fit_replayed
+            own = None if frame is None else fit(frame, dataset=dataset, temperature=0.0, source=source)
             if own is not None:
                 acceptance[f"{spec.name}/{dataset}"] = own
                 sources += paths
@@ -369,10 +371,11 @@ def stage_profile(args, log) -> None:
 OUTPUT_REPLAYED = ("prompt_lookup",)
 
 
-def replayed_from_outputs(args, spec, dataset: str, drop_first_step: bool = False) -> tuple[pd.DataFrame, list[Path], str]:
-    """(StepTrace rows, source files, source text) of `spec`'s calibration configurations replayed
-    (`traces.lookup_replay`, each generation's first step left out with `drop_first_step`) on the
-    greedy outputs a TokenTrace of `dataset` holds."""
+def replayed_from_outputs(args, spec, dataset: str, drop_first_step: bool = False,
+                          sweep: bool = False) -> tuple[pd.DataFrame, list[Path], str]:
+    """(StepTrace rows, source files, source text) of `spec`'s calibration configurations (`sweep`:
+    and every configuration of its sweep space) replayed (`traces.lookup_replay`, each generation's
+    first step left out with `drop_first_step`) on the greedy outputs a TokenTrace of `dataset` holds."""
     from runtime.prompts import builtin_prompts, encode_prompt
     from traces.lookup_replay import replayed_steps
     from traces.schema import read_trace
@@ -382,7 +385,11 @@ def replayed_from_outputs(args, spec, dataset: str, drop_first_step: bool = Fals
     outputs = {pid: rows.sort_values("pos")["token"].tolist() for pid, rows in frame.groupby("prompt_id", sort=False)}
     tokenizer = _tokenizer()
     prompts = {p.prompt_id: list(encode_prompt(p, tokenizer)) for p in builtin_prompts(list(outputs))}
-    steps = replayed_steps(prompts, outputs, spec.calibration_configs(), drop_first_step=drop_first_step)
+    configs = list(spec.calibration_configs())
+    if sweep:
+        labels = {c.label for c in configs}
+        configs += [c for c in spec.configs_of(spec.space(None)) if c.label not in labels]
+    steps = replayed_steps(prompts, outputs, configs, drop_first_step=drop_first_step)
     first = ", first steps left out" if drop_first_step else ""
     return steps, [path], f"replayed on the greedy outputs of {len(outputs)} prompts in {path.name}{first}"
 

@@ -63,6 +63,21 @@ def assistant_from_vanilla(hf_target, path: str | Path, ours):
     return assistant
 
 
+def teacher_forced_rows(hf_target, assistant, ids: list[int], output: list[int]) -> list[dict]:
+    """TokenTrace rows (pos, token, draft_rank, ...) of `assistant` along a greedy `output` of the
+    target after prompt `ids`: both models' logits at every output position from one forward each.
+    Up to its first miss an assisted step's drafts are the assistant's argmax along the output, so
+    these rows replay transformers' greedy assisted steps of any draft length."""
+    from runtime.engine import Sampling
+    from traces.record import token_statistics
+
+    seq = torch.tensor([ids + output[:-1]])
+    with torch.inference_mode():
+        p_logits, q_logits = (m(input_ids=seq).logits[0, len(ids) - 1:] for m in (hf_target, assistant))
+    stats = token_statistics(p_logits, q_logits, torch.tensor(output), Sampling())
+    return [{"pos": pos, "token": output[pos], **{k: v[pos] for k, v in stats.items()}} for pos in range(len(output))]
+
+
 def check_same_tokenizer(target_tokenizer, assistant, name: str) -> None:
     """An assistant must read and write the target's tokens."""
     have = getattr(assistant.config, "vocab_size", None)

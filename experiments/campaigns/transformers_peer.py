@@ -3,15 +3,23 @@ by transformers' own `generate` on this CPU, calibrated like the project's engin
 
 Stages:
 0. `latency`: the forwards' latency tables of SmolLM2 and of the assistant's shape (the target's
-   first layer with the full head) timed as transformers multiplies (`traces.timing --linear plain`:
-   `F.linear` throughout, not this project's few-row CPU path) -> `latency.parquet` in `--out`;
-1. `steps`: StepTraces of the calibration configurations (`CALIBRATION`: plain decoding, prompt
+   first layer with the full head), transformers' own modules timed (`traces.timing --engine
+   transformers`: its attention, DynamicCache and `F.linear`, not this project's forward) ->
+   `latency.parquet` in `--out`;
+1. `tokens`: TokenTraces of the assistant: transformers' assistant model and target scored
+   teacher-forced on the greedy outputs the SmolLM2 TokenTraces hold (`--smollm2`, 48 prompts per
+   dataset) -> `tokens_vanilla-hf_<dataset>.parquet`. Under greedy decoding an assisted step's
+   drafts, up to its first miss, are the assistant's argmax along the output, so every draft
+   length's acceptance follows from one forward per prompt (`calibrate.fit_acceptance`), as it does
+   for the project's drafters: far more prompts than the timed steps afford;
+2. `steps`: StepTraces of the calibration configurations (`CALIBRATION`: plain decoding, prompt
    lookup, the exported vanilla drafter as assistant model) on the first `--step-limit` prompts of
    each dataset, every generation beside plain decoding of its prompt
    (`experiments.campaigns.measure.Bench(engine="transformers")`), written as the hf-assisted
    recorder writes them;
-2. `profile`: a Profile of the peer: those latency tables, acceptance (the assistant's read back
-   from its own traces through `calibrate.ingest`'s hf-assisted importer; prompt lookup's replayed on
+3. `profile`: a Profile of the peer: those latency tables, acceptance (the assistant's from its
+   TokenTraces, with the acceptance `calibrate.ingest`'s hf-assisted importer reads back from
+   transformers' own steps beside it as a check; prompt lookup's replayed on
    the SmolLM2 recordings' greedy outputs, `--smollm2`, since acceptance is the model's and the
    data's, not the engine's) and the engine
    calibration fitted on its steps (what transformers pays beyond the isolated forwards).
@@ -43,16 +51,59 @@ CALIBRATION: list[Candidate] = [
 ]
 
 
+LATENCY_ROUNDS = 3       # passes over the grid (traces.timing --rounds): this CPU's speed drifts for minutes
 LATENCY_NAMES = {"smollm2": TARGET_ARCH, "layers:1": DRAFTERS[ASSISTANT]["model"]}   # timed spec -> Profile model
 
 
 def stage_latency(args, log) -> None:
-    """The target's and the assistant shape's forwards, timed with transformers' F.linear."""
+    """The target's and the assistant shape's forwards, transformers' own modules timed."""
     out = args.out / "latency.parquet"
     if not out.exists():
-        run_module("traces.timing", ["--model", "smollm2", "--drafter", "layers:1", "--linear", "plain",
+        run_module("traces.timing", ["--model", "smollm2", "--drafter", "layers:1", "--engine", "transformers",
+                                     "--rounds", str(LATENCY_ROUNDS), "--repeats", "3",
                                      "--tokens", LATENCY_TOKENS, "--ctx", LATENCY_CTX, "--threads", str(args.threads),
                                      "--out", str(out), "--quiet"], log)
+
+
+def token_path(out: Path, dataset: str) -> Path:
+    return out / f"tokens_{ASSISTANT}_{dataset}.parquet"
+
+
+def stage_tokens(args, log) -> None:
+    """The assistant's TokenTraces (module docstring; those already recorded are kept)."""
+    import pandas as pd
+    import torch
+
+    from experiments.campaigns.smollm2 import TOKEN_DRAFTERS, token_path as smollm2_token_path
+    from experiments.campaigns.transformers_engine import assistant_from_vanilla, teacher_forced_rows
+    from runtime.models import load_model, load_transformers
+    from runtime.prompts import builtin_prompts, encode_prompt
+    from traces import schema
+    from traces.timing import git_commit
+
+    todo = [d for d in DATASETS if not token_path(args.out, d).exists()]
+    if not todo:
+        return
+    torch.set_num_threads(args.threads)
+    ours = load_model("smollm2")
+    hf, _ = load_transformers("smollm2")
+    assistant = assistant_from_vanilla(hf, args.drafters / DRAFTERS[ASSISTANT]["file"], ours.model)
+    for dataset in todo:
+        source = smollm2_token_path(SimpleNamespace(out=args.smollm2), next(iter(TOKEN_DRAFTERS)), dataset)
+        frame, _ = schema.read_trace(source, kind="token")
+        outputs = {pid: g.sort_values("pos")["token"].tolist() for pid, g in frame.groupby("prompt_id", sort=False)}
+        rows = []
+        with torch.inference_mode():
+            for prompt in builtin_prompts(list(outputs)):
+                rows += [{"run_id": f"{ASSISTANT}#teacher-forced", "prompt_id": prompt.prompt_id, **row}
+                         for row in teacher_forced_rows(hf, assistant, list(encode_prompt(prompt, ours.tokenizer)),
+                                                        outputs[prompt.prompt_id])]
+        meta = schema.RunMetadata(kind="token", models={"target": "smollm2", "draft": ASSISTANT}, hardware="CPU",
+                                  dtype="fp32", temperature=0.0, dataset=dataset, seed=0, commit=git_commit(),
+                                  extra={"engine": "transformers", "outputs": str(source),
+                                         "teacher_forced": "transformers' target and assistant over the outputs"})
+        schema.write_trace(token_path(args.out, dataset), pd.DataFrame(rows), meta)
+        log(f"wrote {token_path(args.out, dataset)} ({len(outputs)} prompts)")
 
 
 def step_path(out: Path, cand: Candidate, dataset: str) -> Path:
@@ -92,6 +143,7 @@ def stage_profile(args, log) -> None:
     import numpy as np
 
     from calibrate.engine import StepRun, fit_engine, workload
+    from calibrate.fit_acceptance import fit_token_acceptance
     from calibrate.ingest.hf_assisted import ingest
     from calibrate.ingest.result import IngestOptions
     from calibrate.latency import fit_latency
@@ -111,16 +163,24 @@ def stage_profile(args, log) -> None:
     acceptance, replayed = {}, set()
     spec = methods.get("prompt_lookup")
     for dataset in DATASETS:
+        tokens, _ = read_trace(token_path(args.out, dataset), kind="token")
+        entry = fit_token_acceptance(tokens, drafter=ASSISTANT, dataset=dataset, temperature=0.0,
+                                     source=f"token trace {token_path(args.out, dataset).name} (transformers' forwards)")
+        # transformers' own assisted steps, read back through the hf-assisted importer: the check
         chains = [str(step_path(args.out, c, dataset)) for c in CALIBRATION if c.drafter == ASSISTANT]
-        imported = ingest(chains, IngestOptions(drafter=ASSISTANT, dataset=dataset, temperature=0.0))
-        acceptance[f"{ASSISTANT}/{dataset}/T0/steps"] = {**imported.acceptance, "drafter": ASSISTANT}
+        imported = ingest(chains, IngestOptions(drafter=ASSISTANT, dataset=dataset, temperature=0.0)).acceptance
+        entry["fit"]["generate_check"] = {"alpha": round(float(imported["alpha"]), 4),
+                                          "alpha_by_position": [round(float(b), 4) for b in imported["alpha_by_position"]],
+                                          "source": imported.get("source", "hf-assisted")}
+        acceptance[f"{ASSISTANT}/{dataset}/T0"] = entry
+        replayed |= set(tokens["prompt_id"])
         # generate runs its first assisted step with the prompt's prefill, and the peer reports the
         # steps after it (experiments.campaigns.transformers_engine): the replay leaves it out too
         lookups, _paths, source = replayed_from_outputs(SimpleNamespace(out=args.smollm2), spec, dataset,
-                                                        drop_first_step=True)
+                                                        drop_first_step=True, sweep=True)
         replayed |= set(lookups["prompt_id"])
-        acceptance[f"{spec.name}/{dataset}"] = spec.fit_steps(lookups, dataset=dataset, temperature=0.0,
-                                                              source=f"{source} ({args.smollm2})")
+        acceptance[f"{spec.name}/{dataset}"] = spec.fit_replayed(lookups, dataset=dataset, temperature=0.0,
+                                                                 source=f"{source} ({args.smollm2})")
     step_runs = [StepRun(frame, c.drafter, dataset) for (c, dataset), frame in steps.items()]
     profile = Profile(
         name="smollm2-135m via transformers on this CPU", hardware="CPU", dtype="fp32", target=TARGET_ARCH,
@@ -130,13 +190,16 @@ def stage_profile(args, log) -> None:
                     "created": dt.datetime.now(dt.timezone.utc).isoformat(), "engine": "transformers generate",
                     "sources": sorted(str(step_path(args.out, c, d)) for c, d in steps),
                     "assumptions": ["greedy decoding; transformers' first assisted step (the prompt's prefill) left out",
+                                    "the assistant's acceptance: its TokenTraces (transformers' assistant and target "
+                                    "teacher-forced along the SmolLM2 recordings' greedy outputs); fit.generate_check "
+                                    "holds what transformers' own assisted steps gave on the step prompts",
                                     "prompt lookup's acceptance: its steps replayed on the SmolLM2 recordings' greedy "
                                     "outputs (the same model's greedy law; transformers matches as the project's "
                                     "proposer does for n_min = 1), each generation's first step left out as the "
                                     "peer reports it, the assistant's from transformers' own steps",
-                                    "latency: this project's forward of the same model timed with F.linear, as "
-                                    "transformers multiplies (traces.timing --linear plain); the engine calibration "
-                                    "carries what transformers pays beyond it"],
+                                    "latency: transformers' own forwards of the same model timed (traces.timing "
+                                    "--engine transformers); the engine calibration carries what generate pays "
+                                    "beyond them"],
                     "calibration_prompts": sorted({pid for r in step_runs for pid in r.frame["prompt_id"]} | replayed)})
     profile.workload = workload(step_runs)
     profile.engine = fit_engine(profile, step_runs)

@@ -7,7 +7,8 @@ import torch
 
 import methods
 from common.errors import InputError
-from experiments.campaigns.transformers_engine import TransformersDecoder, assistant_from_vanilla, check_same_tokenizer
+from experiments.campaigns.transformers_engine import (TransformersDecoder, assistant_from_vanilla, check_same_tokenizer,
+                                                       teacher_forced_rows)
 from runtime.drafters.vanilla import build_vanilla, save_vanilla
 from runtime.llama import from_hf
 
@@ -57,6 +58,27 @@ def test_transformers_prompt_lookup_steps_are_the_replay_after_its_first_step(pa
     assert any(s.accepted > 1 for s in out.steps)                        # the prompt repeats: lookups hit
     assert replay["accepted"].tolist() == [s.accepted for s in out.steps]
     assert replay["ctx_len"].tolist() == [s.ctx_len for s in out.steps]
+
+
+@pytest.mark.parametrize("gamma", [1, 3, 5])
+def test_transformers_assisted_steps_are_the_teacher_forced_replay_after_its_first_step(pair, gamma):
+    """The peer Profile's assistant acceptance comes from teacher-forced TokenTrace rows
+    (teacher_forced_rows): chains of any length replayed on them must be transformers' own
+    assisted steps, the first (run with the prefill) left out."""
+    import pandas as pd
+
+    from methods.replay import TokenTable, chain_lengths
+    from traces.replay import steps_of
+
+    hf, assistant = pair
+    out = TransformersDecoder(hf, methods.parse_label(f"sd g{gamma}"), assistant).generate(PROMPT, 40)
+    full = hf.generate(torch.tensor([PROMPT]), max_new_tokens=40, do_sample=False)[0, len(PROMPT):].tolist()
+    rows = pd.DataFrame([{"run_id": "r", "prompt_id": "p", **r} for r in teacher_forced_rows(hf, assistant, PROMPT, full)])
+    table = TokenTable.from_frame(rows)
+    replay = steps_of(table, chain_lengths(table, (1,) * gamma))
+    accepted = [min(a, len(full) - p) for a, p in zip(replay["accepted"], replay["pos"])]
+    assert any(s.accepted > 1 for s in out.steps)                          # the assistant gets some right
+    assert accepted[1:len(out.steps) + 1] == [s.accepted for s in out.steps]
 
 
 def test_what_transformers_cannot_run_is_refused(pair):

@@ -203,3 +203,50 @@ def test_an_alternating_chain_averages_its_own_first_steps(steps):
     between = part.copy_share(2, steps + 0.5)
     ends = sorted([part.copy_share(2, steps), part.copy_share(2, steps + 1)])
     assert np.isfinite(between) and ends[0] - 0.05 <= between <= ends[1] + 0.05
+
+
+def test_a_replayed_configuration_is_priced_at_its_replay_carried_by_the_chains_ratio():
+    """Where the entry holds a configuration's replay (module docstring of methods.prompt_lookup)
+    the closed form is that replay at its own generation length, the replay times the chain's
+    ratio at another length, and the chain alone for a configuration the replay lacks."""
+    from tests.simulator.fixtures import profile_dict
+    from calibrate.profile import Profile
+
+    profile = Profile.from_dict(profile_dict())
+    setup = SPEC.setups(profile)[0]
+    space = SPEC.space(setup).iloc[[0, 45, 120]].reset_index(drop=True)
+    labels = SPEC.config.labels(space)
+    raw = {**setup.need(SPEC.name, SPEC.name).to_dict(), "replayed": {labels[0]: [1.9, 0.6], labels[1]: [2.4, 0.8]},
+           "replayed_new_tokens": 32}
+    key = setup.acceptance_key
+    profile.acceptance[key][SPEC.name] = raw
+    with_replay = SPEC.setups(Profile.from_dict(profile.to_dict()))[0]
+    chain = SPEC.expected_tokens(setup, space)
+    at_32 = SPEC.expected_tokens(Setup(with_replay.profile, with_replay.drafter, key, new_tokens=32), space)
+    assert at_32[:2] == pytest.approx([1.9, 2.4]) and at_32[2] == pytest.approx(
+        SPEC.expected_tokens(Setup(profile, setup.drafter, key, new_tokens=32), space)[2])
+    at_16 = SPEC.expected_tokens(Setup(with_replay.profile, with_replay.drafter, key, new_tokens=16), space)
+    plain_16 = SPEC.expected_tokens(Setup(profile, setup.drafter, key, new_tokens=16), space)
+    plain_32 = SPEC.expected_tokens(Setup(profile, setup.drafter, key, new_tokens=32), space)
+    assert at_16[:2] == pytest.approx(np.array([1.9, 2.4]) * plain_16[:2] / plain_32[:2])
+    shape = SPEC.step_shape(Setup(with_replay.profile, with_replay.drafter, key, new_tokens=32), space)
+    assert shape.verify_tokens[:2] == pytest.approx(1 + np.array([0.6, 0.8]) * space["gamma"].to_numpy()[:2])
+    assert chain.shape == at_32.shape
+
+
+def test_a_replay_entry_is_fitted_on_the_calibration_grid_and_checked():
+    steps = _steps(TRUE, list(SPEC.calibration) + ["prompt_lookup g9 nmin2 nmax5"], 600, seed=2, length=30)
+    entry = SPEC.fit_replayed(steps, dataset="d", temperature=0.0, source="synthetic")
+    table = entry[SPEC.name]["replayed"]
+    assert set(table) == {SPEC.parse(label).label for label in steps["config"].unique()}
+    extra = steps[steps["config"] == "prompt_lookup g9 nmin2 nmax5"]
+    assert table["prompt_lookup g9 nmin2 nmax5"][0] == pytest.approx(extra["accepted"].mean(), abs=1e-4)
+    assert [c["config"] for c in entry["fit"]["configs"]] == sorted(SPEC.parse(c).label for c in SPEC.calibration)
+    assert entry[SPEC.name]["replayed_new_tokens"] == round(steps.groupby(["config", "run_id"])["accepted"].sum().mean())
+    with pytest.raises(InputError, match="lacks calibration configuration"):
+        SPEC.fit_replayed(steps[steps["config"] != SPEC.calibration[0]], dataset="d", temperature=0.0, source="s")
+    part = entry[SPEC.name]
+    with pytest.raises(InputError, match=r"replayed\['x'\] must be \[tokens per step >= 1"):
+        SPEC.acceptance_part({**part, "replayed": {"x": [0.5, 0.2]}}, "entry")
+    with pytest.raises(InputError, match="replayed_new_tokens, a whole number"):
+        SPEC.acceptance_part({**part, "replayed_new_tokens": None}, "entry")

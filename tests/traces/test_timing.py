@@ -1,6 +1,7 @@
 """`python -m traces.timing`: a LatencyTrace over the grid, every role, one-line bad input."""
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 import torch
 
@@ -43,6 +44,18 @@ def test_plain_linear_times_the_projections_as_f_linear(tmp_path, monkeypatch):
     assert run(tmp_path / "b", "--overwrite")[0] == 0 and seen and all(seen)   # the default: the few-row path
 
 
+def test_rounds_pass_over_the_grid_again_and_keep_the_median_of_their_medians(tmp_path):
+    code, out = run(tmp_path, "--rounds", "3")
+    assert code == 0
+    frame, meta = schema.read_trace(out, "latency")
+    assert len(frame) == 8 and meta.extra["rounds"] == 3 and frame.repeats.between(3, 6).all()
+    rounds = pd.DataFrame({"model": ["m"] * 4, "n_tokens": [1, 1, 1, 4], "seconds": [0.1, 0.5, 0.2, 0.3],
+                           "repeats": [2, 2, 2, 5]})
+    combined = timing.across_rounds(rounds)
+    assert combined.to_dict("records") == [{"model": "m", "n_tokens": 1, "seconds": 0.2, "repeats": 6},
+                                           {"model": "m", "n_tokens": 4, "seconds": 0.3, "repeats": 5}]
+
+
 def test_timer_median_and_budget():
     calls = []
     timer = timing.Timer(torch.device("cpu"), warmup=2, repeats=5, min_repeats=2, point_seconds=0.0)
@@ -70,6 +83,7 @@ def test_filled_cache_has_length_and_room():
     (["--drafter", "random:llama-68m"], "vocabulary size"),
     (["--model", "./no/such/model"], "model path not found"),
     (["--repeats", "0"], "--repeats"),
+    (["--rounds", "0"], "--rounds >= 1"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, extra, needle):
     code, out = run(tmp_path, *extra)
