@@ -19,7 +19,7 @@ CLIS = [
     ("experiments.sweep.cli", []), ("experiments.capacity.cli", []), ("experiments.reproduce", []),
     ("experiments.verify_lossless", []), ("experiments.fidelity.cli", []), ("experiments.gpu_campaign", []),
     ("experiments.smollm2_cpu", []), ("experiments.transformers_peer", []), ("experiments.bench.costmodel", []), ("experiments.bench.simulator", []),
-    ("experiments.bench.sweep", []), ("experiments.bench.kernels", []),
+    ("experiments.bench.sweep", []), ("experiments.bench.kernels", []), ("experiments.bench.lookup_chain", []),
     ("experiments.simulate", []), ("experiments.simulate", ["stream"]),
     ("experiments.simulate", ["serve"]), ("experiments.simulate", ["crossover"]),
     ("calibrate.fit", []), ("calibrate.ingest.__main__", []), ("calibrate.paper_profiles", []), ("calibrate.transfer", []),
