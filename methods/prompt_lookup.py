@@ -143,21 +143,27 @@ def replay_table(steps: pd.DataFrame) -> dict[str, list[float]]:
             for label, rows in steps.groupby("config")}
 
 
+def chain_at(part: MatchAcceptance, n_min, n_max, gamma, new_tokens: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens per step, proposing share) of the chain over a generation of `new_tokens`."""
+    reach, steps = generation_reach(part, n_min, n_max, gamma, new_tokens)
+    return generation_tokens(reach, new_tokens), part.matched(n_min, gamma, steps)
+
+
 def replayed_at(part: MatchAcceptance, labels, n_min, n_max, gamma, new_tokens: int | None
                 ) -> tuple[np.ndarray, np.ndarray]:
-    """(tokens per step, proposing share) of each configuration from the entry's replay, carried from
-    the replay's generation length to `new_tokens` (None: the stationary chain) by the chain's
-    ratio between the two; NaN for a configuration the replay does not hold (module docstring)."""
-    n = len(labels)
+    """(tokens per step, proposing share) of each configuration: the entry's replay where it holds
+    one, carried from the replay's generation length to `new_tokens` (None: the stationary chain) by
+    the chain's ratio between the two; the chain's own elsewhere (module docstring)."""
+    chain = chain_at(part, n_min, n_max, gamma, new_tokens)
     if not part.replayed:
-        return np.full(n, np.nan), np.full(n, np.nan)
+        return chain
+    n = len(labels)
     held = np.array([part.replayed.get(label, (np.nan, np.nan)) for label in labels], float).reshape(n, 2)
-    base = part.replayed_new_tokens
-    reach_at, steps_at = generation_reach(part, n_min, n_max, gamma, new_tokens)
-    reach_base, steps_base = generation_reach(part, n_min, n_max, gamma, base)
-    tokens = held[:, 0] * generation_tokens(reach_at, new_tokens) / generation_tokens(reach_base, base)
-    proposing = held[:, 1] * part.matched(n_min, gamma, steps_at) / part.matched(n_min, gamma, steps_base)
-    return tokens, np.clip(proposing, 0.0, 1.0)
+    base = chain if new_tokens == part.replayed_new_tokens else chain_at(part, n_min, n_max, gamma,
+                                                                          part.replayed_new_tokens)
+    tokens = np.where(np.isnan(held[:, 0]), chain[0], held[:, 0] * chain[0] / base[0])
+    proposing = np.where(np.isnan(held[:, 1]), chain[1], np.clip(held[:, 1] * chain[1] / base[1], 0.0, 1.0))
+    return tokens, proposing
 
 
 class MatchSampler(Sampler):
@@ -284,10 +290,8 @@ class PromptLookup(MethodSpec):
 
     def expected_tokens(self, setup, frame):
         """The entry's replay where it holds the configuration, else the chain (module docstring)."""
-        part, columns = self._part(setup), tuple(self._columns(frame))
-        reach, _ = generation_reach(part, *columns, setup.new_tokens)
-        replayed, _ = replayed_at(part, self.config.labels(frame), *columns, setup.new_tokens)
-        return np.where(np.isnan(replayed), generation_tokens(reach, setup.new_tokens), replayed)
+        tokens, _ = replayed_at(self._part(setup), self.config.labels(frame), *self._columns(frame), setup.new_tokens)
+        return tokens
 
     def step_shape(self, setup, frame):
         """One target forward of the pending token, and of the gamma proposals when a match was found
@@ -296,10 +300,7 @@ class PromptLookup(MethodSpec):
         n_min, n_max, gamma = self._columns(frame)
         has_part = setup.acceptance_key and setup.acceptance.has(self.name)
         if has_part:
-            part = self._part(setup)
-            _, steps = generation_reach(part, n_min, n_max, gamma, setup.new_tokens)
-            _, replayed = replayed_at(part, self.config.labels(frame), n_min, n_max, gamma, setup.new_tokens)
-            found = np.where(np.isnan(replayed), part.matched(n_min, gamma, steps), replayed)
+            _, found = replayed_at(self._part(setup), self.config.labels(frame), n_min, n_max, gamma, setup.new_tokens)
         else:
             found = np.ones(len(frame))
         tokens = np.stack([np.ones(len(frame)), 1.0 + gamma], axis=1)
@@ -343,8 +344,7 @@ class PromptLookup(MethodSpec):
             held = fit_matches(steps[steps["config"] != label], starts=2)
             config = self.parse(label)
             new_tokens = int(round(rows.groupby(["run_id", "prompt_id"])["accepted"].sum().mean()))
-            reach, _ = generation_reach(held, config.n_min, config.n_max, config.gamma, new_tokens)
-            predicted = float(generation_tokens(reach, new_tokens)[0])
+            predicted = float(chain_at(held, config.n_min, config.n_max, config.gamma, new_tokens)[0][0])
             configs.append({"config": label, "steps": int(len(rows)), "tokens_per_step": round(float(rows["accepted"].mean()), 4),
                             "heldout_tokens_per_step": round(predicted, 4)})
         errors = [abs(c["heldout_tokens_per_step"] / c["tokens_per_step"] - 1.0) for c in configs]

@@ -27,6 +27,7 @@ class TransformersForward:
         self.hf = hf.eval()
         self.config = SimpleNamespace(num_layers=hf.config.num_hidden_layers, vocab_size=hf.config.vocab_size)
         self.device = next(hf.parameters()).device
+        self._cache_arg = cache_argument(hf)
 
     def filled_cache(self, batch: int, ctx_len: int, seed: int) -> "FilledCache":
         """`ctx_len` random keys and values in every layer."""
@@ -42,12 +43,13 @@ class TransformersForward:
         mask = torch.ones(ids.shape[0], cache.ctx_len + ids.shape[1], dtype=torch.long, device=ids.device)
         return self.hf(input_ids=ids, attention_mask=mask, use_cache=True, **{self._cache_arg: cache.dynamic}).logits
 
-    @property
-    def _cache_arg(self) -> str:
-        """transformers 5.x renames `past_key_values` to `cache`; either runs the same forward."""
-        import inspect
 
-        return "cache" if "cache" in inspect.signature(self.hf.forward).parameters else "past_key_values"
+def cache_argument(hf) -> str:
+    """transformers 5.x renames `past_key_values` to `cache`; either runs the same forward (read once,
+    not on every timed forward)."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(hf.forward).parameters else "past_key_values"
 
 
 class FilledCache:

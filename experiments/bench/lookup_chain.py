@@ -23,9 +23,8 @@ from common.errors import InputError
 
 def chain_errors(traces: Path, dataset: str):
     """(labels, chain tokens per step, replayed tokens per step) of every sweep configuration."""
-    from costmodel.leviathan import generation_tokens
     from experiments.campaigns.smollm2 import replayed_from_outputs
-    from methods.prompt_lookup import generation_reach
+    from methods.prompt_lookup import chain_at
 
     spec = methods.get("prompt_lookup")
     frame, _, source = replayed_from_outputs(SimpleNamespace(out=traces), spec, dataset, sweep=True)
@@ -34,10 +33,10 @@ def chain_errors(traces: Path, dataset: str):
     new_tokens = entry[spec.name]["replayed_new_tokens"]
     labels = sorted(entry[spec.name]["replayed"])
     configs = [spec.parse(label) for label in labels]
-    reach, _ = generation_reach(part, [c.n_min for c in configs], [c.n_max for c in configs],
-                                [c.gamma for c in configs], new_tokens)
+    chain, _ = chain_at(part, [c.n_min for c in configs], [c.n_max for c in configs], [c.gamma for c in configs],
+                        new_tokens)
     replayed = np.array([entry[spec.name]["replayed"][label][0] for label in labels])
-    return labels, generation_tokens(reach, new_tokens), replayed
+    return labels, chain, replayed
 
 
 @cli_entry
