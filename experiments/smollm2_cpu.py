@@ -12,7 +12,9 @@ Stages (`--stages`, default all; each recording skips what its output file alrea
 4. `steps`: real greedy StepTraces of every method with the trained drafters (`RUNS`), timed;
 5. `profile`: everything calibrated into one Profile (`--profile`), the sweep's default data;
 6. `best`: the sweep on that Profile picks each method's best configuration per dataset
-   (`best_runs.json`), and those are recorded too, so the best are measured, not only predicted;
+   (`best_runs.json`), and those are recorded too, so the best are measured, not only predicted:
+   on the first `--limit` prompts, each generation beside plain decoding of its prompt as in
+   stage `steps` (the partners in `steps_best-partners_<dataset>.parquet`);
 7. `tables`: the acceptance table (GLIDE Table 1's shape: c, alpha, expected speedup), the checks
    of the papers' qualitative claims, and measured-vs-predicted speedups (closed form and
    simulator from the Profile against the StepTraces' own wall clock) -> `--report` folder.
@@ -32,9 +34,9 @@ from pathlib import Path
 
 from common.cli import CliParser, cli_entry, parse_stages, require_positive
 
-from experiments.campaigns.smollm2 import (DATASETS, STAGES, Run, _record, best_run, best_runs_path,
-                                          stage_chains, stage_latency, stage_profile, stage_steps,
-                                          stage_tokens, step_path)
+from experiments.campaigns.smollm2 import (DATASETS, PLAIN_RUN, STAGES, Run, best_partners_path, best_run,
+                                          best_runs_path, measure_beside_plain, stage_chains, stage_latency,
+                                          stage_profile, stage_steps, stage_tokens, step_path, write_steps)
 from experiments.campaigns.smollm2_report import ar_context, sweep_result, write_report
 
 
@@ -50,9 +52,14 @@ def stage_best(args, log) -> None:
     atomic.write_json(best_runs_path(args), {
         dataset: [{"label": r.label, "method": r.method, "config": r.config.to_dict(), "drafter": r.drafter,
                    "sweep_config": r.priced.label} for r in runs] for dataset, runs in chosen.items()})
-    for dataset, runs in chosen.items():
-        for run in runs:
-            _record(args, run.config, run.drafter, dataset, step_path(args, run.label, dataset), log)
+    for dataset, runs in chosen.items():         # each beside plain decoding of its prompt, as stage steps
+        todo = [run for run in runs if not step_path(args, run.label, dataset).exists()]
+        if not todo:
+            continue
+        measured = measure_beside_plain(args, todo, f"{DATASETS[dataset]}:{args.limit}", log)
+        for (run, _), rows in measured.items():
+            write_steps(args, run, dataset, rows, best_partners_path(args, dataset) if run == PLAIN_RUN else None)
+        log(f"wrote {len(todo)} best step traces of {dataset} and their plain partners")
 
 
 def stage_tables(args, log) -> None:

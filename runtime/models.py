@@ -11,6 +11,7 @@ trace metadata. `load_model(spec)` dispatches on the spec string:
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 from dataclasses import dataclass
@@ -173,8 +174,25 @@ def load_hf(spec: str, *, dtype: torch.dtype | None = None, device: str | torch.
 def load_transformers(spec: str, *, gguf_file: str | None = None, tokenizer: bool = True):
     """(transformers causal LM in fp32 on the CPU, its tokenizer, or None without `tokenizer`) of a
     hub id, local directory or .gguf file (`smollm2`: the bundled GGUF), with one-line errors."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
+    location, kwargs = _transformers_location(spec, gguf_file)
+    with _one_line_load_errors(spec):
+        hf = AutoModelForCausalLM.from_pretrained(location, dtype=torch.float32, **kwargs)
+    return hf.eval(), load_tokenizer(spec, gguf_file=gguf_file) if tokenizer else None
+
+
+def load_tokenizer(spec: str, *, gguf_file: str | None = None):
+    """The tokenizer alone of what `load_transformers` loads (the weights left unread)."""
+    from transformers import AutoTokenizer
+
+    location, kwargs = _transformers_location(spec, gguf_file)
+    with _one_line_load_errors(spec):
+        return AutoTokenizer.from_pretrained(location, **kwargs)
+
+
+def _transformers_location(spec: str, gguf_file: str | None) -> tuple[str, dict[str, Any]]:
+    """(from_pretrained's location, its options) of a model spec, or a one-line InputError."""
     if spec == "smollm2":
         spec = str(smollm2_gguf_path())
     location = spec
@@ -188,13 +206,16 @@ def load_transformers(spec: str, *, gguf_file: str | None = None, tokenizer: boo
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}
     if not path.exists() and not gguf_file:
         kwargs.update(hub_source(spec))
+    return location, kwargs
+
+
+@contextlib.contextmanager
+def _one_line_load_errors(spec: str):
     try:
-        hf = AutoModelForCausalLM.from_pretrained(location, dtype=torch.float32, **kwargs)
-        words = AutoTokenizer.from_pretrained(location, **kwargs) if tokenizer else None
+        yield
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputError(f"cannot load model '{spec}': {first}") from None
-    return hf.eval(), words
 
 
 HUB_PROBE_S = 3.0        # how long to wait for the hub before calling it unreachable

@@ -21,22 +21,33 @@ import pandas as pd
 
 from common.errors import InputError
 from methods.config import MethodConfig
-from runtime.engine.prompt_lookup import match_continuation
+from runtime.engine.prompt_lookup import earliest_match, match_continuation
 
 
-def lookup_steps(prompt: Sequence[int], output: Sequence[int], config: MethodConfig) -> list[tuple[int, int]]:
-    """(verify tokens, accepted tokens) of each step that decodes `output` after `prompt`."""
+def lookup_steps(prompt: Sequence[int], output: Sequence[int], config: MethodConfig,
+                 matches: dict[tuple[int, int], int | None] | None = None) -> list[tuple[int, int]]:
+    """(verify tokens, accepted tokens) of each step that decodes `output` after `prompt`.
+    `matches`: a cache of `earliest_match` by (context length, n), shared by every configuration
+    replayed on this prompt and output (the context at a given length is the same for all)."""
     if not prompt:
         raise InputError("prompt lookup replay needs a non-empty prompt")
-    context, steps, i = list(prompt), [], 0
+    full, steps, i = list(prompt) + list(output), [], 0
+    matches = {} if matches is None else matches
     while i < len(output):
-        drafts = match_continuation(context, config.n_min, config.n_max, config.gamma)
+        context = full[:len(prompt) + i]
+
+        def match(n: int, context=context) -> int | None:
+            key = (len(context), n)
+            if key not in matches:
+                matches[key] = earliest_match(context, n)
+            return matches[key]
+
+        drafts = match_continuation(context, config.n_min, config.n_max, config.gamma, match)
         hits = 0
         while hits < len(drafts) and i + hits < len(output) and drafts[hits] == output[i + hits]:
             hits += 1
         accepted = min(hits + 1, len(output) - i)        # the bonus token, unless the output ends first
         steps.append((1 + len(drafts), accepted))
-        context += output[i:i + accepted]
         i += accepted
     return steps
 
@@ -50,12 +61,12 @@ def replayed_steps(prompts: Mapping[str, Sequence[int]], outputs: Mapping[str, S
     missing = sorted(set(outputs) - set(prompts))
     if missing:
         raise InputError(f"no prompt tokens for the outputs of {', '.join(missing)}")
-    rows = []
+    rows, matches = [], {pid: {} for pid in outputs}
     for config in configs:
         text = json.dumps(config.to_dict(), sort_keys=True)
         for pid, output in outputs.items():
             ctx = len(prompts[pid])
-            for step, (verify, accepted) in enumerate(lookup_steps(prompts[pid], list(output), config)):
+            for step, (verify, accepted) in enumerate(lookup_steps(prompts[pid], list(output), config, matches[pid])):
                 if step >= drop_first_step:
                     rows.append({"run_id": f"{config.label}#replay", "method": config.method, "config": text,
                                  "prompt_id": pid, "step": step - drop_first_step, "ctx_len": ctx, "draft_forwards": 0,

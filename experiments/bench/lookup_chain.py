@@ -24,7 +24,7 @@ from common.errors import InputError
 def chain_errors(traces: Path, dataset: str):
     """(labels, chain tokens per step, replayed tokens per step) of every sweep configuration."""
     from experiments.campaigns.smollm2 import replayed_from_outputs
-    from methods.prompt_lookup import chain_at
+    from methods.match_chain import chain_at
 
     spec = methods.get("prompt_lookup")
     frame, _, source = replayed_from_outputs(SimpleNamespace(out=traces), spec, dataset, sweep=True)

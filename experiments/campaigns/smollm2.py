@@ -5,6 +5,7 @@ and the report live in the command line).
 """
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -151,12 +152,12 @@ def stage_latency(args, log) -> None:
     log(f"wrote {len(frame)} drafter latency rows to {out}")
 
 
-def _record(args, config: MethodConfig, drafter: str | None, dataset: str, out: Path, log,
-            teacher_forced: bool = False, prompts: str | None = None) -> None:
-    """One `traces.record` run: on `prompts` (a prompt spec), else the first --limit of `dataset`."""
-    chosen = ["--prompts", prompts] if prompts else ["--prompts", DATASETS[dataset], "--limit", str(args.limit)]
-    argv = ["--target", "smollm2", "--method", config.method, "--config", json.dumps(config.to_dict()), *chosen,
-            "--max-new-tokens", str(args.max_new_tokens), "--threads", str(args.threads), "--out", str(out), "--quiet"]
+def _record(args, config: MethodConfig, drafter: str | None, out: Path, log, prompts: str,
+            teacher_forced: bool = False) -> None:
+    """One untimed `traces.record` run of `config` on `prompts` (a prompt spec)."""
+    argv = ["--target", "smollm2", "--method", config.method, "--config", json.dumps(config.to_dict()),
+            "--prompts", prompts, "--max-new-tokens", str(args.max_new_tokens), "--threads", str(args.threads),
+            "--out", str(out), "--quiet"]
     if drafter is not None:
         argv += ["--drafter", drafter_file(args, drafter)]
     run_module("traces.record", argv + (["--teacher-forced"] if teacher_forced else []), log)
@@ -174,18 +175,23 @@ def step_path(args, label: str, dataset: str) -> Path:
     return args.out / f"steps_{slug(label)}_{dataset}.parquet"
 
 
+def best_partners_path(args, dataset: str) -> Path:
+    """Plain decoding measured beside the recorded best (stage best): their partners, kept apart from
+    the ar trace the engine calibration is fitted on (other prompts)."""
+    return args.out / f"steps_best-partners_{dataset}.parquet"
+
+
 def stage_tokens(args, log) -> None:
     for drafter, config in TOKEN_DRAFTERS.items():
         for dataset in DATASETS:
-            _record(args, config, drafter, dataset, token_path(args, drafter, dataset), log, teacher_forced=True,
-                    prompts=token_prompts(args)[dataset])
+            _record(args, config, drafter, token_path(args, drafter, dataset), log, token_prompts(args)[dataset],
+                    teacher_forced=True)
 
 
 def stage_chains(args, log) -> None:
     for drafter, run in ACCEPTANCE_CHAINS.items():
         for dataset in DATASETS:
-            _record(args, run.config, drafter, dataset, chain_path(args, run.label, dataset), log,
-                    prompts=token_prompts(args)[dataset])
+            _record(args, run.config, drafter, chain_path(args, run.label, dataset), log, token_prompts(args)[dataset])
 
 
 def token_prompts(args) -> dict[str, str]:
@@ -218,30 +224,36 @@ def calibration_prompts(args) -> str:
 
 
 def stage_steps(args, log) -> None:
-    """Greedy StepTraces of RUNS on the calibration prompts, measured in one process with the
-    interleaved repeats of experiments.campaigns.measure (the way experiments.fidelity measures). Only the
-    configurations without a trace are recorded, each beside plain decoding of its prompt: their
-    pair ids continue after the recorded ones and the plain partners join the ar trace, so the
-    drift normalisation (traces.drift) puts old and new recordings on one scale."""
-    from experiments.campaigns.measure import Bench, Candidate
-    from runtime.prompts import load_prompt_mix
-
+    """Greedy StepTraces of RUNS on the calibration prompts (`measure_beside_plain`). Only the
+    configurations without a trace are recorded; the plain partners join the ar trace, so the drift
+    normalisation (traces.drift) puts old and new recordings on one scale."""
     todo = [run for run in RUNS if any(not step_path(args, run.label, d).exists() for d in DATASETS)]
     if not todo:
         return
-    if PLAIN_RUN not in todo:
-        todo = [PLAIN_RUN] + todo                    # the partner every generation is measured beside
+    measured = measure_beside_plain(args, todo, calibration_prompts(args), log)
+    for (run, dataset), rows in measured.items():
+        write_steps(args, run, dataset, rows)
+    log(f"wrote {len(measured)} step traces to {args.out}")
+
+
+def measure_beside_plain(args, todo: list[Run], prompt_spec: str, log) -> dict[tuple[Run, str], pd.DataFrame]:
+    """(run, Profile dataset) -> StepTrace rows of `todo` and of plain decoding (PLAIN_RUN, added)
+    on `prompt_spec`, measured in one process with the interleaved repeats of
+    experiments.campaigns.measure (the way experiments.fidelity measures), every generation beside
+    plain decoding of its prompt: a pair, whose id continues after the recorded ones."""
+    from experiments.campaigns.measure import Bench, Candidate
+    from runtime.prompts import load_prompt_mix
+
+    runs = [PLAIN_RUN] + [run for run in todo if run != PLAIN_RUN]    # the partner of every generation
     bench = Bench("smollm2", DRAFTERS, args.drafters, args.threads)
-    prompts = bench.encode(load_prompt_mix(calibration_prompts(args)))
-    cands = [Candidate(run.config, run.drafter) for run in todo]
+    prompts = bench.encode(load_prompt_mix(prompt_spec))
+    cands = [Candidate(run.config, run.drafter) for run in runs]
     _runs, steps = bench.measure(cands, prompts, repeats=args.repeats, max_new_tokens=args.max_new_tokens, log=log,
                                  first_pair=next_pair(args))
-    by_dataset = {name: profile_name for profile_name, name in DATASETS.items()}
-    for run, cand in zip(todo, cands):
-        for prompt_set, dataset in by_dataset.items():
-            rows = steps[(steps["candidate"] == cand.label) & (steps["dataset"] == prompt_set)]
-            write_steps(args, run, dataset, rows.drop(columns=["candidate", "dataset"]))
-    log(f"wrote {len(todo) * len(DATASETS)} step traces to {args.out}")
+    dataset_of = {name: profile_name for profile_name, name in DATASETS.items()}
+    return {(run, dataset_of[prompt_set]): rows.drop(columns=["candidate", "dataset"])
+            for run, cand in zip(runs, cands)
+            for prompt_set, rows in steps[steps["candidate"] == cand.label].groupby("dataset", sort=False)}
 
 
 def next_pair(args) -> int:
@@ -253,12 +265,13 @@ def next_pair(args) -> int:
     return max(ids, default=-1) + 1
 
 
-def write_steps(args, run: Run, dataset: str, rows: pd.DataFrame) -> None:
-    """Write `run`'s StepTrace of `dataset`; plain decoding's rows are added to the ones recorded."""
+def write_steps(args, run: Run, dataset: str, rows: pd.DataFrame, path: Path | None = None) -> None:
+    """Write `run`'s StepTrace of `dataset` (to `path`, default its step_path); plain decoding's
+    rows are added to the ones recorded."""
     from traces import schema
     from traces.timing import git_commit
 
-    path = step_path(args, run.label, dataset)
+    path = path or step_path(args, run.label, dataset)
     if run == PLAIN_RUN and path.exists():
         rows = pd.concat([schema.read_trace(path, "step")[0], rows], ignore_index=True)
     meta = schema.RunMetadata(kind="step", models={"target": "smollm2", **({"drafter": run.drafter} if run.drafter else {})},
@@ -394,10 +407,12 @@ def replayed_from_outputs(args, spec, dataset: str, drop_first_step: bool = Fals
     return steps, [path], f"replayed on the greedy outputs of {len(outputs)} prompts in {path.name}{first}"
 
 
+@functools.lru_cache(maxsize=1)
 def _tokenizer():
-    from runtime.models import load_model
+    """SmolLM2's tokenizer, read once (the profile stage replays three datasets)."""
+    from runtime.models import load_tokenizer
 
-    return load_model("smollm2").tokenizer
+    return load_tokenizer("smollm2")
 
 
 def best_run(row: pd.DataFrame) -> Run:

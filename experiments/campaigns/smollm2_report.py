@@ -17,10 +17,12 @@ import pandas as pd
 
 from methods import BASELINE
 import methods
+from common.errors import InputError
 from common.seeds import derive_seed
 from experiments.sweep.markdown import md_table
 from experiments.campaigns.smollm2 import (PLAIN_RUN, CHAIN_RUNS, DATASETS, DRAFTERS, RUNS, Run,
-                                     best_runs, latency_rows, step_path, token_prompt_count)
+                                     best_partners_path, best_runs, latency_rows, step_path,
+                                     token_prompt_count)
 
 
 def decode_rate(frame: pd.DataFrame) -> tuple[float, float, float]:
@@ -50,12 +52,18 @@ def measured_runs(args, dataset: str) -> pd.DataFrame:
     from traces.schema import read_trace
 
     plain, _ = read_trace(step_path(args, PLAIN_RUN.label, dataset), kind="step")
+    partners = best_partners_path(args, dataset)          # the recorded best's own plain partners
+    paired_plain = pd.concat([plain, read_trace(partners, kind="step")[0]], ignore_index=True) \
+        if partners.exists() else plain
     rows = []
     for run in all_runs(args, dataset):
         frame, _ = read_trace(step_path(args, run.label, dataset), kind="step")
         per_token, per_step, ctx = decode_rate(frame)
         pairs = set(frame.loc[frame["pair"] >= 0, "pair"]) if run.method != BASELINE else set()
-        partners = plain[plain["pair"].isin(pairs)] if pairs else plain
+        partners = paired_plain[paired_plain["pair"].isin(pairs)] if pairs else plain
+        if pairs and set(partners["pair"]) != pairs:
+            raise InputError(f"{run.label} ({dataset}) was measured in pairs whose plain decoding is in no trace "
+                             f"of {args.out}: record it again (stage best or steps)")
         rows.append({"dataset": dataset, "run": run.label, "method": run.method, "drafter": run.drafter or "-",
                      "config": json.dumps(run.config.to_dict()), "prompts": frame["prompt_id"].nunique(),
                      "steps": len(frame), "measured_tokens_per_step": per_step, "seconds_per_token": per_token,

@@ -7,21 +7,32 @@ so sampling verifies them with the rule for deterministic candidates and stays l
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from runtime.engine.base import Decoder, Proposal
 from verification import rules
 
 
-def match_continuation(tokens: Sequence[int], n_min: int, n_max: int, gamma: int) -> list[int]:
-    """The up to `gamma` tokens after the earliest earlier occurrence of the context's longest
-    suffix of n_min..n_max tokens; [] when none occurred."""
+def earliest_match(tokens: Sequence[int], n: int) -> int | None:
+    """Where the earliest earlier occurrence of the context's last `n` tokens starts; None: none did."""
     size = len(tokens)
-    for n in range(min(n_max, size - 1), n_min - 1, -1):
-        suffix = list(tokens[size - n:])
-        for start in range(size - n):                      # earlier than the suffix itself
-            if list(tokens[start:start + n]) == suffix:
-                return list(tokens[start + n:start + n + gamma])
+    suffix = list(tokens[size - n:])
+    for start in range(size - n):                          # earlier than the suffix itself
+        if list(tokens[start:start + n]) == suffix:
+            return start
+    return None
+
+
+def match_continuation(tokens: Sequence[int], n_min: int, n_max: int, gamma: int,
+                       match: Callable[[int], int | None] | None = None) -> list[int]:
+    """The up to `gamma` tokens after the earliest earlier occurrence of the context's longest
+    suffix of n_min..n_max tokens; [] when none occurred. `match(n)`: `earliest_match(tokens, n)`,
+    or a replay's cache of it."""
+    match = match or (lambda n: earliest_match(tokens, n))
+    for n in range(min(n_max, len(tokens) - 1), n_min - 1, -1):
+        start = match(n)
+        if start is not None:
+            return list(tokens[start + n:start + n + gamma])
     return []
 
 

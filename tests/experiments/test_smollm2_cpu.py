@@ -95,3 +95,62 @@ def test_best_runs_read_back(tmp_path):
     args = smollm2_cli.build_parser().parse_args(["--out", str(tmp_path)])
     best, = smollm2_cpu.best_runs(args)["mt-bench"]
     assert best.label == "best mcsd k8 repl" and best.config.k == (8,)
+
+
+class _FakeBench:
+    """measure(): every candidate on every prompt, one 2-token step each; plain decoding (the first
+    candidate) at 0.1 s a step, the others at 0.1 s times their position."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def encode(self, prompts):
+        return [(p.dataset, p.prompt_id, [1, 2]) for p in prompts]
+
+    def measure(self, cands, prompts, *, repeats, max_new_tokens, log, first_pair):
+        rows, pair = [], first_pair
+        for (prompt_set, pid, _), (i, cand) in ((p, c) for p in prompts for c in enumerate(cands[1:], 1)):
+            for j in (0, i):
+                rows.append({"candidate": cands[j].label, "dataset": prompt_set, "run_id": f"{cands[j].label}#0",
+                             "pair": pair, "method": cands[j].method, "config": "{}", "prompt_id": pid, "step": 0,
+                             "ctx_len": 10, "draft_forwards": 0, "draft_s": 0.0, "verify_tokens": 1,
+                             "verify_s": 0.1 * max(j, 1), "overhead_s": 0.0, "accepted": 2 if j else 1,
+                             "accept_mask": [], "confidences": [], "mode": "eager"})
+            pair += 1
+        return pd.DataFrame(), pd.DataFrame(rows)
+
+
+def test_the_recorded_best_are_measured_beside_plain_decoding_kept_apart_from_the_ar_trace(tmp_path, monkeypatch):
+    """Stage best's runs get their own plain partners (in steps_best-partners_*), the report divides
+    each by its partners, and a best trace whose partners are gone is one clear error."""
+    from experiments.campaigns import measure, smollm2_report
+    from traces.schema import read_trace
+
+    monkeypatch.setattr(measure, "Bench", _FakeBench)
+    monkeypatch.setattr(smollm2_report, "RUNS", [smollm2_cpu.PLAIN_RUN])
+    args = smollm2_cli.build_parser().parse_args(["--out", str(tmp_path), "--limit", "2"])
+    plain = smollm2_cpu.PLAIN_RUN
+    for dataset in smollm2_cpu.DATASETS:     # the calibration's ar traces: 0.2 s a step, pairs 0..9
+        rows = _FakeBench().measure([plain, plain], [("x", "p", [])] * 10, repeats=1, max_new_tokens=1, log=print,
+                                    first_pair=0)[1].iloc[::2]          # the partners' rows alone
+        smollm2_cpu.write_steps(args, plain, dataset, rows.assign(verify_s=0.2).drop(columns=["candidate", "dataset"]))
+    sd, lookup = smollm2_cpu.best_run(pd.DataFrame([{"method": "sd", "drafter": "-", "gamma": 1}])), \
+        smollm2_cpu.best_run(pd.DataFrame([{"method": "prompt_lookup", "drafter": "-", "gamma": 3, "n_min": 1,
+                                            "n_max": 2}]))
+    measured = smollm2_cpu.measure_beside_plain(args, [sd, lookup], "humaneval:2", print)
+    assert set(measured) == {(plain, "humaneval"), (sd, "humaneval"), (lookup, "humaneval")}
+    assert measured[sd, "humaneval"]["pair"].min() == 10            # after the recorded pairs
+    for (run, dataset), rows in measured.items():
+        smollm2_cpu.write_steps(args, run, dataset, rows,
+                                smollm2_cpu.best_partners_path(args, dataset) if run == plain else None)
+    assert len(read_trace(smollm2_cpu.step_path(args, "ar", "humaneval"), "step")[0]) == 10   # the ar trace untouched
+    assert len(read_trace(smollm2_cpu.best_partners_path(args, "humaneval"), "step")[0]) == 4
+    monkeypatch.setattr(smollm2_report, "best_runs", lambda args: {"humaneval": [sd, lookup]})
+    table = smollm2_report.measured_runs(args, "humaneval").set_index("run")
+    # partners at 0.1 s a token; sd at 0.1 s for 2 tokens, prompt lookup at 0.2 s for 2: 2x and 1x
+    # (over the ar trace's 0.2 s a token they would read 4x and 2x)
+    assert table.loc[sd.label, "measured_speedup"] == pytest.approx(2.0)
+    assert table.loc[lookup.label, "measured_speedup"] == pytest.approx(1.0)
+    smollm2_cpu.best_partners_path(args, "humaneval").unlink()
+    with pytest.raises(InputError, match="plain decoding is in no trace"):
+        smollm2_report.measured_runs(args, "humaneval")

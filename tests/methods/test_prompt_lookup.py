@@ -11,7 +11,8 @@ import pytest
 import methods
 from common.errors import InputError
 from costmodel.leviathan import generation_tokens
-from methods.prompt_lookup import MatchAcceptance, MatchSampler, PromptLookupConfig, generation_reach
+from methods.match_chain import MatchAcceptance, MatchSampler, generation_reach
+from methods.prompt_lookup import PromptLookupConfig
 from methods.spec import Setup
 from runtime.engine import Sampling, make_decoder
 from runtime.engine.prompt_lookup import match_continuation
@@ -250,3 +251,37 @@ def test_a_replay_entry_is_fitted_on_the_calibration_grid_and_checked():
         SPEC.acceptance_part({**part, "replayed": {"x": [0.5, 0.2]}}, "entry")
     with pytest.raises(InputError, match="replayed_new_tokens, a whole number"):
         SPEC.acceptance_part({**part, "replayed_new_tokens": None}, "entry")
+
+
+def test_the_simulator_draws_a_replayed_configuration_at_its_replay():
+    """The simulator's sampler of a replayed configuration is the chain refitted to its replay: its
+    generations of the replay's length average the replay's tokens per step and proposing share,
+    where the chain alone misses them (methods.match_chain.fitted_to_replay)."""
+    from calibrate.profile import Profile
+    from methods.match_chain import chain_at
+    from tests.simulator.fixtures import profile_dict
+
+    profile = Profile.from_dict(profile_dict())
+    setup = SPEC.setups(profile)[0]
+    config = SPEC.parse("prompt_lookup g4 nmin2 nmax3")
+    part = setup.need(SPEC.name, SPEC.name)
+    chain_tokens, chain_share = (float(v[0]) for v in chain_at(part, config.n_min, config.n_max, config.gamma, 32))
+    replay = [round(chain_tokens * 1.2, 4), round(chain_share * 1.1, 4)]
+    profile.acceptance[setup.acceptance_key][SPEC.name] = {**part.to_dict(), "replayed": {config.label: replay},
+                                                          "replayed_new_tokens": 32}
+    sampler = SPEC.sampler(SPEC.setups(Profile.from_dict(profile.to_dict()))[0], config)
+    refitted = chain_at(sampler.part, config.n_min, config.n_max, config.gamma, 32)
+    assert [float(v[0]) for v in refitted] == pytest.approx(replay, rel=1e-3)
+    rng, n = np.random.default_rng(0), 20000
+    state, committed, tokens, steps, proposing = sampler.initial_state(n), np.zeros(n, int), 0, 0, 0
+    while (committed < 32).any():
+        live = committed < 32
+        draws, state = sampler.draw(rng, n, state)
+        taken = np.minimum(draws.accepted, 32 - committed)          # the last step cut at the length
+        tokens, steps = tokens + int(taken[live].sum()), steps + int(live.sum())
+        proposing += int((draws.verify_tokens[live] > 1).sum())
+        committed = committed + np.where(live, taken, 0)
+    # the closed form's cut of the last step is approximate: the chain's own simulated mean is 2% off it
+    assert tokens / steps == pytest.approx(replay[0], rel=0.05)
+    assert proposing / steps == pytest.approx(replay[1], abs=0.02)
+    assert abs(chain_tokens / replay[0] - 1) > 0.15              # the chain alone is far from it

@@ -1,0 +1,276 @@
+"""prompt_lookup's acceptance (`MatchAcceptance`, a part of its own in a Profile entry), fitted on
+the method's StepTraces or on greedy outputs replayed through its proposer. Answers
+alternate between copying an earlier stretch verbatim and writing new text, and a step's fate
+depends on which it is in, so the steps form a two-state chain:
+- free: a chance match of n_min tokens or more is found with probability hit * decay^(n_min - 1);
+  its first proposal is accepted with alpha, each later one (given the one before) with alpha_next;
+  the next step starts a copy with probability sigma;
+- copy: the match is the stretch being copied and every further token continues it with rho, so a
+  step accepts min(R, gamma) proposals, P(R >= k) = rho^k, and stays in the copy while it goes on
+  (all gamma accepted and the bonus token copied too). A copy is only found once n_min of its
+  tokens have been written, so a longer n_min catches fewer (short copies end first) and later:
+  the entry rate is sigma * catch^(n_min - 1).
+A generation starts in free text, so over a generation of H steps the share of steps inside a
+copy is the mean of c_t = s (1 - lam^t), t < H (s the stationary share, lam = stay - sigma), not
+the stationary s: a copy entered with 1% per step barely shows in a 32-token answer however long
+it lasts once entered (`generation_reach`; the stationary chain where no length is given). A
+longer gamma spends fewer steps per copy, which a model of independent steps cannot tell. n_max changes which earlier occurrence is proposed; on
+the recorded steps its effect is within the fit's noise, and the model leaves it out. A step
+without a match verifies the pending token alone, one with a match it and its gamma proposals
+(`step_shape` prices that distribution); a match near the context's end proposes fewer, which the
+fit reads from each step and the closed form does not.
+
+The chain is a model of seven parameters and misses configurations off its calibration grid by up
+to ~8-10% (n_max's effect, proposals cut short near the context's end). Under greedy decoding the
+exact answer is free: every configuration's steps follow from the calibration outputs
+(`traces.lookup_replay`). So an entry may also hold `replayed`: each sweep configuration's tokens per
+step and share of steps that propose, replayed on its calibration outputs of `replayed_new_tokens`
+tokens (`replay_table`). The closed form then takes the replay, carried to another generation
+length by the chain's own ratio between the two lengths (`replayed_at`). The simulator needs a
+per-step law, which the replay's averages do not give: it draws from the chain with its hit and
+sigma refitted to the configuration's replay (`fitted_to_replay`), so it keeps the chain's streaks
+and the replay's averages.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+
+from costmodel.leviathan import generation_tokens
+from methods.draws import Sampler, StepDraws
+
+PARAMETERS = ("hit", "decay", "alpha", "alpha_next", "rho", "sigma", "catch")
+FIXED_POINT_ROUNDS = 4        # generation_reach: the step count settles to within about 1% in these
+
+
+@dataclass(frozen=True)
+class MatchAcceptance:
+    """The method's part of a Profile acceptance entry (module docstring), each a probability."""
+
+    hit: float
+    decay: float
+    alpha: float
+    alpha_next: float
+    rho: float
+    sigma: float
+    catch: float = 1.0      # entry per extra token of n_min (1: n_min does not change how copies are found)
+    replayed: dict[str, tuple[float, float]] | None = field(default=None, compare=False)   # label -> (tokens/step, proposing share)
+    replayed_new_tokens: int | None = None   # the generation length the replay ran
+
+    def to_dict(self) -> dict[str, float]:
+        return {k: getattr(self, k) for k in PARAMETERS}
+
+    def found(self, n_min) -> np.ndarray:
+        """P(a step in free text finds a match of n_min tokens or more)."""
+        return self.hit * self.decay ** (np.asarray(n_min, float) - 1.0)
+
+    def entry(self, n_min) -> np.ndarray:
+        """P(a step in free text starts a copy that a match of n_min tokens finds)."""
+        return self.sigma * self.catch ** (np.asarray(n_min, float) - 1.0)
+
+    def copy_share(self, gamma, steps=None, n_min=1) -> np.ndarray:
+        """The share of steps that start inside a copy: stationary, or (`steps`) the mean over the
+        first `steps` steps of a generation that starts in free text (module docstring)."""
+        stay = self.rho ** (np.asarray(gamma, float) + 1.0)
+        sigma = self.entry(n_min)
+        gap = sigma + 1.0 - stay                             # 1 - lam
+        share = sigma / np.maximum(gap, 1e-300)
+        if steps is None:
+            return share
+        h = np.maximum(np.asarray(steps, float), 1.0)
+        small = gap < 1e-9
+        safe = np.where(small, 1.0, gap)
+        lam = 1.0 - safe                                     # negative: the chain alternates
+        lam_h = np.abs(lam) ** h * np.where(lam < 0.0, np.cos(np.pi * h), 1.0)   # lam**h, real for any h
+        unseen = np.where(small, 1.0 - 0.5 * (h - 1.0) * gap, (1.0 - lam_h) / (h * safe))
+        return share * (1.0 - unseen)
+
+    def reach(self, n_min, n_max, gamma, steps=None) -> np.ndarray:
+        """(C, max gamma) P(a step accepts more than i proposals), i = 0.., over the stationary chain
+        or (`steps`) over a generation of that many steps from a free start."""
+        n_min, gamma = np.broadcast_arrays(np.atleast_1d(np.asarray(n_min, np.int64)),
+                                           np.atleast_1d(np.asarray(gamma, np.int64)))
+        i = np.arange(int(gamma.max()))[None, :]
+        copy = np.broadcast_to(self.copy_share(gamma, steps, n_min), gamma.shape)[:, None]
+        free = self.found(n_min)[:, None] * self.alpha * self.alpha_next ** i
+        return (copy * self.rho ** (i + 1.0) + (1.0 - copy) * free) * (i < gamma[:, None])
+
+    def matched(self, n_min, gamma, steps=None) -> np.ndarray:
+        """(C,) P(a step proposes): every copy step, and free steps that find a match."""
+        copy = np.atleast_1d(self.copy_share(gamma, steps, n_min))
+        return copy + (1.0 - copy) * self.found(np.atleast_1d(n_min))
+
+
+def generation_reach(part: MatchAcceptance, n_min, n_max, gamma, new_tokens: int | None):
+    """(reach, steps) over a generation of `new_tokens` from a free start: its step count and its
+    copy share depend on each other, so a few fixed-point rounds (steps = new_tokens / tokens per
+    step) settle them. None: the stationary chain (steps None)."""
+    if new_tokens is None:
+        return part.reach(n_min, n_max, gamma), None
+    steps = np.full(np.broadcast(np.atleast_1d(n_min), np.atleast_1d(gamma)).shape, float(new_tokens))
+    for _ in range(FIXED_POINT_ROUNDS):
+        steps = new_tokens / generation_tokens(part.reach(n_min, n_max, gamma, steps), new_tokens)
+    return part.reach(n_min, n_max, gamma, steps), steps
+
+
+def replay_table(steps: pd.DataFrame) -> dict[str, list[float]]:
+    """label -> [tokens per step, share of steps that propose] of each configuration's steps (rows as
+    `PromptLookup._steps` gives them, replayed or measured)."""
+    return {label: [round(float(rows["accepted"].mean()), 5), round(float((rows["drafted"] > 0).mean()), 5)]
+            for label, rows in steps.groupby("config")}
+
+
+def chain_at(part: MatchAcceptance, n_min, n_max, gamma, new_tokens: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens per step, proposing share) of the chain over a generation of `new_tokens`."""
+    reach, steps = generation_reach(part, n_min, n_max, gamma, new_tokens)
+    return generation_tokens(reach, new_tokens), part.matched(n_min, gamma, steps)
+
+
+def replayed_at(part: MatchAcceptance, labels, n_min, n_max, gamma, new_tokens: int | None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens per step, proposing share) of each configuration: the entry's replay where it holds
+    one, carried from the replay's generation length to `new_tokens` (None: the stationary chain) by
+    the chain's ratio between the two; the chain's own elsewhere (module docstring)."""
+    chain = chain_at(part, n_min, n_max, gamma, new_tokens)
+    if not part.replayed:
+        return chain
+    n = len(labels)
+    held = np.array([part.replayed.get(label, (np.nan, np.nan)) for label in labels], float).reshape(n, 2)
+    base = chain if new_tokens == part.replayed_new_tokens else chain_at(part, n_min, n_max, gamma,
+                                                                          part.replayed_new_tokens)
+    tokens = np.where(np.isnan(held[:, 0]), chain[0], held[:, 0] * chain[0] / base[0])
+    proposing = np.where(np.isnan(held[:, 1]), chain[1], np.clip(held[:, 1] * chain[1] / base[1], 0.0, 1.0))
+    return tokens, proposing
+
+
+def fitted_to_replay(part: MatchAcceptance, config) -> MatchAcceptance:
+    """`part` with its hit and sigma refitted so that the chain gives `config`'s replayed tokens per
+    step and proposing share at the replay's generation length (least squares on their logits): the
+    simulator's per-step law with the replay's averages. `part` itself where it holds no replay of
+    `config`."""
+    held = (part.replayed or {}).get(config.label)
+    if held is None:
+        return part
+    hit, sigma = _refit(tuple(part.to_dict().values()), part.replayed_new_tokens, config.n_min, config.n_max,
+                        config.gamma, tuple(held))
+    return replace(part, hit=hit, sigma=sigma)
+
+
+@functools.lru_cache(maxsize=4096)      # every simulated stream of a configuration asks the same
+def _refit(parameters: tuple, new_tokens: int, n_min: int, n_max: int, gamma: int,
+           held: tuple[float, float]) -> tuple[float, float]:
+    from scipy.optimize import least_squares
+
+    part, (tokens, share) = MatchAcceptance(*parameters), held
+
+    def refitted(x) -> MatchAcceptance:
+        hit, sigma = 1.0 / (1.0 + np.exp(-np.clip(x, -LOGIT_BOUND, LOGIT_BOUND)))
+        return replace(part, hit=float(hit), sigma=float(sigma))
+
+    def residual(x) -> np.ndarray:
+        got_tokens, got_share = chain_at(refitted(x), n_min, n_max, gamma, new_tokens)
+        return np.array([got_tokens[0] / tokens - 1.0, got_share[0] - share])
+
+    start = np.clip([part.hit, part.sigma], 1e-6, 1 - 1e-6)
+    best = refitted(least_squares(residual, np.log(start / (1 - start)), bounds=(-LOGIT_BOUND, LOGIT_BOUND)).x)
+    return best.hit, best.sigma
+
+
+class MatchSampler(Sampler):
+    """The simulator's draws of one configuration: each sequence's state (1: copying) carried from
+    step to step (module docstring), free at its start."""
+
+    stateful = True
+
+    def __init__(self, config, part: MatchAcceptance):
+        self.gamma, self.part = config.gamma, part
+        self.found = float(part.found(config.n_min))
+        self.entry = float(part.entry(config.n_min))
+
+    def initial_state(self, n: int) -> np.ndarray:
+        return np.zeros(n, dtype=bool)
+
+    def draw(self, rng, n, state=None):
+        g, p = self.gamma, self.part
+        copying = self.initial_state(n) if state is None else np.asarray(state, dtype=bool)
+        run = rng.geometric(1.0 - p.rho, n) - 1 if p.rho < 1 else np.full(n, g + 1)      # R, P(R >= k) = rho^k
+        hit = rng.random(n) < self.found
+        chain = (rng.random(n) < p.alpha) * np.minimum(
+            rng.geometric(1.0 - p.alpha_next, n) if p.alpha_next < 1 else np.full(n, g), g)
+        drafted_ok = np.where(copying, np.minimum(run, g), np.where(hit, chain, 0))
+        verify = 1 + np.where(copying | hit, g, 0)
+        after = np.where(copying, run > g, rng.random(n) < self.entry)
+        return StepDraws((1 + drafted_ok).astype(np.int64), np.zeros(n, np.int64), verify.astype(np.int64)), after
+
+    def stream(self, rng, n_steps, done, state=None):
+        """Consecutive steps of one sequence, its state carried through."""
+        parts = []
+        for _ in range(n_steps):
+            draws, state = self.draw(rng, 1, state)
+            parts.append(draws)
+        return StepDraws(*(np.concatenate([getattr(d, f) for d in parts]) for f in ("accepted", "drafted", "verify_tokens"))), state
+
+
+def _probabilities(x: np.ndarray) -> dict[str, float]:
+    return dict(zip(PARAMETERS, (1.0 / (1.0 + np.exp(-np.asarray(x, float)))).tolist()))
+
+
+def _sequences(steps: pd.DataFrame) -> tuple[np.ndarray, ...]:
+    """(drafted, hits, valid) [G, T] of each generation's steps in order (its last, cut at the
+    length, left out) and (n_min,) [G]: the likelihood's input."""
+    gens = [g.sort_values("step").iloc[:-1] for _, g in steps.groupby(["run_id", "prompt_id"], sort=False)]
+    gens = [g for g in gens if len(g)]
+    width = max(len(g) for g in gens)
+    drafted, hits = np.zeros((len(gens), width), np.int64), np.zeros((len(gens), width), np.int64)
+    valid = np.zeros((len(gens), width), bool)
+    for i, g in enumerate(gens):
+        drafted[i, :len(g)], hits[i, :len(g)], valid[i, :len(g)] = g["drafted"], g["hits"], True
+    return drafted, hits, valid, np.array([int(g["n_min"].iloc[0]) for g in gens])
+
+
+def _log_likelihood(part: MatchAcceptance, sequences) -> float:
+    """Of the generations' steps under the two-state chain (forward algorithm, free at the start)."""
+    d, j, valid, n_min = sequences
+    found, entry = part.found(n_min)[:, None], part.entry(n_min)
+    a, b, rho = (min(max(v, 1e-9), 1 - 1e-9) for v in (part.alpha, part.alpha_next, part.rho))
+    chain = np.where(j == 0, 1 - a, a * b ** np.maximum(j - 1, 0) * np.where(j < d, 1 - b, 1.0))
+    free = np.where(d == 0, 1 - found, found * chain)
+    copy = np.where(d == 0, 0.0, np.where(j < d, rho ** j * (1 - rho), rho ** d))
+    belief = np.tile([0.0, 1.0], (d.shape[0], 1))                 # (P(copy), P(free)) before each step
+    total = 0.0
+    for t in range(d.shape[1]):
+        joint = belief * np.stack([copy[:, t], free[:, t]], axis=1)
+        norm = joint.sum(axis=1)
+        total += float(np.log(np.maximum(norm[valid[:, t]], 1e-300)).sum())
+        post = joint / np.maximum(norm, 1e-300)[:, None]
+        stay = np.where((d[:, t] > 0) & (j[:, t] == d[:, t]), rho, 0.0)
+        step = np.stack([post[:, 0] * stay + post[:, 1] * entry,
+                         post[:, 0] * (1 - stay) + post[:, 1] * (1 - entry)], axis=1)
+        belief = np.where(valid[:, t:t + 1], step, belief)
+    return total
+
+
+LOGIT_BOUND = 12.0      # parameters are fitted as logits within +-12: a probability within 6e-6 of 0 or 1
+
+
+def fit_matches(steps: pd.DataFrame, starts: int = 4, seed: int = 0) -> MatchAcceptance:
+    """Maximum likelihood of `MatchAcceptance` (its parameters as bounded logits), the best of a fixed
+    start and `starts - 1` seeded random ones."""
+    from scipy.optimize import minimize
+
+    sequences = _sequences(steps)
+    loss = lambda x: -_log_likelihood(MatchAcceptance(**_probabilities(x)), sequences)   # noqa: E731
+    rng = np.random.default_rng(seed)
+    tries = [np.array([0.5, -1.5, -1.5, 0.0, 2.0, -2.0, 2.0])] + [rng.normal(0.0, 1.5, len(PARAMETERS))
+                                                             for _ in range(starts - 1)]
+    fits = [minimize(loss, x0, method="L-BFGS-B", bounds=[(-LOGIT_BOUND, LOGIT_BOUND)] * len(PARAMETERS)) for x0 in tries]
+    return MatchAcceptance(**_probabilities(min(fits, key=lambda r: r.fun).x))
+
+
+def at_bound(part: MatchAcceptance) -> list[str]:
+    """The parameters the fit left on a bound of their range (a finding to report, not a value to trust)."""
+    edge = 1.0 / (1.0 + np.exp(LOGIT_BOUND - 1e-3))
+    return [k for k, v in part.to_dict().items() if v <= edge or v >= 1.0 - edge]
