@@ -36,7 +36,7 @@ from common.rundir import add_overwrite_option, start_run
 from runtime.cache import MODES, default_mode
 from runtime.graph import mode_agreement
 from traces.drafter_timing import write_drafter_latency
-from traces.timing import Timer, hardware_name
+from traces.timer import Timer, hardware_name
 from traces.replayed import (random_prompts, sources_from_step_trace,
                              sources_from_token_trace)
 

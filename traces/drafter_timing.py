@@ -23,7 +23,9 @@ from runtime.drafters.io import drafter_class
 from runtime.graph import GraphRunner
 from runtime.models import random_architecture, tiny_model
 from traces import schema
-from traces.timing import Timer, filled_cache, git_commit, hardware_name
+from common.rundir import git_commit
+from traces.timer import Timer, hardware_name
+from traces.timing import filled_cache
 
 
 def drafter_entries(arch: str) -> dict[str, dict[str, Any]]:

@@ -44,7 +44,9 @@ from common.cli import CliParser, cli_entry
 from common.progress import add_progress_option, progress_enabled
 from common.rundir import claim_file
 from runtime.models import LoadedModel, load_model
-from traces.timing import DTYPE_NAMES, git_commit, hardware_name
+from common.rundir import git_commit
+from traces.timer import hardware_name
+from traces.timing import DTYPE_NAMES
 from runtime.prompts import BUILTIN_SETS, ByteTokenizer, Prompt, encode_prompt, load_prompt_mix, parse_prompt_mix
 
 

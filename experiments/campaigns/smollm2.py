@@ -144,7 +144,7 @@ def stage_latency(args, log) -> None:
     import torch
 
     from traces.drafter_timing import write_drafter_latency
-    from traces.timing import Timer
+    from traces.timer import Timer
 
     torch.set_num_threads(args.threads)
     device = torch.device("cpu")
@@ -269,7 +269,7 @@ def write_steps(args, run: Run, dataset: str, rows: pd.DataFrame, path: Path | N
     """Write `run`'s StepTrace of `dataset` (to `path`, default its step_path); plain decoding's
     rows are added to the ones recorded."""
     from traces import schema
-    from traces.timing import git_commit
+    from common.rundir import git_commit
 
     path = path or step_path(args, run.label, dataset)
     if run == PLAIN_RUN and path.exists():
@@ -310,7 +310,7 @@ def stage_profile(args, log) -> None:
     from calibrate.latency import fit_latency
     from calibrate.profile import Profile
     from costmodel.params import get_arch
-    from traces.timing import git_commit
+    from common.rundir import git_commit
     from traces.schema import read_trace
 
     rows = latency_rows(args)

@@ -79,7 +79,7 @@ def stage_tokens(args, log) -> None:
     from runtime.models import load_model, load_transformers
     from runtime.prompts import builtin_prompts, encode_prompt
     from traces import schema
-    from traces.timing import git_commit
+    from common.rundir import git_commit
 
     todo = [d for d in DATASETS if not token_path(args.out, d).exists()]
     if not todo:
@@ -115,7 +115,7 @@ def stage_steps(args, log) -> None:
     from experiments.campaigns.measure import Bench
     from runtime.prompts import load_prompt_mix
     from traces import schema
-    from traces.timing import git_commit
+    from common.rundir import git_commit
 
     todo = [c for c in CALIBRATION if any(not step_path(args.out, c, d).exists() for d in DATASETS)]
     if not todo:
@@ -150,7 +150,7 @@ def stage_profile(args, log) -> None:
     from calibrate.profile import Profile
     from costmodel.params import get_arch
     from traces.schema import read_trace
-    from traces.timing import git_commit
+    from common.rundir import git_commit
 
     rows, _ = read_trace(args.out / "latency.parquet", kind="latency")
     rows = rows.assign(model=rows["model"].replace(LATENCY_NAMES))

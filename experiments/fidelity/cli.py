@@ -127,7 +127,7 @@ def repredict(args, profile, pred: pd.DataFrame) -> pd.DataFrame:
     """The run's configurations predicted again from `profile` at the contexts the run predicted
     at, for its own tokens per generation (`adopt_measured_settings` ran first); the predictions
     made before it measured are kept once, in predictions_first.csv."""
-    from traces.timing import git_commit
+    from common.rundir import git_commit
 
     first = args.out / "predictions_first.csv"
     run = read_run(args.out)

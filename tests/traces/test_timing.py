@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from traces import schema, timing
+from traces.timer import Timer, across_rounds
 
 
 def run(tmp_path, *extra):
@@ -51,17 +52,17 @@ def test_rounds_pass_over_the_grid_again_and_keep_the_median_of_their_medians(tm
     assert len(frame) == 8 and meta.extra["rounds"] == 3 and frame.repeats.between(3, 6).all()
     rounds = pd.DataFrame({"model": ["m"] * 4, "n_tokens": [1, 1, 1, 4], "seconds": [0.1, 0.5, 0.2, 0.3],
                            "repeats": [2, 2, 2, 5]})
-    combined = timing.across_rounds(rounds)
+    combined = across_rounds(rounds)
     assert combined.to_dict("records") == [{"model": "m", "n_tokens": 1, "seconds": 0.2, "repeats": 6},
                                            {"model": "m", "n_tokens": 4, "seconds": 0.3, "repeats": 5}]
 
 
 def test_timer_median_and_budget():
     calls = []
-    timer = timing.Timer(torch.device("cpu"), warmup=2, repeats=5, min_repeats=2, point_seconds=0.0)
+    timer = Timer(torch.device("cpu"), warmup=2, repeats=5, min_repeats=2, point_seconds=0.0)
     seconds, repeats = timer.median(lambda: calls.append("run"), lambda: calls.append("reset"))
     assert repeats == 2 and len(calls) == 2 * (2 + 2) and seconds >= 0
-    timer = timing.Timer(torch.device("cpu"), warmup=0, repeats=3)
+    timer = Timer(torch.device("cpu"), warmup=0, repeats=3)
     assert timer.median(lambda: None, lambda: None)[1] == 3
 
 

@@ -1,7 +1,7 @@
-"""traces.timing's re-timing of points that stand out from their context neighbours."""
+"""traces.timer's re-timing of points that stand out from their context neighbours."""
 from __future__ import annotations
 
-from traces.timing import outliers, retime_outliers
+from traces.timer import outliers, retime_outliers
 
 
 def grid(stalled: dict[tuple[int, int], float]) -> list[dict]:
