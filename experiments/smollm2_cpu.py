@@ -89,8 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="prompts per dataset of the step calibration (the first ones; default 2, as bundled: three "
                         "datasets x 34 configurations x 2 repeats fit a 2-core session)")
     p.add_argument("--repeats", type=int, default=2,
-                   help="interleaved repeats of the step calibration and the recorded best (default 2, as bundled: one repeat left "
-                        "10-20%% differences between configurations verifying the same shape)")
+                   help="interleaved repeats of the step calibration and the recorded best (default 2, as "
+                        "bundled: one repeat left 10-20%% differences between configurations verifying the same "
+                        "shape)")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     p.add_argument("--sim-tokens", type=int, default=512, help="tokens per simulated run (default 512)")
     p.add_argument("--seed", type=int, default=0, help="seed of the simulator runs (default 0)")
