@@ -152,12 +152,13 @@ class PromptLookup(MethodSpec):
     def _steps(self, frame, source) -> pd.DataFrame:
         rows = frame[frame["method"] == self.name].copy()
         parsed = {text: self.parse(text) for text in rows["config"].unique()}     # once per configuration
-        configs = rows["config"].map(parsed)
-        if len({c.label for c in parsed.values()}) < 2:
-            raise InputError(f"{source}: fitting {self.name} needs two or more configurations, got "
-                             f"{len({c.label for c in parsed.values()})}")
-        rows["config"] = configs.map(lambda c: c.label)
-        rows["n_min"], rows["n_max"] = configs.map(lambda c: c.n_min), configs.map(lambda c: c.n_max)
+        labels = {c.label for c in parsed.values()}
+        if len(labels) < 2:
+            raise InputError(f"{source}: fitting {self.name} needs two or more configurations, got {len(labels)}")
+        text = rows["config"]
+        rows["config"] = text.map({t: c.label for t, c in parsed.items()})
+        rows["n_min"] = text.map({t: c.n_min for t, c in parsed.items()})
+        rows["n_max"] = text.map({t: c.n_max for t, c in parsed.items()})
         rows["drafted"] = rows["verify_tokens"].astype(np.int64) - 1
         rows["hits"] = np.minimum(rows["accepted"].astype(np.int64) - 1, rows["drafted"])
         return rows

@@ -174,12 +174,13 @@ def load_hf(spec: str, *, dtype: torch.dtype | None = None, device: str | torch.
 def load_transformers(spec: str, *, gguf_file: str | None = None, tokenizer: bool = True):
     """(transformers causal LM in fp32 on the CPU, its tokenizer, or None without `tokenizer`) of a
     hub id, local directory or .gguf file (`smollm2`: the bundled GGUF), with one-line errors."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    location, kwargs = _transformers_location(spec, gguf_file)
+    location, kwargs = _transformers_location(spec, gguf_file)     # the hub probed once for both
     with _one_line_load_errors(spec):
         hf = AutoModelForCausalLM.from_pretrained(location, dtype=torch.float32, **kwargs)
-    return hf.eval(), load_tokenizer(spec, gguf_file=gguf_file) if tokenizer else None
+        words = AutoTokenizer.from_pretrained(location, **kwargs) if tokenizer else None
+    return hf.eval(), words
 
 
 def load_tokenizer(spec: str, *, gguf_file: str | None = None):

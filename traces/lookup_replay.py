@@ -14,6 +14,7 @@ engine's greedy-identity tests check.)
 """
 from __future__ import annotations
 
+import functools
 import json
 from typing import Mapping, Sequence
 
@@ -33,16 +34,16 @@ def lookup_steps(prompt: Sequence[int], output: Sequence[int], config: MethodCon
         raise InputError("prompt lookup replay needs a non-empty prompt")
     full, steps, i = list(prompt) + list(output), [], 0
     matches = {} if matches is None else matches
+
+    def match_at(size: int, n: int) -> int | None:         # the context is full[:size] for every config
+        if (size, n) not in matches:
+            matches[size, n] = earliest_match(full[:size], n)
+        return matches[size, n]
+
     while i < len(output):
-        context = full[:len(prompt) + i]
-
-        def match(n: int, context=context) -> int | None:
-            key = (len(context), n)
-            if key not in matches:
-                matches[key] = earliest_match(context, n)
-            return matches[key]
-
-        drafts = match_continuation(context, config.n_min, config.n_max, config.gamma, match)
+        size = len(prompt) + i
+        drafts = match_continuation(full[:size], config.n_min, config.n_max, config.gamma,
+                                    functools.partial(match_at, size))
         hits = 0
         while hits < len(drafts) and i + hits < len(output) and drafts[hits] == output[i + hits]:
             hits += 1
