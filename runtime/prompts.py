@@ -1,7 +1,7 @@
-"""Prompt sets for recording: MT-Bench (80), HumanEval (164), a copy-heavy code-edit set (164) and
-any local JSONL file.
+"""Prompt sets for recording: MT-Bench (80), HumanEval (164), two copy-heavy code-edit sets (164 on
+HumanEval's functions, 99 on a library's) and any local JSONL file.
 
-A prompt set is named by `load_prompts(spec)`: `mtbench`, `humaneval`, `codeedit`, or a path to a `.jsonl`
+A prompt set is named by `load_prompts(spec)`: `mtbench`, `humaneval`, `codeedit`, `libedit`, or a path to a `.jsonl`
 (optionally `.jsonl.gz`) file. Every prompt becomes a `Prompt` with a stable `prompt_id` (the
 key that recording uses to resume) and its user turns. Local JSONL: one JSON object per line,
 the text in the field `prompt` (or the field named by `field=`), or a list of user turns in
@@ -19,11 +19,22 @@ k uses HumanEval task 163 - k, so its first prompts and HumanEval's first ones a
 functions; a prompt's `source` names the task it was built from, so calibration and validation
 prompts can be kept apart across sets (`overlapping_sources`).
 
+`libedit` asks for the same edits of functions nobody here has measured: the documented public
+top-level functions of boltons (LIBEDIT_PACKAGE, a pinned install; 5-40 lines, at most 1,600
+characters, like HumanEval's; not the two it copied from the standard library, which the drafters'
+corpus reads), taken from its source files with `ast`, never imported. They are
+ordered by a hash of their name, so any first k prompts mix the library's modules, and prompt k
+asks for edit k mod 5.
+
 Nothing here imports torch; the dataset files are located without importing their packages.
 """
 from __future__ import annotations
 
+import ast
+import functools
 import gzip
+import hashlib
+import importlib.metadata
 import importlib.util
 import json
 from dataclasses import dataclass
@@ -32,7 +43,7 @@ from typing import Any, Sequence
 
 from common.errors import InputError
 
-BUILTIN_SETS = ("mtbench", "humaneval", "codeedit")
+BUILTIN_SETS = ("mtbench", "humaneval", "codeedit", "libedit")
 EDIT_REQUESTS = (
     "Add a type hint to every parameter and to the return value. Return the whole function, unchanged otherwise.",
     "Rename the function to `{entry_point}_v2`. Return the whole function, unchanged otherwise.",
@@ -40,6 +51,11 @@ EDIT_REQUESTS = (
     "Make the function raise a ValueError when it is called with None. Return the whole function.",
     "Rewrite the docstring so that it starts with one summary line. Return the whole function.",
 )
+LIBEDIT_PACKAGE = ("boltons", "25.0.0")       # (package, the version the Makefile installs)
+LIBEDIT_LINES, LIBEDIT_CHARS = (5, 40), 1600
+# boltons' copies of standard-library code, which the drafters' training corpus reads
+# (training.data.find_leaks found them in it): never an evaluation prompt
+LIBEDIT_EXCLUDED = ("urlutils.unquote_to_bytes", "strutils.args2sh")
 ID_FIELDS = ("id", "question_id", "task_id", "prompt_id")
 
 
@@ -121,17 +137,53 @@ def _humaneval() -> list[Prompt]:
                    source=r["task_id"]) for r in read_jsonl(humaneval_path())]
 
 
+def _edit_request(code: str, request: int, name: str) -> str:
+    """The user turn of an edit set: the function, then edit request `request` (mod their number)."""
+    ask = EDIT_REQUESTS[request % len(EDIT_REQUESTS)].format(entry_point=name)
+    return f"Here is a Python function:\n\n```python\n{code}\n```\n\n{ask}"
+
+
 def _codeedit() -> list[Prompt]:
     tasks = read_jsonl(humaneval_path())
     prompts = []
     for k, task in enumerate(reversed(tasks)):
         number = int(task["task_id"].split("/")[1])
-        request = EDIT_REQUESTS[number % len(EDIT_REQUESTS)].format(entry_point=task["entry_point"])
         code = (task["prompt"] + task["canonical_solution"]).strip("\n")
-        text = f"Here is a Python function:\n\n```python\n{code}\n```\n\n{request}"
-        prompts.append(Prompt(prompt_id=f"codeedit/{k}", turns=(text,), dataset="codeedit", category="code edit",
-                              source=task["task_id"]))
+        prompts.append(Prompt(prompt_id=f"codeedit/{k}", turns=(_edit_request(code, number, task["entry_point"]),),
+                              dataset="codeedit", category="code edit", source=task["task_id"]))
     return prompts
+
+
+@functools.lru_cache(maxsize=1)
+def library_functions() -> tuple[tuple[str, str], ...]:
+    """(`module.function`, source) of LIBEDIT_PACKAGE's documented public top-level functions within
+    LIBEDIT_LINES and LIBEDIT_CHARS (less LIBEDIT_EXCLUDED), ordered by a hash of the name (read once:
+    parsing the library takes most of a second)."""
+    package, version = LIBEDIT_PACKAGE
+    root = _package_dir(package)
+    found = importlib.metadata.version(package)
+    if found != version:
+        raise InputError(f"prompt set libedit is built from {package}=={version}, found {found} "
+                         f"(pip install --no-deps {package}=={version})")
+    functions = []
+    for path in sorted(root.glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        for node in ast.parse(text).body:
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_") and ast.get_docstring(node):
+                code = ast.get_source_segment(text, node)
+                lines = code.count("\n") + 1
+                name = f"{path.stem}.{node.name}"
+                if (LIBEDIT_LINES[0] <= lines <= LIBEDIT_LINES[1] and len(code) <= LIBEDIT_CHARS
+                        and name not in LIBEDIT_EXCLUDED):
+                    functions.append((name, code))
+    return tuple(sorted(functions, key=lambda f: hashlib.sha256(f[0].encode()).hexdigest()))
+
+
+def _libedit() -> list[Prompt]:
+    package = LIBEDIT_PACKAGE[0]
+    return [Prompt(prompt_id=f"libedit/{k}", turns=(_edit_request(code, k, name.split(".")[1]),), dataset="libedit",
+                   category="code edit", source=f"{package}.{name}")
+            for k, (name, code) in enumerate(library_functions())]
 
 
 def builtin_prompts(ids: Sequence[str]) -> list[Prompt]:
@@ -170,7 +222,7 @@ def _local(path: Path, field: str) -> list[Prompt]:
 
 def load_prompts(spec: str, *, limit: int | None = None, field: str = "prompt",
                  ids: Sequence[str] | None = None) -> list[Prompt]:
-    """Load a prompt set: `mtbench`, `humaneval` or a local JSONL path; optionally the first
+    """Load a prompt set: one of BUILTIN_SETS or a local JSONL path; optionally the first
     `limit` prompts, or only those whose prompt_id is in `ids` (in the set's order)."""
     if limit is not None and limit < 1:
         raise InputError(f"prompt limit must be >= 1, got {limit}")
@@ -181,6 +233,8 @@ def load_prompts(spec: str, *, limit: int | None = None, field: str = "prompt",
         prompts = _humaneval()
     elif name == "codeedit":
         prompts = _codeedit()
+    elif name == "libedit":
+        prompts = _libedit()
     else:
         path = Path(spec)
         if not path.exists():

@@ -24,7 +24,8 @@ from methods import MethodConfig
 from traces.record import teacher_forced_methods
 
 STAGES = ("latency", "tokens", "chains", "steps", "profile", "best", "tables")
-DATASETS = {"mt-bench": "mtbench", "humaneval": "humaneval", "code-edit": "codeedit"}   # profile name -> prompt set
+DATASETS = {"mt-bench": "mtbench", "humaneval": "humaneval", "code-edit": "codeedit",   # profile name -> prompt set
+            "lib-edit": "libedit"}
 VANILLA_VOCAB = 8192          # the draft vocabulary the bundled vanilla drafter was trained with
 TARGET_ARCH = "smollm2-135m"
 # drafter name in the Profile -> Profile drafter spec, with its trained file under --drafters: the
@@ -40,8 +41,9 @@ ROUTERS = [f"{e['router']['groups']}:{e['router']['top_n']}" for e in DRAFTERS.v
 # fitted on them; `--token-prompts`): the first 12 of each set, then 36 more spread over the prompts
 # no bundled fidelity run measured (examples/smollm2_fidelity*, examples/transformers_peer), the
 # HumanEval and code-edit ones on distinct HumanEval tasks, and 10 such prompts per set left unseen
-# for held-out runs (examples/smollm2_fidelity_calib48)
-TOKEN_PROMPTS = ",".join(f"{name}:1-12," + ",".join(f"{name}:{i}-{i}" for i in extra) for name, extra in (
+# for held-out runs (examples/smollm2_fidelity_calib48); libedit (added later, its prompts in an order
+# that mixes the library's modules) the first 48, leaving 49-99 unseen
+TOKEN_PROMPTS = "libedit:1-48," + ",".join(f"{name}:1-12," + ",".join(f"{name}:{i}-{i}" for i in extra) for name, extra in (
     ("mtbench", (14, 16, 17, 18, 20, 21, 23, 24, 26, 27, 28, 30, 31, 33, 34, 35, 37, 39, 52, 53, 54, 57, 58, 59, 60, 63,
                  64, 65, 66, 67, 70, 71, 72, 73, 75, 77)),
     ("humaneval", (14, 17, 22, 24, 28, 30, 34, 37, 52, 56, 59, 61, 64, 69, 72, 74, 78, 81, 83, 87, 91, 94, 96, 99, 102,
@@ -218,22 +220,23 @@ def token_prompt_count(args) -> str:
     return str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
 
 
-def calibration_prompts(args) -> str:
+def calibration_prompts(args, datasets=DATASETS) -> str:
     """The prompts the step calibration runs on: the first --step-limit of each dataset."""
-    return ",".join(f"{name}:{args.step_limit}" for name in DATASETS.values())
+    return ",".join(f"{DATASETS[d]}:{args.step_limit}" for d in datasets)
 
 
 def stage_steps(args, log) -> None:
-    """Greedy StepTraces of RUNS on the calibration prompts (`measure_beside_plain`). Only the
-    configurations without a trace are recorded; the plain partners join the ar trace, so the drift
-    normalisation (traces.drift) puts old and new recordings on one scale."""
-    todo = [run for run in RUNS if any(not step_path(args, run.label, d).exists() for d in DATASETS)]
-    if not todo:
-        return
-    measured = measure_beside_plain(args, todo, calibration_prompts(args), log)
-    for (run, dataset), rows in measured.items():
-        write_steps(args, run, dataset, rows)
-    log(f"wrote {len(measured)} step traces to {args.out}")
+    """Greedy StepTraces of RUNS on the calibration prompts (`measure_beside_plain`), dataset by
+    dataset. Only the configurations without a trace are recorded; the plain partners join the ar
+    trace, so the drift normalisation (traces.drift) puts old and new recordings on one scale."""
+    for dataset in DATASETS:
+        todo = [run for run in RUNS if not step_path(args, run.label, dataset).exists()]
+        if not todo:
+            continue
+        measured = measure_beside_plain(args, todo, calibration_prompts(args, [dataset]), log)
+        for (run, _), rows in measured.items():
+            write_steps(args, run, dataset, rows)
+        log(f"wrote {len(measured)} step traces of {dataset} to {args.out}")
 
 
 def measure_beside_plain(args, todo: list[Run], prompt_spec: str, log) -> dict[tuple[Run, str], pd.DataFrame]:

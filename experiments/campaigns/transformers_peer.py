@@ -111,29 +111,28 @@ def step_path(out: Path, cand: Candidate, dataset: str) -> Path:
 
 
 def stage_steps(args, log) -> None:
-    """StepTraces of CALIBRATION measured through transformers (those already recorded are kept)."""
+    """StepTraces of CALIBRATION measured through transformers, on the datasets that miss one (the
+    others' are kept; a dataset's calibration configurations are measured together, beside plain)."""
     from experiments.campaigns.measure import Bench
     from runtime.prompts import load_prompt_mix
     from traces import schema
     from common.rundir import git_commit
 
-    todo = [c for c in CALIBRATION if any(not step_path(args.out, c, d).exists() for d in DATASETS)]
-    if not todo:
+    datasets = [d for d in DATASETS if any(not step_path(args.out, c, d).exists() for c in CALIBRATION)]
+    if not datasets:
         return
-    if CALIBRATION[0] not in todo:
-        todo = [CALIBRATION[0], *todo]
     bench = Bench("smollm2", DRAFTERS, args.drafters, args.threads, engine="transformers")
-    prompts = bench.encode(load_prompt_mix(calibration_prompts(args)))
-    _runs, steps = bench.measure(todo, prompts, repeats=args.repeats, max_new_tokens=args.max_new_tokens, log=log)
-    for cand in todo:
-        for profile_name, prompt_set in DATASETS.items():
-            rows = steps[(steps["candidate"] == cand.label) & (steps["dataset"] == prompt_set)]
+    prompts = bench.encode(load_prompt_mix(calibration_prompts(args, datasets)))
+    _runs, steps = bench.measure(CALIBRATION, prompts, repeats=args.repeats, max_new_tokens=args.max_new_tokens, log=log)
+    for cand in CALIBRATION:
+        for profile_name in datasets:
+            rows = steps[(steps["candidate"] == cand.label) & (steps["dataset"] == DATASETS[profile_name])]
             meta = schema.RunMetadata(kind="step", models={"target": "smollm2", "draft": cand.drafter or ""},
                                       hardware="CPU", dtype="fp32", temperature=0.0, dataset=profile_name, seed=0,
                                       commit=git_commit(), extra={"source_format": "hf-assisted", "engine": "transformers",
                                                                   "label": cand.label, "repeats": args.repeats})
             schema.write_trace(step_path(args.out, cand, profile_name), rows.drop(columns=["candidate", "dataset"]), meta)
-    log(f"wrote {len(todo) * len(DATASETS)} transformers step traces to {args.out}")
+    log(f"wrote {len(CALIBRATION) * len(datasets)} transformers step traces of {', '.join(datasets)} to {args.out}")
 
 
 def stage_profile(args, log) -> None:
