@@ -19,8 +19,8 @@ Stages (`--stages`, default all; each recording skips what its output file alrea
    of the papers' qualitative claims, and measured-vs-predicted speedups (closed form and
    simulator from the Profile against the StepTraces' own wall clock) -> `--report` folder.
 The drafters come from `python -m training KIND` (`--drafters`, default artifacts/drafters).
-Greedy decoding (temperature 0) throughout; MT-Bench first turns, HumanEval and code-edit: the
-TokenTraces and chains on 48 prompts of each (`--token-prompts`), the recorded best on the first
+Greedy decoding (temperature 0) throughout; MT-Bench first turns, HumanEval, code-edit and lib-edit
+(runtime.prompts): the TokenTraces and chains on 48 prompts of each (`--token-prompts`), the recorded best on the first
 `--limit`, the step calibration on the first `--step-limit` (documented subsets: a full run does not
 fit a 2-core session).
 """
@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", type=Path, default=Path("data/profiles/smollm2-135m-cpu.json"), help="Profile to write")
     p.add_argument("--report", type=Path, default=Path("examples/smollm2_cpu"), help="tables and report folder")
     p.add_argument("--token-prompts", default=None,
-                   help="the prompts of the TokenTraces and chains, over mtbench, humaneval and codeedit (default: "
+                   help="the prompts of the TokenTraces and chains, over mtbench, humaneval, codeedit and libedit (default: "
                         "the bundled 48 per set, experiments.campaigns.smollm2.TOKEN_PROMPTS; prompt lookup's "
                         "acceptance is replayed on their outputs)")
     p.add_argument("--limit", type=int, default=12,
@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=32, help="tokens per prompt (default 32, as bundled and as the "
                    "held-out fidelity runs measure)")
     p.add_argument("--step-limit", type=int, default=2,
-                   help="prompts per dataset of the step calibration (the first ones; default 2, as bundled: three "
+                   help="prompts per dataset of the step calibration (the first ones; default 2, as bundled: four "
                         "datasets x 34 configurations x 2 repeats fit a 2-core session)")
     p.add_argument("--repeats", type=int, default=2,
                    help="interleaved repeats of the step calibration and the recorded best (default 2, as "

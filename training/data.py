@@ -209,7 +209,7 @@ def _words(text: str) -> list[str]:
 
 def evaluation_texts() -> list[str]:
     """Every user turn of the built-in evaluation sets (MT-Bench, HumanEval, code-edit's HumanEval
-    solutions): text that must never be trained on."""
+    solutions, lib-edit's boltons functions): text that must never be trained on."""
     return [turn for name in BUILTIN_SETS for p in load_prompts(name) for turn in p.turns]
 
 

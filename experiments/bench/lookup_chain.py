@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     p = CliParser(prog="python -m experiments.bench.lookup_chain", description=__doc__.splitlines()[0])
     p.add_argument("--traces", type=Path, default=Path("data/traces/smollm2-cpu"),
                    help="the SmolLM2 campaign's trace folder (its TokenTraces' greedy outputs are replayed)")
-    p.add_argument("--datasets", default="mt-bench,humaneval,code-edit", help="comma-separated Profile datasets")
+    p.add_argument("--datasets", default="mt-bench,humaneval,code-edit,lib-edit", help="comma-separated Profile datasets")
     args = p.parse_args(argv)
     from experiments.campaigns.smollm2 import DATASETS
 

@@ -367,7 +367,8 @@ def stage_profile(args, log) -> None:
                     "created": dt.datetime.now(dt.timezone.utc).isoformat(),
                     "sources": [str(p) for p in [args.out / "latency.parquet", args.out / "drafter_latency.parquet",
                                                   *sources]],
-                    "assumptions": [f"greedy decoding; MT-Bench (turn 1), HumanEval and code-edit (HumanEval edit requests): TokenTraces on "
+                    "assumptions": [f"greedy decoding; MT-Bench (turn 1), HumanEval, code-edit and lib-edit (edit requests on HumanEval's "
+                                    f"and boltons' functions): TokenTraces on "
                                     f"{token_prompt_count(args)} prompts of each, the step calibration on the first {args.step_limit}, "
                                     f"{args.max_new_tokens} new tokens", "latency: measured tables (fp32, 2 threads); "
                                     "drafters timed at one token per forward", "drafters trained by python -m training",
@@ -412,7 +413,7 @@ def replayed_from_outputs(args, spec, dataset: str, drop_first_step: bool = Fals
 
 @functools.lru_cache(maxsize=1)
 def _tokenizer():
-    """SmolLM2's tokenizer, read once (the profile stage replays three datasets)."""
+    """SmolLM2's tokenizer, read once (the profile stage replays every dataset)."""
     from runtime.models import load_tokenizer
 
     return load_tokenizer("smollm2")

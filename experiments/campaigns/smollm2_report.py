@@ -239,7 +239,7 @@ def write_report(args, log) -> None:
     text = "\n\n".join([
         "# SmolLM2-135M-Instruct on this CPU: acceptance and measured vs predicted speedups",
         f"Regenerate: `python -m experiments.smollm2_cpu` (drafters from `python -m training KIND`). Greedy, "
-        f"MT-Bench (turn 1), HumanEval and code-edit (HumanEval edit requests), {args.max_new_tokens} new tokens, fp32, "
+        f"MT-Bench (turn 1), HumanEval, code-edit and lib-edit (edit requests on HumanEval's and boltons' functions), {args.max_new_tokens} new tokens, fp32, "
         f"{args.threads} threads. Profile: `{args.profile}`, its acceptance fitted on the TokenTraces' "
         f"{token_prompt_count(args)} prompts per set (`--token-prompts`); measured runs on the first {args.limit} of "
         "each (in-sample: they are among the TokenTraces' prompts).",

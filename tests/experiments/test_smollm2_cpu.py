@@ -107,7 +107,7 @@ class _FakeBench:
     def encode(self, prompts):
         return [(p.dataset, p.prompt_id, [1, 2]) for p in prompts]
 
-    def measure(self, cands, prompts, *, repeats, max_new_tokens, log, first_pair):
+    def measure(self, cands, prompts, *, repeats, max_new_tokens, log, first_pair=0):
         rows, pair = [], first_pair
         for (prompt_set, pid, _), (i, cand) in ((p, c) for p in prompts for c in enumerate(cands[1:], 1)):
             for j in (0, i):
@@ -154,3 +154,32 @@ def test_the_recorded_best_are_measured_beside_plain_decoding_kept_apart_from_th
     smollm2_cpu.best_partners_path(args, "humaneval").unlink()
     with pytest.raises(InputError, match="plain decoding is in no trace"):
         smollm2_report.measured_runs(args, "humaneval")
+
+
+def test_stage_steps_measures_only_the_datasets_that_miss_a_trace(tmp_path, monkeypatch):
+    """A dataset added to the campaign is recorded on its own calibration prompts; the others' traces
+    stay as they were (not measured again, not overwritten)."""
+    from experiments.campaigns import measure
+
+    asked = []
+
+    class Recording(_FakeBench):
+        def encode(self, prompts):
+            asked.append(sorted({p.dataset for p in prompts}))
+            return super().encode(prompts)
+
+    monkeypatch.setattr(measure, "Bench", Recording)
+    sd = smollm2_cpu.Run(methods.parse_label("sd g1"), "vanilla")
+    monkeypatch.setattr(smollm2_cpu, "RUNS", [smollm2_cpu.PLAIN_RUN, sd])
+    args = smollm2_cli.build_parser().parse_args(["--out", str(tmp_path)])
+    old = [d for d in smollm2_cpu.DATASETS if d != "lib-edit"]
+    rows = _FakeBench().measure([smollm2_cpu.PLAIN_RUN, sd], [("x", "p", [])], repeats=1, max_new_tokens=1, log=print,
+                                first_pair=0)[1].drop(columns=["candidate", "dataset"])
+    for dataset in old:
+        for run in smollm2_cpu.RUNS:
+            smollm2_cpu.write_steps(args, run, dataset, rows)
+    recorded = {path: path.read_bytes() for path in tmp_path.glob("steps_*.parquet")}
+    smollm2_cpu.stage_steps(args, print)
+    assert asked == [["libedit"]]
+    assert all(path.read_bytes() == content for path, content in recorded.items())
+    assert all(smollm2_cpu.step_path(args, run.label, "lib-edit").exists() for run in smollm2_cpu.RUNS)

@@ -124,3 +124,31 @@ def test_the_code_edit_set_hands_back_humaneval_functions_from_the_last_task():
     assert overlapping_sources(tasks[:6], edits[:6]) == []                 # first prompts: different functions
     assert overlapping_sources(tasks[:6], edits[-2:]) == ["codeedit/162", "codeedit/163"]
     assert overlapping_sources(edits[:3], edits[2:4]) == ["codeedit/2"]
+
+
+def test_the_library_edit_set_hands_back_boltons_functions_in_a_fixed_mixed_order():
+    from runtime.prompts import EDIT_REQUESTS, LIBEDIT_EXCLUDED, overlapping_sources
+
+    edits = load_prompts("libedit")
+    assert len(edits) == 99 and len({p.source for p in edits}) == 99
+    assert [p.source for p in edits[:3]] == ["boltons.funcutils.format_invocation", "boltons.iterutils.is_collection",
+                                             "boltons.strutils.removeprefix"]
+    assert "def format_invocation(" in edits[0].turns[0] and edits[0].turns[0].endswith(EDIT_REQUESTS[0])
+    assert "Rename the function to `is_collection_v2`" in edits[1].turns[0]       # prompt k asks for edit k mod 5
+    assert {p.source.split(".")[1] for p in edits[:12]} >= {"iterutils", "strutils", "funcutils"}
+    assert not {f"boltons.{name}" for name in LIBEDIT_EXCLUDED} & {p.source for p in edits}
+    assert overlapping_sources(load_prompts("codeedit") + load_prompts("humaneval"), edits) == []
+
+
+def test_the_library_edit_set_names_the_version_it_needs(monkeypatch):
+    import importlib.metadata
+
+    from runtime import prompts
+
+    prompts.library_functions.cache_clear()
+    monkeypatch.setattr(importlib.metadata, "version", lambda package: "24.1.0")
+    try:
+        with pytest.raises(InputError, match=r"built from boltons==25.0.0, found 24.1.0 \(pip install --no-deps"):
+            load_prompts("libedit")
+    finally:
+        prompts.library_functions.cache_clear()
