@@ -244,7 +244,10 @@ def fit_engine(profile, runs: list[StepRun]) -> dict:
     """The Profile's "engine" section from `runs` (module docstring)."""
     if not runs:
         raise InputError("engine calibration needs at least one StepTrace")
-    factors = drift.pair_factors(pd.concat([run.frame for run in runs], ignore_index=True))
+    # drift: each pair's plain step against the isolated forward at its context, so datasets recorded
+    # in different hours come to one speed
+    expected = pd.concat([prior_parts(profile, run)["prior_verify"] for run in runs], ignore_index=True)
+    factors = drift.pair_factors(pd.concat([run.frame for run in runs], ignore_index=True), expected)
     runs = [StepRun(drift.normalise(run.frame, factors), run.drafter, run.dataset) for run in runs]
     parts = pd.concat([prior_parts(profile, run) for run in runs], ignore_index=True)
     # the structure whose mean held-out error is lowest (ar, the speedups' baseline, is not judged);
@@ -264,7 +267,7 @@ def fit_engine(profile, runs: list[StepRun]) -> dict:
         "methods": {m: c.to_dict() for m, c in per_method.items()},
         "pooled": pooled.to_dict(),
         "fit": {"reference": reference,       # the plain step of the calibration window: a later run's drift
-                "drift": drift.summary(factors),  # the machine's drift within the window, divided out
+                "drift": drift.summary(factors, across_prompts=True),  # the machine's drift, divided out
                 "steps": int(len(parts)), "configs": sorted(parts["config"].unique().tolist()),
                 "structure": {"chosen": structure, "heldout_mean": {k: round(v, 5) for k, v in mean.items()},
                               "heldout_median": {k: round(v, 5) for k, v in median.items()}},

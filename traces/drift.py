@@ -9,7 +9,10 @@ paired). Two uses, one rule:
 - a measured speedup is a generation's tokens/s over its own partner's (`experiments.campaigns.measure.rates`);
 - before a calibration fits step times, each step is rescaled to the machine's typical speed
   (`normalise`): divided by its pair's factor, the partner's mean plain step over the median of
-  the plain generations of the same prompt.
+  the plain generations of the same prompt. Given what each plain step is expected to cost (the
+  isolated forward's latency table at its context), the typical speed is instead the median over
+  every pair of every prompt: a dataset recorded later, in a slower hour, is then put on the same
+  scale as the others, not on its own.
 """
 from __future__ import annotations
 
@@ -22,11 +25,23 @@ from traces.schema import step_wall_s
 PARTS = ("draft_s", "verify_s", "overhead_s")
 
 
-def pair_factors(steps: pd.DataFrame) -> pd.Series:
+def pair_factors(steps: pd.DataFrame, expected_s=None) -> pd.Series:
     """(prompt id, pair id) -> how much slower than typical the machine ran during that pair (1.0:
-    typical), from the paired plain-decoding (ar) steps in `steps`. Empty when nothing is paired."""
+    typical), from the paired plain-decoding (ar) steps in `steps`. Empty when nothing is paired.
+    `expected_s` (per row of `steps`, aligned with it): what each step should cost at its context;
+    with it, typical is one speed across prompts, else each prompt's own median."""
     plain = _paired_plain(steps)
-    return _factors(plain.assign(step_s=step_wall_s(plain)))
+    if expected_s is None:
+        return _factors(plain.assign(step_s=step_wall_s(plain)))
+    expected = pd.Series(expected_s, index=steps.index, dtype=float).loc[plain.index]
+    if plain.empty:
+        return pd.Series(dtype=float)
+    if not (expected > 0).all():
+        raise InputError("the expected plain step must be positive at every paired step")
+    keys = ["prompt_id", "pair"]
+    per_pair = (plain.assign(step_s=step_wall_s(plain)).groupby(keys)["step_s"].mean()
+                / plain.assign(expected=expected).groupby(keys)["expected"].mean())
+    return (per_pair / per_pair.median()).rename("factor")
 
 
 def run_factors(runs: pd.DataFrame) -> pd.Series:
@@ -68,11 +83,14 @@ def normalise(steps: pd.DataFrame, factors: pd.Series) -> pd.DataFrame:
     return out
 
 
-def summary(factors: pd.Series) -> dict | None:
-    """What the Profile records of the drift its calibration removed (None: nothing was paired)."""
+def summary(factors: pd.Series, across_prompts: bool = False) -> dict | None:
+    """What the Profile records of the drift its calibration removed (None: nothing was paired);
+    `across_prompts`: the factors came from `pair_factors` with expected steps."""
     if factors.empty:
         return None
+    typical = ("the median over every pair of its ratio to the isolated forward at the same context" if across_prompts
+               else "the prompt's median")
     return {"scheme": "each generation beside plain decoding of the same prompt; steps divided by the partner's "
-                      "mean plain step over the prompt's median", "pairs": int(len(factors)),
+                      f"mean plain step over {typical}", "pairs": int(len(factors)),
             "factor_p10": round(float(factors.quantile(0.1)), 4), "factor_median": round(float(factors.median()), 4),
             "factor_p90": round(float(factors.quantile(0.9)), 4)}

@@ -255,6 +255,34 @@ def test_paired_plain_decoding_divides_out_the_machine_drift(profile):
         fit_engine(profile, [*runs[:3], StepRun(runs[3].frame[runs[3].frame["pair"] != 5], None, "mt-bench")])
 
 
+def test_a_dataset_recorded_in_a_slower_hour_is_put_on_the_others_speed(profile):
+    """One prompt's every pair measured while the machine ran 1.6x slower (a dataset added later):
+    its own median cannot see that; its ratio to the isolated forward at the same context, against
+    every pair's, does, so the fit prices the others' speed."""
+    rng = np.random.default_rng(4)
+    prompts = (100, 200, 300, 400)
+    runs = [synthetic_run(profile, label, "vanilla", rng, prompts=prompts) for label in ("sd g1", "sd g4", "sd g7")]
+    runs.append(synthetic_run(profile, "ar", None, rng, prompts=prompts))
+    for i, run in enumerate(runs[:3]):                  # prompt j, configuration i: pair 3j + i
+        run.frame["pair"] = 3 * (run.frame["prompt_id"].str[1:].astype(int) // 100 - 1) + i
+    ar = runs[3].frame
+    ar["pair"] = 3 * (ar["prompt_id"].str[1:].astype(int) // 100 - 1) + ar["step"] // 10
+    steady = fit_engine(profile, [StepRun(r.frame.copy(), r.drafter, r.dataset) for r in runs])
+    for run in runs:
+        slow = np.where(run.frame["prompt_id"] == "p400", 1.6, 1.0) * (1 + 0.05 * np.sin(run.frame["pair"]))
+        for part in ("draft_s", "verify_s", "overhead_s"):
+            run.frame[part] *= slow
+    engine = fit_engine(profile, runs)
+    assert "the median over every pair" in engine["fit"]["drift"]["scheme"]
+    assert engine["fit"]["drift"]["factor_p90"] > 1.4
+    # priced as if the machine had kept its speed (up to one scale for every part: speedups are ratios)
+    ratio = lambda e: e["methods"]["sd"]["verify_scale"] / e["methods"]["ar"]["verify_scale"]
+    assert ratio(engine) == pytest.approx(ratio(steady), rel=0.005)
+    assert engine["methods"]["sd"]["draft_scale"] / engine["methods"]["ar"]["verify_scale"] == pytest.approx(
+        steady["methods"]["sd"]["draft_scale"] / steady["methods"]["ar"]["verify_scale"], rel=0.02)
+    assert engine["fit"]["heldout"]["speedup_error_max"] < 0.03
+
+
 def test_the_structure_with_the_lower_heldout_error_is_kept(profile):
     """Methods whose verify forwards truly cost differently keep their own verify fit; the
     shared-verify structure prices every speculative method's verify alike."""
