@@ -16,6 +16,7 @@ paired). Two uses, one rule:
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from methods import BASELINE
@@ -33,9 +34,11 @@ def pair_factors(steps: pd.DataFrame, expected_s=None) -> pd.Series:
     plain = _paired_plain(steps)
     if expected_s is None:
         return _factors(plain.assign(step_s=step_wall_s(plain)))
-    expected = pd.Series(expected_s, index=steps.index, dtype=float).loc[plain.index]
     if plain.empty:
         return pd.Series(dtype=float)
+    if len(expected_s) != len(steps):
+        raise InputError(f"{len(expected_s)} expected plain steps for {len(steps)} steps")
+    expected = pd.Series(np.asarray(expected_s, float), index=steps.index).loc[plain.index]   # by position
     if not (expected > 0).all():
         raise InputError("the expected plain step must be positive at every paired step")
     keys = ["prompt_id", "pair"]
