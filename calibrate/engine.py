@@ -244,12 +244,13 @@ def fit_engine(profile, runs: list[StepRun]) -> dict:
     """The Profile's "engine" section from `runs` (module docstring)."""
     if not runs:
         raise InputError("engine calibration needs at least one StepTrace")
-    # drift: each pair's plain step against the isolated forward at its context, so datasets recorded
-    # in different hours come to one speed
-    expected = pd.concat([prior_parts(profile, run)["prior_verify"] for run in runs], ignore_index=True)
-    factors = drift.pair_factors(pd.concat([run.frame for run in runs], ignore_index=True), expected)
-    runs = [StepRun(drift.normalise(run.frame, factors), run.drafter, run.dataset) for run in runs]
     parts = pd.concat([prior_parts(profile, run) for run in runs], ignore_index=True)
+    # drift: each pair's plain step against the isolated forward at its context (the prior), so
+    # datasets recorded in different hours come to one speed; the priors do not move with it
+    steps = pd.concat([run.frame for run in runs], ignore_index=True)
+    factors = drift.pair_factors(steps, parts["prior_verify"])
+    measured = list(drift.PARTS)
+    parts[measured] = drift.normalise(steps, factors)[measured].to_numpy(float)
     # the structure whose mean held-out error is lowest (ar, the speedups' baseline, is not judged);
     # the mean, not the median: a structure with a few wild fits must not win on the typical one
     judged = {s: heldout_errors(parts, s) for s in STRUCTURES}

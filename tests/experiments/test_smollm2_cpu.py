@@ -120,6 +120,17 @@ class _FakeBench:
         return pd.DataFrame(), pd.DataFrame(rows)
 
 
+def recording_bench(asked: list) -> type:
+    """_FakeBench that appends the prompt sets of every encode() call to `asked`."""
+
+    class Recording(_FakeBench):
+        def encode(self, prompts):
+            asked.append(sorted({p.dataset for p in prompts}))
+            return super().encode(prompts)
+
+    return Recording
+
+
 def test_the_recorded_best_are_measured_beside_plain_decoding_kept_apart_from_the_ar_trace(tmp_path, monkeypatch):
     """Stage best's runs get their own plain partners (in steps_best-partners_*), the report divides
     each by its partners, and a best trace whose partners are gone is one clear error."""
@@ -162,13 +173,7 @@ def test_stage_steps_measures_only_the_datasets_that_miss_a_trace(tmp_path, monk
     from experiments.campaigns import measure
 
     asked = []
-
-    class Recording(_FakeBench):
-        def encode(self, prompts):
-            asked.append(sorted({p.dataset for p in prompts}))
-            return super().encode(prompts)
-
-    monkeypatch.setattr(measure, "Bench", Recording)
+    monkeypatch.setattr(measure, "Bench", recording_bench(asked))
     sd = smollm2_cpu.Run(methods.parse_label("sd g1"), "vanilla")
     monkeypatch.setattr(smollm2_cpu, "RUNS", [smollm2_cpu.PLAIN_RUN, sd])
     args = smollm2_cli.build_parser().parse_args(["--out", str(tmp_path)])

@@ -3,20 +3,14 @@ from types import SimpleNamespace
 
 from experiments.campaigns import transformers_peer as peer
 from experiments.campaigns.smollm2 import DATASETS
-from tests.experiments.test_smollm2_cpu import _FakeBench
+from tests.experiments.test_smollm2_cpu import recording_bench
 
 
 def test_the_peer_step_stage_measures_only_the_datasets_that_miss_a_trace(tmp_path, monkeypatch):
     from experiments.campaigns import measure
 
     asked = []
-
-    class Recording(_FakeBench):
-        def encode(self, prompts):
-            asked.append(sorted({p.dataset for p in prompts}))
-            return super().encode(prompts)
-
-    monkeypatch.setattr(measure, "Bench", Recording)
+    monkeypatch.setattr(measure, "Bench", recording_bench(asked))
     args = SimpleNamespace(out=tmp_path, drafters=tmp_path, threads=1, step_limit=2, repeats=1, max_new_tokens=2)
     old = [d for d in DATASETS if d != "lib-edit"]
     for dataset in old:
