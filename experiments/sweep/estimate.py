@@ -10,9 +10,10 @@ code, and scaled (`Cost`):
   carried on linearly and its time as a + c * tokens^p, so a long generation is never priced to
   estimate it);
 - the simulator: a stream's and a served request's fixed and per-token seconds and bytes, from
-  samples of STREAM_TOKENS and SERVE_TOKENS carried on linearly (a simulated generation's steps
-  are arrays of its length; one step's events serve a whole batch, so serving takes about the
-  same time at any batch).
+  samples of STREAM_TOKENS and SERVE_TOKENS (the longer one lengthened until its time clearly
+  rises over the shorter's), carried on linearly (a simulated generation's steps are arrays of
+  its length; one step's events serve a whole batch, so serving takes about the same time at
+  any batch).
 At its peak the sweep holds every space chunk and PEAK_COPIES scored copies of each row (the
 scored chunks, their ranked concatenation, the plain copy written as parquet); with --batch-sizes
 beyond --batch, one more scored copy per batch is alive while it is served; each worker holds one
@@ -30,6 +31,7 @@ import tracemalloc
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 
 import methods
@@ -44,6 +46,9 @@ SAMPLE_TOKENS = 512      # the longest generation the closed forms' sample is pr
 LONG_TOKENS = (128, 256, 512)  # they are priced at these and their growth carried on
 STREAM_TOKENS = (500, 2_000)   # sample streams: the simulator's fixed cost and its cost per token
 SERVE_TOKENS = (32, 128)       # sample requests served: the same for serving
+GROWTH, GROW_LIMIT_S = 4, 0.2  # the longer sample run lengthened (x GROWTH, up to these CPU seconds)
+TIMINGS = 3              # each sample timed this many times, the least kept (closed forms: over this many row sets)
+FLAT = 0.1               # a rise in time smaller than this fraction is the noise of CPU time
 MAX_HOURS = 6.0          # default --max-hours
 
 
@@ -190,15 +195,18 @@ def _timed(work: Callable) -> float:
 
 
 def _grown(values: list[float], lengths: list[int], tokens: int) -> float:
-    """A time a + c * length^p measured at one length (returned as is) or at three doubling lengths
-    (a, c and p in [0, 2] from the two differences, so a fixed cost does not hide the growth), at
-    `tokens`. (Memory is carried on linearly: no closed form holds more than a row per token.)"""
+    """A time a + c * length^p measured at one length (returned as is) or at three doubling
+    lengths (a, c and p in [0, 2] from the two differences, so a fixed cost does not hide the
+    growth; Lookahead's pool trajectory grows faster than linearly), at `tokens`. A rise within
+    FLAT of the time, or after a fall, is noise: most closed forms cost the same per row from 128
+    to 8,192 tokens, and a power fitted to noise priced 10^9 tokens at 10^11 seconds. (Memory is
+    carried on linearly: no closed form holds more than a row per token.)"""
     if len(values) == 1:
         return values[0]
     rise, last = values[2] - values[1], values[1] - values[0]
-    if rise <= 0.05 * values[2]:             # flat within the noise: the fixed cost
+    if rise <= FLAT * values[2] or last <= 0:       # flat within the noise: the fixed cost
         return values[2]
-    power = min(max(math.log2(rise / last), 0.0), 2.0) if last > 0 else 2.0
+    power = min(max(math.log2(rise / last), 0.0), 2.0)
     unit = rise / (lengths[2] ** power - lengths[1] ** power) if power else rise / math.log(2)
     grown = (tokens ** power - lengths[2] ** power) if power else math.log(tokens / lengths[2])
     return values[2] + unit * grown
@@ -216,20 +224,26 @@ def _measure(profile: Profile, spec, setup, sample_opts, space: Callable, settin
         at = dataclasses.replace(setting, new_tokens=length)
         return lambda: scoring.score_task(scoring.ScoreTask(raw, spec.name, setup.base, rows, at))
 
-    # disjoint row sets, each priced cold (a method may cache what its rows share): a warm-up, then
-    # per length one traced (working memory) and one timed
+    # a warm-up, then per length one row set traced (working memory); where a growth is fitted,
+    # TIMINGS other row sets timed at every length, the same rows at every length (rows differ in
+    # cost more than the lengths do), in TIMINGS interleaved rounds (each pricing cold: a method
+    # caches what a space shares at one length for at most a round), the least time per set and
+    # length kept, and the median of the sets' own growths (one hiccup moves one set)
     lengths = [tokens] if tokens <= SAMPLE_TOKENS else list(LONG_TOKENS)
-    parts = _split(sample, 1 + 2 * len(lengths))
+    repeats = TIMINGS if len(lengths) > 1 else 1      # one length: one set, as large as the others
+    parts = _split(sample, 1 + len(lengths) + repeats)
     score(parts[0], min(lengths))()
-    work_b, score_s, scored = [], [], None
-    for i, length in enumerate(lengths):
-        traced, timed = parts[1 + 2 * i], parts[2 + 2 * i]
+    work_b, scored = [], None
+    for length, traced in zip(lengths, parts[1:]):
         scored, peak = _traced(score(traced, length))
         work_b.append(peak / len(traced))
-        score_s.append(_timed(score(timed, length)) / len(timed))
+    timed = parts[1 + len(lengths):]
+    rounds = [[[_timed(score(rows, length)) / len(rows) for length in lengths] for rows in timed]
+              for _ in range(repeats)]
+    grown = [_grown(list(np.min(per_set, axis=0)), lengths, tokens) for per_set in zip(*rounds)]
     cost = Cost(space_b=sample.memory_usage(deep=True).sum() / len(sample),
                 scored_b=scored.memory_usage(deep=True).sum() / len(scored),
-                work_b=_linear(work_b[-2:], lengths[-2:], tokens), score_s=_grown(score_s, lengths, tokens))
+                work_b=_linear(work_b[-2:], lengths[-2:], tokens), score_s=float(np.median(grown)))
     config = scoring.sim_config(scored.iloc[[0]])
     if opts.rescore:
         cost.stream_s, cost.stream_b = _linear_cost(
@@ -252,13 +266,27 @@ def _split(frame: pd.DataFrame, parts: int) -> list[pd.DataFrame]:
 
 def _linear_cost(run: Callable[[int], Callable], sample: tuple[int, int], tokens: int) -> tuple[float, float]:
     """(seconds, peak bytes) of `run(tokens)()`: measured at `tokens` when it is at most sample[1],
-    else a fixed cost and a cost per token from runs at the two `sample` lengths, carried on linearly
-    (a simulated generation's steps are arrays of its length)."""
-    lengths = [tokens] if tokens <= sample[1] else list(sample)
-    run(min(lengths))()                                               # warm-up
-    peaks = [float(_traced(run(n))[1]) for n in lengths]
-    seconds = [_timed(run(n)) for n in lengths]
-    return _linear(seconds, lengths, tokens), _linear(peaks, lengths, tokens)
+    else a fixed cost and a cost per token from two runs, carried on linearly (a simulated
+    generation's steps are arrays of its length). The longer run starts at sample[1] and is made
+    GROWTH times longer until it takes at least twice the shorter one's time, GROW_LIMIT_S, or
+    `tokens`: the vectorised engine's cost per token is a fraction of a microsecond, lost in the
+    noise of a fixed cost over a span of a few thousand tokens."""
+    if tokens <= sample[1]:
+        run(tokens)()                                                 # warm-up
+        return _least_time(run(tokens)), float(_traced(run(tokens))[1])
+    short, long = sample
+    run(short)()                                                      # warm-up
+    short_s, long_s = _least_time(run(short)), _least_time(run(long))
+    while long_s < 2 * short_s and long_s < GROW_LIMIT_S and long * GROWTH <= tokens:
+        long *= GROWTH
+        long_s = _least_time(run(long))
+    peaks = [float(_traced(run(n))[1]) for n in (short, long)]
+    return _linear([short_s, long_s], [short, long], tokens), _linear(peaks, [short, long], tokens)
+
+
+def _least_time(work: Callable) -> float:
+    """The least of TIMINGS CPU times of `work()`: the noise of a shared machine only adds."""
+    return min(_timed(work) for _ in range(TIMINGS))
 
 
 def _linear(values: list[float], lengths: list[int], tokens: int) -> float:

@@ -1,6 +1,8 @@
 """The sweep's estimate before it builds anything (experiments.sweep.estimate): counts equal to the
 spaces the sweep builds, a one-line refusal of what will not fit in memory, progress only when asked
 or on a terminal."""
+import random
+
 import pandas as pd
 import pytest
 
@@ -67,6 +69,35 @@ def test_long_generations_are_estimated_without_being_priced():
     assert long.table["work_bytes"].iat[0] > 1000 * base.table["work_bytes"].iat[0]
     assert long.table["work"].iat[0] == "a simulated generation of"
     assert long.seconds > 1000 * base.seconds
+
+
+def test_a_cost_per_token_hidden_in_the_noise_of_short_samples_is_still_found(monkeypatch):
+    """The vectorised simulator costs ~0.25 us a token over a ~15 ms fixed cost: over STREAM_TOKENS
+    the rise is within the timing noise, so the longer sample is lengthened until it shows."""
+    noise = random.Random(0)
+    fixed, per_token = 0.015, 2.5e-7
+
+    def run(n):
+        return lambda: fixed + per_token * n + noise.uniform(0.0, 0.004)   # a shared machine only adds
+
+    monkeypatch.setattr(estimate, "_timed", lambda work: work())
+    seconds, _ = estimate._linear_cost(run, estimate.STREAM_TOKENS, 10 ** 9)
+    assert seconds == pytest.approx(fixed + per_token * 10 ** 9, rel=0.2)
+
+
+def test_closed_form_times_flat_within_the_noise_are_not_grown():
+    assert estimate._grown([1.0, 1.05, 1.12], list(estimate.LONG_TOKENS), 10 ** 9) == 1.12
+
+
+def test_the_sweeps_estimate_of_a_long_generation_is_stable_across_measurements():
+    """Each closed form is timed on the same rows at every length (rows differ in cost more than
+    the lengths do): measured apart, one row set per length, MCSD at 10^9 tokens came out between
+    6 s and 7e6 s."""
+    profile = Profile.load(MCSD_PROFILE)
+    opts = sweep.SweepOptions(methods=["mcsd"], space={"budget": 4}, sim_tokens=10 ** 9, rescore=0)
+    seconds = [estimate.estimate([profile], opts, sweep.space_of, sweep.setting_of).table["score_s"].iat[0]
+               for _ in range(4)]
+    assert max(seconds) < 10 * min(seconds)
 
 
 def test_a_sweep_past_max_hours_is_refused_with_its_estimate():
