@@ -54,7 +54,7 @@ EDIT_REQUESTS = (
 LIBEDIT_PACKAGE = ("boltons", "25.0.0")       # (package, the version the Makefile installs)
 LIBEDIT_LINES, LIBEDIT_CHARS = (5, 40), 1600
 # boltons' copies of standard-library code, which the drafters' training corpus reads
-# (training.data.find_leaks found them in it): never an evaluation prompt
+# (training.corpus.find_leaks found them in it): never an evaluation prompt
 LIBEDIT_EXCLUDED = ("urlutils.unquote_to_bytes", "strutils.args2sh")
 ID_FIELDS = ("id", "question_id", "task_id", "prompt_id")
 

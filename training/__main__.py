@@ -18,7 +18,8 @@ from common.cli import CliParser, cli_entry
 from common.rundir import claim_file
 from runtime.models import load_model
 from training import kinds
-from training.data import DEFAULT_CACHE, CorpusConfig, training_data
+from training.corpus import DEFAULT_CACHE, CorpusConfig
+from training.data import training_data
 from training.loop import LoopConfig, train
 
 

@@ -6,7 +6,8 @@ import functools
 import torch
 
 from runtime.models import LoadedModel, tiny_model
-from training.data import CorpusConfig, SignalSpec, TrainingData, training_data
+from training.corpus import CorpusConfig
+from training.data import SignalSpec, TrainingData, training_data
 
 TINY_CORPUS = CorpusConfig(n_generated=12, n_edit=4, max_new_tokens=24, gen_batch=6, n_source=12, chunk_tokens=96,
                            eval_fraction=0.25, seed=0)
