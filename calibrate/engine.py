@@ -268,7 +268,7 @@ def fit_engine(profile, runs: list[StepRun]) -> dict:
         "methods": {m: c.to_dict() for m, c in per_method.items()},
         "pooled": pooled.to_dict(),
         "fit": {"reference": reference,       # the plain step of the calibration window: a later run's drift
-                "drift": drift.summary(factors, across_prompts=True),  # the machine's drift, divided out
+                "drift": drift.summary(factors),  # the machine's drift, divided out
                 "steps": int(len(parts)), "configs": sorted(parts["config"].unique().tolist()),
                 "structure": {"chosen": structure, "heldout_mean": {k: round(v, 5) for k, v in mean.items()},
                               "heldout_median": {k: round(v, 5) for k, v in median.items()}},

@@ -8,11 +8,12 @@ paired). Two uses, one rule:
 
 - a measured speedup is a generation's tokens/s over its own partner's (`experiments.campaigns.measure.rates`);
 - before a calibration fits step times, each step is rescaled to the machine's typical speed
-  (`normalise`): divided by its pair's factor, the partner's mean plain step over the median of
-  the plain generations of the same prompt. Given what each plain step is expected to cost (the
-  isolated forward's latency table at its context), the typical speed is instead the median over
-  every pair of every prompt: a dataset recorded later, in a slower hour, is then put on the same
-  scale as the others, not on its own.
+  (`pair_factors`, `normalise`): divided by its pair's factor, the partner's mean plain step over
+  what it is expected to cost (the isolated forward's latency table at its context), over the
+  median of that ratio across every pair of every prompt, so a dataset recorded later, in a
+  slower hour, is put on the same scale as the others, not on its own;
+- the fidelity report's drift between runs (`run_factors`): each pair's plain step over the
+  median of its prompt's plain generations.
 """
 from __future__ import annotations
 
@@ -26,14 +27,11 @@ from traces.schema import step_wall_s
 PARTS = ("draft_s", "verify_s", "overhead_s")
 
 
-def pair_factors(steps: pd.DataFrame, expected_s=None) -> pd.Series:
+def pair_factors(steps: pd.DataFrame, expected_s) -> pd.Series:
     """(prompt id, pair id) -> how much slower than typical the machine ran during that pair (1.0:
     typical), from the paired plain-decoding (ar) steps in `steps`. Empty when nothing is paired.
-    `expected_s` (per row of `steps`, aligned with it): what each step should cost at its context;
-    with it, typical is one speed across prompts, else each prompt's own median."""
+    `expected_s` (per row of `steps`, aligned by position): what each step should cost at its context."""
     plain = _paired_plain(steps)
-    if expected_s is None:
-        return _factors(plain.assign(step_s=step_wall_s(plain)))
     if plain.empty:
         return pd.Series(dtype=float)
     if len(expected_s) != len(steps):
@@ -41,9 +39,9 @@ def pair_factors(steps: pd.DataFrame, expected_s=None) -> pd.Series:
     expected = pd.Series(np.asarray(expected_s, float), index=steps.index).loc[plain.index]   # by position
     if not (expected > 0).all():
         raise InputError("the expected plain step must be positive at every paired step")
-    keys = ["prompt_id", "pair"]
-    per_pair = (plain.assign(step_s=step_wall_s(plain)).groupby(keys)["step_s"].mean()
-                / plain.assign(expected=expected).groupby(keys)["expected"].mean())
+    means = plain.assign(step_s=step_wall_s(plain), expected=expected).groupby(["prompt_id", "pair"])[
+        ["step_s", "expected"]].mean()
+    per_pair = means["step_s"] / means["expected"]
     return (per_pair / per_pair.median()).rename("factor")
 
 
@@ -86,14 +84,13 @@ def normalise(steps: pd.DataFrame, factors: pd.Series) -> pd.DataFrame:
     return out
 
 
-def summary(factors: pd.Series, across_prompts: bool = False) -> dict | None:
-    """What the Profile records of the drift its calibration removed (None: nothing was paired);
-    `across_prompts`: the factors came from `pair_factors` with expected steps."""
+def summary(factors: pd.Series) -> dict | None:
+    """What the Profile records of the drift `pair_factors` found and its calibration removed
+    (None: nothing was paired)."""
     if factors.empty:
         return None
-    typical = ("the median over every pair of its ratio to the isolated forward at the same context" if across_prompts
-               else "the prompt's median")
     return {"scheme": "each generation beside plain decoding of the same prompt; steps divided by the partner's "
-                      f"mean plain step over {typical}", "pairs": int(len(factors)),
+                      "mean plain step over the median over every pair of its ratio to the isolated forward at the "
+                      "same context", "pairs": int(len(factors)),
             "factor_p10": round(float(factors.quantile(0.1)), 4), "factor_median": round(float(factors.median()), 4),
             "factor_p90": round(float(factors.quantile(0.9)), 4)}
