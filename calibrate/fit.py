@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,8 @@ import methods
 from calibrate.fit_acceptance import fit_step_acceptance, fit_token_acceptance
 from calibrate.latency import fit_latency
 from calibrate.paper_profiles import git_commit
-from calibrate.profile import Profile
+from profiles import schema
+from profiles.profile import Profile
 from costmodel.hardware import get_hardware, hardware_names
 from costmodel.params import Arch, get_arch
 from common.errors import InputError
@@ -76,7 +78,7 @@ def fit_latency_files(paths: list[Path], kind: str, hardware: str | None, arch_o
         raise InputError(f"latency traces mix dtypes {sorted(dtype_seen)}; fit one dtype per profile")
     if hardware is not None and hw_seen and {_canonical(h) for h in hw_seen} != {_canonical(hardware)}:
         raise InputError(f"--hardware {hardware}: the latency traces were measured on {', '.join(sorted(hw_seen))}; "
-                         "a trace is not relabelled onto other hardware (calibrate.profile moves a fitted roofline)")
+                         "a trace is not relabelled onto other hardware (profiles.Profile.on_hardware moves a fitted roofline)")
     hw_name = hardware or (hw_seen.pop() if len(hw_seen) == 1 else None)
     if hw_name is None:
         raise InputError(f"latency traces mix hardware {sorted(hw_seen)}; pass --hardware or split them")
@@ -144,35 +146,39 @@ def fit_acceptance_files(token_paths: list[Path], step_paths: list[Path], gamma:
 
 
 def build_profile(args: argparse.Namespace) -> Profile:
+    """The traces' fits, over --base's entries where it is given (a fitted entry replaces the base's)."""
     traces: list[dict] = []
-    base = Profile.load(args.base).to_dict() if args.base else {}
+    base = Profile.load(args.base) if args.base else None
     latency, models, hw_name, dtype = fit_latency_files(args.latency, args.latency_kind, args.hardware,
                                                         parse_arch_overrides(args.arch), traces)
     acceptance, drafters = fit_acceptance_files(args.tokens, args.steps, args.gamma, traces)
     if not traces:
         raise InputError("no trace files given: pass --latency, --tokens and/or --steps")
-    models = {**base.get("models", {}), **models}
-    target = args.target or base.get("target")
+    target = args.target or (base.target if base else None)
     if target is None:
         raise InputError("--target is required (the model that verifies)")
-    priced = {**base.get("latency", {}), **latency}
+    priced = {*(base.latency if base else ()), *latency}
     if target not in priced:        # a Profile that cannot price its own target fails only later
         raise InputError(f"--target '{target}' has no latency model: the latency traces"
                          f"{' and --base' if base else ''} measured {', '.join(sorted(priced)) or 'nothing'} "
                          f"(pass --target one of them, or --latency traces of '{target}')")
-    if target not in models:
+    if target not in models and not (base and target in base.models):
         arch = resolve_arch(target, parse_arch_overrides(args.arch))
         models[target] = arch or {"source": "no architecture numbers"}
     for spec in drafters.values():  # a drafter model nothing was measured for: keep only its kind
-        if spec.get("model") not in models and spec.get("model") not in latency:
+        if spec.get("model") not in models and spec.get("model") not in latency and not (base and spec.get("model") in base.models):
             spec.pop("model", None)
     provenance = {"traces": traces, "commit": git_commit(), "created": dt.datetime.now(dt.timezone.utc).isoformat(),
                   "sources": [t["path"] for t in traces], "built_by": "python -m calibrate.fit"}
-    return Profile(
-        name=args.name, hardware=hw_name or args.hardware or base.get("hardware", "unknown"),
-        dtype=dtype or args.dtype or base.get("dtype", "fp16"), target=target, models=models,
-        latency={**base.get("latency", {}), **latency}, acceptance={**base.get("acceptance", {}), **acceptance},
-        drafters={**base.get("drafters", {}), **drafters}, provenance=provenance)
+    fitted = schema.parse({"schema_version": schema.SCHEMA_VERSION, "name": args.name,
+                           "hardware": hw_name or args.hardware or (base.hardware if base else "unknown"),
+                           "dtype": dtype or args.dtype or (base.dtype if base else "fp16"), "target": target,
+                           "models": models, "latency": latency, "acceptance": acceptance, "drafters": drafters,
+                           "provenance": provenance}, source=args.name)
+    if base is None:
+        return Profile(**fitted)
+    merged = {key: {**getattr(base, key), **fitted[key]} for key in ("models", "latency", "acceptance", "drafters")}
+    return replace(base, **{**fitted, **merged, "engine": base.engine, "workload": base.workload, "machine": base.machine})
 
 
 @cli_entry
@@ -208,10 +214,10 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"--hardware: {exc}") from None
     profile = build_profile(args)
     profile.save(args.out)
-    for name, spec in profile.latency.items():
-        fit = spec.get("fit", {})
+    for name, model in profile.latency.items():
+        fit = model.fit
         if "mape_train" in fit:
-            print(f"latency {name}: {spec['kind']}, MAPE fitted {fit['mape_train']:.2f}%, "
+            print(f"latency {name}: {model.kind}, MAPE fitted {fit['mape_train']:.2f}%, "
                   f"held-out {fit['mape_heldout']:.2f}% ({fit['n_heldout']} of {fit['n_points']} points)")
     for key in profile.acceptance:
         print(f"acceptance {key}: alpha {profile.acceptance_model(key).alpha:.4f}")

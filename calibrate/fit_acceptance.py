@@ -1,9 +1,9 @@
-"""Acceptance models fitted from traces, in the Profile's acceptance-entry form (calibrate.acceptance).
+"""Acceptance models fitted from traces, in the Profile's acceptance-entry form (profiles.acceptance).
 
 - `fit_token_acceptance(frame, ...)` from a TokenTrace (teacher-forced, one row per output token):
   alpha = mean of the `alpha` column (E[sum min(p, q)]); greedy alpha@k = P(draft_rank < k), with
   the error of reading each k from the others on the curve `alpha_at` uses (`alpha_at_k_fit`,
-  calibrate.acceptance.leave_one_k_out);
+  `leave_one_k_out`);
   per-position beta_i from an exact greedy chain replay (traces.replay) at draft length `gamma`;
   the confidence-bin table P(draft_rank < K | floor(10 * draft_conf)); a two-state Markov model of
   consecutive tokens.
@@ -21,14 +21,33 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from calibrate.acceptance import AcceptanceModel, leave_one_k_out
 from common.errors import InputError
 from costmodel.cape import N_BINS, confidence_bin
 from methods.replay import TokenTable, chain_lengths
+from profiles.acceptance import AcceptanceModel, AlphaCurve
 from traces.replay import steps_of
 
 DEFAULT_KS = (1, 2, 4, 8, 16, 32)
 DEFAULT_CONF_KS = (1, 2, 4, 8)
+
+
+def leave_one_k_out(table: dict[int, float]) -> dict[str, Any]:
+    """Each measured k but the first predicted by `AlphaCurve` from the others (interpolated inside,
+    extrapolated past the last): the error to expect at a k that was not measured. Needs 3 points."""
+    ks = sorted(table)
+    rows = []
+    for k in ks[1:] if len(ks) >= 3 else []:
+        rest = {j: v for j, v in table.items() if j != k}
+        predicted = float(AlphaCurve.of(rest)(k))
+        rows.append((k, table[k], predicted))
+    if not rows:
+        return {}
+    err = np.array([p / a - 1.0 if a > 0 else (0.0 if p == 0 else np.inf) for _, a, p in rows])
+    finite = np.abs(err[np.isfinite(err)])
+    return {"family": AlphaCurve.FAMILY, "k": [int(k) for k, _, _ in rows],
+            "rel_error": [round(float(e), 4) for e in err],
+            "median": float(np.median(finite)) if finite.size else None,
+            "max": float(finite.max()) if finite.size else None}
 
 
 def conf_bin_table(conf: np.ndarray, hit_by_k: dict[int, np.ndarray]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ predictions.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +29,8 @@ import numpy as np
 from calibrate import paper_fit
 from calibrate.papers import MODELS
 from calibrate.papers.base import CTX_REF, git_commit  # noqa: F401  (re-exported: calibrate.fit, ingest)
-from calibrate.profile import Profile
+from profiles.profile import Profile
+from profiles.record import Record
 from common.cli import CliParser, cli_entry
 from common.rundir import claim_file
 
@@ -68,10 +70,8 @@ def fitted_profiles(paper: str) -> list[Profile]:
               "speedup_error_max": float(speedups.max()) if speedups.size else None,
               "heldout": heldout, "heldout_by": summaries,
               "warnings": paper_fit.warnings(paper, fit, model.params, summaries)}
-    for profile in profiles:
-        profile.provenance["latency_fit"] = record
-        profile.engine = {**profile.engine, "fit": {"heldout": heldout}}
-    return profiles
+    return [replace(p, provenance=replace(p.provenance, latency_fit=Record(record)),
+                    engine=replace(p.engine, fit=Record({"heldout": heldout}))) for p in profiles]
 
 
 def build_all(out_dir: Path = DEFAULT_OUT, only: list[str] | None = None, progress: bool = False,

@@ -46,7 +46,7 @@ def synthetic_token_trace(p_aa: float, p_ra: float, rank_ratio: float, n_prompts
     P(rank < k) = 1 - (1 - alpha) rank_ratio^(k - 1); the drafter's top-1 confidence is
     Beta(*hit_conf) on a hit and Beta(*miss_conf) on a miss. `alpha` holds the 0/1 hit.
     """
-    from calibrate.acceptance import MarkovAcceptance
+    from profiles.acceptance import MarkovAcceptance
 
     rng = np.random.default_rng(seed)
     chain = MarkovAcceptance(p_aa, p_ra)

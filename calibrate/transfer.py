@@ -24,13 +24,15 @@ same `model_latency`); `python -m experiments.reproduce` reports it per paper.
 """
 from __future__ import annotations
 
-import copy
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from calibrate.papers.base import HARDWARE_FIT, HARDWARE_TERMS, model_latency
-from calibrate.profile import Profile
+from profiles.latency import RooflineLatency
+from profiles.parts import Drafter
+from profiles.profile import Profile
 from common.cli import CliParser, cli_entry
 from common.errors import InputError
 from costmodel.params import Arch, arch_dict, drafter_arch, get_arch
@@ -40,19 +42,15 @@ def hardware_terms_of(profile: Profile, model: str | None = None) -> dict[str, f
     """The hardware terms `model` (default: the target) was priced with: those its paper fit recorded,
     else the roofline's own (its launch floor taken as the fixed part, none per layer)."""
     model = model or profile.target
-    spec = profile.latency.get(model)
-    if spec is None:
-        raise InputError(f"profile '{profile.name}' has no latency model for '{model}'")
-    if spec.get("kind") != "roofline":
-        raise InputError(f"profile '{profile.name}': latency model '{model}' is a measured {spec.get('kind')!r}, "
+    spec = profile.latency_model(model)
+    if not isinstance(spec, RooflineLatency):
+        raise InputError(f"profile '{profile.name}': latency model '{model}' is a measured {spec.kind!r}, "
                          "which prices one architecture only; a transfer needs a roofline model")
-    recorded = spec.get("fit", {}).get(HARDWARE_FIT)
+    recorded = spec.fit.get(HARDWARE_FIT)
     if recorded:
         return {k: float(recorded[k]) for k in HARDWARE_TERMS}
-    params = spec["params"]
-    return {"bw_eff": float(params.get("bw_eff", 1.0)), "flops_eff": float(params.get("flops_eff", 1.0)),
-            "launch_s": float(params.get("launch_s", 0.0)), "launch_per_layer_s": 0.0,
-            "overhead_s": float(params.get("overhead_s", 0.0))}
+    return {"bw_eff": spec.bw_eff, "flops_eff": spec.flops_eff, "launch_s": spec.launch_s, "launch_per_layer_s": 0.0,
+            "overhead_s": spec.overhead_s}
 
 
 def read_json(path: Path, what: str) -> Any:
@@ -69,7 +67,7 @@ def read_arch(spec: str, source: Profile | None = None) -> tuple[str, dict[str, 
     """(name, architecture dict) of `spec`: a model the source Profile lists, a `costmodel.params`
     registry name, or a Hugging Face config.json path (its name: the file's folder)."""
     if source is not None and spec in source.models:
-        return spec, dict(source.models[spec])
+        return spec, source.arch(spec).to_dict()
     path = Path(spec)
     if path.suffix == ".json" or path.exists():
         raw = read_json(path, "architecture file")
@@ -86,17 +84,19 @@ def read_arch(spec: str, source: Profile | None = None) -> tuple[str, dict[str, 
     return spec.lower(), arch_dict(spec)
 
 
-def _rebuilt_drafter(kind: str, spec: dict, old_target: dict, target: dict, source: Profile) -> dict | None:
+def _rebuilt_drafter(spec: Drafter, target: dict, source: Profile) -> dict | None:
     """A drafter built from its target's dimensions (GLIDE, EAGLE/CORAL, Kangaroo), rebuilt for the new
-    target with the options its old architecture implies; None for a draft model."""
+    target with the options its entry states (its early-exit layer, its router); None for a draft model."""
+    kind = spec.kind
     if kind == "draft_model":
         return None
-    old = source.models.get(spec.get("model", ""), {})
     options: dict[str, Any] = {}
-    if kind == "kangaroo":
-        options["exit_layer"] = int(spec.get("exit_layer", old.get("n_layers", 2)))
-    if spec.get("router"):
-        options.update(groups=int(spec["router"]["groups"]), top_n=int(spec["router"]["top_n"]))
+    if spec.exit_layer is not None:
+        options["exit_layer"] = spec.exit_layer
+    elif kind == "kangaroo":
+        options["exit_layer"] = source.arch(spec.model).n_layers if spec.model in source.models else 2
+    if spec.router is not None:
+        options.update(spec.router.fixed())
     try:
         return drafter_arch(kind, target, **options)
     except ValueError as exc:
@@ -111,7 +111,6 @@ def transfer_profile(source: Profile, target: str, *, drafter: str | None = None
     `workloads` ({dataset: {prompt_tokens, new_tokens[, source]}}) add to or replace the source's."""
     terms = hardware_terms_of(source)
     target_name, target_arch = read_arch(target, source)
-    old_target = source.models[source.target]
     how = (f"transferred by calibrate.transfer from profile '{source.name}' ({source.hardware}): its hardware "
            "terms " + ", ".join(f"{k} {v:.4g}" for k, v in terms.items()))
     models = {target_name: target_arch}
@@ -119,26 +118,23 @@ def transfer_profile(source: Profile, target: str, *, drafter: str | None = None
     drafters = {}
     new_draft = read_arch(drafter, source) if drafter else None
     for dname, spec in source.drafters.items():
-        spec = copy.deepcopy(spec)
-        kind = spec.get("kind")
-        if "model" not in spec:
-            drafters[dname] = spec
+        if spec.model is None:
+            drafters[dname] = spec.to_dict()
             continue
-        rebuilt = _rebuilt_drafter(kind, spec, old_target, target_arch, source)
+        rebuilt = _rebuilt_drafter(spec, target_arch, source)
         if rebuilt is not None:
-            model_name, arch = f"{spec['model']}->{target_name}", rebuilt
-            for key in ("model", "adapter_model"):
-                if key in spec:
-                    spec[key] = model_name
+            model_name, arch = f"{spec.model}->{target_name}", rebuilt
+            spec = replace(spec, model=model_name,
+                           adapter_model=model_name if spec.adapter_model is not None else None)
         elif new_draft is not None:
             model_name, arch = new_draft
-            spec["model"] = model_name
+            spec = replace(spec, model=model_name)
         else:
-            model_name, arch = spec["model"], source.models[spec["model"]]
+            model_name, arch = spec.model, source.arch(spec.model).to_dict()
         models[model_name] = arch
         latency[model_name] = model_latency(arch, source.hardware, terms, model_name, how).to_dict()
-        drafters[dname] = spec
-    entries = copy.deepcopy(source.acceptance)
+        drafters[dname] = spec.to_dict()
+    entries = {key: entry.to_dict() for key, entry in source.acceptance.items()}
     for entry in entries.values():
         entry["source"] = (f"ASSUMED: measured on {source.target} (profile '{source.name}'), carried to {target_name}; "
                            + str(entry.get("source", "")))
@@ -151,24 +147,21 @@ def transfer_profile(source: Profile, target: str, *, drafter: str | None = None
             raise InputError(f"--acceptance entry '{key}' names drafter {entry.get('drafter')!r}; the profile's "
                              f"drafters are {', '.join(drafters) or 'none'}")
         entries[key] = entry
+    carried = source.provenance.details
     provenance = {"built_by": "python -m calibrate.transfer", "transferred_from": source.name,
-                  "hardware_terms": terms, "sources": list(source.provenance.get("sources", [])),
+                  "hardware_terms": terms, "sources": list(carried.get("sources", [])),
                   "assumptions": [
                       f"latency of every model priced from its architecture on {source.hardware} with the hardware "
                       f"terms of '{source.name}' (calibrate.papers.base.model_latency)",
                       "engine calibration (per-step work) carried from the source: the engine's, not the model's",
                       "acceptance entries carried from the source unless given, each marked ASSUMED in its source",
-                      *source.provenance.get("assumptions", [])],
-                  "traces": []}
-    if source.provenance.get("latency_fit"):
-        provenance["latency_fit"] = source.provenance["latency_fit"]
-    return Profile.from_dict({"schema_version": source.schema_version,
-                              "name": name or f"{target_name}-{source.hardware.lower()}-from-{source.name}",
-                              "hardware": source.hardware, "dtype": source.dtype, "target": target_name,
-                              "models": models, "latency": latency, "drafters": drafters, "acceptance": entries,
-                              "provenance": provenance, "engine": copy.deepcopy(source.engine),
-                              "workload": {**copy.deepcopy(source.workload), **(workloads or {})}},
-                             source="calibrate.transfer")
+                      *carried.get("assumptions", [])],
+                  "traces": [], "latency_fit": source.provenance.latency_fit.to_json()}
+    return Profile.build(name=name or f"{target_name}-{source.hardware.lower()}-from-{source.name}",
+                         hardware=source.hardware, dtype=source.dtype, target=target_name, models=models,
+                         latency=latency, drafters=drafters, acceptance=entries, provenance=provenance,
+                         engine=source.engine.to_dict(), machine=source.machine.to_dict(),
+                         workload={**{d: w.to_dict() for d, w in source.workload.items()}, **(workloads or {})})
 
 
 def parse_workload(text: str) -> tuple[str, dict]:

@@ -162,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                  "runtime": agreement}))
     # 4. fidelity
     dtype_name = "bf16" if device.type == "cuda" else "fp32"
-    profile = campaign_profile(frames + [dframe], model_names, target.config.num_layers, hardware, dtype_name,
+    profile = campaign_profile(frames + [dframe], model_names, target.config.arch_numbers(), hardware, dtype_name,
                                replayed_acceptance(token_frame, CONFIGS))
     coeffs = coefficients(pd.concat(frames + [dframe], ignore_index=True), coefficient_pairs(args.tiny),
                           hardware, dtype_name)

@@ -57,7 +57,7 @@ def _ints(text: str, what: str) -> list[int]:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", required=True, help="Profile JSON (calibrate.profile layout), e.g. data/profiles/*.json")
+    p.add_argument("--profile", required=True, help="Profile JSON (profiles.schema layout), e.g. data/profiles/*.json")
     p.add_argument("--out", required=True, help="output directory for CSV, JSON and plots (manifest.json lists them); "
                    "one holding another run's files is refused unless --overwrite")
     add_overwrite_option(p)

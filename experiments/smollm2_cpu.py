@@ -41,7 +41,7 @@ from experiments.campaigns.smollm2_report import ar_context, sweep_result, write
 
 
 def stage_best(args, log) -> None:
-    from calibrate.profile import Profile
+    from profiles.profile import Profile
     from common import atomic
 
     profile = Profile.load(args.profile)

@@ -66,11 +66,11 @@ def router_model(groups: int, top_n: int) -> str:
 def tree_width(setup) -> int:
     """Sequences per draft forward (after the first) and verified tokens per draft level: C / D of
     the drafter's stated tree, 1 (a chain) when it states none."""
-    tree = setup.drafter_spec.get("tree")
-    if not tree:
+    tree = setup.drafter_spec.tree
+    if tree is None:
         return 1
-    depth, candidates = int(tree.get("depth", 0)), int(tree.get("candidates", 0))
-    if depth < 1 or candidates < depth:
+    depth, candidates = tree.depth, tree.candidates
+    if candidates < depth:
         raise InputError(f"drafter '{setup.drafter}': tree needs depth >= 1 and candidates >= depth, "
                          f"got depth={depth}, candidates={candidates}")
     return max(1, round(candidates / depth))
@@ -78,7 +78,7 @@ def tree_width(setup) -> int:
 
 def engine_method(setup) -> tuple[str, str]:
     """(vLLM method, SGLang algorithm) of the drafter's checkpoint format (its `engine_method`)."""
-    name = setup.drafter_spec.get("engine_method", "eagle")
+    name = setup.drafter_spec.engine_method or "eagle"
     if name not in ENGINE_METHODS:
         raise InputError(f"drafter '{setup.drafter}': engine_method {name!r} is not one of "
                          f"{', '.join(ENGINE_METHODS)}")
@@ -87,11 +87,11 @@ def engine_method(setup) -> tuple[str, str]:
 
 def tree_note(setup, config) -> str:
     """What a chain export drops of a drafter that states a tree (the Profile's acceptance is the tree's)."""
-    tree = setup.drafter_spec.get("tree")
-    if not tree:
+    tree = setup.drafter_spec.tree
+    if tree is None:
         return ""
     width = tree_width(setup)
-    return (f"the Profile's drafter drafts a tree ({tree['candidates']} candidates over {tree['depth']} levels, "
+    return (f"the Profile's drafter drafts a tree ({tree.candidates} candidates over {tree.depth} levels, "
             f"{width} a level) and its acceptance was measured on that tree: this chain verifies "
             f"{config.gamma + 1} tokens a step, not {width * config.gamma + 1}, and accepts fewer per step "
             "than the tree that was priced")
@@ -120,7 +120,7 @@ class CORAL(MethodSpec):
         """Depths x (no router, and each (N, top-n) with a recorded recall); a drafter whose own
         head routes gets depths only."""
         pairs = [(0, 0)]
-        if not setup.drafter_spec.get("router"):
+        if setup.drafter_spec.router is None:
             recorded = {tuple(int(v) for v in k.split("/")) for k in (setup.acceptance.extra.get("router_recall") or {})}
             pairs += [(n, t) for n in groups for t in top_n if t <= n // 2 and (n, t) in recorded]
         rows = [(d, n, t) for (n, t) in pairs for d in depths]
@@ -144,7 +144,7 @@ class CORAL(MethodSpec):
     def step_shape(self, setup, frame):
         gamma = frame["gamma"].to_numpy(np.int64)
         _, share = self._router(setup, frame)
-        head = setup.drafter_spec.get("head_model")
+        head = setup.drafter_spec.head_model
         if np.any(share < 1) and not head:
             raise InputError("coral router needs the drafter's 'head_model' latency to price top_n/groups")
         parts = (DraftPart(drafter_model(setup)),) + ((DraftPart(head, share),) if head else ())
@@ -158,7 +158,7 @@ class CORAL(MethodSpec):
         if engine == "hf":
             return super().to_engine(engine, setup, config)
         vllm_method, sglang_algorithm = engine_method(setup)
-        routed = config.groups or setup.drafter_spec.get("router")
+        routed = config.groups or setup.drafter_spec.router is not None
         router = "CORAL's LM-head router has no counterpart: the drafter's head runs in full" if routed else ""
         if engine == "vllm":       # vLLM's EAGLE drafts a chain
             notes = "; ".join(n for n in (router, tree_note(setup, config)) if n)

@@ -69,7 +69,7 @@ def parse_engines(text: str) -> list[str]:
 
 def drafter_checkpoint(setup) -> str:
     """The model name a drafter's checkpoint replaces in an export (the Profile's)."""
-    return str(setup.drafter_spec.get("model") or setup.drafter)
+    return str(setup.drafter_spec.model or setup.drafter)
 
 
 def verified_tokens(spec, setup, config) -> int:

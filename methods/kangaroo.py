@@ -74,7 +74,7 @@ class Kangaroo(MethodSpec):
 
     def space(self, setup, steps=STEPS, etas=ETAS):
         """The drafter's exit layer x steps x eta (eta = 0 only where confidence bins are not recorded)."""
-        layer = int(setup.drafter_spec.get("exit_layer", KangarooConfig.exit_layer))
+        layer = setup.drafter_spec.exit_layer or KangarooConfig.exit_layer
         if setup.acceptance.conf_bins is None:
             etas = (0.0,)
         rows = list(itertools.product((layer,), steps, etas))
@@ -118,10 +118,10 @@ class Kangaroo(MethodSpec):
         gamma = frame["gamma"].to_numpy(np.int64)
         share = self.layer_share(setup, frame["exit_layer"].to_numpy(np.int64))
         spec = setup.drafter_spec
-        if spec.get("model"):
-            parts = (DraftPart(spec["model"]),)
+        if spec.model:
+            parts = (DraftPart(spec.model),)
         else:
-            adapter = spec.get("adapter_model")
+            adapter = spec.adapter_model
             parts = (DraftPart(setup.target, share),) + ((DraftPart(adapter),) if adapter else ())
         _, reach = self._reach(setup, frame)
         width = chain_width(gamma, reach.shape[1])

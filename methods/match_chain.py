@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -60,8 +61,16 @@ class MatchAcceptance:
     replayed: dict[str, tuple[float, float]] | None = field(default=None, compare=False)   # label -> (tokens/step, proposing share)
     replayed_new_tokens: int | None = None   # the generation length the replay ran
 
-    def to_dict(self) -> dict[str, float]:
+    def parameters(self) -> dict[str, float]:
+        """The chain's probabilities (PARAMETERS), without the replay it may hold."""
         return {k: getattr(self, k) for k in PARAMETERS}
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = self.parameters()
+        if self.replayed is not None:
+            out.update(replayed={label: list(pair) for label, pair in self.replayed.items()},
+                       replayed_new_tokens=self.replayed_new_tokens)
+        return out
 
     def found(self, n_min) -> np.ndarray:
         """P(a step in free text finds a match of n_min tokens or more)."""
@@ -154,7 +163,7 @@ def fitted_to_replay(part: MatchAcceptance, config) -> MatchAcceptance:
     held = (part.replayed or {}).get(config.label)
     if held is None:
         return part
-    hit, sigma = _refit(tuple(part.to_dict().values()), part.replayed_new_tokens, config.n_min, config.n_max,
+    hit, sigma = _refit(tuple(part.parameters().values()), part.replayed_new_tokens, config.n_min, config.n_max,
                         config.gamma, tuple(held))
     return replace(part, hit=hit, sigma=sigma)
 
@@ -273,4 +282,4 @@ def fit_matches(steps: pd.DataFrame, starts: int = 4, seed: int = 0) -> MatchAcc
 def at_bound(part: MatchAcceptance) -> list[str]:
     """The parameters the fit left on a bound of their range (a finding to report, not a value to trust)."""
     edge = 1.0 / (1.0 + np.exp(LOGIT_BOUND - 1e-3))
-    return [k for k, v in part.to_dict().items() if v <= edge or v >= 1.0 - edge]
+    return [k for k, v in part.parameters().items() if v <= edge or v >= 1.0 - edge]

@@ -125,7 +125,7 @@ class PromptLookup(MethodSpec):
                             "heldout_tokens_per_step": round(predicted, 4)})
         errors = [abs(c["heldout_tokens_per_step"] / c["tokens_per_step"] - 1.0) for c in configs]
         return {"drafter": self.name, "temperature": float(temperature), "dataset": dataset, "alpha": part.alpha,
-                self.name: {k: round(v, 6) for k, v in part.to_dict().items()},
+                self.name: {k: round(v, 6) for k, v in part.parameters().items()},
                 "fit": {"model": "copy or free text, a two-state chain over steps (methods.prompt_lookup)",
                         "configs": configs,
                         "at_bound": at_bound(part),

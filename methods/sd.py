@@ -55,12 +55,12 @@ def chain_sampler(setup, config, gamma: int, scale: float = 1.0, acceptance_mode
 
 
 def drafter_model(setup) -> str:
-    return setup.drafter_spec.get("model", setup.drafter)
+    return setup.drafter_spec.model or setup.drafter
 
 
 def own_kv(setup) -> str | None:
     """The draft model keeps its own KV cache (GLIDE reads the target's instead)."""
-    return drafter_model(setup) if setup.drafter_spec.get("kind") == "draft_model" else None
+    return drafter_model(setup) if setup.drafter_spec.kind == "draft_model" else None
 
 
 def sd_vllm(setup, config, method: str, extra: dict | None = None) -> EngineConfig:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -35,15 +35,20 @@ from common.errors import InputError
 from methods.config import MethodConfig, _plain
 from methods.engines import EngineConfig, NoCounterpart
 
+if TYPE_CHECKING:       # profiles sits above methods: a Profile is built of what the methods declare
+    from profiles import Profile
+    from profiles.acceptance import AcceptanceModel
+    from profiles.parts import Drafter
+
 BASELINE = "ar"         # plain decoding: every speedup's denominator
 
 
 @dataclass(frozen=True)
 class Setup:
-    """A method's place on a Profile (a `calibrate.profile.Profile`): the target, the drafter it
+    """A method's place on a Profile (a `profiles.Profile`): the target, the drafter it
     runs and the acceptance entry."""
 
-    profile: Any
+    profile: "Profile"
     drafter: str | None = None
     acceptance_key: str | None = None
     overhead_s: float = 0.0
@@ -54,19 +59,20 @@ class Setup:
         return self.profile.target
 
     @property
-    def drafter_spec(self) -> dict[str, Any]:
-        return self.profile.drafter(self.drafter) if self.drafter else {}
+    def drafter_spec(self) -> "Drafter | None":
+        """The Profile's entry of the drafter (None: the method runs without one)."""
+        return self.profile.drafter(self.drafter) if self.drafter else None
 
     @property
-    def acceptance(self):
-        """The calibrate.acceptance.AcceptanceModel of this setup (cached by the Profile)."""
+    def acceptance(self) -> "AcceptanceModel":
+        """The acceptance entry of this setup."""
         if self.acceptance_key is None:
             raise InputError(f"no acceptance model chosen on profile '{self.profile.name}'")
         return self.profile.acceptance_model(self.acceptance_key)
 
     @property
     def target_layers(self) -> int:
-        return int(self.profile.models[self.target].get("n_layers", 0))
+        return int(self.profile.arch(self.target).n_layers)
 
     def need(self, part: str, method: str):
         """The acceptance model's `part` (alpha_at_k, conf_bins, markov, a method's own), or InputError."""
@@ -292,12 +298,12 @@ def space_options() -> dict[str, SpaceOption]:
     return out
 
 
-def drafter_fixed(drafter_spec: dict[str, Any]) -> dict[str, Any]:
+def drafter_fixed(drafter_spec: "Drafter | None") -> dict[str, Any]:
     """Config fields a Profile drafter fixes: a trained or timed router (its spec's `router`)."""
-    return dict(drafter_spec.get("router") or {})
+    return drafter_spec.router.fixed() if drafter_spec is not None and drafter_spec.router else {}
 
 
-def priced_config(config: MethodConfig, drafter_spec: dict[str, Any]) -> MethodConfig:
+def priced_config(config: MethodConfig, drafter_spec: "Drafter | None") -> MethodConfig:
     """The configuration a Profile prices for `config` run on this drafter: the fields the drafter
     fixes are in its latency and acceptance already, so they take their defaults (a space offers
     no router of its own on a drafter whose head routes)."""
@@ -305,7 +311,7 @@ def priced_config(config: MethodConfig, drafter_spec: dict[str, Any]) -> MethodC
     return config.replace(**{k: getattr(defaults, k) for k in drafter_fixed(drafter_spec)})
 
 
-def engine_config(config: MethodConfig, drafter_spec: dict[str, Any]) -> MethodConfig:
+def engine_config(config: MethodConfig, drafter_spec: "Drafter | None") -> MethodConfig:
     """What the engine runs for a Profile configuration on this drafter (`priced_config`'s inverse)."""
     return config.replace(**drafter_fixed(drafter_spec))
 

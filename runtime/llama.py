@@ -53,6 +53,12 @@ class LlamaConfig:
             steps = torch.arange(0, self.head_dim, 2, dtype=torch.float64) / self.head_dim
             self.inv_freq = (1.0 / (self.rope_theta**steps)).float()
 
+    def arch_numbers(self) -> dict:
+        """These numbers as a Profile's architecture entry (`costmodel.params.Arch` fields)."""
+        return {"n_layers": self.num_layers, "hidden": self.hidden_size, "intermediate": self.intermediate_size,
+                "n_heads": self.num_heads, "n_kv_heads": self.num_kv_heads, "vocab": self.vocab_size,
+                "head_dim": self.head_dim, "tie_embeddings": self.tie_embeddings, "qkv_bias": self.qkv_bias}
+
     @classmethod
     def from_hf(cls, hf_config) -> "LlamaConfig":
         """From a transformers LlamaConfig / MistralConfig / Qwen2Config (RoPE scaling included)."""

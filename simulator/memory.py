@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from costmodel.hardware import dtype_bytes, get_hardware
-from costmodel.params import as_arch, kv_bytes_per_token, own_kv_bytes_per_token, own_params, total_params
+from costmodel.params import kv_bytes_per_token, own_kv_bytes_per_token, own_params, total_params
 from simulator.costs import Parallelism
 from simulator.methods import StepModel
 from common.errors import InputError
@@ -53,8 +53,8 @@ class KVMemory:
 
 def drafter_models(profile, drafter: str | None) -> list[str]:
     """The models with weights of a Profile drafter entry, other than the target, each named once."""
-    spec = profile.drafters.get(drafter, {}) if drafter else {}
-    names = [spec.get(k) for k in DRAFTER_MODEL_KEYS]
+    spec = profile.drafter(drafter) if drafter else None
+    names = [getattr(spec, k) for k in DRAFTER_MODEL_KEYS] if spec is not None else []
     return list(dict.fromkeys(n for n in names if n and n in profile.models and n != profile.target))
 
 
@@ -72,12 +72,12 @@ def memory_of(profile, drafter: str | None = None, parallel: Parallelism | None 
         raise InputError(str(exc)) from None
     if not per_gpu > 0:
         raise InputError(f"GPU memory must be > 0 GB, got {gpu_mem_gb!r}")
-    target = as_arch(profile.models[profile.target], profile.target)
+    target = profile.arch()
     per_token = kv_bytes_per_token(target, b)
     weights = {profile.target: total_params(target) * b}
     if not parallel.draft_on_own_gpu:
         for name in drafter_models(profile, drafter):
-            draft = as_arch(profile.models[name], name)
+            draft = profile.arch(name)
             weights[name] = own_params(draft) * b
             per_token += own_kv_bytes_per_token(draft, b)
     gpus = parallel.tp * parallel.pp

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 import numpy as np
 
 import methods
-from calibrate.profile import Profile
+from profiles.profile import Profile
 from common.errors import InputError
 from costmodel.step import StepShape
 from methods.config import MethodConfig
@@ -85,7 +85,7 @@ class StepModel:
 
 
 def load_profile(profile: Profile | Mapping | str | Path) -> Profile:
-    """A Profile from a Profile, a dict in the Profile layout, or a JSON path."""
+    """A Profile, or one read from its JSON form (a file, or a dict as a test or notebook writes it)."""
     if isinstance(profile, Profile):
         return profile
     if isinstance(profile, Mapping):

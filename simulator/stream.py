@@ -19,6 +19,7 @@ import pandas as pd
 import simpy
 
 from costmodel import step as step_cost
+from costmodel.params import Arch
 from methods.spec import plain_shape
 from methods.draws import StepDraws, draw_stream
 from simulator.costs import Parallelism, StepCosts, latency_for
@@ -37,9 +38,9 @@ class StreamResult:
 
 def step_costs_for(profile, step, latencies=None, parallel: Parallelism | None = None) -> StepCosts:
     """StepCosts with the target's shape numbers (hidden size, layers) from the Profile."""
-    arch = profile.models.get(step.target, {})
-    return StepCosts(step, latency_for(profile, step, latencies), hidden=int(arch.get("hidden", 4096)),
-                     parallel=parallel, n_layers=int(arch.get("n_layers", 1)))
+    arch = profile.models[step.target]      # a measured table of unknown architecture: no tensor-parallel terms
+    hidden, layers = (arch.hidden, arch.n_layers) if isinstance(arch, Arch) else (4096, 1)
+    return StepCosts(step, latency_for(profile, step, latencies), hidden=hidden, parallel=parallel, n_layers=layers)
 
 
 def time_steps_fast(costs: StepCosts, draws: StepDraws, prompt_len: int) -> pd.DataFrame:

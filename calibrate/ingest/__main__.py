@@ -20,7 +20,7 @@ from calibrate.ingest import FORMATS, IngestOptions, Ingested, ingest
 from calibrate.ingest.result import merge_into_profile
 from calibrate.ingest.sglang_bench import ACCEPT_LENGTH
 from calibrate.paper_profiles import git_commit
-from calibrate.profile import Profile
+from profiles.profile import Profile
 from common import atomic
 from common.errors import InputError
 from common.cli import CliParser, cli_entry

@@ -14,15 +14,16 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
 
-from calibrate.acceptance import AcceptanceModel
-from calibrate.profile import Profile
+from profiles.acceptance import AcceptanceModel
+from profiles.profile import Profile
+from profiles.record import Record
 from common.errors import InputError
 
 
@@ -209,7 +210,7 @@ def same_model(a: str, b: str) -> bool:
 def profile_drafter(profile: Profile, name: str) -> str:
     """The Profile drafter `name` refers to (its key or its model); InputError naming both otherwise."""
     for key, spec in profile.drafters.items():
-        if same_model(key, name) or (spec.get("model") and same_model(str(spec["model"]), name)):
+        if same_model(key, name) or (spec.model and same_model(spec.model, name)):
             return key
     raise InputError(f"drafter '{name}' is not a drafter of profile '{profile.name}' "
                      f"(has: {', '.join(sorted(profile.drafters)) or 'none'})")
@@ -223,7 +224,7 @@ def merge_into_profile(base: Profile, ingested: Ingested, options: IngestOptions
         said = "--target" if options.target else "the source's target"
         raise InputError(f"{said} '{target}' differs from profile '{base.name}' target '{base.target}'")
     vocab = ingested.models.get("target_vocab")
-    known_vocab = base.models.get(base.target, {}).get("vocab")
+    known_vocab = getattr(base.models[base.target], "vocab", None)
     if vocab is not None and known_vocab is not None and int(vocab) != int(known_vocab):
         raise InputError(f"the source's target vocabulary {vocab} differs from profile '{base.name}' "
                          f"vocabulary {known_vocab} of '{base.target}'")
@@ -235,19 +236,19 @@ def merge_into_profile(base: Profile, ingested: Ingested, options: IngestOptions
     if options.drafter and source_drafter and not same_model(options.drafter, source_drafter):
         raise InputError(f"--drafter '{options.drafter}' differs from the source's drafter '{source_drafter}'")
     key_drafter = profile_drafter(base, drafter)
-    raw = base.to_dict()
     entry = {**entry, "drafter": key_drafter}
     temperature = float(entry.get("temperature", 0.0))
     key = f"{key_drafter}/{entry.get('dataset') or 'data'}/T{temperature:g}/{ingested.format}"
-    raw["acceptance"] = {**raw["acceptance"], key: entry}
-    provenance = dict(raw.get("provenance", {}))
-    provenance["ingested"] = [*provenance.get("ingested", []), {
-        **ingested.provenance(), "acceptance_key": key, "latency_s": ingested.latency,
-        "throughput": ingested.throughput, "commit": commit,
-        "created": dt.datetime.now(dt.timezone.utc).isoformat()}]
-    raw["provenance"] = provenance
-    merged = Profile.from_dict(raw, source=f"profile '{base.name}' with {ingested.format}")
-    merged.acceptance_model(key)
+    where = f"profile '{base.name}' with {ingested.format}"
+    try:
+        model = AcceptanceModel.from_dict(entry, name=key)
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
+    details = base.provenance.details
+    record = {**ingested.provenance(), "acceptance_key": key, "latency_s": ingested.latency,
+              "throughput": ingested.throughput, "commit": commit, "created": dt.datetime.now(dt.timezone.utc).isoformat()}
+    provenance = replace(base.provenance, details=Record({**details, "ingested": [*details.get("ingested", ()), record]}))
+    merged = replace(base, acceptance={**base.acceptance, key: model}, provenance=provenance)
     return merged
 
 

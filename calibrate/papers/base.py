@@ -17,9 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 
-from calibrate.latency import RooflineLatency
+from profiles.latency import RooflineLatency
 from calibrate.paper_fit import Param
-from calibrate.profile import Profile
+from profiles.profile import Profile
 from common.rundir import git_commit
 from costmodel.hardware import get_hardware
 
@@ -85,11 +85,12 @@ def workload_ctx(entry: dict[str, float] | None) -> float:
 
 def make_profile(name, hardware, target, models, latency, drafters, acceptance, sources, assumptions,
                  engine: dict | None = None, workloads: dict | None = None) -> Profile:
-    return Profile(name=name, hardware=get_hardware(hardware).name, dtype=DTYPE, target=target, models=models,
-                   latency={k: v.to_dict() for k, v in latency.items()}, drafters=drafters, acceptance=acceptance,
-                   provenance={"built_by": "python -m calibrate.paper_profiles", "commit": git_commit(),
-                               "sources": sources, "assumptions": assumptions, "traces": []},
-                   engine=dict(engine or {}), workload=dict(workloads or {}))
+    hardware = get_hardware(hardware).name
+    return Profile.build(name=name, hardware=hardware, dtype=DTYPE, target=target, models=models,
+                         latency={k: v.to_dict() for k, v in latency.items()}, drafters=drafters, acceptance=acceptance,
+                         provenance={"built_by": "python -m calibrate.paper_profiles", "commit": git_commit(),
+                                     "sources": sources, "assumptions": assumptions, "traces": []},
+                         engine=dict(engine or {}), workload=dict(workloads or {}), machine={"datasheet": hardware})
 
 
 def slug(text: str) -> str:

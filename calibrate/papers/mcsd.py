@@ -6,14 +6,14 @@ configuration of Sec. 4.3). One A6000 latency model prices both targets and both
 their architectures (`calibrate.papers.base.model_latency`), fitted jointly over both target sizes
 with the engine's work per step (every step, plain decoding included), a drafting step's own work
 and a cost per verified token. Tables 2-3's tau fit one more number, the acceptance's persistence
-(`calibrate.acceptance`). A 33B forward split over two A6000 is priced as one GPU's bandwidth at
+(`profiles.acceptance`). A 33B forward split over two A6000 is priced as one GPU's bandwidth at
 a time.
 """
 from __future__ import annotations
 
 import functools
 
-from calibrate.acceptance import AlphaCurve
+from profiles.acceptance import AlphaCurve
 from calibrate.paper_fit import Cell, PaperModel, Param, model_pick, speedup_cell, step_ratio, tau_cell
 from calibrate.papers.base import hardware_params, hardware_terms, make_profile, model_latency, workload_ctx
 from costmodel import papers
@@ -41,7 +41,7 @@ PARAMS = hardware_params("A6000", A6000_PRIOR) + (
     Param("per_token_s", 0.0, 0.0, 2e-4, 2e-5, what="engine overhead per verified token (MCSS sampling, masks)",
           why="a few kernels' worth per token"),
     Param("persistence", 1.0, 0.5, 1.5, 0.1, unit="", what="how a draft position's miss shrinks once the positions "
-          "before it were accepted (calibrate.acceptance), fitted to Tables 2-3 tau",
+          "before it were accepted (profiles.acceptance), fitted to Tables 2-3 tau",
           why="1 is independent positions; a miss halved or raised by half per position is no text's"),
 )
 
@@ -97,7 +97,7 @@ def build(values: dict[str, float]) -> list:
                      *papers.workload_sources(("alpaca", "wmt"))],
             assumptions=[
                 "alpha@k is published for k = 1 and 4 only (Fig. 3 curves have no numbers): alpha_at reads it on "
-                "calibrate.acceptance.AlphaCurve (logit(alpha) linear in log k), beyond k = 4 on the slope of the two "
+                "profiles.acceptance.AlphaCurve (logit(alpha) linear in log k), beyond k = 4 on the slope of the two "
                 "points",
                 "33B targets: MCSD gives no alpha@k; alpha@4 = alpha@1 + the 13B twin's gain (same draft, "
                 "dataset, temperature)",

@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 
 import methods
-from calibrate.profile import Profile
+from costmodel.params import total_params
+from profiles.profile import Profile
 from common import atomic
 from common.errors import InputError
 from common.cli import CliParser, cli_entry
@@ -32,8 +33,8 @@ def default_profiles() -> list[str]:
     by_paper: dict[str, list[tuple[float, str]]] = {}
     for path in sorted(BUNDLED_PROFILES.glob("*.json")):
         profile = Profile.load(path)
-        if profile.provenance.get("built_by") == "python -m calibrate.paper_profiles":
-            size = float(profile.models[profile.target].get("params", 0))
+        if profile.provenance.built_by == "python -m calibrate.paper_profiles":
+            size = total_params(profile.arch())
             by_paper.setdefault(path.name.split("-", 1)[0], []).append((size, str(path)))
     return [max(found)[1] for found in by_paper.values()]
 

@@ -18,7 +18,7 @@ import pandas as pd
 import methods
 from calibrate.fit_acceptance import conf_bin_table
 from calibrate.latency import fit_latency
-from calibrate.profile import Profile
+from profiles.profile import Profile
 from costmodel.step import step_cost
 from methods import MethodConfig, Setup
 from methods.spec import drafter_fixed, engine_config, priced_config
@@ -184,16 +184,16 @@ def replayed_acceptance(token_frame: pd.DataFrame, configs: Sequence[MethodConfi
             "source": "the replayed TokenTrace"}
 
 
-def campaign_profile(frames: Sequence[pd.DataFrame], names: dict[str, str], n_layers: int, hardware: str,
+def campaign_profile(frames: Sequence[pd.DataFrame], names: dict[str, str], target_arch: dict[str, Any], hardware: str,
                      dtype: str, acceptance: dict[str, Any]) -> Profile:
     """A Profile of the campaign's own measurements: a fitted `calibrate.latency` table model per
     model of the LatencyTrace frames, the loops' drafters and the replayed acceptance."""
     rows = pd.concat(frames, ignore_index=True)
     latency = {name: fit_latency(group, kind="table", name=name).to_dict() for name, group in rows.groupby("model")
                if group["role"].iloc[0] in ("target", "draft")}
-    return Profile(name="gpu campaign", hardware=hardware, dtype=dtype, target=names["target"],
-                   models={names["target"]: {"n_layers": n_layers}}, latency=latency,
-                   acceptance={"replayed": acceptance}, drafters=campaign_drafters(names))
+    return Profile.build(name="gpu campaign", hardware=hardware, dtype=dtype, target=names["target"],
+                         models={names["target"]: target_arch}, latency=latency,
+                         acceptance={"replayed": acceptance}, drafters=campaign_drafters(names))
 
 
 def setup_for(profile: Profile, config: MethodConfig) -> Setup:

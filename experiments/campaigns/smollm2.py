@@ -21,6 +21,7 @@ from common.errors import InputError
 from costmodel.cape import PAPER_BINS
 from methods.spec import drafter_fixed, engine_config, priced_config
 from methods import MethodConfig
+from profiles.parts import Drafter, typed_drafters
 from traces.record import teacher_forced_methods
 
 STAGES = ("latency", "tokens", "chains", "steps", "profile", "best", "tables")
@@ -30,13 +31,13 @@ VANILLA_VOCAB = 8192          # the draft vocabulary the bundled vanilla drafter
 TARGET_ARCH = "smollm2-135m"
 # drafter name in the Profile -> Profile drafter spec, with its trained file under --drafters: the
 # trained draft model (kind draft_model), then each method's own trained drafters (`spec.drafters`)
-DRAFTERS: dict[str, dict[str, Any]] = {
+DRAFTERS: dict[str, Drafter] = typed_drafters({
     "vanilla": {"kind": "draft_model", "model": "vanilla-1l", "file": "vanilla/vanilla.safetensors",
                 "draft_vocab": VANILLA_VOCAB},
     **{name: entry for spec in methods.specs() for name, entry in spec.drafters(TARGET_ARCH).items()
        if "file" in entry or "model" not in entry},
-}
-ROUTERS = [f"{e['router']['groups']}:{e['router']['top_n']}" for e in DRAFTERS.values() if e.get("router")]
+})
+ROUTERS = [f"{e.router.groups}:{e.router.top_n}" for e in DRAFTERS.values() if e.router]
 # the prompts the TokenTraces record (the drafters' acceptance and prompt lookup's replayed steps are
 # fitted on them; `--token-prompts`): the first 12 of each set, then 36 more spread over the prompts
 # no bundled fidelity run measured (examples/smollm2_fidelity*, examples/transformers_peer), the
@@ -83,7 +84,7 @@ def drafters_of(spec) -> list[str | None]:
     """The SmolLM2 drafters a method runs on ([None]: it runs without one)."""
     if not spec.drafter_kinds:
         return [None]
-    return [name for name, d in DRAFTERS.items() if d["kind"] in spec.drafter_kinds]
+    return [name for name, d in DRAFTERS.items() if d.kind in spec.drafter_kinds]
 
 
 def _on(config: MethodConfig, drafter: str | None) -> Run:
@@ -117,10 +118,10 @@ def slug(text: str) -> str:
 
 
 def drafter_file(args, name: str) -> str:
-    path = args.drafters / DRAFTERS[name]["file"]
+    path = args.drafters / DRAFTERS[name].file
     if not path.is_file():
         raise InputError(f"trained drafter '{name}' not found at {path}: run python -m training "
-                         f"{DRAFTERS[name]['file'].split('/')[0]}")
+                         f"{DRAFTERS[name].file.split('/')[0]}")
     return str(path)
 
 
@@ -296,10 +297,10 @@ def latency_rows(args) -> pd.DataFrame:
 
     frames = [read_trace(args.out / name, kind="latency")[0] for name in ("latency.parquet", "drafter_latency.parquet")]
     rows = pd.concat(frames, ignore_index=True)
-    trained = str(args.drafters / DRAFTERS["vanilla"]["file"])
-    names = {**LATENCY_NAMES, trained: DRAFTERS["vanilla"]["model"]}
+    trained = str(args.drafters / DRAFTERS["vanilla"].file)
+    names = {**LATENCY_NAMES, trained: DRAFTERS["vanilla"].model}
     if trained not in set(rows["model"]):       # recordings of a full-head vanilla drafter: its shape is layers:1
-        names["layers:1"] = DRAFTERS["vanilla"]["model"]
+        names["layers:1"] = DRAFTERS["vanilla"].model
     rows["model"] = rows["model"].replace(names)
     return rows
 
@@ -308,10 +309,13 @@ def stage_profile(args, log) -> None:
     """Latency tables per model, acceptance per (drafter, dataset), drafters with their kinds."""
     import datetime as dt
 
+    from dataclasses import replace
+
     from calibrate.engine import StepRun, fit_engine, workload
+    from profiles.parts import EngineTerms, Workload
     from calibrate.fit_acceptance import DEFAULT_CONF_KS, fit_step_acceptance, fit_token_acceptance
     from calibrate.latency import fit_latency
-    from calibrate.profile import Profile
+    from profiles.profile import Profile
     from costmodel.params import get_arch
     from common.rundir import git_commit
     from traces.schema import read_trace
@@ -359,10 +363,10 @@ def stage_profile(args, log) -> None:
     calibrated = sorted({pid for r in step_runs for pid in r.frame["prompt_id"]} | chained
                         | {pid for dataset in DATASETS for d in TOKEN_DRAFTERS
                            for pid in read_trace(token_path(args, d, dataset), kind="token")[0]["prompt_id"]})
-    profile = Profile(
+    profile = Profile.build(
         name="smollm2-135m on this CPU (project recordings)", hardware="CPU", dtype="fp32", target=TARGET_ARCH,
         models={TARGET_ARCH: get_arch(TARGET_ARCH).to_dict()}, latency=latency, acceptance=acceptance,
-        drafters={name: dict(spec) for name, spec in DRAFTERS.items()},
+        drafters={name: spec.to_dict() for name, spec in DRAFTERS.items()},
         provenance={"built_by": "python -m experiments.smollm2_cpu", "commit": git_commit(),
                     "created": dt.datetime.now(dt.timezone.utc).isoformat(),
                     "sources": [str(p) for p in [args.out / "latency.parquet", args.out / "drafter_latency.parquet",
@@ -374,9 +378,9 @@ def stage_profile(args, log) -> None:
                                     "drafters timed at one token per forward", "drafters trained by python -m training",
                                     "engine: step parts fitted on the StepTraces of RUNS (calibrate.engine)"],
                     "calibration_prompts": calibrated})
-    profile.workload = workload(step_runs)
-    profile.engine = fit_engine(profile, step_runs)
-    heldout = profile.engine["fit"]["heldout"]
+    profile = replace(profile, workload={d: Workload.of(w, d) for d, w in workload(step_runs).items()})
+    profile = replace(profile, engine=EngineTerms.of(fit_engine(profile, step_runs)))
+    heldout = profile.engine.fit["heldout"]
     log(f"engine calibration: held-out (leave one configuration out) speedup error median "
         f"{100 * heldout['speedup_error_median']:.1f}%, p90 {100 * heldout['speedup_error_p90']:.1f}%")
     profile.save(args.profile)

@@ -94,7 +94,7 @@ def predict_run(profile, run: Run, setting, sim_tokens: int, seed: int) -> dict[
     spec = methods.get(run.method)
     setup = profile.setups_for(spec, temperature=setting.temperature, dataset=setting.dataset, drafter=run.drafter)[0]
     scored = scoring.score(setup, run.method, spec.frame_of([run.priced]), setting)
-    sim = scoring.simulate_task(scoring.SimTask(profile.to_dict(), run.method, scoring.sim_config(scored), setting,
+    sim = scoring.simulate_task(scoring.SimTask(profile, run.method, scoring.sim_config(scored), setting,
                                                 seed, sim_tokens, SIM_STREAMS))
     return {"predicted_speedup": float(scored["speedup"].iloc[0]),
             "predicted_tokens_per_step": float(scored["tokens_per_step"].iloc[0]),
@@ -130,16 +130,16 @@ def acceptance_table(args, profile, ctx_len: float) -> pd.DataFrame:
     target_s = float(profile.seconds(profile.target, 1, ctx_len))
     rows = []
     for drafter, spec in DRAFTERS.items():
-        if not spec.get("model"):
+        if not spec.model:
             continue
-        c = float(profile.seconds(spec["model"], 1, ctx_len)) / target_s
+        c = float(profile.seconds(spec.model, 1, ctx_len)) / target_s
         for dataset in DATASETS:
             if drafter in CHAIN_RUNS:
                 label = CHAIN_RUNS[drafter].label
                 frame, _ = read_trace(step_path(args, label, dataset), kind="step")
                 alpha, source = fit_step_acceptance(frame, drafter=drafter, dataset=dataset)["alpha"], label
             else:
-                alpha, source = profile.acceptance[f"{drafter}/{dataset}/T0"]["alpha"], "teacher-forced tokens"
+                alpha, source = profile.acceptance_model(f"{drafter}/{dataset}/T0").alpha, "teacher-forced tokens"
             rows.append({"drafter": drafter, "dataset": dataset, "c": c, "alpha": alpha,
                          "expected_speedup_g5": float(speedup(alpha, 5, c)), "alpha_from": source})
     return pd.DataFrame(rows)
@@ -153,15 +153,14 @@ def claims(args, profile, acc: pd.DataFrame) -> list[str]:
         holds = a["glide"] > a["vanilla"]
         lines.append(f"GLIDE beats a vanilla drafter of the same size (1 layer) on {dataset}: "
                      f"alpha {a['glide']:.3f} vs {a['vanilla']:.3f} -> {'holds' if holds else 'does NOT hold'}")
-        spec = profile.acceptance[f"vanilla/{dataset}/T0"]
-        at_k = {int(k): v for k, v in (spec.get("alpha_at_k") or {}).items()}
+        vanilla = profile.acceptance_model(f"vanilla/{dataset}/T0")
+        at_k = dict(vanilla.alpha_at_k or {})
         ks = sorted(at_k)
         rising = all(at_k[x] <= at_k[y] for x, y in zip(ks, ks[1:]))
         lines.append(f"acceptance rises with k (MCSS, vanilla, {dataset}): "
                      + ", ".join(f"alpha@{k} {at_k[k]:.3f}" for k in ks) + f" -> {'holds' if rising else 'does NOT hold'}")
-        bins = spec.get("conf_bins") or {}
-        hit, freq = np.asarray(bins.get("topk_hit", {}).get("1", []), float), np.asarray(bins.get("freq", []), float)
-        if hit.size:
+        if vanilla.conf_bins is not None and 1 in vanilla.conf_bins.topk_hit:
+            hit, freq = vanilla.conf_bins.hit(1), vanilla.conf_bins.freq
             filled = freq > 0.005
             low, high = hit[filled][: filled.sum() // 2], hit[filled][filled.sum() // 2:]
             corr = float(np.corrcoef(np.arange(hit.size)[filled], hit[filled])[0, 1]) if filled.sum() > 2 else float("nan")
@@ -174,9 +173,9 @@ def claims(args, profile, acc: pd.DataFrame) -> list[str]:
     head = float(one.loc[one["role"] == "lm_head", "seconds"].median())
     routed = float(one.loc[one["role"] == "router_head", "seconds"].median())
     plain_d, routed_d = DRAFTERS["coral"], DRAFTERS["coral-router"]
-    router = f"{routed_d['router']['groups']}:{routed_d['router']['top_n']}"
-    eagle = float(one.loc[one["model"] == plain_d["model"], "seconds"].median())
-    eagle_r = float(one.loc[one["model"] == routed_d["model"], "seconds"].median())
+    router = f"{routed_d.router.groups}:{routed_d.router.top_n}"
+    eagle = float(one.loc[one["model"] == plain_d.model, "seconds"].median())
+    eagle_r = float(one.loc[one["model"] == routed_d.model, "seconds"].median())
     lines.append(f"the LM head dominates the feature drafter's latency at this vocabulary (CORAL Fig. 2): head "
                  f"{1e3 * head:.2f} ms of the drafter's {1e3 * eagle:.2f} ms ({100 * head / eagle:.0f}%) -> "
                  f"{'holds' if head > 0.5 * eagle else 'does NOT hold'}; the {router} router cuts the head to "
@@ -205,7 +204,7 @@ def _md(frame: pd.DataFrame, digits: int = 3) -> str:
 
 
 def write_report(args, log) -> None:
-    from calibrate.profile import Profile
+    from profiles.profile import Profile
     from common import atomic
 
     profile = Profile.load(args.profile)

@@ -36,14 +36,15 @@ import methods
 from experiments.campaigns.smollm2 import (DATASETS, LATENCY_CTX, LATENCY_TOKENS, TARGET_ARCH, calibration_prompts,
                                           replayed_from_outputs, run_module, slug)
 from experiments.campaigns.measure import Candidate
+from profiles.parts import Drafter, typed_drafters
 
 TRACES = Path("data/traces/smollm2-cpu-transformers")
 PROFILE = Path("data/profiles/smollm2-135m-cpu-transformers.json")
 ASSISTANT = "vanilla-hf"
-DRAFTERS: dict[str, dict[str, Any]] = {
+DRAFTERS: dict[str, Drafter] = typed_drafters({
     ASSISTANT: {"kind": "draft_model", "model": "vanilla-full-1l", "file": "vanilla/vanilla.safetensors"},
     "prompt_lookup": {"kind": "prompt_lookup"},
-}
+})
 CALIBRATION: list[Candidate] = [
     Candidate(methods.parse_label(methods.BASELINE)),
     *(Candidate(methods.parse_label(f"prompt_lookup g{g} nmin1 nmax{n}")) for g, n in ((2, 1), (4, 2), (6, 3))),
@@ -52,7 +53,7 @@ CALIBRATION: list[Candidate] = [
 
 
 LATENCY_ROUNDS = 3       # passes over the grid (traces.timing --rounds): this CPU's speed drifts for minutes
-LATENCY_NAMES = {"smollm2": TARGET_ARCH, "layers:1": DRAFTERS[ASSISTANT]["model"]}   # timed spec -> Profile model
+LATENCY_NAMES = {"smollm2": TARGET_ARCH, "layers:1": DRAFTERS[ASSISTANT].model}   # timed spec -> Profile model
 
 
 def stage_latency(args, log) -> None:
@@ -87,7 +88,7 @@ def stage_tokens(args, log) -> None:
     torch.set_num_threads(args.threads)
     ours = load_model("smollm2")
     hf, _ = load_transformers("smollm2")
-    assistant = assistant_from_vanilla(hf, args.drafters / DRAFTERS[ASSISTANT]["file"], ours.model)
+    assistant = assistant_from_vanilla(hf, args.drafters / DRAFTERS[ASSISTANT].file, ours.model)
     for dataset in todo:
         source = smollm2_token_path(SimpleNamespace(out=args.smollm2), next(iter(TOKEN_DRAFTERS)), dataset)
         frame, _ = schema.read_trace(source, kind="token")
@@ -141,12 +142,15 @@ def stage_profile(args, log) -> None:
 
     import numpy as np
 
+    from dataclasses import replace
+
     from calibrate.engine import StepRun, fit_engine, workload
+    from profiles.parts import EngineTerms, Workload
     from calibrate.fit_acceptance import fit_token_acceptance
     from calibrate.ingest.hf_assisted import ingest
     from calibrate.ingest.result import IngestOptions
     from calibrate.latency import fit_latency
-    from calibrate.profile import Profile
+    from profiles.profile import Profile
     from costmodel.params import get_arch
     from traces.schema import read_trace
     from common.rundir import git_commit
@@ -181,10 +185,10 @@ def stage_profile(args, log) -> None:
         acceptance[f"{spec.name}/{dataset}"] = spec.fit_replayed(lookups, dataset=dataset, temperature=0.0,
                                                                  source=f"{source} ({args.smollm2})")
     step_runs = [StepRun(frame, c.drafter, dataset) for (c, dataset), frame in steps.items()]
-    profile = Profile(
+    profile = Profile.build(
         name="smollm2-135m via transformers on this CPU", hardware="CPU", dtype="fp32", target=TARGET_ARCH,
         models={TARGET_ARCH: get_arch(TARGET_ARCH).to_dict()}, latency=latency, acceptance=acceptance,
-        drafters={k: dict(v) for k, v in DRAFTERS.items()},
+        drafters={k: v.to_dict() for k, v in DRAFTERS.items()},
         provenance={"built_by": "python -m experiments.transformers_peer", "commit": git_commit(),
                     "created": dt.datetime.now(dt.timezone.utc).isoformat(), "engine": "transformers generate",
                     "sources": sorted(str(step_path(args.out, c, d)) for c, d in steps),
@@ -200,9 +204,9 @@ def stage_profile(args, log) -> None:
                                     "--engine transformers); the engine calibration carries what generate pays "
                                     "beyond them"],
                     "calibration_prompts": sorted({pid for r in step_runs for pid in r.frame["prompt_id"]} | replayed)})
-    profile.workload = workload(step_runs)
-    profile.engine = fit_engine(profile, step_runs)
-    held = profile.engine["fit"]["heldout"]
+    profile = replace(profile, workload={d: Workload.of(w, d) for d, w in workload(step_runs).items()})
+    profile = replace(profile, engine=EngineTerms.of(fit_engine(profile, step_runs)))
+    held = profile.engine.fit["heldout"]
     log(f"transformers engine calibration: held-out speedup error median {100 * held['speedup_error_median']:.1f}%, "
         f"p90 {100 * held['speedup_error_p90']:.1f}%")
     profile.save(args.profile)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from calibrate.profile import Profile
+from profiles.profile import Profile
 from experiments.sweep import scoring
 from experiments.sweep.executor import EXECUTORS, make_executor
 from simulator.workload import add_workload_options, sample_lengths

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from methods import BASELINE
-from calibrate.profile import Profile
+from profiles.profile import Profile
 from experiments.sweep import scoring
 from experiments.sweep.run import BUNDLED_PROFILES, SweepOptions, run_sweep
 from common.errors import InputError
@@ -81,7 +81,7 @@ class LoadSpec:
 class LoadTask:
     """Executor task: the highest rate one configuration sustains within the SLO."""
 
-    profile: dict[str, Any]
+    profile: Profile
     label: str
     method: str
     config: dict[str, Any]
@@ -97,7 +97,7 @@ class LoadTask:
 class RunTask:
     """Executor task: one serving simulation at a fixed rate (curves, GPU counts)."""
 
-    profile: dict[str, Any]
+    profile: Profile
     label: str
     method: str
     config: dict[str, Any]
@@ -132,7 +132,7 @@ def _passes(slo: Slo, summary: dict[str, Any]) -> bool:
 
 
 def run_task(task: RunTask) -> dict[str, Any]:
-    profile = Profile.from_dict(task.profile)
+    profile = task.profile
     s = _serve(profile, task.method, task.config, task.load, task.rate, task.seed, task.replicas)
     return {"label": task.label, "method": task.method, "rate": task.rate, "replicas": task.replicas, **_row(s)}
 
@@ -146,7 +146,7 @@ def _row(s: dict[str, Any]) -> dict[str, Any]:
 def max_load_task(task: LoadTask) -> dict[str, Any]:
     """From `start_rate` (the closed form's estimate), halving until a rate passes or doubling until
     one fails, then bisection between the last pass and the first failure; the highest passing rate."""
-    profile = Profile.from_dict(task.profile)
+    profile = task.profile
 
     def check(rate: float) -> tuple[bool, dict[str, Any]]:
         s = _serve(profile, task.method, task.config, task.load, rate, task.seed, task.replicas)
@@ -225,10 +225,9 @@ def plan(profile: Profile, opts: CapacityOptions, executor) -> dict[str, Any]:
     timings = {}
     t = time.perf_counter()
     if opts.hardware:
-        profile = scoring.retarget(profile, opts.hardware)
-    raw = profile.to_dict()
+        profile = profile.on_hardware(opts.hardware)
     cands = candidates(profile, opts, executor)
-    loads = executor.map(max_load_task, [LoadTask(raw, lab, m, c, opts.load, opts.slo, opts.seed, start_rate=r)
+    loads = executor.map(max_load_task, [LoadTask(profile, lab, m, c, opts.load, opts.slo, opts.seed, start_rate=r)
                                          for lab, m, c, r in cands], desc="max load within the SLO")
     table = pd.DataFrame([{**{k: v for k, v in r.items() if k != "at"}, **r["at"]} for r in loads])
     timings["max_load"] = time.perf_counter() - t
@@ -242,13 +241,13 @@ def plan(profile: Profile, opts: CapacityOptions, executor) -> dict[str, Any]:
             .groupby("method", sort=False).head(1).reset_index(drop=True))
 
     t = time.perf_counter()
-    best["gpus"] = _gpus_for_target(raw, best, opts, executor)
+    best["gpus"] = _gpus_for_target(profile, best, opts, executor)
     timings["gpus"] = time.perf_counter() - t
 
     t = time.perf_counter()
     top = float(best.max_rate.max())
     rates = np.round(top * np.array([0.1, 0.4, 0.7, 1.0, 1.3]), 4)
-    curve_tasks = [RunTask(raw, row.label, row.method, row.config, opts.load, float(r), opts.seed)
+    curve_tasks = [RunTask(profile, row.label, row.method, row.config, opts.load, float(r), opts.seed)
                    for row in best.itertuples() for r in rates]
     curves = pd.DataFrame(executor.map(run_task, curve_tasks, desc="throughput-latency curves"))
     timings["curves"] = time.perf_counter() - t
@@ -265,9 +264,9 @@ def slo_line(row) -> str:
             f"TTFT p50 {1000 * row['ttft_s_p50']:.0f} ms, p99 {1000 * row['ttft_s_p99']:.0f} ms, OOM {int(row['oom'])}")
 
 
-def _gpus_for_target(raw: dict, best: pd.DataFrame, opts: CapacityOptions, executor, extra: int = 1) -> list:
+def _gpus_for_target(profile: Profile, best: pd.DataFrame, opts: CapacityOptions, executor, extra: int = 1) -> list:
     """Per best configuration: the smallest replica count from the estimate on that meets the SLO."""
-    tries = [RunTask(raw, row.label, row.method, row.config, opts.load, opts.target_rate, opts.seed, int(n))
+    tries = [RunTask(profile, row.label, row.method, row.config, opts.load, opts.target_rate, opts.seed, int(n))
              for row in best.itertuples() for n in range(int(row.gpus_estimate), int(row.gpus_estimate) + extra + 1)]
     runs = executor.map(run_task, tries, desc="GPUs for the target load")
     out = []

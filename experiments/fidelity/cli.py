@@ -162,7 +162,7 @@ def write_results(args, profile, pred: pd.DataFrame, runs: pd.DataFrame, prompt_
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    from calibrate.profile import Profile
+    from profiles.profile import Profile
     from runtime.prompts import load_prompt_mix
 
     args = build_parser().parse_args(argv)

@@ -143,7 +143,7 @@ def drift(fid: pd.DataFrame, profile, runs: pd.DataFrame | None = None) -> list[
     machine's drift within this run (from the plain decoding paired with each generation)."""
     from traces.drift import run_factors
 
-    reference = profile.engine.get("fit", {}).get("reference", {})
+    reference = profile.engine.reference
     lines = []
     factors = run_factors(runs) if runs is not None and "decode_s" in runs else pd.Series(dtype=float)
     if not factors.empty:
@@ -237,7 +237,7 @@ def report(fid: pd.DataFrame, reg: pd.DataFrame, args, profile, prompts: list[st
     lines = [
         "# Fidelity: predicted from the Profile vs measured on held-out prompts", "",
         f"- Profile: `{args.profile}` ({profile.name}); calibration prompts (not used here): "
-        f"{', '.join(profile.provenance.get('calibration_prompts', []))}",
+        f"{', '.join(profile.provenance.calibration_prompts)}",
         f"- Validation prompts (held out): {', '.join(prompts)}; {args.max_new_tokens} new tokens each, greedy",
         f"- {len(spec)} speculative configurations + ar, {args.repeats} interleaved repeats"
         + (", every generation paired with plain decoding of its prompt" if "pair" in runs and (runs["pair"] >= 0).any() else "")

@@ -60,7 +60,8 @@ def default_candidates(profile, dataset: str, ctx_len: float, per_setup: int = P
             continue
         for setup in setups:
             spec_of = setup.drafter_spec
-            loadable, modelless = "file" in spec_of, not any(k.endswith("model") for k in spec_of)
+            loadable = spec_of is not None and spec_of.file is not None
+            modelless = spec_of is None or not (spec_of.model or spec_of.head_model or spec_of.adapter_model)
             if setup.drafter and not (loadable or modelless):   # a model this machine cannot load
                 continue
             scored = scoring.score(setup, spec.name, spec.space(setup), setting)
@@ -97,12 +98,12 @@ def check_target(profile, bench: Bench) -> None:
     from traces.timing import DTYPE_NAMES
 
     model = bench.target.model
-    arch = profile.models.get(profile.target, {})
+    arch = profile.models[profile.target]
     have = {"n_layers": model.config.num_layers, "hidden": model.config.hidden_size, "vocab": model.config.vocab_size}
     for key, value in have.items():
-        if key in arch and int(arch[key]) != int(value):
-            raise InputError(f"profile '{profile.name}' is for target '{profile.target}' with {key} {arch[key]}; "
-                             f"the measured target has {value}")
+        if hasattr(arch, key) and int(getattr(arch, key)) != int(value):
+            raise InputError(f"profile '{profile.name}' is for target '{profile.target}' with {key} "
+                             f"{getattr(arch, key)}; the measured target has {value}")
     hardware = "CPU" if model.device.type == "cpu" else None
     if hardware and profile.hardware != hardware:
         raise InputError(f"profile '{profile.name}' is for hardware '{profile.hardware}'; this run measures on {hardware}")
@@ -116,8 +117,8 @@ def check_held_out(profile, prompt_ids: list[str]) -> None:
     code-edit prompt of a HumanEval task the Profile saw)."""
     from runtime.prompts import builtin_prompts, overlapping_sources
 
-    used = profile.provenance.get("calibration_prompts")
-    if used is None:
+    used = list(profile.provenance.calibration_prompts)
+    if not used:
         raise InputError(f"profile '{profile.name}' does not list its calibration prompts (provenance."
                          "calibration_prompts): held-out prompts cannot be checked")
     overlap = sorted(set(used) & set(prompt_ids))
@@ -154,7 +155,7 @@ def predict(profile, cands: list[Candidate], dataset: str, ctx_len: float, sim_t
         setup = profile.setups_for(spec, temperature=0.0, dataset=dataset, drafter=cand.drafter)[0]
         priced = priced_config(cand.config, setup.drafter_spec) if cand.drafter else cand.config
         scored = scoring.score(setup, cand.method, spec.frame_of([priced]), setting)
-        sim = scoring.simulate_task(scoring.SimTask(profile.to_dict(), cand.method, scoring.sim_config(scored),
+        sim = scoring.simulate_task(scoring.SimTask(profile, cand.method, scoring.sim_config(scored),
                                                     setting, derive_seed(seed, profile.name, dataset, cand.label),
                                                     sim_tokens, sim_repeats))
         rows.append({"dataset": dataset, "candidate": cand.label, "method": cand.method,

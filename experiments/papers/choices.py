@@ -75,7 +75,7 @@ def _mcsd(table: pd.DataFrame, profiles: dict) -> list[dict]:
             predicted_for_paper_choice=None if paper_row is None else paper_row.speedup,
             sweep_best=best.config, predicted_best=best.speedup,
             why=_why(paper_row, best, "alpha@k for k the profile does not record is read on its curve "
-                                      f"(calibrate.acceptance.AlphaCurve) from the recorded k ({', '.join(acc)}).")))
+                                      f"(profiles.acceptance.AlphaCurve) from the recorded k ({', '.join(acc)}).")))
     return out
 
 

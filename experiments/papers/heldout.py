@@ -39,7 +39,7 @@ def _cell_row(cell, predicted: float, variant: str, held_out: str = "") -> dict:
 
 def bundled_profiles() -> dict:
     from calibrate.paper_profiles import DEFAULT_OUT
-    from calibrate.profile import Profile
+    from profiles.profile import Profile
 
     return {p.stem: Profile.load(p) for p in sorted(DEFAULT_OUT.glob("*.json"))}
 
@@ -108,9 +108,9 @@ def _fit_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 
 
 def _family_predict(family: str, table: dict[int, float], k: int) -> float:
-    """alpha@k read from `table` (the other k) by `family`: "logit-log" is calibrate.acceptance's own
+    """alpha@k read from `table` (the other k) by `family`: "logit-log" is profiles.acceptance's own
     curve; the rest are the alternatives it was chosen over."""
-    from calibrate.acceptance import AlphaCurve
+    from profiles.acceptance import AlphaCurve
 
     ks = np.array(sorted(table), float)
     a = np.array([table[int(j)] for j in ks])

@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from calibrate.acceptance import AlphaCurve
+from profiles.acceptance import AlphaCurve
 from costmodel import coral, kangaroo, leviathan, lookahead, papers, trees
 from costmodel.params import get_arch, layer_params, lm_head_params, non_embedding_params
 from experiments.papers import heldout
@@ -53,7 +53,7 @@ def glide_table1() -> list[dict]:
 
 def _alpha_curve(alpha1: float, alpha4: float, form: str) -> np.ndarray:
     """alpha@k for k in 1..32 through (1, alpha1) and (4, alpha4) in the chosen shape: the Profiles'
-    own curve (calibrate.acceptance.AlphaCurve) or an alternative it was chosen over."""
+    own curve (profiles.acceptance.AlphaCurve) or an alternative it was chosen over."""
     ks = np.arange(1, 33, dtype=float)
     if form == "logit-log":
         return AlphaCurve.of({1: alpha1, 4: alpha4})(ks)
@@ -355,7 +355,7 @@ def markdown_report(comparisons: pd.DataFrame, summary: pd.DataFrame, loto: pd.D
                           "The whole greedy curve alpha@k is known from each token's draft rank; each k read from the "
                           "others (validation: leave one k out), and k = 8, 16, 32 from k = 1 and 4 alone (what MCSD "
                           "Table 7 gives). The Profiles read alpha@k on the chosen family "
-                          "(calibrate.acceptance.AlphaCurve).", extras["families"])
+                          "(profiles.acceptance.AlphaCurve).", extras["families"])
     parts.append(FINDINGS)
     for section, grp in comparisons.groupby("section", sort=False):
         parts.append(f"\n## {section}\n")

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import methods
-from calibrate.profile import Profile
+from profiles.profile import Profile
 from common.cli import CliParser, cli_entry
 from common.errors import InputError
 from common.rundir import add_overwrite_option, open_run
@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "rank them by predicted speedup, re-score the best in the simulator and write a report.",
     )
     p.add_argument("--profile", action="append", metavar="FILE",
-                   help="a Profile JSON (calibrate.profile); repeat for several. Default: every bundled "
+                   help="a Profile JSON (profiles.schema); repeat for several. Default: every bundled "
                         f"profile in {BUNDLED_PROFILES.relative_to(BUNDLED_PROFILES.parents[1])}/")
     p.add_argument("--methods", default="all",
                    help=f"comma-separated methods to search, or 'all' (default). Known: "

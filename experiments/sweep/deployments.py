@@ -34,6 +34,8 @@ from methods import BASELINE
 from common.errors import InputError
 from common.seeds import derive_seed
 from experiments.sweep import ranking, scoring
+from profiles import Profile
+from profiles.latency import TableLatency
 
 DEPLOYMENT = ["profile", "target", "hardware", "dataset", "temperature"]
 WAVES = 3                  # requests served per batch slot (B running, WAVES x B in all)
@@ -68,7 +70,7 @@ def parse_batch_sizes(text: str) -> list[int]:
 class ServeTask:
     """One executor task: serve one configuration (or ar) at one batch size."""
 
-    profile: dict[str, Any]
+    profile: Profile
     method: str
     config: dict[str, Any]
     batch: int
@@ -89,7 +91,7 @@ def candidates(tables: dict[str, pd.DataFrame], hardware: dict[str, str], top: i
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
 
-def serve_tasks(cands: pd.DataFrame, profiles: dict[str, Any], batch: int, ctx_len: dict[str, float],
+def serve_tasks(cands: pd.DataFrame, profiles: dict[str, Profile], batch: int, ctx_len: dict[str, float],
                 output_len: int, seed: int) -> tuple[list[ServeTask], pd.DataFrame]:
     """Serving tasks for every candidate and, once per deployment, for plain decoding (ar); returns
     the tasks and the rows they belong to (candidates first, then one ar row per deployment)."""
@@ -133,9 +135,8 @@ def serve_task(task: ServeTask) -> dict[str, float]:
 def measured_batch(profile) -> float | None:
     """The largest batch every measured latency table of the Profile covers (None: its latencies
     come from roofline models, which price any batch); beyond it the tables are extrapolated."""
-    tables = [spec["params"].get("batch") for spec in profile.to_dict()["latency"].values()
-              if spec.get("kind") == "table"]
-    return float(min(max(b) for b in tables if b)) if tables and all(tables) else None
+    tables = [model.batch for model in profile.latency.values() if isinstance(model, TableLatency)]
+    return float(min(max(b) for b in tables)) if tables else None
 
 
 def answers(rows: pd.DataFrame, served: list[dict[str, float]], batch: int,

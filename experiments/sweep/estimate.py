@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 import methods
-from calibrate.profile import Profile
+from profiles.profile import Profile
 from common.errors import InputError, duration
 from experiments.sweep import deployments, scoring
 
@@ -218,11 +218,11 @@ def _measure(profile: Profile, spec, setup, sample_opts, space: Callable, settin
     if sample.empty:
         return Cost()
     sample = sample.iloc[:SAMPLE_ROWS].reset_index(drop=True)
-    raw, tokens = profile.to_dict(), int(setting.new_tokens or SAMPLE_TOKENS)
+    tokens = int(setting.new_tokens or SAMPLE_TOKENS)
 
     def score(rows: pd.DataFrame, length: int) -> Callable:
         at = dataclasses.replace(setting, new_tokens=length)
-        return lambda: scoring.score_task(scoring.ScoreTask(raw, spec.name, setup.base, rows, at))
+        return lambda: scoring.score_task(scoring.ScoreTask(profile, spec.name, setup.base, rows, at))
 
     # a warm-up, then per length one row set traced (working memory); where a growth is fitted,
     # TIMINGS other row sets timed at every length, the same rows at every length (rows differ in
@@ -247,11 +247,11 @@ def _measure(profile: Profile, spec, setup, sample_opts, space: Callable, settin
     config = scoring.sim_config(scored.iloc[[0]])
     if opts.rescore:
         cost.stream_s, cost.stream_b = _linear_cost(
-            lambda n: lambda: scoring.simulate_task(scoring.SimTask(raw, spec.name, config, setting, 0, n, 1)),
+            lambda n: lambda: scoring.simulate_task(scoring.SimTask(profile, spec.name, config, setting, 0, n, 1)),
             STREAM_TOKENS, opts.sim_tokens)
     prompt = scoring.centred_prompt(setting.ctx_len, min(opts.sim_tokens, SERVE_TOKENS[1]))
     cost.serve_s, cost.serve_b = _linear_cost(
-        lambda n: lambda: deployments.serve_task(deployments.ServeTask(raw, spec.name, config, 1, prompt, n, 0)),
+        lambda n: lambda: deployments.serve_task(deployments.ServeTask(profile, spec.name, config, 1, prompt, n, 0)),
         SERVE_TOKENS, opts.sim_tokens)
     cost.serve_b /= deployments.WAVES                   # per request
     return cost

@@ -1,7 +1,7 @@
 """The sweep (the main job's library): search every method's configuration space on one or more Profiles.
 
 Steps: load the profiles (default: every `data/profiles/*.json`), move their latency models to
-`--hardware` if asked (`experiments.sweep.scoring.retarget`), enumerate each registered method's space
+`--hardware` if asked (`profiles.Profile.on_hardware`), enumerate each registered method's space
 on each of its setups (`methods`: `spec.space(setup)`), cut it into chunks and hand the chunks to
 the executor (local processes or Dask, `experiments.sweep.executor`), which scores them with the closed
 forms or, given a TokenTrace, exact greedy replay (`experiments.sweep.scoring`), and ranks them in
@@ -28,7 +28,7 @@ import pandas as pd
 
 import methods
 from common.bundled import bundled
-from calibrate.profile import Profile
+from profiles.profile import Profile
 from common.errors import InputError
 from common.seeds import derive_seed
 from experiments.sweep import deployments, ranking, scoring
@@ -121,7 +121,7 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor) -> SweepRes
         moved = []
         for p in profiles:
             try:
-                moved.append(scoring.retarget(p, opts.hardware))
+                moved.append(p.on_hardware(opts.hardware))
             except InputError as exc:
                 skipped.append(f"{p.name}: {exc}")
         if not moved:
@@ -132,14 +132,13 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor) -> SweepRes
 
     t1 = time.perf_counter()
     best = _top(tables, max(opts.rescore, 1))       # --rescore 0: the closed forms' best, not simulated
-    by_name = {p.name: p.to_dict() for p in profiles}
     by_profile = {p.name: p for p in profiles}
     sim_tasks = []
     for i in range(len(best) if opts.rescore else 0):    # --rescore 0: nothing simulated
         row, name = best.iloc[[i]], best["profile"].iat[i]
         config = scoring.sim_config(row)       # a seed of its own (profile, configuration, load), not a counter
         seed = derive_seed(opts.seed, "stream", name, row["method"].iat[0], sorted(config.items()), opts.sim_tokens)
-        sim_tasks.append(scoring.SimTask(by_name[name], row["method"].iat[0], config, setting(by_profile[name]),
+        sim_tasks.append(scoring.SimTask(by_profile[name], row["method"].iat[0], config, setting(by_profile[name]),
                                          seed, opts.sim_tokens, opts.sim_repeats))
     sims = executor.map(scoring.simulate_task, sim_tasks, desc="simulating the best") if sim_tasks else []
     if sims:
@@ -162,20 +161,20 @@ def _score_tables(profiles: list[Profile], opts: SweepOptions, executor, batch: 
                   skipped: list[str]) -> dict[str, pd.DataFrame]:
     """Every configuration of every method on every profile scored by the closed forms at `batch`;
     a (profile, method) without a setup is added to `skipped` with the reason."""
-    builds = []        # (profile as dict, method, setup, setting): one space each
+    builds = []        # (profile, method, setup, setting): one space each
     for profile in profiles:
-        raw, setting = profile.to_dict(), setting_of(profile, opts, batch)
+        setting = setting_of(profile, opts, batch)
         for method in opts.methods:
             try:
-                builds += [(raw, method, setup, setting) for setup in scoring.setups(profile, method, setting)]
+                builds += [(profile, method, setup, setting) for setup in scoring.setups(profile, method, setting)]
             except InputError as exc:
                 skipped.append(str(exc))
     tasks: list[scoring.ScoreTask] = []
     with progress_bar(len(builds), f"building the search space (batch {batch})",
                       getattr(executor, "progress", False), unit="space") as bar:
-        for raw, method, setup, setting in builds:
+        for profile, method, setup, setting in builds:
             space = space_of(methods.get(method), setup, opts)
-            tasks += [scoring.ScoreTask(raw, method, setup.base, chunk, setting) for chunk in _chunks(space, CHUNK_ROWS)]
+            tasks += [scoring.ScoreTask(profile, method, setup.base, chunk, setting) for chunk in _chunks(space, CHUNK_ROWS)]
             bar.update()
     if not tasks:
         raise InputError("no (profile, method) pair can be scored: " + "; ".join(skipped[:3]))
@@ -186,7 +185,7 @@ def _serve_deployments(profiles: list[Profile], opts: SweepOptions, executor,
                        tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """At each batch size: the closed forms' best per (deployment, method, drafter), scored at that
     batch, served by the simulator beside plain decoding (`experiments.sweep.deployments`)."""
-    by_name = {p.name: p.to_dict() for p in profiles}
+    by_name = {p.name: p for p in profiles}
     hardware = {p.name: p.hardware for p in profiles}
     ctx = {p.name: setting_of(p, opts).ctx_len for p in profiles}
     heldout = {p.name: p.heldout_error() for p in profiles}

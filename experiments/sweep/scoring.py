@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 import methods
-from calibrate.profile import Profile
+from profiles.profile import Profile
 from common.errors import InputError
 from common.seeds import derive_seed
 from costmodel.step import step_cost, step_seconds
@@ -56,7 +56,7 @@ class Setting:
 class ScoreTask:
     """One executor task: a chunk of one method's space on one setup (all picklable)."""
 
-    profile: dict[str, Any]
+    profile: Profile
     method: str
     base: dict[str, Any]          # the setup's drafter and acceptance key (`Setup.base`)
     configs: pd.DataFrame
@@ -67,7 +67,7 @@ class ScoreTask:
 class SimTask:
     """One executor task: re-score one configuration in the simulator with `repeats` seeds."""
 
-    profile: dict[str, Any]
+    profile: Profile
     method: str
     config: dict[str, Any]        # the method's config fields plus the setup keys (`sim_config`)
     setting: Setting
@@ -102,23 +102,6 @@ def check_hardware(name: str) -> str:
         raise InputError(str(exc)) from None
 
 
-def retarget(profile: Profile, hardware: str) -> Profile:
-    """The profile with every roofline latency model moved to `hardware` (fitted efficiencies kept).
-
-    A measured-table latency model cannot be moved (it holds seconds on one GPU): InputError.
-    """
-    name = check_hardware(hardware)
-    raw = profile.to_dict()
-    latency = {}
-    for model, spec in raw["latency"].items():
-        if spec.get("kind") != "roofline":
-            raise InputError(f"profile '{profile.name}': latency model '{model}' is a measured {spec.get('kind')!r}, "
-                             "which only a roofline model can be moved to --hardware")
-        latency[model] = {**spec, "params": {**spec["params"], "hardware": name}}
-    raw.update(latency=latency, hardware=name, name=f"{profile.name} -> {name}")
-    return Profile.from_dict(raw, source=f"{profile.name} on {name}")
-
-
 # ---- which drafter and acceptance model a method uses ------------------------------------------
 
 def temperature_for(profile: Profile, setting: Setting) -> float:
@@ -151,8 +134,7 @@ def trace_drafter_is(meta, profile: Profile, drafter: str | None) -> bool:
     if drafter is None:
         return False
     recorded = str(meta.models.get("drafter", ""))
-    spec = profile.drafters.get(drafter, {})
-    names = {drafter, spec.get("model"), spec.get("file")}
+    names = {drafter} | (profile.drafter(drafter).names() if drafter in profile.drafters else set())
     return any(n and (recorded == n or recorded.endswith("/" + str(n))) for n in names)
 
 
@@ -170,7 +152,7 @@ def check_token_trace(path: str, profiles: list[Profile], dataset: str | None) -
         if arch is not None and arch != profile.target:
             raise InputError(f"--token-trace {path} was recorded on target '{target}' ({arch}); profile "
                              f"'{profile.name}' prices '{profile.target}': pass --profile files of that target")
-        vocab = profile.models.get(profile.target, {}).get("vocab")
+        vocab = getattr(profile.models[profile.target], "vocab", None)
         if arch is None and vocab and top_token is not None and top_token >= int(vocab):
             raise InputError(f"--token-trace {path} holds token id {top_token}, outside the {int(vocab)}-token "
                              f"vocabulary of profile '{profile.name}': it was recorded on another target")
@@ -231,9 +213,9 @@ def score(setup: Setup, method: str, configs: pd.DataFrame, setting: Setting) ->
                      first_share=first)
     draft_s, step_s = cost.draft_s, cost.total
     baseline = float(step_seconds(latency, plain_shape(profile), ctx, batch)[0])
-    acceptance = profile.acceptance[setup.acceptance_key]
+    acceptance = profile.acceptance_model(setup.acceptance_key)
     columns = {"profile": profile.name, "method": method, "target": profile.target, "drafter": setup.drafter or "-",
-               "dataset": acceptance.get("dataset", ""), "temperature": float(acceptance.get("temperature", 0.0)),
+               "dataset": acceptance.dataset, "temperature": acceptance.temperature,
                "acceptance": setup.acceptance_key, **{c: configs[c] for c in configs.columns},
                "speedup": tokens * baseline / step_s, "tokens_per_step": tokens,
                "verified_per_step": np.broadcast_to(np.asarray(shape.verify_tokens, dtype=float), tokens.shape),
@@ -304,8 +286,7 @@ def replay_tokens(table, method: str, configs: pd.DataFrame) -> np.ndarray:
 
 def score_task(task: ScoreTask) -> pd.DataFrame:
     """Executor entry point: score one chunk."""
-    profile = Profile.from_dict(task.profile, source=task.profile.get("name", "profile"))
-    return score(setup_of(profile, task.base), task.method, task.configs, task.setting)
+    return score(setup_of(task.profile, task.base), task.method, task.configs, task.setting)
 
 
 def sim_config(row: pd.DataFrame) -> dict[str, Any]:
@@ -332,7 +313,7 @@ def simulate_task(task: SimTask) -> dict[str, float]:
     prompts; a mean of per-stream ratios leans high where streams vary), and the per-stream p05, p95."""
     from simulator.stream import simulate_stream
 
-    profile = Profile.from_dict(task.profile, source=task.profile.get("name", "profile"))
+    profile = task.profile
     # decode steps commit all n_tokens, as the engine's do (its prefill leaves the prompt's last
     # token pending) and as the closed form prices them; simulate_stream's prefill emits one more
     prompt = centred_prompt(task.setting.ctx_len, task.n_tokens)

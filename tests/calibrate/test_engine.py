@@ -10,7 +10,7 @@ import pytest
 
 import methods
 from calibrate.engine import StepRun, fit_engine, fit_parts, prior_parts, workload
-from calibrate.profile import Profile
+from profiles.profile import Profile
 from common.bundled import bundled
 from common.errors import InputError
 from costmodel.step import StepCalibration, StepShape, DraftPart, chain_width, step_seconds, verify_seconds

@@ -8,8 +8,8 @@ from scipy.stats import beta as beta_dist
 from calibrate import fit as fit_cli
 import methods
 from calibrate.fit_acceptance import fit_step_acceptance, fit_token_acceptance
-from calibrate.latency import RooflineLatency
-from calibrate.profile import Profile
+from profiles.latency import RooflineLatency
+from profiles.profile import Profile
 from calibrate.synthetic import (
     synthetic_chain_steps, synthetic_latency_trace, synthetic_ngram_steps, synthetic_token_trace,
 )
@@ -71,7 +71,7 @@ def test_token_fit_measures_each_draft_length_in_chains_of_its_own(tokens):
     """Short chains start on a streak more often (the bonus token of a full chain was a hit with
     p_aa): beta_1 falls from gamma 1 to 6 as the chain gives it, each gamma's chains measured
     apart, and the closed form of a chain of 1 prices it with its own."""
-    from calibrate.acceptance import AcceptanceModel
+    from profiles.acceptance import AcceptanceModel
     from methods.sd import chain_tokens
 
     frame, _, entry = tokens
@@ -115,7 +115,7 @@ def test_step_fit_recovers_per_position_betas():
 def test_step_fit_keeps_each_chain_lengths_own_betas():
     """Chains of one draft and of four, fitted together (experiments.smollm2_cpu's GLIDE and CORAL
     chains): each length's betas are its own, and a chain of one is priced by them."""
-    from calibrate.acceptance import AcceptanceModel
+    from profiles.acceptance import AcceptanceModel
 
     one, _ = synthetic_chain_steps([0.5], n_steps=8000, seed=1)
     four, _ = synthetic_chain_steps([0.3, 0.6, 0.7, 0.8], n_steps=8000, seed=2)
@@ -170,11 +170,11 @@ def test_fit_cli_writes_a_profile_with_provenance(tmp_path, capsys):
                          "--steps", str(tmp_path / "steps.parquet")])
     assert code == 0
     profile = Profile.load(out)
-    params = profile.latency["vicuna-7b"]["params"]
-    assert params["bw_eff"] == pytest.approx(0.72, rel=0.01) and params["flops_eff"] == pytest.approx(0.55, rel=0.01)
-    assert profile.latency["vicuna-7b"]["fit"]["mape_heldout"] < 2.0
+    model = profile.latency["vicuna-7b"]
+    assert model.bw_eff == pytest.approx(0.72, rel=0.01) and model.flops_eff == pytest.approx(0.55, rel=0.01)
+    assert model.fit["mape_heldout"] < 2.0
     assert set(profile.acceptance) == {"llama-68m/mt-bench/T0", "llama-68m/mt-bench/T0/steps"}
-    assert len(profile.provenance["traces"]) == 3 and "created" in profile.provenance
+    assert len(profile.provenance.details["traces"]) == 3 and profile.provenance.created
     assert "held-out" in capsys.readouterr().out
 
 

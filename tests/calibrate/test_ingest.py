@@ -11,7 +11,7 @@ import pytest
 from calibrate.ingest import FORMATS, IngestOptions, ingest
 from calibrate.ingest.__main__ import main
 from calibrate.ingest.hf_assisted import AssistedRecorder
-from calibrate.profile import Profile
+from profiles.profile import Profile
 from common.errors import InputError
 from costmodel.leviathan import expected_tokens
 from traces.schema import read_trace
@@ -318,8 +318,8 @@ def test_merge_into_a_profile_adds_the_entry_with_provenance(tmp_path, capsys):
     assert merged.acceptance_model(key).alpha == pytest.approx(19400 / 27300)
     base = Profile.load(PROFILES / "glide-vicuna-7b-h800.json")
     assert set(merged.acceptance) == set(base.acceptance) | {key}
-    assert merged.provenance["ingested"][-1]["sources"] == SCRAPES
-    assert "ttft" in merged.provenance["ingested"][-1]["latency_s"]
+    assert list(merged.provenance.details["ingested"][-1]["sources"]) == SCRAPES
+    assert "ttft" in merged.provenance.details["ingested"][-1]["latency_s"]
 
 
 def test_merge_refuses_another_target_or_drafter_naming_both(tmp_path, capsys):

@@ -10,7 +10,7 @@ import pytest
 
 from calibrate.ingest import IngestOptions, ingest
 from calibrate.ingest.__main__ import main
-from calibrate.profile import Profile
+from profiles.profile import Profile
 from common.errors import InputError
 from tests.calibrate.test_ingest import refused, run_cli
 
@@ -109,7 +109,7 @@ def test_target_overrides_the_scrapes_model_name(tmp_path, capsys):
     assert "'llama-3.1-8b'" in line and not out.exists()
     code, _, _ = run_cli(capsys, "vllm-metrics", *scrapes, "--drafter", "llama-68m", "--temperature", "0",
                          "--target", "vicuna-7b", "--profile", VICUNA, "--out", out)
-    assert code == 0 and Profile.load(out).provenance["ingested"][-1]["models"]["target"] == "vicuna-7b"
+    assert code == 0 and Profile.load(out).provenance.details["ingested"][-1]["models"]["target"] == "vicuna-7b"
 
 
 @pytest.mark.parametrize("name, expected", [

@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from calibrate.latency import RooflineLatency, TableLatency, fit_latency, latency_model_from_dict
+from calibrate.latency import fit_latency
+from profiles.latency import RooflineLatency, TableLatency, latency_model as latency_model_from_dict
 from calibrate.synthetic import synthetic_latency_trace
 from costmodel.hardware import get_hardware
 from costmodel.latency import ForwardShape, forward_bytes_flops, kv_capacity_tokens, ridge_tokens, roofline_seconds

@@ -3,12 +3,13 @@ import copy
 import json
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from calibrate import paper_profiles
-from calibrate.profile import Profile
+from profiles.profile import Profile
 from costmodel import papers
 from common.errors import InputError
 
@@ -30,13 +31,13 @@ def test_the_required_profiles_are_bundled():
 @pytest.mark.parametrize("path", BUNDLED, ids=lambda p: p.stem)
 def test_every_bundled_profile_loads_and_is_usable(path):
     profile = Profile.load(path)
-    assert profile.provenance["sources"] and profile.provenance["assumptions"]
+    assert profile.provenance.details["sources"] and profile.provenance.details["assumptions"]
     for model in profile.latency:
         seconds = profile.latency_model(model).predict(np.array([1, 8, 64]), 512, 1)
         assert np.all(seconds > 0) and np.all(np.diff(seconds) >= 0)
     for name, drafter in profile.drafters.items():
-        if "model" in drafter:
-            assert drafter["model"] in profile.latency, f"{name}: no latency model for {drafter['model']}"
+        if drafter.model:
+            assert drafter.model in profile.latency, f"{name}: no latency model for {drafter.model}"
     for key in profile.acceptance:
         model = profile.acceptance_model(key)
         assert 0 <= model.alpha < 1 and model.source     # 0: a recorded drafter that never agrees (SmolLM2's
@@ -74,19 +75,81 @@ def test_same_tolerates_rounding_only():
     assert not _same(["x"], ["y"])
 
 
+FITTED = re.compile(r"^(latency\.[^.]+\.(params|fit)|engine|acceptance\.[^.]+\.persistence)")
+RECORD = "provenance.latency_fit"     # the fit's own record: which terms sit on a bound depends on where it lands
+
+
+def _fitted_apart(tree: dict, path: str = "") -> dict:
+    """`tree` without the paper fit's own numbers (its parameters, wherever they land, and what it
+    derives from them), which `_predictions_agree` judges instead; structure and names stay."""
+    out = {}
+    for key, value in tree.items():
+        where = f"{path}.{key}" if path else key
+        if where == RECORD:
+            out[key] = sorted(value)
+        elif FITTED.match(where):
+            out[key] = _shape(value)
+        else:
+            out[key] = _fitted_apart(value, where) if isinstance(value, dict) else value
+    return out
+
+
+def _shape(value):
+    """The same tree with every number (and every number inside a text) replaced by '#'."""
+    if isinstance(value, dict):
+        return {k: _shape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shape(v) for v in value]
+    if isinstance(value, str):
+        return NUMBER.sub("#", value)
+    return "#" if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+
+def _predictions_agree(paper: str, fresh: list[Path], bundled: list[Path], rel: float = 0.01) -> float:
+    """The largest relative gap between the paper's cells priced by the two sets of Profiles; a fit
+    resolves its optimum to its predictions, not to its parameters (a flat valley: MCSD's bw_eff lands
+    at 0.970 on one CPU and 0.989 on another, its predictions 0.4% apart at most)."""
+    from calibrate import paper_fit
+    from calibrate.papers import MODELS
+
+    cells = MODELS[paper].cells()
+    a = paper_fit.predict(cells, {p.stem: Profile.load(p) for p in fresh})
+    b = paper_fit.predict(cells, {p.stem: Profile.load(p) for p in bundled})
+    gap = float(np.max(np.abs(a / b - 1.0)))
+    assert gap <= rel, f"{paper}: the rebuilt Profiles price a cell {100 * gap:.2f}% away from the bundled ones"
+    return gap
+
+
 def test_bundled_profiles_match_their_builder(tmp_path):
-    """Rebuilding from costmodel.papers gives the same files (the commit stamp aside; numbers within `_same`'s tolerance)."""
+    """Rebuilding from costmodel.papers gives the same files: the same entries and names, the same
+    numbers where nothing is fitted (within `_same`'s tolerance), and the fitted terms wherever they
+    land in the fit's valley as long as they price every published cell within 1% of the bundled."""
     written = paper_profiles.build_all(tmp_path)
     assert sorted(p.name for p in written) == sorted(p.name for p in PAPER_BUILT)
     for path in written:
         fresh, bundled = json.loads(path.read_text()), json.loads((paper_profiles.DEFAULT_OUT / path.name).read_text())
         fresh["provenance"].pop("commit"), bundled["provenance"].pop("commit")
-        # leave-one-table-out errors refit the latencies once per table: they move most across CPUs
-        # (CORAL's p90 4.30% on one machine, 4.38% on another), so they are held to 0.2 points
-        heldout = [[tree.get("provenance", {}).get("latency_fit", {}).pop("heldout", None),
-                    tree.get("engine", {}).get("fit", {}).pop("heldout", None)] for tree in (fresh, bundled)]
-        assert _same(fresh, bundled), f"{path.name} is stale: run python -m calibrate.paper_profiles --out data/profiles"
-        assert _same(heldout[0], heldout[1], rel=0.0, abs_tol=2e-3), f"{path.name}'s held-out errors are stale"
+        assert _same(_fitted_apart(fresh), _fitted_apart(bundled)), \
+            f"{path.name} is stale: run python -m calibrate.paper_profiles --out data/profiles"
+    for paper in sorted({p.name.split("-", 1)[0] for p in written}):
+        mine = sorted(p for p in written if p.name.startswith(paper + "-"))
+        _predictions_agree(paper, mine, [paper_profiles.DEFAULT_OUT / p.name for p in mine])
+
+
+def test_the_builder_comparison_holds_where_the_fit_lands_elsewhere():
+    """The comparison above is about what a fit resolves: started 2% away from its priors, MCSD's fit
+    lands on other parameters (they move by more than `_same` allows) and the same predictions."""
+    from calibrate import paper_fit
+    from calibrate.papers import MODELS
+
+    model = MODELS["mcsd"]
+    cells = model.cells()
+    here = paper_fit.fit(model, cells)
+    there = paper_fit.fit(model, cells, start={p.name: p.prior * 1.02 for p in model.params if p.prior})
+    a = paper_fit.predict(cells, paper_fit.by_name(model.build(here.values)))
+    b = paper_fit.predict(cells, paper_fit.by_name(model.build(there.values)))
+    assert np.max(np.abs(a / b - 1.0)) <= 0.01
+    assert not _same(here.values, there.values)       # compared by its parameters, one would be "stale"
 
 
 def _cell_errors(paper: str) -> np.ndarray:
@@ -104,7 +167,7 @@ def test_bundled_profiles_reproduce_their_fit_as_provenance_says(paper):
 
     err = np.abs(_cell_errors(paper))
     for profile in MODELS[paper].build(MODELS[paper].priors):
-        record = _load(profile.name).provenance["latency_fit"]
+        record = _load(profile.name).provenance.latency_fit
         assert record["cells"] == len(err) and record["error_max"] == pytest.approx(err.max(), rel=1e-6)
         assert record["error_median"] == pytest.approx(np.median(err), rel=1e-6)
         assert _load(profile.name).heldout_error() == pytest.approx(record["heldout"]["speedup_error_p90"])
@@ -203,11 +266,11 @@ def test_mcsd_profiles_carry_table_7_alpha_at_k_and_the_stated_workload():
 
 
 def test_assumed_conf_bins_match_the_alpha_they_stand_for():
-    from calibrate.acceptance import AcceptanceModel
+    from profiles.acceptance import AcceptanceModel
     from calibrate.papers import glide
 
     bins = glide.assumed_conf_bins(0.65, glide.mcsd_rank_ratio())
-    model = AcceptanceModel.from_dict({"alpha": 0.65, "conf_bins": bins})
+    model = AcceptanceModel.from_dict({"temperature": 0.0, "alpha": 0.65, "conf_bins": bins})
     top1 = float(np.dot(model.conf_bins.freq, model.conf_bins.hit(1)))
     assert top1 == pytest.approx(0.65, abs=0.01)
     assert np.all(np.diff(model.conf_bins.table(), axis=0) >= 0)    # top-K hit grows with K
@@ -226,7 +289,7 @@ def _first(entries: dict) -> dict:
 
 
 @pytest.mark.parametrize("edit,message", [
-    (lambda d: d.update(schema_version=2), "schema version 2 is not the supported 1"),
+    (lambda d: d.update(schema_version=3), "schema version 3 is not one this version reads"),
     (lambda d: d.pop("latency"), "missing field 'latency'"),
     (lambda d: d.pop("target"), "missing field 'target'"),
     (lambda d: d.update(target="nope"), "target 'nope' is not among"),
@@ -290,7 +353,7 @@ def test_bundled_fits_record_bounds_held_out_errors_and_warnings(paper):
     from calibrate.papers import MODELS
 
     model = MODELS[paper]
-    record = _load(model.build(model.priors)[0].name).provenance["latency_fit"]
+    record = _load(model.build(model.priors)[0].name).provenance.latency_fit
     for param in model.params:
         low, high, why = record["bounds"][param.name]
         assert low <= record["parameters"][param.name] <= high and why
@@ -341,11 +404,11 @@ def test_drafters_are_priced_from_their_architecture_on_the_targets_terms():
 
     for path in PAPER_BUILT:
         profile = Profile.load(path)
-        terms = profile.latency[profile.target]["fit"][HARDWARE_FIT]
+        terms = profile.latency[profile.target].fit[HARDWARE_FIT]
         for name, spec in profile.latency.items():
-            assert spec["fit"][HARDWARE_FIT] == terms, (path.name, name)
-            launch = terms["launch_s"] + terms["launch_per_layer_s"] * launch_layers(profile.models[name])
-            assert spec["params"].get("launch_s", 0.0) == pytest.approx(launch)
+            assert spec.fit[HARDWARE_FIT] == terms, (path.name, name)
+            launch = terms["launch_s"] + terms["launch_per_layer_s"] * launch_layers(profile.arch(name).to_dict())
+            assert spec.launch_s == pytest.approx(launch)
 
 
 def test_mcsd_acceptance_is_a_curve_with_a_persistence():
@@ -355,7 +418,7 @@ def test_mcsd_acceptance_is_a_curve_with_a_persistence():
     model = profile.acceptance_model("llama-68m/alpaca/T0")
     assert model.alpha_at(32) > model.alpha_at(16) > model.alpha_at(4) == 0.67
     assert 0.5 < model.persistence < 1.0
-    assert model.persistence == profile.provenance["latency_fit"]["parameters"]["persistence"]
+    assert model.persistence == profile.provenance.latency_fit["parameters"]["persistence"]
 def test_an_engine_calibration_may_take_time_away_but_not_scale_by_zero():
     """A fitted engine term in seconds may be negative (a fit may take time away); a scale of a
     forward's cost may not."""
@@ -368,7 +431,8 @@ def test_an_engine_calibration_may_take_time_away_but_not_scale_by_zero():
 
 
 def test_a_roofline_fit_faster_than_the_datasheet_is_refused_not_stored():
-    from calibrate.latency import RooflineLatency, fit_latency
+    from calibrate.latency import fit_latency
+    from profiles.latency import RooflineLatency
     from calibrate.synthetic import synthetic_latency_trace
     from costmodel.params import arch_dict
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from calibrate import paper_profiles, transfer
-from calibrate.profile import Profile
+from profiles.profile import Profile
 from common.errors import InputError
 from costmodel.params import ARCHITECTURES
 
@@ -31,7 +31,7 @@ def test_a_paper_size_transferred_from_another_is_the_paper_fits_own():
     assert moved.target == "llama-13b" and _same_latency(moved, "llama-13b", own, "llama-13b")
     for draft in ("llama-68m", "llama-160m"):
         assert _same_latency(moved, draft, own, draft)
-    assert moved.engine["pooled"] == own.engine["pooled"]
+    assert moved.engine.pooled == own.engine.pooled
     entry = moved.acceptance_model("llama-68m/alpaca/T0")
     assert entry.source.startswith("ASSUMED: measured on llama-33b")
 
@@ -42,8 +42,8 @@ def test_a_drafter_built_from_its_target_is_rebuilt_for_the_new_one():
     moved = transfer.transfer_profile(_load("coral-llama-3-8b-a6000"), "qwen2.5-14b")
     own = _load("coral-qwen2.5-14b-a6000")
     assert _same_latency(moved, "qwen2.5-14b", own, "qwen2.5-14b")
-    assert _same_latency(moved, moved.drafters["coral"]["model"], own, own.drafters["coral"]["model"])
-    assert moved.models[moved.drafters["coral"]["model"]]["hidden"] == 5120
+    assert _same_latency(moved, moved.drafters["coral"].model, own, own.drafters["coral"].model)
+    assert moved.arch(moved.drafters["coral"].model).hidden == 5120
 
 
 def test_an_hf_config_acceptance_and_workload_from_the_user(tmp_path):
@@ -56,7 +56,7 @@ def test_an_hf_config_acceptance_and_workload_from_the_user(tmp_path):
              "alpha_at_k": {"1": 0.6, "4": 0.8}, "source": "mine"}
     moved = transfer.transfer_profile(_load("mcsd-llama-33b-a6000"), str(path), acceptance={"llama-68m/cnn/T0": entry},
                                       workloads=dict([transfer.parse_workload("cnn")]))
-    assert moved.target == "my-13b" and moved.models["my-13b"]["n_layers"] == 40
+    assert moved.target == "my-13b" and moved.arch("my-13b").n_layers == 40
     assert moved.acceptance_model("llama-68m/cnn/T0").alpha_at(4) == 0.8
     assert moved.workload_ctx("cnn") == pytest.approx(1041 + 75 / 2)
     assert _same_latency(moved, "my-13b", _load("mcsd-llama-13b-a6000"), "llama-13b")

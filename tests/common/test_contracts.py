@@ -4,7 +4,7 @@ import json
 import pandas as pd
 import pytest
 
-from calibrate.profile import Profile
+from profiles.profile import Profile
 from common.errors import InputError
 from common.cli import cli_entry
 from traces.schema import RunMetadata, read_trace, write_trace
@@ -40,11 +40,11 @@ def test_trace_wrong_kind(tmp_path):
 
 def _profile_dict():
     return {
-        "schema_version": 1, "name": "p", "hardware": "A100-80G", "dtype": "fp16", "target": "t",
+        "schema_version": 2, "name": "p", "hardware": "A100-80G", "dtype": "fp16", "target": "t",
         "models": {"t": {"params": 1.0}},
         "latency": {"t": {"kind": "table", "params": {"n_tokens": [1], "ctx_len": [0], "batch": [1],
                                                       "seconds": [[[0.01]]]}}},
-        "acceptance": {"d": {"alpha": 0.5}},
+        "acceptance": {"d": {"alpha": 0.5, "temperature": 0.0}},
     }
 
 

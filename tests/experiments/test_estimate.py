@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 import methods
-from calibrate.profile import Profile
+from profiles.profile import Profile
 from common.errors import InputError
 from experiments.sweep import estimate
 from experiments.sweep import cli

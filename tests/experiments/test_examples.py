@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from calibrate.profile import Profile
+from profiles.profile import Profile
 from experiments import examples
 from experiments.capacity import cli as capacity_cli
 from experiments.capacity import plan as capacity
@@ -57,7 +57,7 @@ def capacity_run():
     """The capacity example's options and profile, as its command builds them."""
     argv = _argv("capacity_vicuna7b_h100", Path("unused"))
     opts = capacity_cli.options_from_args(capacity_cli.build_parser().parse_args(argv))
-    profile = scoring.retarget(Profile.load(capacity.DEFAULT_PROFILE), opts.hardware)
+    profile = Profile.load(capacity.DEFAULT_PROFILE).on_hardware(opts.hardware)
     return opts, profile, ROOT / "examples" / "capacity_vicuna7b_h100"
 
 

@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 import methods
-from calibrate.profile import Profile
+from profiles.parts import EngineTerms, Provenance
+from profiles.profile import Profile
 from common.bundled import bundled
 from common.errors import InputError
 from experiments.fidelity import cli as fidelity_cli
@@ -114,7 +115,7 @@ def test_compare_regret_and_verdicts():
     assert tied["picked"] == "sd g1" and tied["verdict_pick"] == "ar"
     assert tied["verdict_regret"] == pytest.approx(1 - 1 / 1.2)
     # the baseline across windows: the Profile's calibration-window plain step beside this run's
-    calibrated = type("P", (), {"engine": {"fit": {"reference": {"mt-bench": {"ar_step_s": 0.0688, "ctx_len": 90.0}}}}})
+    calibrated = type("P", (), {"engine": EngineTerms.of({"fit": {"reference": {"mt-bench": {"ar_step_s": 0.0688, "ctx_len": 90.0}}}})})
     [line] = fidelity_report.drift(fid, calibrated)
     assert "68.8 ms at context 90" in line and f"{1e3 * fid.iloc[0]['measured_step_s']:.1f} ms measured" in line
 
@@ -243,7 +244,7 @@ def test_every_generation_runs_beside_plain_decoding_of_its_prompt():
     steady = runs.copy()
     plain_rows = steady["method"] == "ar"
     steady.loc[plain_rows, "decode_s"] = 0.01 * steady.loc[plain_rows, "steps"] * np.where(steady.loc[plain_rows, "pair"] == 0, 1.5, 1.0)
-    [line] = fidelity_report.drift(pd.DataFrame({"method": []}), type("P", (), {"engine": {}}), steady)
+    [line] = fidelity_report.drift(pd.DataFrame({"method": []}), type("P", (), {"engine": EngineTerms()}), steady)
     assert "over 8 pairs" in line and "worst 1.00-1.50x" in line
 
 
@@ -309,7 +310,7 @@ def test_repredict_judges_a_finished_run_again_and_keeps_its_first_predictions(t
 def test_a_prompt_built_from_a_calibration_prompts_source_is_not_held_out():
     class Calibrated:
         name = "p"
-        provenance = {"calibration_prompts": ["HumanEval/0", "mtbench/81"]}
+        provenance = Provenance(calibration_prompts=("HumanEval/0", "mtbench/81"))
 
     fidelity.check_held_out(Calibrated, ["codeedit/5", "mtbench/82"])
     with pytest.raises(InputError, match="codeedit/163 were used to calibrate 'p', or share their source"):

@@ -32,7 +32,8 @@ def profile():
     rng = np.random.default_rng(0)
     tokens = pd.DataFrame({"draft_rank": rng.integers(0, 9, 400), "draft_conf": rng.uniform(0, 1, 400)})
     acceptance = gpu_campaign.replayed_acceptance(tokens, gpu_campaign.CONFIGS)
-    return gpu_campaign.campaign_profile([rows], NAMES, 4, "CPU", "fp32", acceptance)
+    target = {"n_layers": 4, "hidden": 64, "intermediate": 128, "n_heads": 4, "n_kv_heads": 4, "vocab": 256}
+    return gpu_campaign.campaign_profile([rows], NAMES, target, "CPU", "fp32", acceptance)
 
 
 def _steps(forwards, verify, ctx=100):

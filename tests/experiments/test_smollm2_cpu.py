@@ -49,6 +49,9 @@ BUNDLED_PROFILE = Path("data/profiles/smollm2-135m-cpu.json")
 BUNDLED_REPORT = Path("examples/smollm2_cpu")
 
 
+FIT_REL = 1e-4       # what the rebuilt fits are held to: far below any figure reported (0.1%), far above their noise
+
+
 @pytest.mark.skipif(not BUNDLED_PROFILE.exists(), reason="no bundled SmolLM2 recording")
 def test_bundled_profile_and_tables_follow_from_the_bundled_traces(tmp_path):
     """Re-running the profile and tables stages on the committed traces gives the committed Profile
@@ -59,16 +62,19 @@ def test_bundled_profile_and_tables_follow_from_the_bundled_traces(tmp_path):
     fresh, bundled = json.loads(profile.read_text()), json.loads(BUNDLED_PROFILE.read_text())
     fresh.pop("provenance"), bundled.pop("provenance")
     assert fresh.keys() == bundled.keys() and fresh["acceptance"].keys() == bundled["acceptance"].keys()
+    # within what the fits resolve, not bit for bit: a maximum-likelihood fit (prompt lookup's chain) and
+    # the engine's least squares stop within their tolerances where the CPU's floating-point paths
+    # take them (one alpha read 0.1545773652 on one machine, 0.1545768868 on another: 3e-6 apart)
     for key in fresh["acceptance"]:
-        assert fresh["acceptance"][key]["alpha"] == pytest.approx(bundled["acceptance"][key]["alpha"], rel=1e-9)
+        assert fresh["acceptance"][key]["alpha"] == pytest.approx(bundled["acceptance"][key]["alpha"], rel=FIT_REL)
     assert fresh["workload"] == bundled["workload"]
     for method, calibration in bundled["engine"]["methods"].items():      # the engine calibration refits
-        assert fresh["engine"]["methods"][method] == pytest.approx(calibration, rel=1e-6, abs=1e-12)
+        assert fresh["engine"]["methods"][method] == pytest.approx(calibration, rel=FIT_REL, abs=1e-9)
     assert fresh["engine"]["fit"]["heldout"]["per_config"] == pytest.approx(
-        bundled["engine"]["fit"]["heldout"]["per_config"], abs=1e-5)
+        bundled["engine"]["fit"]["heldout"]["per_config"], abs=FIT_REL)
     for name in ("measured_vs_predicted.csv", "acceptance.csv"):
         got, want = pd.read_csv(report / name), pd.read_csv(BUNDLED_REPORT / name)
-        pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=1e-6)
+        pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=FIT_REL)
     table = pd.read_csv(BUNDLED_REPORT / "measured_vs_predicted.csv")
     assert {run.label for run in smollm2_cpu.RUNS} <= set(table["run"])
     assert table.loc[table["run"] != "ar", "simulator_error"].notna().all()

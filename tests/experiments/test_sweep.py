@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import methods
-from calibrate.profile import Profile
+from profiles.profile import Profile
 from common.errors import InputError
 from costmodel.params import arch_dict, drafter_arch
 from experiments.sweep import scoring
@@ -39,7 +39,7 @@ def toy_profile(hardware: str = "A100-80G", latency_kind: str = "roofline") -> P
     topk = {"1": HIT1, "2": [min(1.0, h + 0.12) for h in HIT1], "4": [min(1.0, h + 0.2) for h in HIT1],
             "8": [min(1.0, h + 0.26) for h in HIT1]}
     raw = {
-        "schema_version": 1, "name": f"toy vicuna-7b ({latency_kind})", "hardware": hardware, "dtype": "fp16",
+        "schema_version": 2, "name": f"toy vicuna-7b ({latency_kind})", "hardware": hardware, "dtype": "fp16",
         "target": "vicuna-7b", "models": models,
         "latency": {m: latency(a, scales[m]) for m, a in models.items()},
         "drafters": {"llama-68m": {"kind": "draft_model", "model": "llama-68m"},
@@ -185,14 +185,14 @@ def test_run_sweep_ranks_and_rescores_in_the_simulator(toy):
 
 
 def test_hardware_move_through_the_roofline(toy):
-    moved = scoring.retarget(toy, "H100")
+    moved = toy.on_hardware("H100")
     assert moved.hardware == "H100"
     slow, fast = (m.latency_model("vicuna-7b").predict(1, 512) for m in (toy, moved))
     assert fast < slow
     with pytest.raises(Exception, match="unknown hardware 'B300'.*H100"):
-        scoring.retarget(toy, "B300")
+        toy.on_hardware("B300")
     with pytest.raises(Exception, match="only a roofline"):
-        scoring.retarget(toy_profile(latency_kind="table"), "H100")
+        toy_profile(latency_kind="table").on_hardware("H100")
 
 
 def test_every_method_plots_from_its_plot_spec(tmp_path, small_sweep):

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from common.bundled import bundled
-from calibrate.profile import Profile
+from profiles.profile import Profile
 from experiments.sweep import run as sweep
 from experiments.sweep.executor import LocalExecutor
 

@@ -124,7 +124,7 @@ def test_a_method_maps_itself_with_its_own_configuration(toy):
 
 
 def _coral(toy, **drafter):
-    from calibrate.profile import Profile
+    from profiles.profile import Profile
 
     raw = toy.to_dict()
     raw["drafters"]["eagle"].update(drafter)

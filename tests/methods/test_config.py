@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 import methods
-from calibrate.profile import Profile
+from profiles.profile import Profile
 from common.errors import InputError
 from tests.simulator.fixtures import _ALL
 
@@ -75,8 +75,10 @@ def test_registry_refuses_a_taken_name():
 def test_a_trained_router_is_the_drafters_own():
     from methods.spec import drafter_fixed, engine_config, priced_config
 
-    routed = {"kind": "coral", "model": "eagle-router16:2", "router": {"groups": 16, "top_n": 2}}
-    plain = {"kind": "coral", "model": "eagle"}
+    from profiles.parts import Drafter, Router
+
+    routed = Drafter("coral", model="eagle-router16:2", router=Router(groups=16, top_n=2))
+    plain = Drafter("coral", model="eagle")
     run = methods.parse_label("coral g3 N16 top2")
     assert drafter_fixed(routed) == {"groups": 16, "top_n": 2} and drafter_fixed(plain) == {}
     assert priced_config(run, routed).label == "coral g3"            # the router is priced in the drafter

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import methods
-from calibrate.profile import Profile
+from profiles.profile import Profile
 from costmodel.step import step_seconds
 from tests.methods import toy_method
 from tests.simulator.fixtures import _ALL, FIXED

@@ -145,7 +145,7 @@ def test_each_engine_takes_its_own_options(engine, match, expected):
 
 def test_the_sweep_prices_it_from_its_own_part():
     from tests.simulator.fixtures import profile_dict
-    from calibrate.profile import Profile
+    from profiles.profile import Profile
 
     profile = Profile.from_dict(profile_dict())
     setup = SPEC.setups(profile)[0]
@@ -211,17 +211,18 @@ def test_a_replayed_configuration_is_priced_at_its_replay_carried_by_the_chains_
     the closed form is that replay at its own generation length, the replay times the chain's
     ratio at another length, and the chain alone for a configuration the replay lacks."""
     from tests.simulator.fixtures import profile_dict
-    from calibrate.profile import Profile
+    from profiles.profile import Profile
 
-    profile = Profile.from_dict(profile_dict())
+    raw_profile = profile_dict()
+    profile = Profile.from_dict(raw_profile)
     setup = SPEC.setups(profile)[0]
     space = SPEC.space(setup).iloc[[0, 45, 120]].reset_index(drop=True)
     labels = SPEC.config.labels(space)
     raw = {**setup.need(SPEC.name, SPEC.name).to_dict(), "replayed": {labels[0]: [1.9, 0.6], labels[1]: [2.4, 0.8]},
            "replayed_new_tokens": 32}
     key = setup.acceptance_key
-    profile.acceptance[key][SPEC.name] = raw
-    with_replay = SPEC.setups(Profile.from_dict(profile.to_dict()))[0]
+    raw_profile["acceptance"][key][SPEC.name] = raw
+    with_replay = SPEC.setups(Profile.from_dict(raw_profile))[0]
     chain = SPEC.expected_tokens(setup, space)
     at_32 = SPEC.expected_tokens(Setup(with_replay.profile, with_replay.drafter, key, new_tokens=32), space)
     assert at_32[:2] == pytest.approx([1.9, 2.4]) and at_32[2] == pytest.approx(
@@ -257,19 +258,20 @@ def test_the_simulator_draws_a_replayed_configuration_at_its_replay():
     """The simulator's sampler of a replayed configuration is the chain refitted to its replay: its
     generations of the replay's length average the replay's tokens per step and proposing share,
     where the chain alone misses them (methods.match_chain.fitted_to_replay)."""
-    from calibrate.profile import Profile
+    from profiles.profile import Profile
     from methods.match_chain import chain_at
     from tests.simulator.fixtures import profile_dict
 
-    profile = Profile.from_dict(profile_dict())
+    raw_profile = profile_dict()
+    profile = Profile.from_dict(raw_profile)
     setup = SPEC.setups(profile)[0]
     config = SPEC.parse("prompt_lookup g4 nmin2 nmax3")
     part = setup.need(SPEC.name, SPEC.name)
     chain_tokens, chain_share = (float(v[0]) for v in chain_at(part, config.n_min, config.n_max, config.gamma, 32))
     replay = [round(chain_tokens * 1.2, 4), round(chain_share * 1.1, 4)]
-    profile.acceptance[setup.acceptance_key][SPEC.name] = {**part.to_dict(), "replayed": {config.label: replay},
-                                                          "replayed_new_tokens": 32}
-    sampler = SPEC.sampler(SPEC.setups(Profile.from_dict(profile.to_dict()))[0], config)
+    raw_profile["acceptance"][setup.acceptance_key][SPEC.name] = {**part.to_dict(), "replayed": {config.label: replay},
+                                                                  "replayed_new_tokens": 32}
+    sampler = SPEC.sampler(SPEC.setups(Profile.from_dict(raw_profile))[0], config)
     refitted = chain_at(sampler.part, config.n_min, config.n_max, config.gamma, 32)
     assert [float(v[0]) for v in refitted] == pytest.approx(replay, rel=1e-3)
     rng, n = np.random.default_rng(0), 20000

@@ -16,7 +16,7 @@ TOPK = {str(k): [min(1.0, h + extra) for h in HIT1] for k, extra in ((1, 0.0), (
 TARGET_S, DRAFT_S = 0.020, 0.002
 
 _ALL = {
-    "schema_version": 1, "name": "sim-test", "hardware": "A100-80G", "dtype": "fp16", "target": "T",
+    "schema_version": 2, "name": "sim-test", "hardware": "A100-80G", "dtype": "fp16", "target": "T",
     "models": {"T": dict(arch_dict("vicuna-7b")), "D": dict(arch_dict("llama-68m"))},
     "latency": {m: {"kind": "table", "params": {"n_tokens": [1], "ctx_len": [0], "batch": [1], "seconds": [[[s]]]}}
                 for m, s in (("T", 0.020), ("D", 0.002), ("G", 0.002), ("KA", 0.0005), ("CM", 0.001), ("CH", 0.001))},
@@ -42,6 +42,9 @@ _ALL = {
     },
 }
 
+for _entry in _ALL["acceptance"].values():       # every entry states the temperature it was measured at
+    _entry["temperature"] = 0.0
+
 FIXED = {"T": FixedLatency(TARGET_S), "D": FixedLatency(DRAFT_S), "G": FixedLatency(DRAFT_S),
          "KA": FixedLatency(0.0005), "CM": FixedLatency(0.001), "CH": FixedLatency(0.001)}
 
@@ -66,12 +69,12 @@ def roofline_profile(hardware: str = "A100-80G") -> dict:
         return {"kind": "roofline", "params": {"hardware": hardware, "dtype": "fp16", "arch": arch_dict(name),
                                                "bw_eff": 0.8, "flops_eff": 0.6, "overhead_s": overhead}}
     return {
-        "schema_version": 1, "name": "vicuna-7b roofline", "hardware": hardware, "dtype": "fp16",
+        "schema_version": 2, "name": "vicuna-7b roofline", "hardware": hardware, "dtype": "fp16",
         "target": "vicuna-7b",
         "models": {"vicuna-7b": arch_dict("vicuna-7b"), "llama-68m": arch_dict("llama-68m")},
         "latency": {"vicuna-7b": lat("vicuna-7b", 0.004), "llama-68m": lat("llama-68m", 0.0015)},
         "drafters": {"llama-68m": {"kind": "draft_model", "model": "llama-68m"}},
-        "acceptance": {"llama-68m": {"alpha": 0.7}},
+        "acceptance": {"llama-68m": {"alpha": 0.7, "temperature": 0.0}},
     }
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import methods
-from calibrate.profile import Profile
+from profiles.profile import Profile
 from costmodel.step import step_seconds
 from simulator.stream import simulate_stream
 from tests.simulator.fixtures import LINEAR, profile_dict

@@ -77,12 +77,12 @@ def test_glide_table4_oom_pattern_for_its_shapes():
     rows = {}
     for size in ("7b", "13b", "33b"):
         name = f"vicuna-{size}"
-        prof = {"schema_version": 1, "name": name, "hardware": "H800", "dtype": "fp16", "target": name,
+        prof = {"schema_version": 2, "name": name, "hardware": "H800", "dtype": "fp16", "target": name,
                 "models": {name: arch_dict(name)},
                 "latency": {name: {"kind": "table", "params": {"n_tokens": [1], "ctx_len": [0], "batch": [1],
                                                                "seconds": [[[0.02]]]}}},     # memory only
                 "drafters": {"glide": {"kind": "glide", "model": "glide"}},
-                "acceptance": {"glide": {"alpha": 0.8}}}
+                "acceptance": {"glide": {"alpha": 0.8, "temperature": 0.0}}}
         from costmodel.params import drafter_arch
         prof["models"]["glide"] = drafter_arch("glide", name)
         profile = load_profile(prof)

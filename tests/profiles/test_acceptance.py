@@ -1,8 +1,9 @@
-"""calibrate.acceptance: the typed acceptance entry of a Profile and its validation."""
+"""profiles.acceptance: the typed acceptance entry of a Profile and its validation."""
 import numpy as np
 import pytest
 
-from calibrate.acceptance import AcceptanceModel, AlphaCurve, MarkovAcceptance, leave_one_k_out
+from calibrate.fit_acceptance import leave_one_k_out
+from profiles.acceptance import AcceptanceModel, AlphaCurve, MarkovAcceptance
 from common.errors import InputError
 
 FULL = {
@@ -61,12 +62,12 @@ def test_leave_one_k_out_reads_each_k_from_the_others():
 
 
 def test_persistence_shrinks_the_miss_with_depth():
-    m = AcceptanceModel.from_dict({"alpha": 0.6, "persistence": 0.9})
+    m = AcceptanceModel.from_dict({"temperature": 0.0, "alpha": 0.6, "persistence": 0.9})
     assert np.allclose(m.beta(3), [0.6, 1 - 0.4 * 0.9, 1 - 0.4 * 0.81])
-    assert np.allclose(AcceptanceModel.from_dict({"alpha": 0.6}).beta(3), 0.6)
+    assert np.allclose(AcceptanceModel.from_dict({"temperature": 0.0, "alpha": 0.6}).beta(3), 0.6)
     assert AcceptanceModel.from_dict(m.to_dict()).persistence == 0.9
     with pytest.raises(InputError, match="persistence must be a positive number"):
-        AcceptanceModel.from_dict({"alpha": 0.6, "persistence": 0})
+        AcceptanceModel.from_dict({"temperature": 0.0, "alpha": 0.6, "persistence": 0})
 
 
 def test_round_trip():
@@ -76,10 +77,10 @@ def test_round_trip():
 
 
 def test_alpha_falls_back_to_alpha_at_1_then_markov_then_lookahead():
-    assert AcceptanceModel.from_dict({"alpha_at_k": {"1": 0.6, "2": 0.7}}).alpha == 0.6
-    assert AcceptanceModel.from_dict({"markov": {"p_aa": 0.5, "p_ra": 0.5}}).alpha == pytest.approx(0.5)
-    assert AcceptanceModel.from_dict({"lookahead": {"alpha": 0.425, "f": 3.1}}).alpha == 0.425
-    assert np.allclose(AcceptanceModel.from_dict({"alpha": 0.3}).beta(3), 0.3)
+    assert AcceptanceModel.from_dict({"temperature": 0.0, "alpha_at_k": {"1": 0.6, "2": 0.7}}).alpha == 0.6
+    assert AcceptanceModel.from_dict({"temperature": 0.0, "markov": {"p_aa": 0.5, "p_ra": 0.5}}).alpha == pytest.approx(0.5)
+    assert AcceptanceModel.from_dict({"temperature": 0.0, "lookahead": {"alpha": 0.425, "f": 3.1}}).alpha == 0.425
+    assert np.allclose(AcceptanceModel.from_dict({"temperature": 0.0, "alpha": 0.3}).beta(3), 0.3)
 
 
 def test_markov_sampling_matches_stationary_alpha():
@@ -112,14 +113,14 @@ def test_markov_sampling_matches_stationary_alpha():
 ])
 def test_bad_input_is_one_line_naming_the_field(bad, message):
     with pytest.raises(InputError, match=message) as info:
-        AcceptanceModel.from_dict(bad, "m")
+        AcceptanceModel.from_dict({"temperature": 0.0, **bad}, "m")
     assert "\n" not in str(info.value) and "'m'" in str(info.value)
 
 
 def test_chains_of_a_recorded_length_use_their_own_positions():
     """beta(gamma) reads the chains of that gamma where recorded (the last position repeating where
     a chain's later positions were never reached), else the general per-position record."""
-    m = AcceptanceModel.from_dict({**FULL, "alpha_by_position_at_gamma": {"1": [0.9], "3": [0.85, 0.8]}}, "m")
+    m = AcceptanceModel.from_dict({"temperature": 0.0, **FULL, "alpha_by_position_at_gamma": {"1": [0.9], "3": [0.85, 0.8]}}, "m")
     assert np.allclose(m.beta(1), [0.9])
     assert np.allclose(m.beta(3), [0.85, 0.8, 0.8])
     assert np.allclose(m.beta(2), [0.8, 0.75])                      # not recorded: alpha_by_position
@@ -128,7 +129,7 @@ def test_chains_of_a_recorded_length_use_their_own_positions():
 
 
 def test_bad_queries():
-    m = AcceptanceModel.from_dict({"alpha": 0.5, "alpha_at_k": {"2": 0.6, "4": 0.7}}, "m")
+    m = AcceptanceModel.from_dict({"temperature": 0.0, "alpha": 0.5, "alpha_at_k": {"2": 0.6, "4": 0.7}}, "m")
     with pytest.raises(InputError, match="gamma must be an integer >= 1"):
         m.beta(0)
     with pytest.raises(InputError, match="from k = 2"):
@@ -145,12 +146,19 @@ def test_bad_queries():
 ])
 def test_physically_impossible_acceptance_is_refused(raw, message):
     with pytest.raises(InputError, match=message):
-        AcceptanceModel.from_dict(raw, name="x")
+        AcceptanceModel.from_dict({"temperature": 0.0, **raw}, name="x")
+
+
+def test_an_entry_without_a_temperature_is_refused_not_read_as_greedy():
+    """GLIDE's T = 1 alphas once priced and labelled as greedy when an entry left its temperature out."""
+    with pytest.raises(InputError, match="'glide' states no temperature: give the sampling temperature"):
+        AcceptanceModel.from_dict({"alpha": 0.8, "drafter": "glide"}, name="glide")
+    assert AcceptanceModel.from_dict({"alpha": 0.8, "temperature": 1.0}, name="glide").temperature == 1.0
 
 
 def test_a_top_k_hit_that_falls_with_k_is_refused():
     freq = [1 / 11] * 11
     bins = {"freq": freq, "topk_hit": {"1": [0.5] * 11, "2": [0.6] * 10 + [0.4]}}
     with pytest.raises(InputError, match="conf_bins.topk_hit of bin 10 falls from 0.5 at 1 to 0.4 at 2"):
-        AcceptanceModel.from_dict({"alpha": 0.5, "conf_bins": bins}, name="x")
-    assert AcceptanceModel.from_dict({"alpha": 0.5, "dataset": None}, name="x").dataset == ""
+        AcceptanceModel.from_dict({"temperature": 0.0, "alpha": 0.5, "conf_bins": bins}, name="x")
+    assert AcceptanceModel.from_dict({"temperature": 0.0, "alpha": 0.5, "dataset": None}, name="x").dataset == ""

@@ -1,4 +1,5 @@
-"""Acceptance models of one (target, drafter, data, temperature): the fields a Profile stores, typed.
+"""Acceptance models of one (target, drafter, data, temperature): the entries a Profile stores, typed and
+checked when the Profile is read (fitting them from traces is `calibrate.fit_acceptance`).
 
 Definitions (the cost models take these, not vLLM's accepted/drafted ratio):
 - alpha: per-token acceptance probability E[sum_x min(p(x), q(x))] (Leviathan et al.'s alpha);
@@ -38,6 +39,7 @@ import numpy as np
 
 from common.errors import InputError
 from costmodel.cape import N_BINS
+from profiles.record import Record
 
 
 def _probability(value: Any, what: str) -> float:
@@ -55,7 +57,9 @@ def _probabilities(values: Any, what: str, length: int | None = None) -> np.ndar
         raise InputError(f"{what} must have {length} entries, got {len(values)}")
     if len(values) == 0:
         raise InputError(f"{what} must not be empty")
-    return np.array([_probability(v, f"{what}[{i}]") for i, v in enumerate(values)])
+    out = np.array([_probability(v, f"{what}[{i}]") for i, v in enumerate(values)])
+    out.setflags(write=False)
+    return out
 
 
 def _k_table(raw: Any, what: str) -> dict[int, float]:
@@ -126,31 +130,13 @@ class AlphaCurve:
         return out
 
 
-def leave_one_k_out(table: dict[int, float]) -> dict[str, Any]:
-    """Each measured k but the first predicted by `AlphaCurve` from the others (interpolated inside,
-    extrapolated past the last): the error to expect at a k that was not measured. Needs 3 points."""
-    ks = sorted(table)
-    rows = []
-    for k in ks[1:] if len(ks) >= 3 else []:
-        rest = {j: v for j, v in table.items() if j != k}
-        predicted = float(AlphaCurve.of(rest)(k))
-        rows.append((k, table[k], predicted))
-    if not rows:
-        return {}
-    err = np.array([p / a - 1.0 if a > 0 else (0.0 if p == 0 else np.inf) for _, a, p in rows])
-    finite = np.abs(err[np.isfinite(err)])
-    return {"family": AlphaCurve.FAMILY, "k": [int(k) for k, _, _ in rows],
-            "rel_error": [round(float(e), 4) for e in err],
-            "median": float(np.median(finite)) if finite.size else None,
-            "max": float(finite.max()) if finite.size else None}
-
-
 @dataclass(frozen=True)
 class MarkovAcceptance:
     """Two-state (accept/reject) Markov chain over consecutive draft positions."""
 
     p_aa: float
     p_ra: float
+    n_transitions: int | None = None    # how many transitions it was counted from (a record)
 
     @property
     def stationary_alpha(self) -> float:
@@ -168,7 +154,8 @@ class MarkovAcceptance:
         return out
 
     def to_dict(self) -> dict[str, float]:
-        return {"p_aa": self.p_aa, "p_ra": self.p_ra}
+        out = {"p_aa": self.p_aa, "p_ra": self.p_ra}
+        return out if self.n_transitions is None else {**out, "n_transitions": self.n_transitions}
 
 
 @dataclass(frozen=True)
@@ -177,6 +164,7 @@ class ConfidenceBins:
 
     freq: np.ndarray
     topk_hit: dict[int, np.ndarray]
+    counts: tuple[int, ...] | None = None     # positions counted per bin (a record)
 
     @property
     def ks(self) -> list[int]:
@@ -193,12 +181,14 @@ class ConfidenceBins:
         return np.vstack([self.hit(k) for k in (ks or self.ks)])
 
     def to_dict(self) -> dict[str, Any]:
-        return {"freq": self.freq.tolist(), "topk_hit": {str(k): v.tolist() for k, v in self.topk_hit.items()}}
+        out = {"freq": self.freq.tolist(), "topk_hit": {str(k): v.tolist() for k, v in self.topk_hit.items()}}
+        return out if self.counts is None else {**out, "counts": list(self.counts)}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class AcceptanceModel:
-    """One acceptance entry of a Profile, validated; optional parts are None when not recorded."""
+    """One acceptance entry of a Profile, validated; optional parts are None when not recorded (two
+    entries compare by `to_dict`: its arrays have no one truth value)."""
 
     name: str
     alpha_value: float | None = None
@@ -208,13 +198,13 @@ class AcceptanceModel:
     alpha_at_k_without_replacement: dict[int, float] | None = None
     conf_bins: ConfidenceBins | None = None
     markov: MarkovAcceptance | None = None
-    own: dict[str, Any] = field(default_factory=dict)   # method name -> its own part (MethodSpec.acceptance_part)
+    own: Record = field(default_factory=Record)   # part name -> a method's own part (MethodSpec.acceptance_parts)
     persistence: float | None = None
     drafter: str = ""
     temperature: float = 0.0
     dataset: str = ""
     source: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: Record = field(default_factory=Record)   # what the fit recorded beside (read by reports)
 
     # ---- accessors ------------------------------------------------------------------------
     @property
@@ -305,8 +295,11 @@ class AcceptanceModel:
             m = raw["markov"]
             if not isinstance(m, dict) or "p_aa" not in m or "p_ra" not in m:
                 raise InputError(f"{where}: markov needs 'p_aa' and 'p_ra'")
+            count = m.get("n_transitions")
+            if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
+                raise InputError(f"{where}: markov.n_transitions must be a whole number >= 0, got {count!r}")
             markov = MarkovAcceptance(_probability(m["p_aa"], f"{where}: markov.p_aa"),
-                                      _probability(m["p_ra"], f"{where}: markov.p_ra"))
+                                      _probability(m["p_ra"], f"{where}: markov.p_ra"), count)
         own = {spec.name: spec.acceptance_part(raw[spec.name], where) for spec in _own_part_methods()
                if raw.get(spec.name) is not None}
         persistence = raw.get("persistence")
@@ -315,11 +308,11 @@ class AcceptanceModel:
             raise InputError(f"{where}: persistence must be a positive number, got {persistence!r}")
         model = cls(name=name, alpha_value=alpha, alpha_by_position=by_pos, alpha_by_position_at_gamma=at_gamma,
                     alpha_at_k=at_k,
-                    alpha_at_k_without_replacement=at_k_wo, conf_bins=conf, markov=markov, own=own,
+                    alpha_at_k_without_replacement=at_k_wo, conf_bins=conf, markov=markov, own=Record(own),
                     persistence=None if persistence is None else float(persistence),
-                    drafter=_text(raw, "drafter", where), temperature=_temperature(raw.get("temperature", 0.0), where),
+                    drafter=_text(raw, "drafter", where), temperature=_temperature(raw, where),
                     dataset=_text(raw, "dataset", where), source=_text(raw, "source", where),
-                    extra={k: v for k, v in raw.items() if k not in _KNOWN_FIELDS and k not in own})
+                    extra=Record({k: v for k, v in raw.items() if k not in _KNOWN_FIELDS and k not in own}))
         model.alpha  # every model must yield a per-token alpha somehow
         return model
 
@@ -344,7 +337,7 @@ class AcceptanceModel:
         if self.persistence is not None:
             out["persistence"] = self.persistence
         out["source"] = self.source
-        out.update(self.extra)
+        out.update(self.extra.to_json())
         return out
 
 
@@ -368,7 +361,13 @@ def _text(raw: dict, key: str, where: str) -> str:
     return value or ""
 
 
-def _temperature(value: Any, where: str) -> float:
+def _temperature(raw: dict, where: str) -> float:
+    """The sampling temperature the entry was measured at: required (an entry without one is not
+    greedy by default: GLIDE's T = 1 alphas would be priced and labelled as T = 0)."""
+    if "temperature" not in raw:
+        raise InputError(f"{where} states no temperature: give the sampling temperature its acceptance was "
+                         "measured at (0 for greedy)")
+    value = raw["temperature"]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise InputError(f"{where}: temperature must be a number >= 0, got {value!r}")
     return float(value)
@@ -403,4 +402,8 @@ def _conf_bins(raw: Any, where: str) -> ConfidenceBins:
         hits[int(key)] = _probabilities(raw["topk_hit"][key], f"{where}: conf_bins.topk_hit[{key}]", N_BINS)
     for b in range(N_BINS):
         _nondecreasing(list(hits), [row[b] for row in hits.values()], f"{where}: conf_bins.topk_hit of bin {b}")
-    return ConfidenceBins(freq, hits)
+    counts = raw.get("counts")
+    if counts is not None and (not isinstance(counts, list) or len(counts) != N_BINS
+                               or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in counts)):
+        raise InputError(f"{where}: conf_bins.counts must be {N_BINS} whole numbers >= 0")
+    return ConfidenceBins(freq, hits, None if counts is None else tuple(counts))
