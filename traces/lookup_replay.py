@@ -10,7 +10,24 @@ StepTrace affords two or three. (It assumes the verification forward's argmax is
 engine's greedy-identity tests check.)
 
 `lookup_steps` lists one generation's steps; `replayed_steps` gives StepTrace rows (the columns
-`methods.prompt_lookup`'s fit reads) for many prompts and configurations.
+`methods.prompt_lookup`'s fit reads) for many prompts and configurations; `lookup_spans` gives the
+span of a step starting at every output position (vLLM's n-gram proposer replayed over a recorded
+generation, `calibrate.ingest.specdecode_bench` checks it against the spans a benchmark recorded).
+
+vLLM's rule, read in vLLM 0.10.1 (the PyPI wheel, commit aab549870): `vllm/v1/spec_decode/
+ngram_proposer.py`, `_find_longest_matched_ngram_and_propose_tokens` (a KMP scan of the reversed
+context) takes the longest n <= prompt_lookup_max whose last n context tokens occurred earlier, at
+the earliest start (its `prev_lps >= longest_ngram` keeps the latest position of the reversed
+context); an occurrence may overlap the suffix but must be followed by a token; no proposal when
+n < prompt_lookup_min or the context is shorter than prompt_lookup_min; it proposes up to
+num_speculative_tokens tokens that followed the occurrence, fewer where the context ends first,
+and none past max_model_len. `vllm/v1/worker/gpu_model_runner.py`,
+`propose_ngram_draft_token_ids`, runs it after every step that sampled a token, the prefill
+included, on the request's whole context (prompt and every token generated so far); so the first
+proposal follows the prefill's token and output position 0 is never speculated. `vllm/config/
+__init__.py`, `SpeculativeConfig.__post_init__`: prompt_lookup_min and _max default to 5 and 5 when
+neither is given, and each to the other when one is. `runtime.engine.prompt_lookup.match_continuation`
+is that rule.
 """
 from __future__ import annotations
 
@@ -18,6 +35,7 @@ import functools
 import json
 from typing import Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
 from common.errors import InputError
@@ -74,3 +92,60 @@ def replayed_steps(prompts: Mapping[str, Sequence[int]], outputs: Mapping[str, S
                                  "verify_tokens": verify, "accepted": accepted})
                 ctx += accepted
     return pd.DataFrame(rows)
+
+
+class NgramIndex:
+    """The earliest start of every n-gram (n_min <= n <= n_max) of `tokens[:size - 1]` as `size`
+    grows: `earliest_match(tokens[:size], n)` in O(1) per n (the n-grams that end before the last
+    context token are exactly the earlier occurrences the rule may take)."""
+
+    def __init__(self, tokens: np.ndarray, n_min: int, n_max: int):
+        self.tokens, self.n_min, self.n_max = tokens, n_min, n_max
+        self.first: dict[int, dict[bytes, int]] = {n: {} for n in range(n_min, n_max + 1)}
+        self.size = 0
+        self._indexed_to = 0                       # n-grams ending before this index are in `first`
+
+    def grow_to(self, size: int) -> None:
+        self.size = size
+        while self._indexed_to < size - 1:
+            end = self._indexed_to + 1
+            for n, first in self.first.items():
+                if end >= n:
+                    first.setdefault(self.tokens[end - n:end].tobytes(), end - n)
+            self._indexed_to = end
+
+    def earliest(self, n: int) -> int | None:
+        """Where the earliest earlier occurrence of the last n tokens of tokens[:size] starts; None: none."""
+        if not self.n_min <= n <= self.n_max or n >= self.size:
+            return None
+        return self.first[n].get(self.tokens[self.size - n:self.size].tobytes())
+
+
+def lookup_spans(prompt: Sequence[int], output: Sequence[int], k: int, n_min: int,
+                 n_max: int) -> tuple[np.ndarray, np.ndarray]:
+    """(span, proposed) at every output position i under vLLM's n-gram proposer (module docstring):
+    span: the tokens a greedy step whose context is prompt + output[:i] produces (the proposal's
+    leading tokens that equal output[i:], plus the target's own token; at most k + 1 and never past
+    the output's end); proposed: the draft tokens it proposed (0: nothing matched). Position 0 is
+    the prefill's token: span 1, nothing proposed."""
+    if not 1 <= n_min <= n_max:
+        raise InputError(f"n-gram window needs 1 <= n_min <= n_max, got {n_min}..{n_max}")
+    if k < 1:
+        raise InputError(f"draft length k must be >= 1, got {k}")
+    if not len(prompt):
+        raise InputError("n-gram replay needs a non-empty prompt")
+    tokens = np.concatenate([np.asarray(prompt, dtype=np.int64), np.asarray(output, dtype=np.int64)])
+    generated = tokens[len(prompt):]
+    index = NgramIndex(tokens, n_min, n_max)
+    spans = np.ones(len(generated), dtype=np.int64)
+    proposed = np.zeros(len(generated), dtype=np.int64)
+    for i in range(1, len(generated)):
+        size = len(prompt) + i
+        index.grow_to(size)
+        drafts = np.asarray(match_continuation(tokens[:size], n_min, n_max, k, index.earliest), dtype=np.int64)
+        target = generated[i:i + drafts.size]
+        differs = np.flatnonzero(drafts[:target.size] != target)
+        hits = int(differs[0]) if differs.size else target.size
+        spans[i] = min(hits + 1, len(generated) - i)
+        proposed[i] = drafts.size
+    return spans, proposed

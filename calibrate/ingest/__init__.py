@@ -5,7 +5,8 @@ documents the format and what the source cannot provide (and how that is filled)
 `vllm_metrics` (vLLM /metrics Prometheus text), `vllm_bench` (`vllm bench serve` result JSON),
 `sglang_bench` (SGLang bench_serving / bench_one_batch JSON lines), `spec_bench` (Spec-Bench
 answer JSONL -> StepTrace), `hf_assisted` (a recorder around transformers' assisted generate ->
-StepTrace). `result` holds what they share and the merge into a Profile.
+StepTrace), `specdecode_bench` (SpecDecode-Bench's per-position acceptance spans -> statistics and a
+`traces.span_replay.SpanReplay`). `result` holds what they share and the merge into a Profile.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from calibrate.ingest.result import IngestOptions, Ingested
 from common.errors import InputError
 
 FORMATS = {"vllm-metrics": "vllm_metrics", "vllm-bench": "vllm_bench", "sglang-bench": "sglang_bench",
-           "spec-bench": "spec_bench", "hf-assisted": "hf_assisted"}
+           "spec-bench": "spec_bench", "hf-assisted": "hf_assisted", "specdecode-bench": "specdecode_bench"}
 
 
 def ingest(format: str, paths: list[str], options: IngestOptions | None = None) -> Ingested:

@@ -11,8 +11,10 @@ replaced only with --overwrite; every write is atomic. Bad input: one line, exit
 """
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -45,8 +47,21 @@ def describe(result: Ingested) -> list[str]:
             f"{k} {v * 1000:.2f} ms" if k != "count" else f"{k} {v:g}" for k, v in stats.items()))
     for name, value in result.throughput.items():
         lines.append(f"{name}: {value:g}")
+    lines += result.report
     lines += [f"not provided: {line}" for line in result.not_provided]
     return lines
+
+
+NUMBER_LIST = re.compile(r"\[[-+.\deEnul,\s]*\]")     # a JSON list of numbers and nulls, as indent=2 spreads it
+
+
+def json_text(obj) -> str:
+    """Indented JSON with each list of numbers on one line (per-position lists stay a few KB, not pages)."""
+    text = json.dumps(obj, indent=2, default=str, allow_nan=False)
+    def one_line(match: re.Match) -> str:   # only the newlines indent= put there (a JSON string holds none)
+        return re.sub(r"\n\s*\]", "]", re.sub(r"\[\n\s*", "[", re.sub(r",\n\s*", ", ", match.group(0))))
+
+    return NUMBER_LIST.sub(one_line, text)
 
 
 def write_out(result: Ingested, out: Path, profile: Path | None, options: IngestOptions) -> str:
@@ -54,6 +69,9 @@ def write_out(result: Ingested, out: Path, profile: Path | None, options: Ingest
     if out.suffix == ".parquet":
         if profile is not None:
             raise InputError("--profile writes a Profile: give --out FILE.json")
+        if result.replay is not None:
+            result.replay.write(out)
+            return f"wrote span replay {out} ({len(result.replay.requests)} requests)"
         if result.steps is None:
             raise InputError(f"{result.format} gives no StepTrace; --out takes a .json file for it")
         if result.missing:
@@ -63,7 +81,7 @@ def write_out(result: Ingested, out: Path, profile: Path | None, options: Ingest
     if out.suffix != ".json":
         raise InputError(f"--out {out}: expected a .json or .parquet file")
     if profile is None:
-        atomic.write_text(out, json.dumps(result.to_json(), indent=2, default=str, allow_nan=False) + "\n")
+        atomic.write_text(out, json_text(result.to_json()) + "\n")
         return f"wrote {out}"
     if result.acceptance is None:
         raise InputError(f"{sources}: no acceptance to merge into a Profile: {result.missing or 'none in the source'}")
@@ -72,12 +90,40 @@ def write_out(result: Ingested, out: Path, profile: Path | None, options: Ingest
     return f"wrote Profile {out} ({profile} + {result.format})"
 
 
+def draft_lengths(text: str) -> tuple[int, ...]:
+    """--k: "1-20" or "1,3,5" -> the draft lengths, each an integer >= 1."""
+    try:
+        found = []
+        for part in text.split(","):
+            low, _, high = part.partition("-")
+            found += list(range(int(low), int(high or low) + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected integers like 1-20 or 1,3,5") from None
+    if not found or min(found) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected draft lengths >= 1, like 1-20 or 1,3,5")
+    return tuple(sorted(set(found)))
+
+
+def ngram_window(text: str) -> tuple[int, int] | None:
+    """--ngram-window: "3:7" -> (3, 7); "none" -> None (no replay)."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        low, high = (int(v) for v in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NMIN:NMAX like 3:7, or none") from None
+    if not 1 <= low <= high:
+        raise argparse.ArgumentTypeError(f"{text!r}: needs 1 <= NMIN <= NMAX")
+    return low, high
+
+
 def formats_epilog() -> str:
     lines = ["formats (each module's docstring in calibrate/ingest/ documents its fields and what it cannot "
              "provide):", ""]
+    width = max(len(name) for name in FORMATS)
     for name, module in FORMATS.items():
         doc = importlib.import_module(f"calibrate.ingest.{module}").__doc__ or ""
-        lines.append(f"  {name:<13} {doc.strip().splitlines()[0].split(': ', 1)[-1]}")
+        lines.append(f"  {name:<{width}} {doc.strip().splitlines()[0].split(': ', 1)[-1]}")
     return lines[0] + "\n\n" + "\n".join(lines[2:]) + "\n\nexit status: 0 on success, 2 on bad input (one line on stderr, nothing written)"
 
 
@@ -105,6 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gamma", type=int, help="draft length when the source does not state it (default: the "
                                                   "source's)")
     parser.add_argument("--method", default="sd", help="StepTrace method of imported chain steps (default sd)")
+    parser.add_argument("--k", dest="draft_lengths", type=draft_lengths, metavar="LIST",
+                        help="specdecode-bench: the draft lengths to replay, e.g. 1-20 or 1,3,5 (default: 1 to the "
+                             "recorded proposer's k)")
+    parser.add_argument("--ngram-window", dest="ngram_windows", action="append", type=ngram_window,
+                        metavar="NMIN:NMAX", help="specdecode-bench: replay vLLM's n-gram proposer with "
+                        "prompt_lookup_min:max against the recorded n-gram spans; repeat for several, 'none' for none "
+                        "(default: 3:7, the window that reproduces the published files)")
     parser.add_argument("--accept-length", default="cumulative", choices=ACCEPT_LENGTH,
                         help="sglang-bench: bench_serving accept lengths are the server's running mean since its "
                              "start (cumulative, SGLang's default) or each run's own (per-run: --flush-cache)")
@@ -115,13 +168,17 @@ def main(argv: list[str] | None = None) -> int:
         raise InputError("--profile needs --out FILE.json (the merged Profile)")
     if args.out is not None and args.out.exists() and not args.overwrite:
         raise InputError(f"--out {args.out}: the file exists; pass --overwrite to replace it")
+    windows = None if args.ngram_windows is None else tuple(w for w in args.ngram_windows if w is not None)
     options = IngestOptions(drafter=args.drafter, target=args.target, dataset=args.dataset,
                             temperature=args.temperature, gamma=args.gamma, method=args.method,
-                            accept_length=args.accept_length)
+                            accept_length=args.accept_length, draft_lengths=args.draft_lengths,
+                            ngram_windows=windows)
     result = ingest(args.format, args.files, options)
     message = write_out(result, args.out, args.profile, options) if args.out else None
+    for line in result.warnings:
+        print(f"warning: {line}", file=sys.stderr)
     if args.json:
-        print(json.dumps(result.to_json(), indent=2, default=str, allow_nan=False))
+        print(json_text(result.to_json()))
     else:
         print("\n".join(describe(result)))
     if message:

@@ -38,6 +38,8 @@ class IngestOptions:
     gamma: int | None = None          # draft length when the source does not state it
     method: str = "sd"                # StepTrace method of imported chain steps
     accept_length: str = "cumulative"  # sglang-bench: bench_serving's accept_length since the server start, or per run
+    draft_lengths: tuple[int, ...] | None = None          # specdecode-bench: the k to replay (None: 1..recorded)
+    ngram_windows: tuple[tuple[int, int], ...] | None = None   # specdecode-bench: (n_min, n_max) to replay (None: default)
 
 
 @dataclass
@@ -53,6 +55,9 @@ class Ingested:
     summary: dict[str, Any] = field(default_factory=dict)
     not_provided: list[str] = field(default_factory=list)
     missing: str = ""                 # why it cannot be written as a Profile entry / StepTrace ("" when it can)
+    warnings: list[str] = field(default_factory=list)             # what the user should know (printed on stderr)
+    report: list[str] = field(default_factory=list)               # a format's own lines for the printed summary
+    replay: Any = None                                             # traces.span_replay.SpanReplay of a span format
 
     def provenance(self) -> dict[str, Any]:
         return {"format": self.format, "sources": self.sources, "models": self.models,
@@ -71,6 +76,8 @@ class Ingested:
         if self.throughput:
             out["throughput"] = self.throughput
         out["not_provided"] = self.not_provided
+        if self.warnings:
+            out["warnings"] = self.warnings
         return out
 
 
@@ -126,12 +133,43 @@ def json_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
         raise InputError(f"{p}: no JSON object in the file")
 
 
+def json_lines(path: str | Path, digest: Any = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of a JSON-lines file read one line at a time (a file of any size), each
+    line's bytes fed to `digest` (a hashlib object) as read; the same one-line refusals as `json_records`."""
+    p = existing(path)
+    found = False
+    with p.open("rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            if digest is not None:
+                digest.update(raw)
+            if number == 1 and raw.startswith(b"PAR1"):
+                raise InputError(f"{p}: a parquet file; this format reads JSON lines")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InputError(f"{p}:{number}: binary, not UTF-8 text; this format reads JSON lines") from None
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{p}:{number}: not valid JSON ({exc.msg} at column {exc.colno}); this format "
+                                 "reads one JSON object per line") from None
+            if not isinstance(record, dict):
+                raise InputError(f"{p}:{number}: expected a JSON object, got {type(record).__name__}")
+            found = True
+            yield number, record
+    if not found:
+        raise InputError(f"{p}: no JSON object in the file")
+
+
 def looks_like(record: dict[str, Any]) -> tuple[str, str] | None:
     """(format, the fields that show it) of a JSON record another importer reads, or None."""
     marks = {"vllm-bench": ("model_id", "tokenizer_id", "endpoint_type", "spec_decode_num_drafts", "mean_e2el_ms"),
              "sglang-bench": ("accept_length", "server_info", "total_output_tokens_retokenized", "mean_e2e_latency_ms",
                               "acc_length", "prefill_latency", "median_decode_latency"),
-             "spec-bench": ("question_id", "choices", "answer_id")}
+             "spec-bench": ("question_id", "choices", "answer_id"),
+             "specdecode-bench": ("prompt_token_ids", "generated_token_ids", "acc_ngram", "acc_eagle")}
     found = {fmt: [k for k in keys if k in record] for fmt, keys in marks.items()}
     fmt, keys = max(found.items(), key=lambda item: len(item[1]))
     need_two = fmt != "sglang-bench" or not {"prefill_latency", "acc_length"} & set(keys)

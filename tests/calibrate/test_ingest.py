@@ -45,7 +45,8 @@ def refused(capsys, *argv) -> str:
                                           ("sglang-bench", "per-position acceptance: only the mean"),
                                           ("spec-bench", "per-step time"), ("hf-assisted", "verify_s includes")])
 def test_every_committed_example_ingests_with_provenance(fmt, missing):
-    assert set(FORMATS) == {"vllm-metrics", "vllm-bench", "sglang-bench", "spec-bench", "hf-assisted"}
+    assert set(FORMATS) == {"vllm-metrics", "vllm-bench", "sglang-bench", "spec-bench", "hf-assisted",
+                            "specdecode-bench"}   # spans, no acceptance entry: tests/calibrate/test_specdecode_bench.py
     result = ingest(fmt, EXAMPLES[fmt], IngestOptions(temperature=0.0))
     assert result.format == fmt and result.sources == EXAMPLES[fmt]
     assert any(missing in line for line in result.not_provided)   # what its source could not give
