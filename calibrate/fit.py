@@ -21,7 +21,7 @@ import pandas as pd
 import methods
 from calibrate.fit_acceptance import fit_step_acceptance, fit_token_acceptance
 from calibrate.latency import fit_latency
-from calibrate.paper_profiles import git_commit
+from common.rundir import git_commit
 from profiles import schema
 from profiles.profile import Profile
 from costmodel.hardware import get_hardware, hardware_names

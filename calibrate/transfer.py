@@ -5,7 +5,7 @@
 
 Latency belongs to (architecture, hardware, engine), not to the weights: a paper Profile's latency
 models all come from one set of hardware terms (bandwidth and compute efficiency, the host's launch
-time per forward and per layer, per-forward work: `calibrate.papers.base.model_latency`), recorded
+time per forward and per layer, per-forward work: `calibrate.terms.model_latency`), recorded
 in each model's fit. `transfer_profile` prices the new target from its architecture (a registry name
 of `costmodel.params`, a Hugging Face config.json, or a model the source Profile lists) with those
 terms; each drafter of the source is carried over: a draft model as it is (priced again on the same
@@ -19,7 +19,7 @@ form) for it, which also adds datasets the source lacks. `--workload` sets a dat
 A source latency model that is a measured table cannot be moved to another architecture: refused.
 
 How well this predicts is measured by holding out one model size of a paper and predicting its
-rows from the others (`calibrate.paper_fit.leave_one_out(model, "size")`, which prices through the
+rows from the others (`papers.calibration.leave_one_out(model, "size")`, which prices through the
 same `model_latency`); `python -m experiments.reproduce` reports it per paper.
 """
 from __future__ import annotations
@@ -29,12 +29,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from calibrate.papers.base import HARDWARE_FIT, HARDWARE_TERMS, model_latency
+from calibrate.terms import HARDWARE_FIT, HARDWARE_TERMS, model_latency
 from profiles.latency import RooflineLatency
 from profiles.parts import Drafter
 from profiles.profile import Profile
 from common.cli import CliParser, cli_entry
 from common.errors import InputError
+from costmodel import workloads
 from costmodel.params import Arch, arch_dict, drafter_arch, get_arch
 
 
@@ -152,7 +153,7 @@ def transfer_profile(source: Profile, target: str, *, drafter: str | None = None
                   "hardware_terms": terms, "sources": list(carried.get("sources", [])),
                   "assumptions": [
                       f"latency of every model priced from its architecture on {source.hardware} with the hardware "
-                      f"terms of '{source.name}' (calibrate.papers.base.model_latency)",
+                      f"terms of '{source.name}' (calibrate.terms.model_latency)",
                       "engine calibration (per-step work) carried from the source: the engine's, not the model's",
                       "acceptance entries carried from the source unless given, each marked ASSUMED in its source",
                       *carried.get("assumptions", [])],
@@ -165,12 +166,11 @@ def transfer_profile(source: Profile, target: str, *, drafter: str | None = None
 
 
 def parse_workload(text: str) -> tuple[str, dict]:
-    """'cnn' (a dataset of costmodel.papers.workloads) or 'NAME=PROMPT,NEW' (tokens)."""
-    from costmodel import papers
+    """'cnn' (a dataset of costmodel.workloads) or 'NAME=PROMPT,NEW' (tokens)."""
 
     if "=" not in text:
         try:
-            return text.lower(), papers.workload(text)
+            return text.lower(), workloads.workload(text)
         except ValueError as exc:
             raise InputError(f"--workload {text!r}: {exc}; or give NAME=PROMPT_TOKENS,NEW_TOKENS") from None
     name, _, lengths = text.partition("=")
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                              "the source's, marked ASSUMED)")
     parser.add_argument("--workload", action="append", default=[],
                         help="a dataset's context: NAME=PROMPT_TOKENS,NEW_TOKENS or a dataset of "
-                             "costmodel.papers.workloads (cnn, xsum, mt-bench, ...); repeatable (default: the "
+                             "costmodel.workloads (cnn, xsum, mt-bench, ...); repeatable (default: the "
                              "source's contexts)")
     parser.add_argument("--name", default=None, help="name of the new Profile (default: derived from target and source)")
     parser.add_argument("--out", required=True, type=Path, help="where to write the new Profile (JSON)")

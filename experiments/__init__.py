@@ -1,8 +1,8 @@
-"""What a user runs: the command lines over the other packages, and the libraries only they use.
+"""What a user runs: one command line per module, `python -m experiments.<name>`, each a thin parser
+(`common.cli.CliParser`, wrapped in `common.cli.cli_entry`) over a library package.
 
-Command lines (`python -m experiments.<name>`): `sweep` (the main job), `capacity`, `fidelity`,
-`simulate`, `reproduce`, `verify_lossless`, `smollm2_cpu`, `gpu_campaign`; benchmarks under
-`bench`. A command line that is a package keeps its parser in `<name>/cli.py`; the others are one
-thin module each over their library (`campaigns`, `papers`, the `simulator` and `verification`
-packages).
+`sweep` (the main job, over `sweep`), `capacity` (`capacity`), `fidelity` (`fidelity`), `simulate`
+(`simulator`), `reproduce` and `paper_profiles` (`papers`), `verify_lossless` (`verification`),
+`smollm2_cpu`, `transformers_peer` and `gpu_campaign` (`campaigns`), `examples`; benchmarks that
+print figures under `bench` (`python -m experiments.bench.<name>`).
 """

@@ -40,7 +40,7 @@ from traces.timer import Timer, hardware_name
 from traces.replayed import (random_prompts, sources_from_step_trace,
                              sources_from_token_trace)
 
-from experiments.campaigns.gpu import (BASELINE, CONFIGS, DRAFTER_ARCHITECTURES, GPU_ARCHITECTURES, campaign_profile, coefficient_pairs, coefficients, fidelity_table, loop_models, profile_architectures, replayed_acceptance, report, run_loops, synthetic_token_trace)
+from campaigns.gpu import (BASELINE, CONFIGS, DRAFTER_ARCHITECTURES, GPU_ARCHITECTURES, campaign_profile, coefficient_pairs, coefficients, fidelity_table, loop_models, profile_architectures, replayed_acceptance, report, run_loops, synthetic_token_trace)
 
 
 def parse_args(argv):

@@ -20,8 +20,8 @@ from common import atomic
 from common.cli import CliParser, cli_entry
 from common.progress import add_progress_option, progress_enabled
 from common.rundir import add_overwrite_option, start_run
-from experiments.papers import heldout
-from experiments.papers.reproduce import LOMSO, LOTO, MAIN, leave_one_table_out, markdown_report, run_all, summarise
+from papers import heldout
+from papers.reproduce import LOMSO, LOTO, MAIN, leave_one_table_out, markdown_report, run_all, summarise
 
 
 @cli_entry

@@ -34,10 +34,10 @@ from pathlib import Path
 
 from common.cli import CliParser, cli_entry, parse_stages, require_positive
 
-from experiments.campaigns.smollm2 import (DATASETS, PLAIN_RUN, STAGES, Run, best_partners_path, best_run,
+from campaigns.smollm2 import (DATASETS, PLAIN_RUN, STAGES, Run, best_partners_path, best_run,
                                           best_runs_path, measure_beside_plain, stage_chains, stage_latency,
                                           stage_profile, stage_steps, stage_tokens, step_path, write_steps)
-from experiments.campaigns.smollm2_report import ar_context, sweep_result, write_report
+from campaigns.smollm2_report import ar_context, sweep_result, write_report
 
 
 def stage_best(args, log) -> None:
@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", type=Path, default=Path("examples/smollm2_cpu"), help="tables and report folder")
     p.add_argument("--token-prompts", default=None,
                    help="the prompts of the TokenTraces and chains, over mtbench, humaneval, codeedit and libedit (default: "
-                        "the bundled 48 per set, experiments.campaigns.smollm2.TOKEN_PROMPTS; prompt lookup's "
+                        "the bundled 48 per set, campaigns.smollm2.TOKEN_PROMPTS; prompt lookup's "
                         "acceptance is replayed on their outputs)")
     p.add_argument("--limit", type=int, default=12,
                    help="prompts per dataset of the recorded best (the first ones; default 12, as bundled)")

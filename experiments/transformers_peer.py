@@ -6,7 +6,7 @@ transformers` can predict it on held-out prompts before measuring it.
     python -m experiments.fidelity --engine transformers --profile data/profiles/smollm2-135m-cpu-transformers.json \
         --target smollm2 --prompts mtbench:30-33,humaneval:30-33,codeedit:30-33 --configs CONFIGS --out out/peer
 
-Stages and what they write: `experiments.campaigns.transformers_peer`.
+Stages and what they write: `campaigns.transformers_peer`.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from common.cli import CliParser, cli_entry, parse_stages, require_positive
 from common.errors import InputError
-from experiments.campaigns.transformers_peer import (PROFILE, TRACES, stage_latency, stage_profile, stage_steps,
+from campaigns.transformers_peer import (PROFILE, TRACES, stage_latency, stage_profile, stage_steps,
                                                      stage_tokens)
 
 STAGES = {"latency": stage_latency, "tokens": stage_tokens, "steps": stage_steps, "profile": stage_profile}

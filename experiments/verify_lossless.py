@@ -32,7 +32,7 @@ from common.cli import CliParser, cli_entry
 from common.rundir import add_overwrite_option, start_run
 from verification.cases import RULES, SequenceCase, random_position_case
 from common.progress import progress_enabled
-from experiments.sweep.executor import die_with_parent, worker_count
+from sweep.executor import die_with_parent, worker_count
 from verification.exact import DEFAULT_MAX_PATHS, DEFAULT_MAX_SECONDS, exact_check
 from verification.mutants import MUTANTS
 
@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     progress = progress_enabled(args.progress)
     planned = None
     if args.mode in ("statistical", "both"):        # estimated before anything runs or is written
-        from experiments.sweep.estimate import available_memory
+        from sweep.estimate import available_memory
         from verification.batched import bigram_bytes
 
         if bigram_bytes(args.vocab) > available_memory():

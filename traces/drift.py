@@ -2,11 +2,11 @@
 
 A shared CPU's speed wanders by tens of percent within a minute, so a configuration measured
 minutes away from the plain decoding it is divided by can gain or lose as much by timing alone.
-`experiments.campaigns.measure` therefore runs plain decoding (ar) on the same prompt right next to every
+`campaigns.measure` therefore runs plain decoding (ar) on the same prompt right next to every
 other generation: the two form a pair and share an id in the StepTrace column `pair` (-1: not
 paired). Two uses, one rule:
 
-- a measured speedup is a generation's tokens/s over its own partner's (`experiments.campaigns.measure.rates`);
+- a measured speedup is a generation's tokens/s over its own partner's (`campaigns.measure.rates`);
 - before a calibration fits step times, each step is rescaled to the machine's typical speed
   (`pair_factors`, `normalise`): divided by its pair's factor, the partner's mean plain step over
   what it is expected to cost (the isolated forward's latency table at its context), over the
@@ -46,7 +46,7 @@ def pair_factors(steps: pd.DataFrame, expected_s) -> pd.Series:
 
 
 def run_factors(runs: pd.DataFrame) -> pd.Series:
-    """`pair_factors` from one row per generation (experiments.campaigns.measure's runs: decode_s, steps)."""
+    """`pair_factors` from one row per generation (campaigns.measure's runs: decode_s, steps)."""
     plain = _paired_plain(runs)
     return _factors(plain.assign(step_s=plain["decode_s"] / plain["steps"]))
 

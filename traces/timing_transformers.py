@@ -8,7 +8,7 @@ forward over n new tokens after a `DynamicCache` holding ctx random entries, log
 position (as an assisted step's verification computes them), the cache cropped back after each.
 
 `layers:K` is the target's first K layers with its norm and full head as a transformers model, the
-shape of the assistant the peer exports (`experiments.campaigns.transformers_engine`).
+shape of the assistant the peer exports (`campaigns.transformers_engine`).
 """
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from calibrate.ingest import FORMATS, IngestOptions, Ingested, ingest
 from calibrate.ingest.result import merge_into_profile
 from calibrate.ingest.sglang_bench import ACCEPT_LENGTH
-from calibrate.paper_profiles import git_commit
+from common.rundir import git_commit
 from profiles.profile import Profile
 from common import atomic
 from common.errors import InputError

@@ -23,7 +23,7 @@ from common.errors import InputError
 
 def chain_errors(traces: Path, dataset: str):
     """(labels, chain tokens per step, replayed tokens per step) of every sweep configuration."""
-    from experiments.campaigns.smollm2 import replayed_from_outputs
+    from campaigns.smollm2 import replayed_from_outputs
     from methods.match_chain import chain_at
 
     spec = methods.get("prompt_lookup")
@@ -46,7 +46,7 @@ def main(argv=None) -> int:
                    help="the SmolLM2 campaign's trace folder (its TokenTraces' greedy outputs are replayed)")
     p.add_argument("--datasets", default="mt-bench,humaneval,code-edit,lib-edit", help="comma-separated Profile datasets")
     args = p.parse_args(argv)
-    from experiments.campaigns.smollm2 import DATASETS
+    from campaigns.smollm2 import DATASETS
 
     datasets = [d for d in args.datasets.split(",") if d]
     unknown = [d for d in datasets if d not in DATASETS]

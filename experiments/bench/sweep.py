@@ -1,4 +1,4 @@
-"""Benchmark: configurations scored per second by the sweep's scorer (experiments.sweep.scoring.score).
+"""Benchmark: configurations scored per second by the sweep's scorer (sweep.scoring.score).
 
     python -m experiments.bench.sweep [--profile P.json] [--repeats 5]
 
@@ -23,8 +23,8 @@ from common import atomic
 from common.errors import InputError
 from common.cli import CliParser, cli_entry
 from common.rundir import claim_file
-from experiments.sweep import scoring
-from experiments.sweep.run import BUNDLED_PROFILES, SweepOptions, space_of
+from sweep import scoring
+from sweep.run import BUNDLED_PROFILES, SweepOptions, space_of
 
 
 
@@ -33,7 +33,7 @@ def default_profiles() -> list[str]:
     by_paper: dict[str, list[tuple[float, str]]] = {}
     for path in sorted(BUNDLED_PROFILES.glob("*.json")):
         profile = Profile.load(path)
-        if profile.provenance.built_by == "python -m calibrate.paper_profiles":
+        if profile.provenance.built_by == "python -m experiments.paper_profiles":
             size = total_params(profile.arch())
             by_paper.setdefault(path.name.split("-", 1)[0], []).append((size, str(path)))
     return [max(found)[1] for found in by_paper.values()]

@@ -158,7 +158,7 @@ def test_one_configuration_fits_a_scale_only(profile):
 
 
 def test_scoring_and_simulator_price_the_calibrated_step(profile):
-    from experiments.sweep import scoring
+    from sweep import scoring
     from simulator.stream import simulate_stream
 
     engine = {"methods": {"sd": TRUTH.to_dict(), "ar": StepCalibration(verify_scale=2.0).to_dict()}}
@@ -184,7 +184,7 @@ def test_the_first_steps_catch_up_is_paid_once_by_the_simulator_and_spread_by_th
     """The drafter's catch-up on the prompt: the simulator's first decode step pays it (and its
     prefill no longer runs the drafter's prompt forward); the closed form spreads it over the
     generation's expected steps; fails if either drops it or pays it per step."""
-    from experiments.sweep import scoring
+    from sweep import scoring
     from simulator.stream import simulate_stream
 
     catch_up = StepCalibration(first_draft_s=0.02, first_draft_per_token_s=0.001)

@@ -8,13 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from calibrate import paper_profiles
+import papers
+from papers import build as paper_profiles
+from papers.base import CTX_REF
 from profiles.profile import Profile
-from costmodel import papers
 from common.errors import InputError
 
 BUNDLED = sorted(paper_profiles.DEFAULT_OUT.glob("*.json"))
-PAPER_BUILT = [p for p in BUNDLED if json.loads(p.read_text())["provenance"].get("built_by") == "python -m calibrate.paper_profiles"]
+PAPER_BUILT = [p for p in BUNDLED if json.loads(p.read_text())["provenance"].get("built_by") == "python -m experiments.paper_profiles"]
 
 
 def _load(name: str) -> Profile:
@@ -109,8 +110,8 @@ def _predictions_agree(paper: str, fresh: list[Path], bundled: list[Path], rel: 
     """The largest relative gap between the paper's cells priced by the two sets of Profiles; a fit
     resolves its optimum to its predictions, not to its parameters (a flat valley: MCSD's bw_eff lands
     at 0.970 on one CPU and 0.989 on another, its predictions 0.4% apart at most)."""
-    from calibrate import paper_fit
-    from calibrate.papers import MODELS
+    from papers import calibration as paper_fit
+    from papers import MODELS
 
     cells = MODELS[paper].cells()
     a = paper_fit.predict(cells, {p.stem: Profile.load(p) for p in fresh})
@@ -121,7 +122,7 @@ def _predictions_agree(paper: str, fresh: list[Path], bundled: list[Path], rel: 
 
 
 def test_bundled_profiles_match_their_builder(tmp_path):
-    """Rebuilding from costmodel.papers gives the same files: the same entries and names, the same
+    """Rebuilding from papers gives the same files: the same entries and names, the same
     numbers where nothing is fitted (within `_same`'s tolerance), and the fitted terms wherever they
     land in the fit's valley as long as they price every published cell within 1% of the bundled."""
     written = paper_profiles.build_all(tmp_path)
@@ -130,7 +131,7 @@ def test_bundled_profiles_match_their_builder(tmp_path):
         fresh, bundled = json.loads(path.read_text()), json.loads((paper_profiles.DEFAULT_OUT / path.name).read_text())
         fresh["provenance"].pop("commit"), bundled["provenance"].pop("commit")
         assert _same(_fitted_apart(fresh), _fitted_apart(bundled)), \
-            f"{path.name} is stale: run python -m calibrate.paper_profiles --out data/profiles"
+            f"{path.name} is stale: run python -m experiments.paper_profiles --out data/profiles"
     for paper in sorted({p.name.split("-", 1)[0] for p in written}):
         mine = sorted(p for p in written if p.name.startswith(paper + "-"))
         _predictions_agree(paper, mine, [paper_profiles.DEFAULT_OUT / p.name for p in mine])
@@ -139,8 +140,8 @@ def test_bundled_profiles_match_their_builder(tmp_path):
 def test_the_builder_comparison_holds_where_the_fit_lands_elsewhere():
     """The comparison above is about what a fit resolves: started 2% away from its priors, MCSD's fit
     lands on other parameters (they move by more than `_same` allows) and the same predictions."""
-    from calibrate import paper_fit
-    from calibrate.papers import MODELS
+    from papers import calibration as paper_fit
+    from papers import MODELS
 
     model = MODELS["mcsd"]
     cells = model.cells()
@@ -153,8 +154,8 @@ def test_the_builder_comparison_holds_where_the_fit_lands_elsewhere():
 
 
 def _cell_errors(paper: str) -> np.ndarray:
-    from calibrate import paper_fit
-    from calibrate.papers import MODELS
+    from papers import calibration as paper_fit
+    from papers import MODELS
 
     cells = MODELS[paper].cells()
     bundled = {p.stem: Profile.load(p) for p in BUNDLED}
@@ -163,7 +164,7 @@ def _cell_errors(paper: str) -> np.ndarray:
 
 @pytest.mark.parametrize("paper", ["glide", "mcsd", "lookahead", "kangaroo", "coral"])
 def test_bundled_profiles_reproduce_their_fit_as_provenance_says(paper):
-    from calibrate.papers import MODELS
+    from papers import MODELS
 
     err = np.abs(_cell_errors(paper))
     for profile in MODELS[paper].build(MODELS[paper].priors):
@@ -176,7 +177,7 @@ def test_bundled_profiles_reproduce_their_fit_as_provenance_says(paper):
 def test_mcsd_and_coral_speedups_meet_the_target():
     """Issue 12: MCSD and CORAL speedups (published tau priced by the bundled profiles) median <= 3%."""
     for paper in ("mcsd", "coral"):
-        from calibrate.papers import MODELS
+        from papers import MODELS
         speedups = np.array([c.kind == "speedup" for c in MODELS[paper].cells()])
         assert np.median(np.abs(_cell_errors(paper)[speedups])) <= 0.03, paper
 
@@ -184,8 +185,8 @@ def test_mcsd_and_coral_speedups_meet_the_target():
 def test_the_fit_recovers_known_latency_parameters():
     """Cells whose published values are the predictions at known parameters: the fit, started at the
     priors, finds those parameters again (and the fit fails this test when it cannot move them)."""
-    from calibrate import paper_fit
-    from calibrate.papers import lookahead
+    from papers import calibration as paper_fit
+    from papers import lookahead
 
     model = lookahead.MODEL
     truth = {"flops_eff": 0.3, "step_overhead_s": 2e-3}
@@ -198,8 +199,8 @@ def test_the_fit_recovers_known_latency_parameters():
 
 
 def test_leave_one_table_out_never_sees_the_table_it_predicts():
-    from calibrate import paper_fit
-    from calibrate.papers import MODELS
+    from papers import calibration as paper_fit
+    from papers import MODELS
 
     model = MODELS["lookahead"]
     rows = paper_fit.leave_one_table_out(model)
@@ -213,17 +214,17 @@ def test_leave_one_table_out_never_sees_the_table_it_predicts():
 def test_glide_profiles_keep_table_4_latency():
     """One H800 model prices every target from its architecture (no free per-target number): Table 4's
     batch-1 rates within 7% (33B is the worst, -6%)."""
-    from calibrate.papers import glide
+    from papers import glide
 
     t4 = papers.table("glide", "4")
     for arch, label in glide.TARGETS.items():
-        target = float(_load(f"glide-{arch}-h800").latency_model(arch).predict(1, paper_profiles.CTX_REF))
+        target = float(_load(f"glide-{arch}-h800").latency_model(arch).predict(1, CTX_REF))
         assert 1.0 / target == pytest.approx(t4["1"][f"{label} Only"], rel=0.07)
 
 
 def test_coral_profiles_reproduce_table_1_latencies_and_price_the_tree():
     import methods
-    from calibrate.papers import coral
+    from papers import coral
     from methods.spec import Setup
 
     t1 = papers.table("coral", "1")
@@ -233,10 +234,10 @@ def test_coral_profiles_reproduce_table_1_latencies_and_price_the_tree():
             assert "coral-router-" + arch in profile.latency or "coral-router" not in profile.drafters
             continue
         assert float(profile.latency_model(arch).predict(1, 0)) * 1e3 == pytest.approx(t1[row]["L_t"], rel=0.05)
-        head = float(profile.latency_model(f"eagle-{arch}").predict(1, paper_profiles.CTX_REF))
+        head = float(profile.latency_model(f"eagle-{arch}").predict(1, CTX_REF))
         assert head * 1e3 == pytest.approx(t1[row]["L_d"], rel=0.05)
         if f"coral-router-{arch}" in profile.latency:
-            assert float(profile.latency_model(f"coral-router-{arch}").predict(1, paper_profiles.CTX_REF)) <= head
+            assert float(profile.latency_model(f"coral-router-{arch}").predict(1, CTX_REF)) <= head
         spec = methods.get("coral")
         shape = spec.step_shape(Setup(profile, "coral", "coral/mt-bench/T0"), spec.frame_of(["coral g6"]))
         assert float(shape.verify_tokens[0]) == 61.0 and shape.draft_width.tolist() == [[1, 10, 10, 10, 10, 10]]
@@ -267,7 +268,7 @@ def test_mcsd_profiles_carry_table_7_alpha_at_k_and_the_stated_workload():
 
 def test_assumed_conf_bins_match_the_alpha_they_stand_for():
     from profiles.acceptance import AcceptanceModel
-    from calibrate.papers import glide
+    from papers import glide
 
     bins = glide.assumed_conf_bins(0.65, glide.mcsd_rank_ratio())
     model = AcceptanceModel.from_dict({"temperature": 0.0, "alpha": 0.65, "conf_bins": bins})
@@ -349,8 +350,8 @@ def test_bundled_fits_record_bounds_held_out_errors_and_warnings(paper):
     """Every paper fit states each term's physical range, its leave-one-table-out and (where the paper
     has several target sizes) leave-one-model-size-out errors, and a warning line naming every term on
     a bound or held-out error over target; no term lies outside its range."""
-    from calibrate import paper_fit
-    from calibrate.papers import MODELS
+    from papers import calibration as paper_fit
+    from papers import MODELS
 
     model = MODELS[paper]
     record = _load(model.build(model.priors)[0].name).provenance.latency_fit
@@ -372,7 +373,7 @@ def test_bundled_fits_record_bounds_held_out_errors_and_warnings(paper):
 
 
 def test_a_term_on_its_bound_is_a_warning_naming_it():
-    from calibrate import paper_fit
+    from papers import calibration as paper_fit
 
     params = (paper_fit.Param("a_s", 1e-3, 0.0, 0.01, 1e-3, what="thing", why="because"),
               paper_fit.Param("b", 0.5, 0.1, 1.0, 0.1, unit=""))
@@ -385,8 +386,8 @@ def test_a_term_on_its_bound_is_a_warning_naming_it():
 
 
 def test_leave_one_model_size_out_never_sees_the_size_it_predicts():
-    from calibrate import paper_fit
-    from calibrate.papers import MODELS
+    from papers import calibration as paper_fit
+    from papers import MODELS
 
     model = MODELS["kangaroo"]
     rows = paper_fit.leave_one_out(model, "size")
@@ -400,7 +401,7 @@ def test_leave_one_model_size_out_never_sees_the_size_it_predicts():
 def test_drafters_are_priced_from_their_architecture_on_the_targets_terms():
     """A draft model is no free number: on every paper Profile its latency model carries the same
     hardware terms as the target's, and its launch floor follows its layers."""
-    from calibrate.papers.base import HARDWARE_FIT, launch_layers
+    from calibrate.terms import HARDWARE_FIT, launch_layers
 
     for path in PAPER_BUILT:
         profile = Profile.load(path)

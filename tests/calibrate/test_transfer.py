@@ -5,7 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from calibrate import paper_profiles, transfer
+from calibrate import transfer
+from papers import build as paper_profiles
 from profiles.profile import Profile
 from common.errors import InputError
 from costmodel.params import ARCHITECTURES

@@ -233,7 +233,7 @@ RERUN_ROWS = [
     ("traces.timing", ["--model", "tiny", *TINY_GRID, "--out", "{out}/t.parquet"], "file"),
     # every other writer (issue 30): refused before any model loads or any fit runs
     ("calibrate.fit", ["--out", "{out}/p.json"], "file:p.json"),
-    ("calibrate.paper_profiles", ["--only", "lookahead", "--out", "{out}"], "file:lookahead-llama-2-7b-a100.json"),
+    ("experiments.paper_profiles", ["--only", "lookahead", "--out", "{out}"], "file:lookahead-llama-2-7b-a100.json"),
     (ENGINE, ["--target", "tiny", "--out", "{out}/r.csv"], "file:r.csv"),
     ("traces.record", [*RECORD, "--method", "ar", "--out", "{out}/r.parquet"], "file:r.parquet"),
     ("training.__main__", ["vanilla", "--target", "tiny", "--out", "{out}"], "file:vanilla.safetensors"),

@@ -16,13 +16,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # (module whose main parses the arguments, argv that reaches --help)
 CLIS = [
-    ("experiments.sweep.cli", []), ("experiments.capacity.cli", []), ("experiments.reproduce", []),
-    ("experiments.verify_lossless", []), ("experiments.fidelity.cli", []), ("experiments.gpu_campaign", []),
+    ("experiments.sweep", []), ("experiments.capacity", []), ("experiments.reproduce", []),
+    ("experiments.verify_lossless", []), ("experiments.fidelity", []), ("experiments.gpu_campaign", []),
     ("experiments.smollm2_cpu", []), ("experiments.transformers_peer", []), ("experiments.bench.costmodel", []), ("experiments.bench.simulator", []),
     ("experiments.bench.sweep", []), ("experiments.bench.kernels", []), ("experiments.bench.lookup_chain", []),
     ("experiments.simulate", []), ("experiments.simulate", ["stream"]),
     ("experiments.simulate", ["serve"]), ("experiments.simulate", ["crossover"]),
-    ("calibrate.fit", []), ("calibrate.ingest.__main__", []), ("calibrate.paper_profiles", []), ("calibrate.transfer", []),
+    ("calibrate.fit", []), ("calibrate.ingest.__main__", []), ("experiments.paper_profiles", []), ("calibrate.transfer", []),
     ("profiles.migrate", []),
     ("traces.record", []), ("traces.check_replay", []), ("traces.timing", []),
     ("runtime.engine.__main__", []), ("training.__main__", []), ("experiments.examples", []),
@@ -109,7 +109,7 @@ def test_every_cli_in_the_tree_is_listed_and_uses_the_one_parser():
 
 @pytest.mark.parametrize("argv, expected", [(["--nope"], "--nope"), (["--batch", "abc"], "abc")])
 def test_argparse_errors_are_one_line(argv, expected, capsys):
-    code = importlib.import_module("experiments.sweep.cli").main(argv)
+    code = importlib.import_module("experiments.sweep").main(argv)
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0]
 
@@ -132,8 +132,8 @@ def test_every_documented_command_exists():
     named = {m for path in texts for m in re.findall(r"python -m ([A-Za-z_][\w.]*)", path.read_text())}
     assert "experiments.sweep" in named and "experiments.examples" in named
     missing = []
-    ours = {"common", "costmodel", "verification", "methods", "runtime", "traces", "training", "calibrate",
-            "simulator", "experiments"}
+    ours = {"common", "costmodel", "verification", "methods", "profiles", "runtime", "traces", "training", "calibrate",
+            "simulator", "sweep", "campaigns", "capacity", "papers", "fidelity", "experiments"}
     for name in sorted(n for n in named if n.split(".")[0] in ours):
         try:
             module = importlib.import_module(name)
@@ -148,7 +148,7 @@ def test_every_documented_command_exists():
 
 def test_commands_serving_a_workload_share_its_options_and_defaults():
     """capacity and simulate serve name the arrival trace and the lengths alike, with one default."""
-    from experiments.capacity.cli import build_parser
+    from experiments.capacity import build_parser
     from experiments.simulate import _parser
 
     serve = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["serve"]
@@ -162,12 +162,13 @@ def test_commands_serving_a_workload_share_its_options_and_defaults():
 
 
 def test_paper_profiles_never_write_the_bundled_profiles_by_default(tmp_path, monkeypatch):
-    from calibrate import paper_profiles
+    from experiments import paper_profiles
+    from papers.build import DEFAULT_OUT
 
     written = {}
     monkeypatch.setattr(paper_profiles, "build_all", lambda out, only, progress, overwrite: written.setdefault("out", out) and [])
     assert paper_profiles.main(["--only", "glide"]) == 0
-    assert written["out"] == Path("out/profiles") and written["out"].resolve() != paper_profiles.DEFAULT_OUT
+    assert written["out"] == Path("out/profiles") and written["out"].resolve() != DEFAULT_OUT
 
 
 def test_progress_bars_stay_out_of_logs(tmp_path, capfd):
@@ -183,8 +184,8 @@ def test_progress_bars_stay_out_of_logs(tmp_path, capfd):
 
 def test_sweep_top_says_what_the_report_shows():
     """--top sets the CSV tables' rows; the report lists at most 5 per (profile, method)."""
-    from experiments.sweep.cli import build_parser
-    from experiments.sweep.markdown import REPORT_ROWS
+    from experiments.sweep import build_parser
+    from sweep.markdown import REPORT_ROWS
 
     top = next(a for a in build_parser()._actions if "--top" in a.option_strings)
     assert f"the report lists the first {REPORT_ROWS}" in top.help

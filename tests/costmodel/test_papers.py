@@ -3,7 +3,8 @@ import math
 
 import pytest
 
-from costmodel import papers
+import papers
+from costmodel import workloads
 
 
 @pytest.mark.parametrize("paper,table,row,column,expected", [
@@ -65,9 +66,9 @@ def test_k_configs_are_read_back_and_accessor_errors_are_clear():
 
 
 def test_workloads_state_lengths_with_their_source():
-    cnn = papers.workload("CNN")
+    cnn = workloads.workload("CNN")
     assert cnn["prompt_tokens"] == round(781 * 4 / 3) and "See et al." in cnn["source"]
-    assert set(papers.workloads(["alpaca", "wmt"])) == {"alpaca", "wmt"}
-    assert all(line.startswith("workload ") for line in papers.workload_sources(["xsum", "mt-bench"]))
+    assert set(workloads.workloads(["alpaca", "wmt"])) == {"alpaca", "wmt"}
+    assert all(line.startswith("workload ") for line in workloads.workload_sources(["xsum", "mt-bench"]))
     with pytest.raises(ValueError, match="no workload lengths for dataset 'nope'"):
-        papers.workload("nope")
+        workloads.workload("nope")

@@ -7,10 +7,10 @@ import pandas as pd
 
 import pytest
 
-from experiments.capacity import cli as capacity_cli
-from experiments.capacity import plan as capacity
-from experiments.capacity import report as capacity_report
-from experiments.sweep.executor import LocalExecutor
+from experiments import capacity as capacity_cli
+from capacity import plan as capacity
+from capacity import report as capacity_report
+from sweep.executor import LocalExecutor
 from tests.experiments.test_sweep import toy_profile
 
 SD = {"gamma": 4, "drafter": "llama-68m", "acceptance": "llama-68m"}

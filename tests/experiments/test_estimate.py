@@ -1,4 +1,4 @@
-"""The sweep's estimate before it builds anything (experiments.sweep.estimate): counts equal to the
+"""The sweep's estimate before it builds anything (sweep.estimate): counts equal to the
 spaces the sweep builds, a one-line refusal of what will not fit in memory, progress only when asked
 or on a terminal."""
 import random
@@ -9,11 +9,11 @@ import pytest
 import methods
 from profiles.profile import Profile
 from common.errors import InputError
-from experiments.sweep import estimate
-from experiments.sweep import cli
-from experiments.sweep import run as sweep
+from sweep import estimate
+from experiments import sweep as cli
+from sweep import run as sweep
 from common.progress import progress_enabled
-from experiments.sweep.executor import LocalExecutor
+from sweep.executor import LocalExecutor
 from methods.mcsd import count_k_configurations, k_configurations
 
 MCSD_PROFILE = "data/profiles/mcsd-llama-13b-a6000.json"

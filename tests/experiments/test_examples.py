@@ -12,10 +12,10 @@ import pytest
 
 from profiles.profile import Profile
 from experiments import examples
-from experiments.capacity import cli as capacity_cli
-from experiments.capacity import plan as capacity
-from experiments.sweep import scoring
-from experiments.sweep.executor import LocalExecutor
+from experiments import capacity as capacity_cli
+from capacity import plan as capacity
+from sweep import scoring
+from sweep.executor import LocalExecutor
 
 ROOT = Path(__file__).resolve().parents[2]
 

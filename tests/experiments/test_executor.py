@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from experiments.sweep.executor import DaskExecutor, LocalExecutor, make_executor
+from sweep.executor import DaskExecutor, LocalExecutor, make_executor
 from common.errors import InputError
 
 
@@ -45,7 +45,7 @@ def test_dask_worker_processes_start_and_match():
 
 
 def test_workers_are_capped_at_the_cores_in_one_line(monkeypatch, capsys):
-    from experiments.sweep import executor
+    from sweep import executor
 
     monkeypatch.setattr(executor, "cpu_cores", lambda: 2)
     assert executor.worker_count(None) == 2 and executor.worker_count(1) == 1
@@ -57,7 +57,7 @@ def test_workers_are_capped_at_the_cores_in_one_line(monkeypatch, capsys):
 PARENT = """
 import os, sys, time
 sys.path.insert(0, {root!r})
-from experiments.sweep.executor import LocalExecutor
+from sweep.executor import LocalExecutor
 
 def pid(_):
     return os.getpid()

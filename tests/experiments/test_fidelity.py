@@ -1,4 +1,4 @@
-"""experiments.fidelity and experiments.campaigns.measure: held-out checks, the comparison, regret, prompt specs."""
+"""experiments.fidelity and campaigns.measure: held-out checks, the comparison, regret, prompt specs."""
 from __future__ import annotations
 
 import json
@@ -14,10 +14,10 @@ from profiles.parts import EngineTerms, Provenance
 from profiles.profile import Profile
 from common.bundled import bundled
 from common.errors import InputError
-from experiments.fidelity import cli as fidelity_cli
-from experiments.fidelity import report as fidelity_report
-from experiments.fidelity import run as fidelity
-from experiments.campaigns.measure import Candidate, parse_candidate, rates
+from experiments import fidelity as fidelity_cli
+from fidelity import report as fidelity_report
+from fidelity import run as fidelity
+from campaigns.measure import Candidate, parse_candidate, rates
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def test_prompt_sets_map_to_profile_datasets(profile):
 
 
 def test_top_selection_measures_each_setups_predicted_best(profile):
-    from experiments.sweep import scoring
+    from sweep import scoring
 
     top = fidelity.default_candidates(profile, "code-edit", 200, 3, 32, select="top")
     spread = fidelity.default_candidates(profile, "code-edit", 200, 3, 32)
@@ -161,7 +161,7 @@ def test_the_pooled_ratio_standard_error_matches_its_spread_over_seeds():
     """The delta-method standard error of sum(ar) / sum(decode) against the ratio's spread over
     2000 independent sets of 50 streams; fails if it is computed on the per-stream ratios' spread
     alone or without the sqrt(n)."""
-    from experiments.sweep.scoring import pooled_ratio_se
+    from sweep.scoring import pooled_ratio_se
 
     rng = np.random.default_rng(0)
     def streams():
@@ -174,7 +174,7 @@ def test_the_pooled_ratio_standard_error_matches_its_spread_over_seeds():
 
 
 def test_decode_seconds_come_from_the_step_traces():
-    from experiments.campaigns.measure import decode_seconds
+    from campaigns.measure import decode_seconds
 
     runs = _runs({"ar": 1.0, "sd g4": 1.2}, {"ar": 1.0, "sd g4": 2.0}, repeats=1, prompts=1)
     steps = pd.DataFrame({"dataset": "mt-bench", "candidate": ["ar", "ar", "sd g4"], "run_id": ["ar#0", "ar#0", "sd g4#0"],
@@ -207,9 +207,9 @@ def test_fidelity_refuses_bad_options_before_loading_a_model(tmp_path, capsys, p
 
 
 def test_every_generation_runs_beside_plain_decoding_of_its_prompt():
-    """experiments.campaigns.measure on a tiny model: paired runs, ar first or second by turns, and rates
+    """campaigns.measure on a tiny model: paired runs, ar first or second by turns, and rates
     dividing each generation by its own partner."""
-    from experiments.campaigns.measure import Bench, decode_seconds
+    from campaigns.measure import Bench, decode_seconds
 
     bench = Bench("tiny", {}, ".", threads=1)
     cands = [Candidate(methods.get("ar").config()), Candidate(methods.parse_label("lookahead W3 N2 G2")),
@@ -320,7 +320,7 @@ def test_a_prompt_built_from_a_calibration_prompts_source_is_not_held_out():
 def test_a_drafter_trained_with_another_vocabulary_than_its_profile_is_refused():
     import torch
 
-    from experiments.campaigns.measure import check_draft_vocab
+    from campaigns.measure import check_draft_vocab
     from runtime.drafters.vanilla import build_vanilla
     from runtime.models import tiny_model
 

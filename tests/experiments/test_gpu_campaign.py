@@ -6,7 +6,7 @@ import pytest
 
 from costmodel.cape import PAPER_BINS
 from experiments import gpu_campaign as gpu_cli
-from experiments.campaigns import gpu as gpu_campaign
+from campaigns import gpu as gpu_campaign
 from traces.schema import read_trace
 
 ISSUE_8_METHODS = {"sd", "mcsd", "cape", "lookahead", "kangaroo", "coral"}

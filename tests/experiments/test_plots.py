@@ -4,8 +4,8 @@ values double, nothing that does not fit; the report's "Not scored" list is one 
 import pandas as pd
 import pytest
 
-from experiments.sweep import plots
-from experiments.sweep.markdown import not_scored
+from sweep import plots
+from sweep.markdown import not_scored
 from methods.spec import PlotSpec
 
 

@@ -9,11 +9,11 @@ import pandas as pd
 
 from experiments import reproduce as reproduce_cli
 from experiments.bench import costmodel as bench_costmodel
-from experiments.papers import reproduce
+from papers import reproduce
 
 
 def test_reproduce_writes_report_and_meets_glide_target(tmp_path, capsys):
-    from calibrate.papers import MODELS
+    from papers import MODELS
 
     assert reproduce_cli.main(["--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out

@@ -7,8 +7,8 @@ import pytest
 
 import methods
 from experiments import smollm2_cpu as smollm2_cli
-from experiments.campaigns import smollm2 as smollm2_cpu
-from experiments.campaigns.smollm2_report import decode_rate
+from campaigns import smollm2 as smollm2_cpu
+from campaigns.smollm2_report import decode_rate
 from common.errors import InputError
 
 
@@ -140,7 +140,7 @@ def recording_bench(asked: list) -> type:
 def test_the_recorded_best_are_measured_beside_plain_decoding_kept_apart_from_the_ar_trace(tmp_path, monkeypatch):
     """Stage best's runs get their own plain partners (in steps_best-partners_*), the report divides
     each by its partners, and a best trace whose partners are gone is one clear error."""
-    from experiments.campaigns import measure, smollm2_report
+    from campaigns import measure, smollm2_report
     from traces.schema import read_trace
 
     monkeypatch.setattr(measure, "Bench", _FakeBench)
@@ -176,7 +176,7 @@ def test_the_recorded_best_are_measured_beside_plain_decoding_kept_apart_from_th
 def test_stage_steps_measures_only_the_datasets_that_miss_a_trace(tmp_path, monkeypatch):
     """A dataset added to the campaign is recorded on its own calibration prompts; the others' traces
     stay as they were (not measured again, not overwritten)."""
-    from experiments.campaigns import measure
+    from campaigns import measure
 
     asked = []
     monkeypatch.setattr(measure, "Bench", recording_bench(asked))

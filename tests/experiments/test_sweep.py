@@ -13,10 +13,10 @@ import methods
 from profiles.profile import Profile
 from common.errors import InputError
 from costmodel.params import arch_dict, drafter_arch
-from experiments.sweep import scoring
-from experiments.sweep import cli
-from experiments.sweep import run as sweep
-from experiments.sweep.executor import LocalExecutor
+from sweep import scoring
+from experiments import sweep as cli
+from sweep import run as sweep
+from sweep.executor import LocalExecutor
 
 FREQ = [0.02, 0.04, 0.05, 0.06, 0.07, 0.08, 0.08, 0.1, 0.12, 0.18, 0.2]
 HIT1 = [0.1, 0.15, 0.25, 0.35, 0.45, 0.55, 0.62, 0.7, 0.8, 0.9, 0.97]
@@ -196,7 +196,7 @@ def test_hardware_move_through_the_roofline(toy):
 
 
 def test_every_method_plots_from_its_plot_spec(tmp_path, small_sweep):
-    from experiments.sweep.plots import plot_method
+    from sweep.plots import plot_method
 
     for method, table in small_sweep.tables.items():
         path = plot_method(methods.get(method), table, tmp_path / f"{method}.png")
@@ -259,7 +259,9 @@ def test_wrong_schema_profile(tmp_path, capsys):
 def test_papers_choices_beside_the_sweep():
     profile = Profile.load(sweep.BUNDLED_PROFILES / "mcsd-vicuna-33b-a6000.json")
     opts = sweep.SweepOptions(methods=["mcsd"], space={"budget": 16}, rescore=0, temperature=0.0, dataset="alpaca")
-    result = sweep.run_sweep([profile], opts, LocalExecutor(workers=1, progress=False))
+    from papers.choices import compare
+
+    result = sweep.run_sweep([profile], opts, LocalExecutor(workers=1, progress=False), choices=compare)
     row = result.paper_choices[result.paper_choices.setting == "llama-68m / alpaca / T=0"].iloc[0]
     assert row.paper_choice == "mcsd k8x2x1x1 repl" and row.paper_speedup == pytest.approx(2.06)
     assert row.sweep_rank_of_paper_choice >= 1 and row.predicted_best >= row.predicted_for_paper_choice
@@ -269,7 +271,7 @@ def test_papers_choices_beside_the_sweep():
 @pytest.mark.cluster
 def test_dask_cluster_gives_the_local_results(toy):
     pytest.importorskip("distributed")
-    from experiments.sweep.executor import DaskExecutor
+    from sweep.executor import DaskExecutor
 
     opts = sweep.SweepOptions(methods=["sd", "mcsd", "lookahead"], space={"budget": 8}, rescore=1, sim_tokens=128, sim_repeats=2)
     local = sweep.run_sweep([toy], opts, LocalExecutor(workers=1, progress=False))

@@ -6,9 +6,10 @@ import pandas as pd
 import pytest
 
 from common.bundled import bundled
+from papers.choices import compare
 from profiles.profile import Profile
-from experiments.sweep import run as sweep
-from experiments.sweep.executor import LocalExecutor
+from sweep import run as sweep
+from sweep.executor import LocalExecutor
 
 CORAL = bundled("profiles", "coral-llama-3-8b-a6000.json")
 GLIDE = bundled("profiles", "glide-vicuna-7b-h800.json")
@@ -46,13 +47,13 @@ GLIDE33 = bundled("profiles", "glide-vicuna-33b-h800.json")
 def _run(profiles, methods_, **options):
     opts = sweep.SweepOptions(**{"methods": methods_, "space": {"budget": 8}, "sim_repeats": 2, "sim_tokens": 64,
                                  **options})
-    return sweep.run_sweep(profiles, opts, LocalExecutor(workers=1, progress=False))
+    return sweep.run_sweep(profiles, opts, LocalExecutor(workers=1, progress=False), choices=compare)
 
 
 def test_a_deployment_where_nothing_fits_says_so_everywhere(tmp_path):
     """mcsd-llama-33b-a6000: 65 GB of weights on one 48 GB A6000. No answer row, best table, plot
     or 'stops paying' line may recommend anything; the answer gives the memory arithmetic."""
-    from experiments.sweep.report import write_outputs
+    from sweep.report import write_outputs
 
     result = _run([Profile.load(MCSD33)], ["sd", "mcsd"])
     answer = result.deployments.iloc[0]
@@ -118,7 +119,7 @@ def test_ties_are_marked_and_one_configuration_is_named_everywhere(tmp_path):
     """glide-vicuna-33b: several bin arrays predict the same speedup; the tables, the best table,
     the served answer and the plot name the same one (the cheaper step, then the first label), and
     the best table says how many tie with it within the held-out error."""
-    from experiments.sweep import plots
+    from sweep import plots
     import methods
 
     result = _run([Profile.load(GLIDE33)], ["glide"])

@@ -1,5 +1,5 @@
-"""The sweep's answers as engines take them (experiments.sweep.export), one answer per deployment at
-each batch size (experiments.sweep.deployments), outputs of sensible size, bad options refused first."""
+"""The sweep's answers as engines take them (sweep.export), one answer per deployment at
+each batch size (sweep.deployments), outputs of sensible size, bad options refused first."""
 from __future__ import annotations
 
 import json
@@ -10,11 +10,11 @@ import pyarrow.parquet as pq
 import pytest
 
 import methods
-from experiments.sweep import deployments, export
-from experiments.sweep import cli
-from experiments.sweep import run as sweep
+from sweep import deployments, export
+from experiments import sweep as cli
+from sweep import run as sweep
 from methods import engines
-from experiments.sweep.executor import LocalExecutor
+from sweep.executor import LocalExecutor
 from common.errors import InputError
 from methods.spec import Setup
 from tests.experiments.test_sweep import toy_profile

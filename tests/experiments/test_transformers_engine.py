@@ -7,7 +7,7 @@ import torch
 
 import methods
 from common.errors import InputError
-from experiments.campaigns.transformers_engine import (TransformersDecoder, assistant_from_vanilla, check_same_tokenizer,
+from campaigns.transformers_engine import (TransformersDecoder, assistant_from_vanilla, check_same_tokenizer,
                                                        teacher_forced_rows)
 from runtime.drafters.vanilla import build_vanilla, save_vanilla
 from runtime.llama import from_hf

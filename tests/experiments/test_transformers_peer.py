@@ -1,13 +1,13 @@
 """experiments.transformers_peer: its step stage records only what is missing."""
 from types import SimpleNamespace
 
-from experiments.campaigns import transformers_peer as peer
-from experiments.campaigns.smollm2 import DATASETS
+from campaigns import transformers_peer as peer
+from campaigns.smollm2 import DATASETS
 from tests.experiments.test_smollm2_cpu import recording_bench
 
 
 def test_the_peer_step_stage_measures_only_the_datasets_that_miss_a_trace(tmp_path, monkeypatch):
-    from experiments.campaigns import measure
+    from campaigns import measure
 
     asked = []
     monkeypatch.setattr(measure, "Bench", recording_bench(asked))

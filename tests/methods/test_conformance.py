@@ -130,7 +130,7 @@ def test_replay_where_replayable(name):
 def test_sweep_scores_every_swept_method(tmp_path):
     """On the bundled SmolLM2 profile, which records every drafter kind."""
     from common.bundled import bundled
-    from experiments.sweep.cli import main
+    from experiments.sweep import main
 
     path = bundled("profiles", "smollm2-135m-cpu.json")
     assert main(["--profile", str(path), "--out", str(tmp_path / "out"), "--budget", "8", "--rescore", "1",

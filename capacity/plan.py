@@ -1,0 +1,286 @@
+"""Capacity planning (the library of `python -m experiments.capacity`): how much load one GPU sustains within an SLO, with and without speculation.
+
+For one Profile (a model pair), hardware, workload (Poisson/Gamma arrivals or a timestamp trace;
+prompt and output length distributions) and SLO (p50/p99 TPOT, p50/p99 TTFT, in ms):
+
+1. candidates: per method, the best configurations of the closed-form sweep (`experiments.sweep`
+   scoring at a quarter of the batch limit);
+2. per candidate, the highest arrival rate one GPU serves within the SLO, found by bracketing from
+   the closed form's estimate then bisection on `simulator.simulate_serving` runs of a fixed
+   arrival window (each run seeded);
+   a rate passes when no request runs out of memory, the SLO holds and the served rate keeps up
+   with the offered one; the best candidate per method is the one with the highest such rate;
+3. GPUs for `--target-rate`: the smallest replica count whose simulated cluster meets the SLO;
+4. throughput-latency curves of every method's best and of plain decoding;
+5. the batch size where speculative decoding stops paying (`simulator.report.batch_crossover`).
+
+Every simulation is an executor task (local processes or Dask, `sweep.executor`).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from methods import BASELINE
+from profiles.profile import Profile
+from sweep import scoring
+from sweep.run import BUNDLED_PROFILES, SweepOptions, run_sweep
+from common.errors import InputError
+from costmodel.step import step_seconds
+from simulator.workload import OUTPUT_LEN, PROMPT_LEN
+from methods.spec import plain_shape
+from methods import names as method_names
+
+DEFAULT_PROFILE = BUNDLED_PROFILES / "glide-vicuna-7b-h800.json"
+EXAMPLE_DIR = "examples/capacity_vicuna7b_h100"
+EXAMPLE_ARGS = ["--hardware", "H100", "--target-rate", "20", "--out", EXAMPLE_DIR]   # the committed example
+SLO_KEYS = {"tpot_p50": "tpot_s_p50", "tpot_p99": "tpot_s_p99", "ttft_p50": "ttft_s_p50", "ttft_p99": "ttft_s_p99"}
+MIN_REQUESTS = 10      # the lowest rate probed still brings this many arrivals
+KEEP_UP = 0.85         # served / arrived request rate below this over a run: the queue grows, the rate fails
+
+
+@dataclass(frozen=True)
+class Slo:
+    """Latency limits in seconds; None = not constrained."""
+
+    tpot_p50: float | None = None
+    tpot_p99: float | None = None
+    ttft_p50: float | None = None
+    ttft_p99: float | None = None
+
+    def violation(self, summary: dict[str, Any]) -> float:
+        """max over the limits of measured / limit (<= 1 meets the SLO); inf on OOM or no output."""
+        if summary.get("oom", 0) > 0 or summary.get("completed", 0) == 0:
+            return math.inf
+        ratios = [summary[SLO_KEYS[k]] / v for k, v in asdict(self).items() if v is not None]
+        return max(ratios) if ratios else 0.0
+
+    def describe(self) -> str:
+        return ", ".join(f"{k.replace('_', ' ')} <= {1000 * v:g} ms" for k, v in asdict(self).items() if v) or "none"
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """The workload shape (everything but the rate) and the cluster shape of one GPU."""
+
+    prompt_len: str = PROMPT_LEN
+    output_len: str = OUTPUT_LEN
+    arrival: str = "poisson"
+    cv: float = 1.0
+    trace: str | None = None
+    duration_s: float = 60.0
+    max_batch: int = 32
+
+
+@dataclass
+class LoadTask:
+    """Executor task: the highest rate one configuration sustains within the SLO."""
+
+    profile: Profile
+    label: str
+    method: str
+    config: dict[str, Any]
+    load: LoadSpec
+    slo: Slo
+    seed: int
+    start_rate: float = 0.5
+    bisections: int = 4
+    replicas: int = 1
+
+
+@dataclass
+class RunTask:
+    """Executor task: one serving simulation at a fixed rate (curves, GPU counts)."""
+
+    profile: Profile
+    label: str
+    method: str
+    config: dict[str, Any]
+    load: LoadSpec
+    rate: float
+    seed: int
+    replicas: int = 1
+
+
+def _serve(profile: Profile, method: str, config: dict, load: LoadSpec, rate: float, seed: int,
+           replicas: int = 1) -> dict[str, Any]:
+    from simulator import Cluster, Workload, simulate_serving
+
+    workload = Workload(rate=rate, duration_s=load.duration_s, arrival=load.arrival, cv=load.cv,
+                        prompt_len=load.prompt_len, output_len=load.output_len, trace=load.trace)
+    result = simulate_serving(profile, method, config, workload, Cluster(replicas=replicas, max_batch=load.max_batch),
+                              seed)
+    summary = result.summary
+    summary["kept_up"] = summary["throughput_req_s"] >= KEEP_UP * realised_rate(result.requests)
+    return summary
+
+
+def realised_rate(requests: pd.DataFrame) -> float:
+    """Arrivals per second actually drawn (Poisson noise on a short window is tens of per cent)."""
+    arrivals = requests["arrival_s"].to_numpy()
+    span = float(arrivals.max() - arrivals.min()) if len(arrivals) > 1 else 0.0
+    return (len(arrivals) - 1) / span if span > 0 else 0.0
+
+
+def _passes(slo: Slo, summary: dict[str, Any]) -> bool:
+    return slo.violation(summary) <= 1.0 and bool(summary["kept_up"])
+
+
+def run_task(task: RunTask) -> dict[str, Any]:
+    profile = task.profile
+    s = _serve(profile, task.method, task.config, task.load, task.rate, task.seed, task.replicas)
+    return {"label": task.label, "method": task.method, "rate": task.rate, "replicas": task.replicas, **_row(s)}
+
+
+def _row(s: dict[str, Any]) -> dict[str, Any]:
+    keys = ("completed", "throughput_req_s", "throughput_tok_s", "tpot_s_p50", "tpot_s_p99", "ttft_s_p50", "ttft_s_p99",
+            "oom", "preemptions", "kept_up", "utilisation")
+    return {k: s.get(k) for k in keys}
+
+
+def max_load_task(task: LoadTask) -> dict[str, Any]:
+    """From `start_rate` (the closed form's estimate), halving until a rate passes or doubling until
+    one fails, then bisection between the last pass and the first failure; the highest passing rate."""
+    profile = task.profile
+
+    def check(rate: float) -> tuple[bool, dict[str, Any]]:
+        s = _serve(profile, task.method, task.config, task.load, rate, task.seed, task.replicas)
+        return _passes(task.slo, s), s
+
+    ok, first = check(task.start_rate)
+    out = {"label": task.label, "method": task.method, "config": task.config}
+    lo, hi, at = (task.start_rate, None, first) if ok else (None, task.start_rate, None)
+    closest = first
+    for _ in range(6):                       # bracket the largest passing rate
+        if lo is not None and hi is not None:
+            break
+        rate = lo * 2 if hi is None else hi / 2
+        if lo is None and rate * task.load.duration_s < MIN_REQUESTS:
+            break                            # too few arrivals to measure anything lower
+        ok, s = check(rate)
+        if ok:
+            lo, at = rate, s
+        else:
+            hi = rate
+            closest = s if task.slo.violation(s) < task.slo.violation(closest) else closest
+    if lo is None:
+        return {**out, "max_rate": 0.0, "violation": task.slo.violation(closest), "at": _row(closest),
+                "probe_rate": hi}
+    if hi is not None:
+        for _ in range(task.bisections):
+            mid = 0.5 * (lo + hi)
+            ok, s = check(mid)
+            lo, hi, at = (mid, hi, s) if ok else (lo, mid, at)
+    return {**out, "max_rate": lo, "violation": task.slo.violation(at), "at": _row(at), "probe_rate": lo}
+
+
+# ---- the plan ----------------------------------------------------------------------------------
+
+@dataclass
+class CapacityOptions:
+    methods: list[str] = field(default_factory=lambda: method_names(sweep_only=True))
+    hardware: str | None = None
+    temperature: float | None = None
+    target_rate: float = 20.0
+    slo: Slo = field(default_factory=lambda: Slo(tpot_p50=0.020, tpot_p99=0.030, ttft_p99=1.0))
+    load: LoadSpec = field(default_factory=LoadSpec)
+    candidates: int = 1
+    seed: int = 0
+    batches: tuple[int, ...] = (1, 4, 16, 64)
+
+
+def mean_length(spec: str, seed: int = 0) -> float:
+    """Mean of a length distribution spec (simulator.workload's sampler, 4096 draws)."""
+    from simulator.workload import sample_lengths
+
+    return float(sample_lengths(spec, 4096, np.random.default_rng(seed), "length").mean())
+
+
+def candidates(profile: Profile, opts: CapacityOptions, executor) -> list[tuple[str, str, dict[str, Any], float]]:
+    """(label, method, simulator config, first rate to try) for plain decoding and the closed-form
+    best `opts.candidates` configurations of each method at a quarter of the batch limit. The first
+    rate is the closed form's request rate at that batch (tokens/s over the mean output length)."""
+    batch = max(1, opts.load.max_batch // 4)
+    sweep_opts = SweepOptions(methods=opts.methods, temperature=opts.temperature, batch=batch, rescore=0)
+    result = run_sweep([profile], sweep_opts, executor)
+    per_request = mean_length(opts.load.output_len, opts.seed)
+    ar_tok_s = batch / float(step_seconds(profile.seconds, plain_shape(profile), scoring.Setting().ctx_len, batch)[0])
+    found = [("no speculation", BASELINE, {}, ar_tok_s / per_request)]
+    for method, table in result.tables.items():
+        for i in range(min(opts.candidates, len(table))):
+            row = table.iloc[[i]]
+            drafter, config = row["drafter"].iloc[0], row["config"].iloc[0]
+            label = config if drafter == "-" else f"{config} (drafter {drafter})"
+            found.append((label, method, scoring.sim_config(row), float(row["tokens_per_s"].iloc[0]) / per_request))
+    return found
+
+
+def plan(profile: Profile, opts: CapacityOptions, executor) -> dict[str, Any]:
+    """Everything the report shows (see the module docstring)."""
+    timings = {}
+    t = time.perf_counter()
+    if opts.hardware:
+        profile = profile.on_hardware(opts.hardware)
+    cands = candidates(profile, opts, executor)
+    loads = executor.map(max_load_task, [LoadTask(profile, lab, m, c, opts.load, opts.slo, opts.seed, start_rate=r)
+                                         for lab, m, c, r in cands], desc="max load within the SLO")
+    table = pd.DataFrame([{**{k: v for k, v in r.items() if k != "at"}, **r["at"]} for r in loads])
+    timings["max_load"] = time.perf_counter() - t
+    if (table["max_rate"] <= 0).all():
+        closest = table.sort_values("violation").iloc[0]
+        raise InputError(
+            f"no configuration meets the SLO ({opts.slo.describe()}) even at {closest['probe_rate']:g} req/s; "
+            f"closest: {closest['label']} at {slo_line(closest)}")
+    table["gpus_estimate"] = [math.ceil(opts.target_rate / r) if r > 0 else np.nan for r in table["max_rate"]]
+    best = (table[table.max_rate > 0].sort_values("max_rate", ascending=False)
+            .groupby("method", sort=False).head(1).reset_index(drop=True))
+
+    t = time.perf_counter()
+    best["gpus"] = _gpus_for_target(profile, best, opts, executor)
+    timings["gpus"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    top = float(best.max_rate.max())
+    rates = np.round(top * np.array([0.1, 0.4, 0.7, 1.0, 1.3]), 4)
+    curve_tasks = [RunTask(profile, row.label, row.method, row.config, opts.load, float(r), opts.seed)
+                   for row in best.itertuples() for r in rates]
+    curves = pd.DataFrame(executor.map(run_task, curve_tasks, desc="throughput-latency curves"))
+    timings["curves"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    crossover = _crossover(profile, best, opts)
+    timings["crossover"] = time.perf_counter() - t
+    return {"profile": profile.name, "hardware": profile.hardware, "all": table, "best": best, "curves": curves,
+            "crossover": crossover, "timings": timings}
+
+
+def slo_line(row) -> str:
+    return (f"TPOT p50 {1000 * row['tpot_s_p50']:.1f} ms, p99 {1000 * row['tpot_s_p99']:.1f} ms, "
+            f"TTFT p50 {1000 * row['ttft_s_p50']:.0f} ms, p99 {1000 * row['ttft_s_p99']:.0f} ms, OOM {int(row['oom'])}")
+
+
+def _gpus_for_target(profile: Profile, best: pd.DataFrame, opts: CapacityOptions, executor, extra: int = 1) -> list:
+    """Per best configuration: the smallest replica count from the estimate on that meets the SLO."""
+    tries = [RunTask(profile, row.label, row.method, row.config, opts.load, opts.target_rate, opts.seed, int(n))
+             for row in best.itertuples() for n in range(int(row.gpus_estimate), int(row.gpus_estimate) + extra + 1)]
+    runs = executor.map(run_task, tries, desc="GPUs for the target load")
+    out = []
+    for row in best.itertuples():
+        passing = [r["replicas"] for r, t in zip(runs, tries) if t.label == row.label and _passes(opts.slo, r)]
+        out.append(min(passing) if passing else np.nan)
+    return out
+
+
+def _crossover(profile: Profile, best: pd.DataFrame, opts: CapacityOptions) -> pd.DataFrame:
+    from simulator.report import batch_crossover
+
+    specs = [(row.label, row.method, row.config) for row in best.itertuples()]
+    return batch_crossover(profile, specs, list(opts.batches), prompt_len=256, output_len=128, waves=2, seed=opts.seed)
+
+
+# ---- report --------------------------------------------------------------------------------------

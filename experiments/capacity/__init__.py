@@ -1,2 +1,0 @@
-"""Capacity planning (`python -m experiments.capacity`, `cli`): the load one GPU sustains within an
-SLO per method (`plan`) and the report a person reads (`report`)."""

@@ -1,0 +1,270 @@
+"""experiments.fidelity's judgement: predictions beside the measured repeats (fidelity.csv), the
+search regret, the predicted-vs-measured plot and report.md."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from methods import BASELINE
+from common import atomic
+from common.errors import InputError
+from campaigns.measure import rates
+from sweep.markdown import md_table
+
+
+# ------------------------------------------------------------------------------ compare
+
+def pool_runs(runs: pd.DataFrame, others: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """`runs` and other runs of the same command as one measurement: a `run` column (0: this one,
+    then `others` in order) and repeat and pair ids renumbered past the earlier runs' so the
+    repeats stay apart and every generation keeps its own plain-decoding partner. Another run must
+    have measured the same configurations on the same prompts for as many tokens."""
+    def key(frame: pd.DataFrame) -> tuple:
+        return (set(zip(frame["dataset"], frame["candidate"])), set(frame["prompt_id"]), int(frame["tokens"].max()))
+
+    mine = key(runs)
+    pooled = [runs.assign(run=0)]
+    for index, (name, other) in enumerate(others.items(), start=1):
+        for theirs, ours, what in zip(key(other), mine, ("configurations", "prompts", "tokens per generation")):
+            if theirs != ours:
+                raise InputError(f"--pool {name}: measured other {what} than this run; "
+                                 "pool only runs of the same command")
+        last = pooled[-1]
+        shifted = other.assign(run=index, repeat=other["repeat"] + int(last["repeat"].max()) + 1)
+        if "pair" in other and "pair" in last:
+            shifted["pair"] = np.where(other["pair"] >= 0, other["pair"] + int(last["pair"].max()) + 1, -1)
+        pooled.append(shifted)
+    return pd.concat(pooled, ignore_index=True)
+
+
+def run_spread(per: pd.DataFrame) -> pd.Series:
+    """Per (dataset, candidate): half the range of the runs' own median speedups, relative to their
+    mean (0 for a single run): how far the same command measured apart from one run to the next."""
+    medians = per.groupby(["dataset", "candidate", "run"])["speedup"].median().groupby(level=[0, 1])
+    return ((medians.max() - medians.min()) / 2 / medians.mean()).rename("run_spread")
+
+
+def compare(pred: pd.DataFrame, runs: pd.DataFrame, error: float) -> pd.DataFrame:
+    """fidelity.csv: predictions beside the medians of the measured repeats (of every pooled run)."""
+    runs = runs if "run" in runs else runs.assign(run=0)
+    keys = ["dataset", "candidate", "repeat"]          # a repeat belongs to one run (`pool_runs`)
+    per = rates(runs).merge(runs[keys + ["run"]].drop_duplicates(), on=keys, how="left")
+    per_prompt = runs.groupby(["dataset", "candidate", "prompt_id"]).agg(tokens=("tokens", "sum"), steps=("steps", "sum"))
+    tps = (per_prompt["tokens"] / per_prompt["steps"]).groupby(level=[0, 1])
+    accept_se = (tps.std(ddof=1) / np.sqrt(tps.count()) / tps.mean()).rename("acceptance_se")
+    m = per.groupby(["dataset", "candidate"]).agg(
+        measured_speedup=("speedup", "median"), lo=("speedup", "min"), hi=("speedup", "max"),
+        measured_tokens_per_s=("tokens_per_s", "median"), measured_e2e_tokens_per_s=("e2e_tokens_per_s", "median"),
+        measured_tokens_per_step=("tokens_per_step", "median"),
+        seconds=("seconds", "median"), steps=("steps", "median"), n=("repeat", "nunique"),
+        runs=("run", "nunique")).reset_index()
+    m["measured_step_s"] = m["seconds"] / m["steps"]
+    m["spread"] = (m["hi"] - m["lo"]) / 2 / m["measured_speedup"]
+    m = m.merge(accept_se.reset_index(), on=["dataset", "candidate"], how="left")
+    m = m.merge(run_spread(per).reset_index(), on=["dataset", "candidate"], how="left")
+    out = pred.merge(m, on=["dataset", "candidate"], how="inner")
+    out["acceptance_se"] = out["acceptance_se"].fillna(0.0)
+    out["rel_error"] = out["predicted_speedup"] / out["measured_speedup"] - 1.0
+    out["sim_rel_error"] = out["simulated_speedup"] / out["measured_speedup"] - 1.0
+    out["sim_vs_closed"] = out["simulated_speedup"] / out["predicted_speedup"] - 1.0
+    if "sim_se" not in out:             # predicted before the simulator reported its seed noise
+        out["sim_se"] = np.nan
+    out["acceptance_error"] = out["predicted_tokens_per_step"] / out["measured_tokens_per_step"] - 1.0
+    # the speedup the Profile predicts with the measured tokens per step: its latency error alone
+    # (measured: plain step over this step, as the speedup measured it, i.e. against the partners)
+    ar_pred = out.loc[out["method"] == BASELINE].set_index("dataset")["predicted_step_s"]
+    out["latency_error"] = ((out["dataset"].map(ar_pred) / out["predicted_step_s"])
+                            / (out["measured_speedup"] / out["measured_tokens_per_step"]) - 1.0)
+    out["noise"] = np.hypot(out["spread"], out["acceptance_se"])
+    out["within_2x_noise"] = out["rel_error"].abs() <= 2 * out["noise"]
+    out["predicted_verdict"] = np.where(out["predicted_speedup"] > 1 + error, "speculate",
+                                        np.where(out["predicted_speedup"] < 1 - error, "don't", "tie"))
+    out["measured_verdict"] = np.where(out["measured_speedup"] > 1, "speculate", "don't")
+    out.loc[out["method"] == BASELINE, ["predicted_verdict", "measured_verdict"]] = "baseline"
+    out["verdict_flip"] = ((out["predicted_verdict"] != "tie") & (out["predicted_verdict"] != "baseline")
+                           & (out["predicted_verdict"] != out["measured_verdict"]))
+    keep = ["dataset", "method", "candidate", "predicted_speedup", "simulated_speedup", "measured_speedup",
+            "rel_error", "sim_rel_error", "sim_vs_closed", "sim_se", "spread", "run_spread", "acceptance_se", "noise",
+            "within_2x_noise", "n", "runs",
+            "predicted_tokens_per_step", "measured_tokens_per_step", "acceptance_error", "predicted_step_s",
+            "measured_step_s", "latency_error", "measured_tokens_per_s", "measured_e2e_tokens_per_s", "ctx_len", "predicted_verdict",
+            "measured_verdict", "verdict_flip"]
+    return out[keep]
+
+
+def regret(fid: pd.DataFrame) -> pd.DataFrame:
+    """Per dataset: the configuration the Profile picks (highest predicted speedup, ar included)
+    against the best measured one; and the pick that follows the verdicts (the highest predicted
+    among those called "speculate", else plain decoding: a tie does not speculate)."""
+    rows = []
+    for dataset, g in fid.groupby("dataset"):
+        pick = g.loc[g["predicted_speedup"].idxmax()]
+        best = g.loc[g["measured_speedup"].idxmax()]
+        sure = g[(g["predicted_verdict"] == "speculate") | (g["method"] == BASELINE)]
+        by_verdict = sure.loc[sure["predicted_speedup"].idxmax()]
+        rows.append({"dataset": dataset, "picked": pick["candidate"], "picked_measured": pick["measured_speedup"],
+                     "best": best["candidate"], "best_measured": best["measured_speedup"],
+                     "regret": 1 - pick["measured_speedup"] / best["measured_speedup"],
+                     "verdict_pick": by_verdict["candidate"],
+                     "verdict_regret": 1 - by_verdict["measured_speedup"] / best["measured_speedup"]})
+    return pd.DataFrame(rows)
+
+
+def plot(fid: pd.DataFrame, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.2, 6))
+    for (dataset, marker) in zip(sorted(fid["dataset"].unique()), "os^D"):
+        g = fid[fid["dataset"] == dataset]
+        for method, h in g.groupby("method"):
+            ax.errorbar(h["measured_speedup"], h["predicted_speedup"], xerr=h["noise"] * h["measured_speedup"],
+                        fmt=marker, ms=5, alpha=0.8, label=f"{method} ({dataset})", color=f"C{sorted(fid['method'].unique()).index(method)}")
+    lo = 0.95 * min(fid["measured_speedup"].min(), fid["predicted_speedup"].min())
+    hi = 1.05 * max(fid["measured_speedup"].max(), fid["predicted_speedup"].max())
+    ax.plot([lo, hi], [lo, hi], "k-", lw=1, label="y = x")
+    ax.axhline(1, color="grey", lw=0.5, ls=":")
+    ax.axvline(1, color="grey", lw=0.5, ls=":")
+    ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="measured speedup (held-out prompts)",
+           ylabel="predicted speedup (Profile alone)", title="Predicted vs measured speedup")
+    ax.legend(fontsize=6, ncol=2, loc="upper left")
+    atomic.save_figure(path, fig)
+    plt.close(fig)
+
+
+def drift(fid: pd.DataFrame, profile, runs: pd.DataFrame | None = None) -> list[str]:
+    """The plain-decoding step of the Profile's calibration window beside this run's, and the
+    machine's drift within this run (from the plain decoding paired with each generation)."""
+    from traces.drift import run_factors
+
+    reference = profile.engine.reference
+    lines = []
+    factors = run_factors(runs) if runs is not None and "decode_s" in runs else pd.Series(dtype=float)
+    if not factors.empty:
+        lines.append(f"- within this run, the plain decoding beside each generation ran at {factors.quantile(0.1):.2f}-"
+                     f"{factors.quantile(0.9):.2f}x (p10-p90) of its prompt's median step, worst "
+                     f"{factors.min():.2f}-{factors.max():.2f}x over {len(factors)} pairs: each speedup divides "
+                     "by its own pair's")
+    for r in fid[fid["method"] == BASELINE].itertuples():
+        ref = reference.get(r.dataset)
+        if ref:
+            lines.append(f"- {r.dataset}: plain step {1e3 * ref['ar_step_s']:.1f} ms at context {ref['ctx_len']:.0f} in the "
+                         f"calibration window; here {1e3 * r.measured_step_s:.1f} ms measured, "
+                         f"{1e3 * r.predicted_step_s:.1f} ms predicted at context {r.ctx_len:.0f}")
+    return lines or ["- the Profile records no calibration-window plain step (calibrated before references were kept)"]
+
+
+def agreement(spec: pd.DataFrame) -> str:
+    """The simulator against the closed form (one model, two evaluations), judged against the
+    simulator's own seed noise."""
+    gap, se = spec["sim_vs_closed"].abs(), spec["sim_se"]
+    line = f"- simulator vs closed form: median |gap| {100 * gap.median():.1f}%, max {100 * gap.max():.1f}%"
+    if se.notna().all():
+        line += (f"; within 1%: {int((gap <= 0.01).sum())}/{len(spec)}, within 2 seed standard errors (median "
+                 f"{100 * se.median():.2f}%): {int((gap <= 2 * se).sum())}/{len(spec)}")
+    return line
+
+
+WINS = 1.05          # a configuration "wins" when it measures above this speedup: worth deploying
+
+
+def winners(spec: pd.DataFrame) -> list[str]:
+    """Where speculation pays: per dataset how many configurations measure above WINS and the best,
+    and the closed form's error on those alone (the regime a deployment choice is made in)."""
+    won = spec[spec["measured_speedup"] > WINS]
+    per = ", ".join(f"{d} {int((g['measured_speedup'] > WINS).sum())}/{len(g)} (best {g['measured_speedup'].max():.2f}x)"
+                    for d, g in spec.groupby("dataset", sort=False))
+    line = f"- measured above {WINS}x: {len(won)}/{len(spec)} ({per})"
+    if len(won):
+        err = won["rel_error"].abs()
+        line += (f"; closed form on those: median |error| {100 * err.median():.1f}%, worst {100 * err.max():.1f}%, "
+                 f"within 2x the noise {int(won['within_2x_noise'].sum())}/{len(won)}")
+    return [line]
+
+
+def read_run(out: Path) -> dict:
+    """run.json of the run in `out` (minutes, argv; "repredicted": the commit that predicted again), or {}."""
+    path = out / "run.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def command_lines(args) -> list[str]:
+    """The command that measured (from run.json under --report-only), and the one that wrote this report if another."""
+    this = " ".join(sys.argv[1:] if args.argv is None else args.argv)
+    measured = " ".join(read_run(args.out).get("argv") or []) if args.report_only else this
+    lines = [f"- Command: `python -m experiments.fidelity {measured or '(not recorded by this run)'}`"]
+    if measured != this:
+        lines.append(f"- Report written again from the run's files: `python -m experiments.fidelity {this}`")
+    return lines
+
+
+def pooled(spec: pd.DataFrame, args) -> list[str]:
+    """Where other runs of the command were pooled (--pool): which, and how far the runs measured
+    the same configurations apart."""
+    if int(spec["runs"].max()) < 2:
+        return []
+    moved = spec["run_spread"]
+    return [f"- Measured in {int(spec['runs'].max())} runs of this command, pooled (`--pool` "
+            f"{' '.join(str(f) for f in getattr(args, 'pool', None) or [])}): each speedup is the median over "
+            f"every run's repeats and its spread spans them all; the runs' own medians sit apart by "
+            f"median {100 * moved.median():.1f}%, at most {100 * moved.max():.1f}% (run_spread, half their range)"]
+
+
+def first_predictions(args, runs: pd.DataFrame) -> list[str]:
+    """Where the predictions were made again after the measurement (--repredict): a line saying
+    so, with the error of the predictions made before it."""
+    when = read_run(args.out).get("repredicted")     # a fresh run's run.json has none: a file left by
+    path = args.out / "predictions_first.csv"        # another run is not this one's
+    if not when or not path.is_file():
+        return []
+    first = compare(pd.read_csv(path), runs, args.error)
+    err = first.loc[first["method"] != BASELINE, "rel_error"].abs()
+    return [f"- Predictions made again after the measurement (`--repredict` at commit {when}), "
+            f"from a Profile still calibrated on other prompts; the predictions made before it "
+            f"(predictions_first.csv) erred by median {100 * err.median():.1f}%, worst {100 * err.max():.1f}%"]
+
+
+def report(fid: pd.DataFrame, reg: pd.DataFrame, args, profile, prompts: list[str], minutes: float,
+           runs: pd.DataFrame, notes: list[str] = ()) -> str:
+    spec = fid[fid["method"] != BASELINE]
+    err, sim = spec["rel_error"].abs(), spec["sim_rel_error"].abs()
+    lines = [
+        "# Fidelity: predicted from the Profile vs measured on held-out prompts", "",
+        f"- Profile: `{args.profile}` ({profile.name}); calibration prompts (not used here): "
+        f"{', '.join(profile.provenance.calibration_prompts)}",
+        f"- Validation prompts (held out): {', '.join(prompts)}; {args.max_new_tokens} new tokens each, greedy",
+        f"- {len(spec)} speculative configurations + ar, {args.repeats} interleaved repeats"
+        + (", every generation paired with plain decoding of its prompt" if "pair" in runs and (runs["pair"] >= 0).any() else "")
+        + ", "
+        f"{args.threads} threads; measured in "
+        + (f"{minutes:.1f} min" if minutes == minutes else "(time not recorded by this run)"),
+        *command_lines(args), *pooled(spec, args),
+        *notes, "", "## Summary", "",
+        f"- closed form: median |error| {100 * err.median():.1f}%, worst {100 * err.max():.1f}%",
+        f"- simulator: median |error| {100 * sim.median():.1f}%, worst {100 * sim.max():.1f}%",
+        agreement(spec),
+        f"- of which acceptance (tokens/step): median |error| {100 * spec['acceptance_error'].abs().median():.1f}%, "
+        f"latency (step time): median |error| {100 * spec['latency_error'].abs().median():.1f}%",
+        f"- within 2x the measurement noise: {int(spec['within_2x_noise'].sum())}/{len(spec)}",
+        *winners(spec),
+        f"- verdict flips (predicted speculate/don't against measured): {int(spec['verdict_flip'].sum())}; "
+        f"ties (within the Profile's held-out error {100 * args.error:.1f}%): {int((spec['predicted_verdict'] == 'tie').sum())}",
+        "", "## The baseline across windows", "", *drift(fid, profile, runs),
+        "", "## Search regret", "", md_table(reg, list(reg.columns), ".3f"), "",
+        "## Every configuration", "",
+        md_table(fid, [c for c in fid.columns if c != "ctx_len"], ".3f"), "",
+        "Columns: decode speedups over plain decoding: over each generation's own ar partner (the same prompt, run "
+        "right beside it) where the runs are paired, else over ar of the same repeat (the steps' own times: the prompt's prefill, the same "
+        "work for every method and priced by no step model, is left out; measured_e2e_tokens_per_s includes it); rel_error = predicted / measured - 1; spread = half the "
+        "range over repeats (relative, over every pooled run); run_spread = half the range of the pooled runs' own "
+        "medians (relative; 0 for one run); acceptance_se = standard error of tokens per step over prompts "
+        "(relative); noise = both combined; latency_error = the error with the measured tokens per step; "
+        "sim_vs_closed = simulated / closed form - 1; sim_se = the simulator's seed standard error (relative).",
+    ]
+    return "\n".join(lines) + "\n"

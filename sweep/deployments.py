@@ -1,0 +1,256 @@
+"""One answer per deployment: what to run at each batch size, served by the simulator.
+
+A *deployment* is what one engine serves: a target on one hardware, for one workload (dataset)
+at one sampling temperature (`DEPLOYMENT`). Methods and drafters compete inside a deployment,
+never across deployments (a 7B on an H800 and a 33B on an A6000 are different questions).
+
+At each batch size B the sweep's closed forms, scored at B, name the best configuration of every
+(method, drafter) of the deployment, those that fit in memory first, in the sweep's one order
+(`candidates`, `sweep.ranking`); each is served by the discrete-event simulator
+(`simulator.serving`) beside plain decoding (ar) under one load (`arrivals`): WAVES x B requests
+arrive together at t = 0 with batch limit B, so B sequences decode at once and the others wait for
+a slot. Each served row keeps its throughput and latencies: TPOT; TTFT and end-to-end latency
+under that load (the wait included); the wait itself (`queue_s_p50`), a request's own latency
+once admitted (`latency_s_p50`, no queueing) and the latency of one request served alone at batch 1
+(`alone_s`: no queueing, no batch; at batch 1 the median request's own latency). A row that
+cannot be served says why in words (`not_served`: the memory arithmetic when the weights leave no
+KV memory).
+
+`best_per_batch` gives the answer per (deployment, batch): the fastest speculative configuration
+served where it beats plain decoding, else ar, each with its own numbers and a `why`; candidates
+within the Profile's held-out error of the fastest are named as ties (`tied_with`).
+`stops_paying` gives the smallest batch at which even the best speculative configuration serves
+no more tokens/s than plain decoding.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from methods import BASELINE
+from common.errors import InputError
+from common.seeds import derive_seed
+from sweep import ranking, scoring
+from profiles import Profile
+from profiles.latency import TableLatency
+
+DEPLOYMENT = ["profile", "target", "hardware", "dataset", "temperature"]
+WAVES = 3                  # requests served per batch slot (B running, WAVES x B in all)
+SERVED = ["throughput_tok_s", "tpot_ms", "ttft_ms", "e2e_s_p50", "e2e_s_p99", "queue_s_p50", "latency_s_p50",
+          "alone_s", "oom", "not_served"]
+NOTHING_FITS = "nothing fits"      # the answer where plain decoding itself does not fit
+LATENCIES = ["tpot_ms", "ttft_ms", "e2e_s_p50", "queue_s_p50", "latency_s_p50", "alone_s"]
+ANSWER_COLUMNS = ["answer", "method", "drafter", "config", "throughput_tok_s", "ar_throughput_tok_s",
+                  "throughput_ratio", "serving_verdict", *LATENCIES, "best_speculative", "best_speculative_ratio",
+                  "tied_with", "why"]
+
+
+def arrivals(batch: int) -> str:
+    """The load every row of a batch size was served under, in words."""
+    return (f"{WAVES * int(batch)} requests arrive together at t = 0, batch limit {int(batch)}: "
+            f"{int(batch)} decode at once, the others wait for a slot")
+
+
+def parse_batch_sizes(text: str) -> list[int]:
+    """'1,2,4,8' -> [1, 2, 4, 8] (sorted, unique); InputError naming the value and what is allowed."""
+    sizes = []
+    for item in str(text).split(","):
+        item = item.strip()
+        if not item.isdigit() or int(item) < 1:
+            raise InputError(f"--batch-sizes: '{item}' in '{text}' is not a batch size (allowed: comma-separated "
+                             "integers >= 1, e.g. 1,2,4,8)")
+        sizes.append(int(item))
+    return sorted(set(sizes))
+
+
+@dataclass
+class ServeTask:
+    """One executor task: serve one configuration (or ar) at one batch size."""
+
+    profile: Profile
+    method: str
+    config: dict[str, Any]
+    batch: int
+    prompt_len: int
+    output_len: int
+    seed: int
+
+
+def candidates(tables: dict[str, pd.DataFrame], hardware: dict[str, str], top: int = 1) -> pd.DataFrame:
+    """The closed form's best `top` configurations per (deployment, method, drafter) of scored
+    tables, in the sweep's one order (those that fit in memory first)."""
+    rows = []
+    for frame in tables.values():
+        if frame.empty:
+            continue
+        frame = frame.assign(hardware=frame["profile"].map(hardware))
+        rows.append(ranking.best_of(frame, DEPLOYMENT + ["method", "drafter"], "speedup", top))
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+
+
+def serve_tasks(cands: pd.DataFrame, profiles: dict[str, Profile], batch: int, ctx_len: dict[str, float],
+                output_len: int, seed: int) -> tuple[list[ServeTask], pd.DataFrame]:
+    """Serving tasks for every candidate and, once per deployment, for plain decoding (ar); returns
+    the tasks and the rows they belong to (candidates first, then one ar row per deployment)."""
+    plain = cands.drop_duplicates(DEPLOYMENT)[DEPLOYMENT].assign(method=BASELINE, drafter="-", config=BASELINE,
+                                                                  acceptance="-")
+    rows = pd.concat([cands, plain], ignore_index=True)
+    tasks = []
+    for i in range(len(rows)):
+        row = rows.iloc[[i]]
+        name = str(row["profile"].iat[0])
+        method = str(row["method"].iat[0])
+        config = {} if method == BASELINE else scoring.sim_config(row)
+        prompt = max(1, int(round(ctx_len[name])) - output_len // 2)   # centred on the scored context
+        own = derive_seed(seed, "serve", name, method, sorted(config.items()), int(batch), prompt, output_len)
+        tasks.append(ServeTask(profiles[name], method, config, int(batch), prompt, output_len, own))
+    return tasks, rows
+
+
+def serve_task(task: ServeTask) -> dict[str, float]:
+    """Executor entry point: throughput and latency of one configuration served at `task.batch`."""
+    from simulator.serving import Cluster, simulate_serving
+    from simulator.workload import Workload
+
+    def serve(requests: int, batch: int) -> dict[str, Any]:
+        workload = Workload(rate=1e9, n_requests=requests, prompt_len=f"fixed:{task.prompt_len}",
+                            output_len=f"fixed:{task.output_len}")
+        return simulate_serving(task.profile, task.method, task.config or None, workload, Cluster(max_batch=batch),
+                                task.seed).summary
+
+    try:
+        s = serve(WAVES * task.batch, task.batch)
+    except InputError as exc:       # e.g. the weights leave no KV memory on one GPU: not served, said why
+        return {**{k: np.nan for k in SERVED if k != "not_served"}, "not_served": str(exc)}
+    alone = s["service_s_p50"] if task.batch == 1 else serve(1, 1)["e2e_s_p50"]
+    return {"throughput_tok_s": s["throughput_tok_s"], "tpot_ms": 1000 * s["tpot_s_mean"],
+            "ttft_ms": 1000 * s["ttft_s_mean"], "e2e_s_p50": s["e2e_s_p50"], "e2e_s_p99": s["e2e_s_p99"],
+            "queue_s_p50": s["queue_s_p50"], "latency_s_p50": s["service_s_p50"], "alone_s": alone, "oom": s["oom"],
+            "not_served": "" if s["oom"] == 0 else f"{s['oom']} of {s['requests']} requests ran out of KV memory"}
+
+
+def measured_batch(profile) -> float | None:
+    """The largest batch every measured latency table of the Profile covers (None: its latencies
+    come from roofline models, which price any batch); beyond it the tables are extrapolated."""
+    tables = [model.batch for model in profile.latency.values() if isinstance(model, TableLatency)]
+    return float(min(max(b) for b in tables)) if tables else None
+
+
+def answers(rows: pd.DataFrame, served: list[dict[str, float]], batch: int,
+            heldout: dict[str, float | None], measured: dict[str, float | None] | None = None) -> pd.DataFrame:
+    """Simulated rows at one batch, each with its throughput against ar of its deployment, the
+    verdict that the Profile's held-out error allows (`scoring.confidence`) and, where the batch
+    lies beyond the Profile's measured latency tables, the batch they were measured up to."""
+    out = pd.concat([rows.reset_index(drop=True), pd.DataFrame(served)], axis=1).assign(batch=int(batch))
+    ar = out[out["method"] == BASELINE].set_index(DEPLOYMENT)["throughput_tok_s"].rename("ar_throughput_tok_s")
+    out = out.join(ar, on=DEPLOYMENT)
+    out["throughput_ratio"] = out["throughput_tok_s"] / out["ar_throughput_tok_s"]
+    out["heldout_error"] = out["profile"].map(lambda p: np.nan if heldout.get(p) is None else heldout[p])
+    verdicts = [scoring.confidence(np.asarray([r]), heldout.get(p))["verdict"][0]
+                for r, p in zip(out["throughput_ratio"], out["profile"])]
+    out["serving_verdict"] = np.where(out["method"] == BASELINE, "-",
+                                      np.where(out["not_served"] != "", scoring.DOES_NOT_FIT, verdicts))
+    out["arrivals"] = arrivals(batch)
+    limit = out["profile"].map(lambda p: (measured or {}).get(p))
+    out["measured_up_to_batch"] = np.where(limit.notna() & (limit < batch), limit, np.nan)
+    keep = DEPLOYMENT + ["batch", "method", "drafter", "config", "acceptance", "speedup", "heldout_error", "verdict"]
+    return out[[c for c in keep if c in out] + SERVED + ["ar_throughput_tok_s", "throughput_ratio", "serving_verdict",
+                                                        "arrivals", "measured_up_to_batch"]]
+
+
+def _served(table: pd.DataFrame) -> pd.Series:
+    """Rows the simulator served to the end (no request out of memory, nothing refused)."""
+    refused = table["not_served"].fillna("").astype(str) != "" if "not_served" in table else False
+    return (table["oom"] == 0) & ~refused
+
+
+def _answer(group: pd.DataFrame) -> dict[str, Any]:
+    """The answer of one (deployment, batch): its configuration, its own numbers and why."""
+    plain = group[group["method"] == BASELINE].iloc[0]
+    spec = group[group["method"] != BASELINE]
+    ran = ranking.ranked(spec[_served(spec)], "throughput_tok_s")
+    refused = spec[~_served(spec)]
+    error = float(group["heldout_error"].max()) if "heldout_error" in group else np.nan
+    notes = [f"{_named(r)} {_refusal(r['not_served'])}" for _, r in refused.iterrows()] if "not_served" in spec else []
+    out: dict[str, Any] = {"best_speculative": "", "best_speculative_ratio": np.nan, "tied_with": ""}
+    if not _served(group[group["method"] == BASELINE]).iat[0]:
+        why = f"plain decoding {_refusal(plain.get('not_served', ''))}; no configuration runs on one GPU"
+        return {**out, "answer": NOTHING_FITS, "method": "", "drafter": "", "config": "", "why": why,
+                **{k: np.nan for k in ("throughput_tok_s", "ar_throughput_tok_s", "throughput_ratio")},
+                "serving_verdict": scoring.DOES_NOT_FIT}
+    if len(ran):
+        best = ran.iloc[0]
+        tied = ran.iloc[1:][ranking.within_error(ran["throughput_tok_s"].iloc[1:], best["throughput_tok_s"], error)]
+        out.update(best_speculative=best["config"], best_speculative_ratio=float(best["throughput_ratio"]),
+                   tied_with=", ".join(_named(r) for _, r in tied.iterrows()))
+    pays = len(ran) and float(ran["throughput_ratio"].iat[0]) > 1.0
+    chosen = ran.iloc[0] if pays else plain
+    err = "" if error != error else f" (the Profile's held-out error is {error:.1%})"
+    if pays:
+        verdict = str(chosen["serving_verdict"])
+        why = (f"serves {chosen['throughput_ratio']:.2f}x plain decoding's tokens/s"
+               + {"speculate": ", a gain beyond the model's error" + err,
+                  "tie": ", within the model's error" + err + ": a tie with plain decoding"}.get(verdict, ""))
+    elif len(ran):
+        why = (f"the fastest speculative configuration, {ran['config'].iat[0]}, serves "
+               f"{ran['throughput_ratio'].iat[0]:.2f}x plain decoding's tokens/s"
+               + {"tie": ", within the model's error" + err + ": a tie, and plain decoding is the simpler to run",
+                  "don't": ", a loss beyond the model's error" + err}.get(str(ran["serving_verdict"].iat[0]), ""))
+    else:
+        why = "no speculative configuration runs"
+    if out["tied_with"]:
+        why += f"; tied within the error with {out['tied_with']}"
+    if notes:
+        why += (": " if not len(ran) else "; ") + "; ".join(notes)
+    beyond = plain.get("measured_up_to_batch", np.nan)
+    if beyond == beyond:
+        why += (f"; the Profile's latencies were measured up to batch {beyond:g} only, so every number at batch "
+                f"{int(plain['batch'])} is extrapolated from them: do not decide from it")
+    return {**out, "answer": chosen["config"], "method": chosen["method"], "drafter": chosen["drafter"],
+            "config": chosen["config"], "throughput_tok_s": chosen["throughput_tok_s"],
+            "ar_throughput_tok_s": plain["throughput_tok_s"],
+            "throughput_ratio": chosen["throughput_tok_s"] / plain["throughput_tok_s"],
+            "serving_verdict": chosen["serving_verdict"] if pays else "-", "why": why,
+            **{k: chosen.get(k, np.nan) for k in LATENCIES}}
+
+
+def _named(row: pd.Series) -> str:
+    """A served configuration with its drafter (two drafters may run the same configuration)."""
+    drafter = str(row.get("drafter", "-"))
+    return str(row["config"]) if drafter in ("-", "", "nan") else f"{row['config']} (drafter {drafter})"
+
+
+def _refusal(text: str) -> str:
+    """A `not_served` reason as it reads after a configuration's name."""
+    text = str(text)
+    return text if text.startswith("does not fit") else f"was not served: {text}"
+
+
+def best_per_batch(table: pd.DataFrame) -> pd.DataFrame:
+    """Per (deployment, batch): the answer (ANSWER_COLUMNS), the load it was served under."""
+    rows = []
+    for key, group in table.groupby(DEPLOYMENT + ["batch"], sort=True):
+        row = dict(zip(DEPLOYMENT + ["batch"], key))
+        rows.append({**row, **_answer(group), "arrivals": arrivals(row["batch"])})
+    return pd.DataFrame(rows, columns=DEPLOYMENT + ["batch"] + ANSWER_COLUMNS + ["arrivals"])
+
+
+def stops_paying(table: pd.DataFrame) -> pd.DataFrame:
+    """Per deployment: the smallest batch at which the best speculative configuration serves no
+    more tokens/s than plain decoding (NaN when it pays at every batch simulated, or when plain
+    decoding itself was served at none: `runs` False)."""
+    spec = table[(table["method"] != BASELINE) & _served(table)]
+    best = spec.groupby(DEPLOYMENT + ["batch"])["throughput_ratio"].max().rename("best_ratio").reset_index()
+    plain = table[table["method"] == BASELINE]
+    batches = plain[_served(plain)][DEPLOYMENT + ["batch"]].merge(best, how="left")
+    batches["best_ratio"] = batches["best_ratio"].fillna(0.0)
+    rows = []
+    for key, group in plain.groupby(DEPLOYMENT, sort=False):
+        ran = batches.merge(group[DEPLOYMENT + ["batch"]], how="inner")
+        worse = ran.loc[ran["best_ratio"] <= 1.0, "batch"]
+        rows.append(dict(zip(DEPLOYMENT, key), stops_paying_at=float(worse.min()) if len(worse) else np.nan,
+                         largest_batch=int(group["batch"].max()), runs=bool(len(ran))))
+    return pd.DataFrame(rows, columns=DEPLOYMENT + ["stops_paying_at", "largest_batch", "runs"])

@@ -1,0 +1,260 @@
+"""The sweep's answer written as the engines people deploy accept it (`--export vllm,sglang,hf`).
+
+Every method maps itself, per engine, from its typed configuration and its Profile setup
+(`MethodSpec.to_engine`, `methods.engines`): "exact" means the engine runs the same algorithm with
+the same shape, so the sweep's prediction is about what the engine will run; "approximate" means
+it runs a relative of it, and `differs` says what is dropped. A method with no counterpart is
+listed with the reason, never mapped to something else. Model names are the Profile's; replace
+each with its checkpoint path (the notes list them).
+
+Files (`write_exports`), per deployment (`sweep.deployments`) and engine, in the sweep's
+--out: `vllm_<deployment>.json` (the `--speculative-config` JSON; with several batch sizes it
+carries `num_speculative_tokens_per_batch_size`, vLLM's [start_bs, end_bs, K] schedule, K = 0
+where speculating does not pay in the simulator), `sglang_<deployment>.txt` (the flags, one
+line, with `--max-running-requests` at the largest batch simulated), `hf_<deployment>.json`
+(`HF_FILE`: what goes on a model's generation_config and what goes to `generate()`, applied by
+`HF_SNIPPET`; assisted generation runs batch 1), and `exports.md` / `exports.json` (what each file
+is, its prediction, the engine version it needs, what the engine does outside the batch sizes
+that were priced, what has no counterpart).
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+import methods
+from common import atomic
+from sweep.deployments import DEPLOYMENT
+from methods.engines import SGLANG_MAX_RUNNING, VLLM_SCHEDULE, EngineConfig, NoCounterpart
+from methods.spec import Setup
+
+
+def to_engine(engine: str, setup: Setup, label: str) -> EngineConfig | NoCounterpart:
+    """The configuration `label` on `setup` as `engine` accepts it, or why it has no counterpart
+    (the method's own `to_engine`)."""
+    config = methods.parse_label(label)
+    return methods.get(config.method).to_engine(engine, setup, config)
+
+
+# ---- choosing what to export per deployment --------------------------------------------------------
+
+def vllm_schedule(ks: list[tuple[int, int]]) -> list[list[int]]:
+    """[(batch, K)] at the simulated batch sizes -> vLLM's [[start_bs, end_bs, K]]: each batch size
+    holds until the next one; equal neighbours merge; the last range ends at the largest batch."""
+    ks = sorted(ks)
+    ranges: list[list[int]] = []
+    for i, (b, k) in enumerate(ks):
+        end = ks[i + 1][0] - 1 if i + 1 < len(ks) else b
+        if ranges and ranges[-1][2] == k:
+            ranges[-1][1] = end
+        else:
+            ranges.append([b, end, int(k)])
+    return ranges
+
+
+def _slug(deployment: dict[str, Any]) -> str:
+    text = f"{deployment['profile']}_{deployment['dataset']}_t{float(deployment['temperature']):g}"
+    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-")
+
+
+def _setup(profiles: dict[str, Any], row: pd.Series) -> Setup:
+    drafter = row["drafter"] if isinstance(row["drafter"], str) and row["drafter"] != "-" else None
+    return Setup(profiles[row["profile"]], drafter, row["acceptance"])
+
+
+HF_FILE = ("`hf_*.json`: `assistant_checkpoint` (the assistant model to load, null when the target drafts for "
+           "itself or there is no model), `assistant_generation_config` and `target_generation_config` (fields to "
+           "set on that model's `generation_config`: transformers reads the draft length, its schedule and the "
+           "confidence threshold there, not from `generate()`), `generate` (keyword arguments of "
+           "`target.generate`; the assistant model object goes in as `assistant_model`) and `requires`")
+HF_SNIPPET = """\
+import json
+
+export = json.load(open(path))                    # path: an hf_*.json file
+# target: your target model; assistant: the model export["assistant_checkpoint"] names (None when null)
+for name, value in export["assistant_generation_config"].items():
+    setattr(assistant.generation_config, name, value)    # transformers reads these here, not from generate()
+for name, value in export["target_generation_config"].items():
+    setattr(target.generation_config, name, value)       # early exit: the target drafts for itself
+kwargs = dict(export["generate"])
+if export["assistant_checkpoint"] is not None:
+    kwargs["assistant_model"] = assistant
+output = target.generate(**inputs, **kwargs)
+"""
+
+
+def plan(served: pd.DataFrame, profiles: dict[str, Any], engines: list[str]) -> list[dict[str, Any]]:
+    """Per deployment and engine: the fastest served configuration at the smallest batch that the
+    engine runs exactly (else approximately), where it beats plain decoding; the batch sizes
+    simulated and where the chosen (method, drafter) pays; with several batch sizes, vLLM's K per
+    batch for it. The others listed as not exported."""
+    entries = []
+    spec = served[(served["method"] != methods.BASELINE) & (served["oom"] == 0)]
+    for key, group in spec.groupby(DEPLOYMENT, sort=False):
+        deployment = dict(zip(DEPLOYMENT, key))
+        first = group[group["batch"] == group["batch"].min()].sort_values("throughput_tok_s", ascending=False)
+        for engine in engines:
+            mapped = [(row, to_engine(engine, _setup(profiles, row), row["config"])) for _, row in first.iterrows()]
+            runnable = [(r, m) for r, m in mapped if isinstance(m, EngineConfig) and r["throughput_ratio"] > 1.0]
+            runnable.sort(key=lambda rm: (rm[1].match != "exact", -rm[0]["throughput_tok_s"]))
+            entry = {"deployment": deployment, "slug": _slug(deployment), "engine": engine,
+                     "batch": int(first["batch"].iat[0]), "overall_best": first["config"].iat[0],
+                     "overall_ratio": float(first["throughput_ratio"].iat[0]),
+                     "not_exported": sorted({(m.method, m.reason) for _, m in mapped if isinstance(m, NoCounterpart)})}
+            if runnable:
+                row, mapped_config = runnable[0]
+                paying = _paying(served, deployment, row)
+                entry.update(config=row["config"], method=row["method"], drafter=row["drafter"], mapped=mapped_config,
+                             throughput_tok_s=float(row["throughput_tok_s"]), ratio=float(row["throughput_ratio"]),
+                             tpot_ms=float(row["tpot_ms"]), batches=[b for b, _ in paying],
+                             stops_paying_at=next((b for b, r in paying if r is None), None))
+                if engine == "vllm" and len(paying) > 1:
+                    entry["schedule"] = vllm_schedule([(b, _vllm_k(profiles, r)) for b, r in paying])
+            entries.append(entry)
+    return entries
+
+
+def _paying(served: pd.DataFrame, deployment: dict[str, Any], chosen: pd.Series) -> list[tuple[int, Any]]:
+    """[(batch, row)] at every simulated batch of the deployment: the chosen (method, drafter)'s
+    served best there, None where it does not beat plain decoding or did not fit in memory."""
+    mask = np.logical_and.reduce([served[c] == v for c, v in deployment.items()])
+    rows = served[mask & (served["method"] == chosen["method"]) & (served["drafter"] == chosen["drafter"])]
+    out = []
+    for batch in sorted(served.loc[mask, "batch"].unique()):
+        at = rows[rows["batch"] == batch]
+        pays = len(at) and int(at["oom"].iat[0]) == 0 and float(at["throughput_ratio"].iat[0]) > 1.0
+        out.append((int(batch), at.iloc[0] if pays else None))
+    return out
+
+
+def _vllm_k(profiles: dict[str, Any], row) -> int:
+    """vLLM's num_speculative_tokens of a served row, 0 for None (speculation off there)."""
+    if row is None:
+        return 0
+    return int(to_engine("vllm", _setup(profiles, row), row["config"]).settings["num_speculative_tokens"])
+
+
+# ---- files --------------------------------------------------------------------------------------------
+
+def engine_file(entry: dict[str, Any]) -> tuple[str, str]:
+    """(file name, text) of one exported configuration, as the engine takes it."""
+    mapped: EngineConfig = entry["mapped"]
+    name = f"{entry['engine']}_{entry['slug']}"
+    if entry["engine"] == "sglang":
+        flags = {**mapped.settings, "--max-running-requests": max(entry["batches"])}
+        return name + ".txt", " ".join(f"{k} {v}" for k, v in flags.items()) + "\n"
+    if entry["engine"] == "hf":
+        return name + ".json", json.dumps(hf_file(entry), indent=2) + "\n"
+    settings = dict(mapped.settings)
+    if entry.get("schedule"):
+        settings["num_speculative_tokens"] = max(k for _, _, k in entry["schedule"])
+        settings["num_speculative_tokens_per_batch_size"] = entry["schedule"]
+    return name + ".json", json.dumps(settings, indent=2) + "\n"
+
+
+def hf_file(entry: dict[str, Any]) -> dict[str, Any]:
+    """The hf_*.json object (`HF_FILE`): generation_config fields per model, generate() keyword
+    arguments (the deployment's sampling included), never the assistant as a name."""
+    mapped: EngineConfig = entry["mapped"]
+    temperature = float(entry["deployment"]["temperature"])
+    sampling = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
+    assistant = mapped.generation_config.get("assistant")
+    return {"requires": mapped.requires,
+            "assistant_checkpoint": mapped.models[0] if assistant is not None else None,
+            "assistant_generation_config": dict(assistant or {}),
+            "target_generation_config": dict(mapped.generation_config.get("target", {})),
+            "generate": {**mapped.settings, **sampling}}
+
+
+def requirements(entry: dict[str, Any]) -> str:
+    """The engine version / options the exported file needs."""
+    needs = [entry["mapped"].requires] if entry["mapped"].requires else []
+    if entry.get("schedule"):
+        needs.append(VLLM_SCHEDULE)
+    return "; ".join(needs)
+
+
+def outside_range(entry: dict[str, Any]) -> str:
+    """What the engine does at batch sizes the sweep did not price for this file."""
+    batch, top = entry["batch"], max(entry["batches"])
+    stops = entry.get("stops_paying_at")
+    stop_note = f"; the simulation found {entry['method']} stops paying at batch {stops}" if stops else ""
+    if entry["engine"] == "hf":
+        return ("transformers' assisted generation decodes one sequence (batch 1)"
+                + (f"; this was priced at batch {batch}: run the sweep with 1 among --batch-sizes" if batch != 1 else ""))
+    if entry["engine"] == "sglang":
+        return (f"priced at batch {batch}; SGLang runs these flags at every batch up to --max-running-requests, set here "
+                f"to {top}, the largest batch simulated ({SGLANG_MAX_RUNNING}){stop_note}")
+    k = int(entry["mapped"].settings["num_speculative_tokens"])
+    if not entry.get("schedule"):
+        return (f"priced at batch {batch} only; vLLM runs num_speculative_tokens={k} at every batch (simulate several "
+                "--batch-sizes for a K per batch)")
+    last = entry["schedule"][-1][2]
+    if last == 0:
+        return f"vLLM carries the last range's K=0 past batch {top}: no speculation there, as simulated at {top}"
+    return (f"vLLM carries the last range's K={last} to every batch past {top} up to its --max-num-seqs, a K nobody "
+            f"priced there: serve with --max-num-seqs {top} to stay inside the simulated range")
+
+
+def write_exports(entries: list[dict[str, Any]], out_dir: Path) -> dict[str, Path]:
+    """The engine files, exports.json (the index) and exports.md (what each is, what has no counterpart)."""
+    out_dir = Path(out_dir)
+    written: dict[str, Path] = {}
+    index = []
+    for entry in entries:
+        item = {k: v for k, v in entry.items() if k not in ("mapped", "not_exported")}
+        item["not_exported"] = [{"method": m, "reason": r} for m, r in entry["not_exported"]]
+        if "mapped" in entry:
+            name, text = engine_file(entry)
+            written[f"export:{name}"] = atomic.write_text(out_dir / name, text)
+            item.update(file=name, match=entry["mapped"].match, differs=entry["mapped"].differs,
+                        models_to_replace=list(entry["mapped"].models), requires=requirements(entry),
+                        outside_range=outside_range(entry))
+        index.append(item)
+    written["exports_json"] = atomic.write_json(out_dir / "exports.json", index)
+    written["exports_md"] = atomic.write_text(out_dir / "exports.md", exports_markdown(index))
+    return written
+
+
+def exports_markdown(index: list[dict[str, Any]]) -> str:
+    lines = ["# Engine configurations", "",
+             "One file per deployment and engine: `vllm_*.json` is the value of `vllm serve ... --speculative-config`, "
+             "`sglang_*.txt` the flags of `python -m sglang.launch_server`, `hf_*.json` what transformers' assisted "
+             "generation takes (below). Model names are the Profile's: replace each with its checkpoint path. "
+             "\"approximate\": the engine runs a relative of the specsim method (what differs is said); the "
+             "throughput is the simulator's for the specsim method. Configurations are the answer at the smallest "
+             "batch simulated; \"needs\" is the engine version or option the file relies on, \"outside the priced "
+             "range\" what the engine does at batch sizes the sweep did not price.", ""]
+    for item in index:
+        d = item["deployment"]
+        head = f"## {item['engine']}: {d['profile']} ({d['hardware']}, {d['dataset']}, T={float(d['temperature']):g})"
+        lines += [head, ""]
+        if "file" in item:
+            lines.append(f"- [{item['file']}]({item['file']}): `{item['config']}` ({item['match']}), served at batch "
+                         f"{item['batch']}: {item['throughput_tok_s']:.0f} tokens/s, {item['ratio']:.2f}x plain "
+                         f"decoding, TPOT {item['tpot_ms']:.1f} ms.")
+            if item["differs"]:
+                lines.append(f"- differs: {item['differs']}.")
+            if item["requires"]:
+                lines.append(f"- needs: {item['requires']}.")
+            lines.append(f"- outside the priced range: {item['outside_range']}.")
+            if item["models_to_replace"]:
+                lines.append(f"- replace with checkpoint paths: {', '.join(item['models_to_replace'])}.")
+            if item.get("schedule"):
+                lines.append(f"- K per batch size ([start, end, K]; 0 = do not speculate): {item['schedule']}.")
+        else:
+            lines.append(f"- nothing exported: no configuration this engine runs beats plain decoding at batch "
+                         f"{item['batch']} in the simulator.")
+        if item.get("config") != item["overall_best"]:
+            lines.append(f"- the deployment's fastest is `{item['overall_best']}` ({item['overall_ratio']:.2f}x).")
+        lines += [f"- no counterpart: {n['method']}: {n['reason']}." for n in item["not_exported"]]
+        lines.append("")
+    if any(item["engine"] == "hf" and "file" in item for item in index):
+        lines += ["## Applying an hf_*.json", "", HF_FILE + ". With `target`, `assistant` and tokenized `inputs` loaded:",
+                  "", "```python", HF_SNIPPET.rstrip("\n"), "```", ""]
+    return "\n".join(lines)

@@ -1,0 +1,238 @@
+"""The sweep's report.md, in the order a person decides from it.
+
+First what to run per deployment: the answer, its own throughput and latency, plain decoding's,
+and why (the memory arithmetic where something does not fit, the Profile's held-out error where a
+gain is a tie); then, per deployment and batch size, every latency with the load it was served
+under; then the best configuration per method and profile with the configurations that tie with
+it, the papers' choices beside the sweep's, and one section per method with its figure.
+`md_table` is the project's markdown table (cells escaped, missing values as a dash).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+import methods
+from sweep import scoring
+from sweep.deployments import DEPLOYMENT, NOTHING_FITS, WAVES
+from sweep.plots import no_figure_note, not_drawn
+
+REPORT_ROWS = 5            # rows per (profile, method) in a method's section (at most --top)
+SHOWN_COLUMNS = ["profile", "method", "drafter", "dataset", "config", "speedup", "verdict", "tokens_per_step",
+                 "verified_per_step", "draft_cost"]
+BEST_COLUMNS = ["profile", "method", "drafter", "dataset", "config", "speedup", "ties", "verdict", "tokens_per_step",
+                "verified_per_step", "draft_cost", "ctx_len", "heldout_error", "sim_speedup", "sim_p05", "sim_p95"]
+# the answer table of one deployment: column -> header
+ANSWER_TABLE = {"batch": "batch", "answer": "run", "throughput_tok_s": "tok/s", "ar_throughput_tok_s": "plain tok/s",
+                "throughput_ratio": "x plain", "serving_verdict": "verdict", "tpot_ms": "TPOT ms",
+                "latency_s_p50": "own latency s", "ttft_ms": "TTFT ms (load)", "e2e_s_p50": "end-to-end s (load)",
+                "queue_s_p50": "wait s (load)", "alone_s": "alone s (batch 1)"}
+
+
+def md_table(frame: pd.DataFrame, columns: list[str], floatfmt: str = ".3g",
+             headers: dict[str, str] | None = None) -> str:
+    """A markdown table of `columns` (no tabulate dependency): '|' in a cell is escaped, a missing
+    value is a dash, a float is written with `floatfmt`."""
+    cols = [c for c in columns if c in frame.columns]
+    names = [(headers or {}).get(c, c) for c in cols]
+    lines = ["| " + " | ".join(names) + " |", "|" + "|".join(" --- " for _ in cols) + "|"]
+    for row in frame[cols].itertuples(index=False):
+        lines.append("| " + " | ".join(_cell(v, floatfmt) for v in row) + " |")
+    return "\n".join(lines)
+
+
+def _cell(value, floatfmt: str) -> str:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return "–"
+    if isinstance(value, (float, np.floating)):
+        return f"{float(value):,.0f}" if abs(value) >= 1000 else format(float(value), floatfmt)
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _deployment_name(d: dict[str, Any]) -> str:
+    return f"{d['profile']} ({d['hardware']}, {d['dataset']}, T={float(d['temperature']):g})"
+
+
+def markdown_report(result: Any, written: dict[str, Path], out_dir: Path) -> str:
+    opts = result.options
+    lines = [
+        "# specsim sweep",
+        "",
+        f"Profiles: {', '.join(result.profile_names)}. Methods: {', '.join(result.tables)}. "
+        f"Temperature {'lowest recorded per profile' if opts['temperature'] is None else opts['temperature']}, "
+        f"batch {opts['batch']}, hardware {opts['hardware'] or 'as profiled'}, "
+        f"{''.join(f'--{k} {v}, ' for k, v in opts['space'].items())}seed {opts['seed']}.",
+        f"{sum(len(t) for t in result.tables.values())} configurations scored by the closed forms in "
+        f"{result.timings.get('score', 0):.2f} s; the best {opts['rescore']} per method and profile re-scored "
+        f"in the simulator ({opts['sim_tokens']} tokens x {opts['sim_repeats']} seeds) in "
+        f"{result.timings.get('simulate', 0):.2f} s; deployments served at batch "
+        f"{', '.join(map(str, opts.get('batch_sizes') or [opts['batch']]))} in {result.timings.get('deployments', 0):.2f} s.",
+        "",
+    ]
+    lines += what_to_run(result)
+    lines += deployment_section(result, written, out_dir)
+    if "exports_md" in written:
+        lines += [f"Engine configurations ({', '.join(opts['export'])}): [exports.md](exports.md).", ""]
+    lines += best_section(result)
+    lines += choices_section(result.paper_choices)
+    lines += method_sections(result, written, out_dir)
+    if result.skipped:
+        lines += ["## Not scored", "", "(profile, method) pairs the profile lacks what the method needs for; the full "
+                  "list is in run.json (`skipped`).", ""] + [f"- {line}" for line in not_scored(result.skipped)] + [""]
+    return "\n".join(lines)
+
+
+def what_to_run(result: Any) -> list[str]:
+    """One row per deployment at its smallest batch: what to run, how fast, and why."""
+    answers = result.deployments
+    if answers.empty:
+        return []
+    first = answers.sort_values("batch", kind="stable").groupby(DEPLOYMENT, sort=False).head(1)
+    stops = result.stops_paying.set_index(DEPLOYMENT) if not result.stops_paying.empty else None
+    rows = []
+    for row in first.itertuples(index=False):
+        d = row._asdict()
+        run = d["answer"] if d["drafter"] in ("", "-") or d["answer"] in ("ar", NOTHING_FITS) \
+            else f"{d['answer']} (drafter {d['drafter']})"
+        why = d["why"]
+        if stops is not None and len(answers["batch"].unique()) > 1 and d["answer"] != NOTHING_FITS:
+            stop = stops.loc[tuple(d[k] for k in DEPLOYMENT)]
+            why += (f"; speculation stops paying at batch {int(stop['stops_paying_at'])}"
+                    if pd.notna(stop["stops_paying_at"]) else f"; it pays up to batch {int(stop['largest_batch'])}")
+        rows.append({"deployment": _deployment_name(d), "batch": d["batch"], "run": run,
+                     "tok/s": d["throughput_tok_s"], "x plain": d["throughput_ratio"],
+                     "latency s, one request alone": d["alone_s"], "why": why})
+    batch = int(first["batch"].min())
+    return ["## What to run", "",
+            f"Per deployment at batch {batch}: the configuration to run, its simulated tokens/s and its gain over "
+            f"plain decoding (x plain), the latency of a {int(result.options['sim_tokens'])}-token answer to one "
+            f"request served alone (no queue, batch 1), and why. A run named `ar` is plain decoding; "
+            f"`{NOTHING_FITS}` means not even plain decoding has KV memory on one GPU.", "",
+            md_table(pd.DataFrame(rows), ["deployment", "batch", "run", "tok/s", "x plain",
+                                          "latency s, one request alone", "why"]), ""]
+
+
+def deployment_section(result: Any, written: dict[str, Path], out_dir: Path) -> list[str]:
+    """The answer per deployment (model, hardware, dataset, temperature) at each batch size, with the
+    load behind every latency, why, and where speculation stops paying."""
+    answers = result.deployments
+    if answers.empty:
+        return []
+    lines = ["## Answer per deployment", "",
+             "A deployment is one target on one hardware for one dataset at one temperature; methods and drafters "
+             "compete only inside it. At each batch size B the closed forms' best configuration of every (method, "
+             "drafter) that fits in memory, scored at B, is served by the discrete-event simulator beside plain "
+             f"decoding, each request generating {int(result.options['sim_tokens'])} tokens. `run`: the fastest "
+             "speculative configuration where it serves more tokens/s than plain decoding, else `ar` (plain "
+             "decoding), with its own numbers; `verdict`: its gain against the Profile's held-out error (speculate, "
+             "tie). All served rows: [deployments_served.csv](deployments_served.csv).", "",
+             f"**The load behind the latencies.** At batch B, {WAVES} x B requests arrive together at t = 0 and B "
+             "decode at once; the others wait for a slot. TPOT (time per output token), TTFT and end-to-end latency "
+             "are for that load and include the wait (`wait s`, median). `own latency s` is a request's median time "
+             "from admission to its last token, without the wait, B sequences decoding together; `alone s` is the "
+             "latency of one request served alone at batch 1, without queueing.", ""]
+    if "plot:deployments" in written:
+        lines += [f"![deployments]({written['plot:deployments'].relative_to(out_dir).as_posix()})", ""]
+    stops = result.stops_paying.set_index(DEPLOYMENT)
+    for key, group in answers.groupby(DEPLOYMENT, sort=False):
+        d = dict(zip(DEPLOYMENT, key))
+        lines += [f"### {_deployment_name(d)}", "", md_table(group, list(ANSWER_TABLE), headers=ANSWER_TABLE), ""]
+        if len(group) > 1:       # one batch size: its why is in "What to run"
+            lines += [f"- batch {int(r.batch)}: **{r.answer}**: {r.why}." for r in group.itertuples()] + [""]
+        stop = stops.loc[key]
+        if not stop["runs"]:
+            lines += ["Nothing runs at any batch simulated: the target needs more memory than one GPU has "
+                      "(tensor parallelism over several GPUs, or a smaller dtype).", ""]
+        elif pd.notna(stop["stops_paying_at"]):
+            lines += [f"Speculation stops paying at batch **{int(stop['stops_paying_at'])}**.", ""]
+        else:
+            lines += [f"Speculation pays at every batch simulated (up to {int(stop['largest_batch'])}).", ""]
+    return lines
+
+
+def best_section(result: Any) -> list[str]:
+    """The best configuration per (profile, method) that fits, the ties beside it, and the memory
+    arithmetic of every setup that does not fit."""
+    best = result.best.sort_values(["profile", "speedup"], ascending=[True, False], kind="stable")
+    lines = ["## Best configuration per method and profile", "",
+             "Ranked by the closed form's predicted speedup, configurations that fit in memory first. `ties`: how "
+             "many other configurations of the same method are predicted within the Profile's held-out error "
+             "(`heldout_error`: its engine calibration, leave one configuration out, 90th percentile) of the one "
+             "shown: the model cannot tell them apart. Among equal predictions the one shown is the cheaper step "
+             "(fewer tokens verified, then less draft cost), then the first label in alphabetical order: the same "
+             "rule in every table and plot. `verdict`: speculate only when the predicted gain exceeds the held-out "
+             f"error, tie within it, `{scoring.DOES_NOT_FIT}` when its sequences do not fit in one GPU's memory. "
+             "`sim_*`: the simulator's speedup over repeated seeded runs (pooled, 5th and 95th percentile of "
+             "per-run speedup).", "",
+             md_table(best, BEST_COLUMNS), ""]
+    lines += _memory_notes(result, best)
+    return lines
+
+
+def _memory_notes(result: Any, frame: pd.DataFrame) -> list[str]:
+    """One line per (profile, drafter) of `frame` whose configurations do not fit: the arithmetic."""
+    if "verdict" not in frame:
+        return []
+    bad = frame[frame["verdict"] == scoring.DOES_NOT_FIT][["profile", "drafter"]].drop_duplicates()
+    notes = []
+    for row in bad.itertuples(index=False):
+        profile = result.profiles.get(row.profile)
+        if profile is not None:
+            drafter = None if row.drafter in ("-", "") else row.drafter
+            notes.append(f"- {row.profile}{'' if drafter is None else ' / ' + drafter}: "
+                         f"{scoring.memory_note(profile, drafter)}.")
+    return ([f"`{scoring.DOES_NOT_FIT}`:", ""] + notes + [""]) if notes else []
+
+
+def choices_section(choices: pd.DataFrame | None) -> list[str]:
+    """The papers' choices beside the sweep's; each reason written once, referenced by number."""
+    if choices is None or choices.empty:
+        return []
+    notes: list[str] = []
+    refs = []
+    for why in choices.get("why", pd.Series([""] * len(choices))):
+        why = why if isinstance(why, str) else ""
+        if why and why not in notes:
+            notes.append(why)
+        refs.append(f"[{notes.index(why) + 1}]" if why else "")
+    table = choices.drop(columns=["why"], errors="ignore").assign(why=refs)
+    return (["## The sweep's choices beside the papers'", "", md_table(table, list(table.columns)), ""]
+            + [f"{i}. {note}" for i, note in enumerate(notes, 1)] + [""])
+
+
+def method_sections(result: Any, written: dict[str, Path], out_dir: Path) -> list[str]:
+    opts = result.options
+    rows = min(REPORT_ROWS, int(opts.get("top", 50)))
+    lines = []
+    for method, frame in result.tables.items():
+        lines += [f"## {method}", ""]
+        plot = written.get(f"plot:{method}")
+        if plot is not None:
+            lines += [f"![{method}]({plot.relative_to(out_dir).as_posix()})", ""]
+            left_out = not_drawn(frame)
+            if left_out:
+                lines += [f"Not drawn (no configuration fits in memory): {', '.join(left_out)}.", ""]
+        else:
+            lines += [f"No figure: {no_figure_note(methods.get(method), frame)}.", ""]
+        csv = written[f"csv:{method}"].relative_to(out_dir).as_posix()
+        lines += [f"Tables: [{csv}]({csv}) (top {opts.get('top', 50)} per profile), "
+                  f"[tables/{method}.parquet](tables/{method}.parquet) (all {len(frame)} rows). Top {rows} per "
+                  "profile:", ""]
+        top = frame.sort_values(["profile", "rank"]).groupby("profile").head(rows)
+        lines += [md_table(top, SHOWN_COLUMNS), ""]
+    return lines
+
+
+def not_scored(skipped: list[str]) -> list[str]:
+    """The skipped pairs collapsed to one line per reason: the reason, how many profiles, which."""
+    by_reason: dict[str, list[str]] = {}
+    for line in skipped:
+        found = re.match(r"profile '(?P<name>[^']*)' (?P<reason>.*)", line)
+        name, reason = (found["name"], found["reason"]) if found else ("", line)
+        by_reason.setdefault(reason, []).append(name)
+    return [f"{reason}: {len(names)} profile(s)" + (f" ({', '.join(n for n in names if n)})" if any(names) else "")
+            for reason, names in sorted(by_reason.items(), key=lambda item: -len(item[1]))]

@@ -1,0 +1,276 @@
+"""The sweep's figures: one per method, drawn from what the method module states (`spec.plot`).
+
+One panel per deployment (profile, dataset, temperature), named in its title, drawing only the
+configurations that fit in memory (`not_drawn` names the deployments left out). A method's
+`PlotSpec` names the column `x` the speedup is drawn against, optionally `hue` (one line per
+value; a numeric hue with more than MAX_LINES values is cut into MAX_LINES ranges, each line the
+best configuration in its range) or `y` (a heatmap of the best speedup over (x, y)); without a hue,
+one line per drafter. Every other hyperparameter is maximised out: each point is the best
+configuration with those values, in the sweep's one order (`sweep.ranking`), so the
+best a panel labels is the one the tables name. Each panel labels its best configuration and the
+1.0 line (plain decoding) where they are drawn; an x whose values double (1, 2, 4, ...) gets a log2
+axis. Axis names come from the config's Params (`methods.config`) and the PlotSpec's `labels`.
+Columns that take a single value are dropped first (`figure_axes`): nothing is drawn that compares
+nothing, and the report says why.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from common import atomic
+from common.plotting import LABEL_BOX, pyplot, readable_ticks, reference_line
+from sweep import ranking
+from methods.spec import MethodSpec
+
+MAX_LINES = 6                 # lines per panel; a numeric hue with more values is cut into ranges
+PANEL = (4.4, 3.2)            # inches per panel
+COLUMNS = 3                   # panels per row
+PLAIN = "plain decoding = 1.0x"
+
+
+def _save(fig, path: Path) -> Path:
+    plt, _ = pyplot()
+    atomic.save_figure(path, fig)
+    plt.close(fig)
+    return path
+
+
+def _fitting(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[frame["fits"].astype(bool)] if "fits" in frame else frame
+
+
+def _panel_keys(frame: pd.DataFrame) -> list[str]:
+    return [c for c in ("profile", "dataset", "temperature") if c in frame]
+
+
+def _panel_title(key: dict) -> str:
+    extra = [str(key["dataset"])] if "dataset" in key else []
+    extra += [f"T={float(key['temperature']):g}"] if "temperature" in key else []
+    return f"{key['profile']}" + (f" ({', '.join(extra)})" if extra else "")
+
+
+def _panels(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    keys = _panel_keys(frame)
+    return [(_panel_title(dict(zip(keys, key if isinstance(key, tuple) else (key,)))), group)
+            for key, group in frame.groupby(keys, sort=True)]
+
+
+def not_drawn(frame: pd.DataFrame) -> list[str]:
+    """The deployments of a method's table left out of its figure: none of their configurations fits."""
+    drawn = {title for title, _ in _panels(_fitting(frame))}
+    return [title for title, _ in _panels(frame) if title not in drawn]
+
+
+def _varying(frame: pd.DataFrame, column: str | None) -> str | None:
+    """`column` if it takes more than one value in `frame`, else None (nothing to compare along it)."""
+    return column if column is not None and column in frame and frame[column].nunique(dropna=False) > 1 else None
+
+
+def figure_axes(spec: MethodSpec, frame: pd.DataFrame) -> tuple[str | None, str | None, str | None]:
+    """(x, hue, y) the method's figure is drawn over: its PlotSpec with every column that takes one
+    value among the configurations drawn dropped (a one-cell heatmap, a one-point line and a one-line
+    legend compare nothing). A heatmap losing a side becomes a line plot; a line plot losing x is
+    drawn against its hue. x is None when nothing varies: no figure (`no_figure_note` says why)."""
+    plot = spec.plot
+    shown = _fitting(frame)
+    if plot is None or shown.empty:
+        return None, None, None
+    x, hue, y = _varying(shown, plot.x), _varying(shown, plot.hue), _varying(shown, plot.y)
+    if plot.y is not None and (x is None or y is None):
+        x, hue, y = x or y, None, None
+    if x is None:
+        x, hue = hue, None
+    return x, hue, y
+
+
+def no_figure_note(spec: MethodSpec, frame: pd.DataFrame) -> str:
+    """Why `plot_method` drew nothing, for the report."""
+    if spec.plot is None:
+        return "the method states no figure"
+    if frame.empty:
+        return "no configuration was scored"
+    if _fitting(frame).empty:
+        return "no configuration scored fits in memory"
+    columns = [c for c in (spec.plot.x, spec.plot.hue, spec.plot.y) if c is not None]
+    return (f"every configuration scored has the same {', '.join(columns)}: nothing to compare "
+            "(the table below lists them)")
+
+
+def axis_label(spec: MethodSpec, column: str) -> str:
+    """What a column means, for an axis or a legend: the PlotSpec's label, else the config Param's
+    doc, with the column's name."""
+    labels = getattr(spec.plot, "labels", None) or {}
+    if column in labels:
+        return f"{labels[column]} ({column})"
+    config = getattr(spec, "config", None)
+    if config is not None and dataclasses.is_dataclass(config):
+        for f in dataclasses.fields(config):
+            doc = getattr(f.metadata.get("param"), "doc", "").split(" (")[0]     # its first clause
+            if f.name == column and doc:
+                return f"{doc} ({column})"
+    return column
+
+
+def _lines_of(frame: pd.DataFrame, hue: str) -> tuple[pd.Series, list]:
+    """Per row the line it belongs to, and the lines in order: the hue's values, or, for a numeric
+    hue with more than MAX_LINES values, MAX_LINES ranges of consecutive values ('3-4', '2.5-3.2')."""
+    values = frame[hue]
+    levels = sorted(values.dropna().unique(), key=lambda v: (isinstance(v, str), v))
+    if len(levels) <= MAX_LINES or not pd.api.types.is_numeric_dtype(values):
+        return values, levels
+    groups = np.array_split(np.asarray(levels, dtype=float), MAX_LINES)
+    names = [f"{g[0]:.3g}" if g[0] == g[-1] else f"{g[0]:.3g}-{g[-1]:.3g}" for g in groups]
+    starts = np.asarray([g[0] for g in groups])
+    index = np.searchsorted(starts, values.to_numpy(float), side="right") - 1
+    return pd.Series(np.asarray(names, dtype=object)[index], index=frame.index), names
+
+
+def _x_axis(ax, values) -> None:
+    readable_ticks(ax.xaxis, values)
+
+
+def _best_text(best: pd.Series, drafters: int) -> str:
+    """'best: <config> (<speedup>x)', with its drafter where the panel draws several."""
+    drafter = f"{best['drafter']}, " if drafters > 1 and "drafter" in best else ""
+    return f"best: {best['config']} ({drafter}{best['speedup']:.2f}x)"
+
+
+def _label_best(ax, best: pd.Series, x: str, drafters: int = 1) -> None:
+    """A star on the best configuration drawn, its label and speedup written beside it."""
+    ax.scatter([best[x]], [best["speedup"]], marker="*", s=150, color="black", zorder=6)
+    left, right = ax.get_xlim()
+    at = best[x]
+    if ax.get_xscale() == "log":
+        frac = (math.log(at) - math.log(left)) / (math.log(right) - math.log(left))
+    else:
+        frac = (at - left) / (right - left) if right > left else 0.5
+    ax.annotate(_best_text(best, drafters), (at, best["speedup"]),
+                xytext=(0, 9), textcoords="offset points", fontsize=7, fontweight="bold", bbox=LABEL_BOX,
+                ha="right" if frac > 0.6 else ("left" if frac < 0.25 else "center"), va="bottom", zorder=7)
+
+
+def _plain_line(ax) -> None:
+    """The 1.0 line, named where it is drawn; the y range holds it and, above the data, the best's label."""
+    reference_line(ax, 1.0, PLAIN)
+    low, high = ax.get_ylim()
+    ax.set_ylim(low, high + 0.1 * (high - low))
+
+
+def _grid(n: int, width: float = PANEL[0], height: float = PANEL[1]):
+    plt, _ = pyplot()
+    cols = min(COLUMNS, n)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows + 0.9), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat[:n])
+
+
+def plot_method(spec: MethodSpec, frame: pd.DataFrame, path: Path) -> Path | None:
+    """The figure of one method's scored table, one panel per deployment; None when there is
+    nothing to compare (`no_figure_note`)."""
+    x, hue, y = figure_axes(spec, frame)
+    if x is None:
+        return None
+    shown = _fitting(frame)
+    panels = _panels(shown)
+    if y is not None:
+        return _heatmaps(spec, panels, x, y, path)
+    line = hue or ("drafter" if _varying(shown, "drafter") else None)
+    plt, sns = pyplot()
+    lines, levels = _lines_of(shown, line) if line else (pd.Series("all", index=shown.index), ["all"])
+    ordered = bool(line) and pd.api.types.is_numeric_dtype(shown[line])     # a scale: light to dark
+    palette = dict(zip(levels, sns.color_palette("viridis" if ordered else "tab10", len(levels))))
+    fig, axes = _grid(len(panels))
+    drawn: set = set()
+    for ax, (title, sub) in zip(axes, panels):
+        along = x
+        if _varying(sub, x) is None and line and _varying(sub, line):      # this deployment has one x:
+            along, title = line, f"{title}\n{x} = {sub[x].iloc[0]:g} only"     # drawn against the hue
+            points = ranking.best_of(sub, [along]).sort_values(along)
+            ax.plot(points[along], points["speedup"], marker="o", ms=3.5, lw=1.4, color="dimgrey")
+        else:
+            points = ranking.best_of(sub.assign(__line=lines.loc[sub.index]), ["__line", x])
+            for level in levels:
+                one = points[points["__line"] == level].sort_values(x)
+                if len(one):
+                    ax.plot(one[x], one["speedup"], marker="o", ms=3.5, lw=1.4, color=palette[level])
+                    drawn.add(level)
+        _x_axis(ax, sub[along])
+        _plain_line(ax)
+        _label_best(ax, ranking.ranked(sub).iloc[0], along, sub["drafter"].nunique() if "drafter" in sub else 1)
+        ax.set_title(title, fontsize=8)
+        ax.set_xlabel(axis_label(spec, along), fontsize=8)
+        ax.set_ylabel("best predicted speedup (x)", fontsize=8)
+        ax.tick_params(labelsize=7)
+    if drawn and line:
+        handles = [plt.Line2D([], [], color=palette[v], marker="o", ms=4, lw=1.4) for v in levels if v in drawn]
+        names = [str(v) for v in levels if v in drawn]
+        title = axis_label(spec, line) + (" (ranges)" if len(levels) != shown[line].nunique() else "")
+        fig.legend(handles, names, title=textwrap.fill(title, 28), loc="upper left", bbox_to_anchor=(1.0, 0.9),
+                   fontsize=7, title_fontsize=8, frameon=False)
+    heading = (f"{spec.name}: best predicted speedup against {axis_label(spec, x)}"
+               + (f", one line per {axis_label(spec, line)}" if line else ""))
+    fig.suptitle(textwrap.fill(heading, int(14 * fig.get_figwidth())), fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    return _save(fig, path)
+
+
+def _heatmaps(spec: MethodSpec, panels, x: str, y: str, path: Path) -> Path:
+    """One heatmap of the best speedup over (x, y) per deployment, coloured around 1.0 (plain
+    decoding), its best cell outlined and named under the panel's title."""
+    plt, sns = pyplot()
+    from matplotlib.patches import Rectangle
+
+    cells = [ranking.best_of(sub, [y, x]).pivot(index=y, columns=x, values="speedup") for _, sub in panels]
+    width = max(4.4, 0.32 * max(c.shape[1] for c in cells) + 2.2)
+    height = max(3.2, 0.2 * max(c.shape[0] for c in cells) + 1.4)
+    fig, axes = _grid(len(panels), min(width, 9.0), min(height, 8.0))
+    for ax, (title, sub), grid in zip(axes, panels, cells):
+        spread = max(abs(np.nanmax(grid.to_numpy()) - 1.0), abs(np.nanmin(grid.to_numpy()) - 1.0), 0.05)
+        sns.heatmap(grid, annot=grid.size <= 120, fmt=".2f", cmap="RdYlGn", center=1.0, vmin=1 - spread,
+                    vmax=1 + spread, ax=ax, annot_kws={"size": 6},
+                    cbar_kws={"label": "best predicted speedup (1.0 = plain decoding)"})
+        best = ranking.ranked(sub).iloc[0]
+        row, col = list(grid.index).index(best[y]), list(grid.columns).index(best[x])
+        ax.add_patch(Rectangle((col, row), 1, 1, fill=False, edgecolor="black", lw=2.0))
+        ax.set_title(f"{title}\n{_best_text(best, sub['drafter'].nunique() if 'drafter' in sub else 1)}, outlined",
+                     fontsize=8)
+        ax.set_xlabel(axis_label(spec, x), fontsize=8)
+        ax.set_ylabel(axis_label(spec, y), fontsize=8)
+        ax.tick_params(labelsize=7)
+    fig.suptitle(f"{spec.name}: best predicted speedup over ({x}, {y}), every other parameter at its best",
+                 fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    return _save(fig, path)
+
+
+def plot_deployments(answers, path: Path) -> Path | None:
+    """The answer's served throughput over plain decoding against batch size, one line per
+    deployment (`sweep.deployments.best_per_batch`); None with fewer than two batch
+    sizes. A deployment where nothing runs is left out."""
+    data = answers.dropna(subset=["throughput_ratio"]) if not answers.empty else answers
+    if data.empty or data["batch"].nunique() < 2:
+        return None
+    plt, sns = pyplot()
+    data = data.assign(deployment=data["profile"].astype(str) + " (" + data["dataset"].astype(str)
+                       + ", T=" + data["temperature"].map("{:g}".format) + ")")
+    fig, ax = plt.subplots(figsize=(7.0, 4.2))
+    for (name, group), colour in zip(data.groupby("deployment", sort=True),
+                                     sns.color_palette("tab10", data["deployment"].nunique())):
+        group = group.sort_values("batch")
+        ax.plot(group["batch"], group["throughput_ratio"], marker="o", ms=4, color=colour, label=name)
+    _x_axis(ax, data["batch"])
+    reference_line(ax, 1.0, "plain decoding = 1.0x (at or below: run ar)")
+    ax.set(xlabel="batch size (sequences decoding together)", ylabel="answer's throughput / plain decoding",
+           title="what to run against batch size (simulated serving)")
+    ax.legend(fontsize=7, title="deployment", title_fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16),
+              ncol=2 if data["deployment"].nunique() > 3 else 1, frameon=False)
+    fig.tight_layout()
+    return _save(fig, path)

@@ -1,0 +1,75 @@
+"""One order for every table and plot of the sweep, and ties marked.
+
+Configurations that fit in memory come first (`fits`, sweep.scoring), then they are
+ranked by a figure of merit (the closed form's predicted speedup, or the simulator's served
+throughput); configurations equal in it to SIGNIFICANT digits are put in one
+order by the tie-break rule (`TIE_BREAK`): the cheaper step first (fewer tokens verified per step,
+then less draft cost), then the drafter and the label in alphabetical order. Every table, the
+answer per deployment, the plots' marked best and the papers' comparison take their best from
+`ranked`, so they name the same configuration.
+
+Two configurations *tie* when their figures differ by less than the Profile's held-out error (a
+relative error: the model cannot tell them apart). `ties_with_best` counts, per group, the
+configurations within that error of the group's best, which the report shows beside it.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+SIGNIFICANT = 9          # figures of merit equal to this many significant digits are equal
+TIE_BREAK = [("verified_per_step", True), ("draft_cost", True), ("drafter", True), ("config", True)]
+
+
+def _merit(values: pd.Series) -> np.ndarray:
+    """The figure rounded to SIGNIFICANT digits (NaN last), so float noise does not decide an order."""
+    v = values.to_numpy(dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale = 10.0 ** (SIGNIFICANT - 1 - np.floor(np.log10(np.abs(v))))
+    rounded = np.where(np.isfinite(v) & (v != 0), np.round(v * scale) / scale, v)
+    return np.where(np.isnan(rounded), -np.inf, rounded)
+
+
+def ranked(frame: pd.DataFrame, key: str = "speedup", by: Sequence[str] = ()) -> pd.DataFrame:
+    """`frame` sorted by `by` (groups, ascending), those that fit first, then `key` descending, then
+    the tie-break rule."""
+    if frame.empty:
+        return frame
+    merit = "__merit"
+    fit = ["fits"] if "fits" in frame else []
+    cols, ascending = list(by) + fit + [merit], [True] * len(by) + [False] * len(fit) + [False]
+    for col, asc in TIE_BREAK:
+        if col in frame and col != key:
+            cols.append(col)
+            ascending.append(asc)
+    order = frame.assign(**{merit: _merit(frame[key])})
+    return order.sort_values(cols, ascending=ascending, kind="stable", na_position="last").drop(columns=merit)
+
+
+def best_of(frame: pd.DataFrame, by: Sequence[str], key: str = "speedup", n: int = 1) -> pd.DataFrame:
+    """The first `n` rows of each group of `by` in the ranked order."""
+    if frame.empty:
+        return frame
+    return ranked(frame, key, by).groupby(list(by), sort=False, dropna=False).head(n)
+
+
+def within_error(value: np.ndarray | float, best: np.ndarray | float, error: np.ndarray | float | None):
+    """Whether `value` ties with `best`: best / value - 1 <= error (no error known: equal only)."""
+    err = np.nan_to_num(np.asarray(0.0 if error is None else error, dtype=float), nan=0.0)
+    value, best = np.asarray(value, dtype=float), np.asarray(best, dtype=float)
+    return value * (1.0 + err) >= best * (1.0 - 1e-12)
+
+
+def ties_with_best(frame: pd.DataFrame, by: Sequence[str], key: str = "speedup",
+                   error: str = "heldout_error") -> pd.Series:
+    """Per row: how many other rows of its group tie with the group's best (within `error` of it)."""
+    if frame.empty:
+        return pd.Series(dtype=int)
+    groups = frame.groupby(list(by), sort=False, dropna=False)
+    best = groups[key].transform("max")
+    err = frame[error] if error in frame else None
+    tied = within_error(frame[key], best, err)
+    return pd.Series(tied, index=frame.index).groupby([frame[c] for c in by], sort=False,
+                                                      dropna=False).transform("sum").astype(int) - 1

@@ -1,0 +1,126 @@
+"""The sweep's outputs: ranked tables, the best configurations, per-deployment answers, the report.
+
+`write_outputs(result, out_dir)` writes, atomically:
+
+    out/tables/<method>.parquet        every configuration scored, ranked (zstd-compressed parquet)
+    out/tables/<method>_top<N>.csv     the top N (--top) per profile of the same table
+    out/best.csv                       the best configuration per (profile, method), simulator spread
+    out/deployments.csv                per deployment and batch size: the served best, throughput,
+                                       latency, plain decoding's throughput, where speculation stops paying
+    out/deployments_served.csv         every configuration served per deployment and batch size
+    out/paper_choices.csv              the sweep's choice beside the papers' own, where they give one
+    out/plots/<method>.png             one figure per method (sweep.plots, from `spec.plot`)
+    out/plots/deployments.png          with several batch sizes: throughput over plain decoding per batch
+    out/<engine>_*.json|.txt, exports.md  with --export (sweep.export)
+    out/report.md                      what to run per deployment and why, then the rest (sweep.markdown)
+    out/run.json                       options, profiles, timings
+
+and `stdout_table(result)` is the short table the command prints.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+import methods
+from common import atomic
+from sweep.deployments import DEPLOYMENT
+from sweep.markdown import markdown_report
+from sweep.plots import plot_deployments, plot_method
+
+
+def _write_parquet(path: Path, frame: pd.DataFrame, metadata: dict[str, str]) -> Path:
+    """zstd-compressed parquet with the run's options in the footer, atomically."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                           **{k.encode(): v.encode() for k, v in metadata.items()}})
+    with atomic.atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
+    return Path(path)
+
+
+def _write_csv(path: Path, frame: pd.DataFrame) -> Path:
+    """CSV through pyarrow's writer (several times faster than pandas' on 100 000 rows), atomically."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    with atomic.atomic_path(path) as tmp:
+        pacsv.write_csv(pa.Table.from_pandas(frame, preserve_index=False), tmp)
+    return Path(path)
+
+
+def _plain_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """Tuples (k-configurations, bin arrays) become 'x'-joined text so CSV and parquet agree
+    (each distinct tuple joined once: a k column holds few distinct values in many rows)."""
+    out = frame.copy()
+    for col in out.columns:
+        if out[col].dtype == object and any(isinstance(v, tuple) for v in out[col].dropna().iloc[:1]):
+            codes, uniques = pd.factorize(out[col])
+            texts = np.asarray([_joined(v) for v in uniques] + [None], dtype=object)
+            out[col] = texts[codes]     # code -1 (missing) -> None
+    return out
+
+
+def _joined(value):
+    return "x".join(map(str, value)) if isinstance(value, tuple) else value
+
+
+def write_outputs(result: Any, out_dir: Path, progress: bool = False) -> dict[str, Path]:
+    """Write every table, plot and the report of a SweepResult into `out_dir`; return the paths
+    (a progress bar over the tables and plots when `progress` and it takes over a second)."""
+    from common.progress import progress_bar
+
+    out_dir = Path(out_dir)
+    written: dict[str, Path] = {}
+    started = time.perf_counter()
+    top = int(result.options.get("top", 50))
+    bar = progress_bar(3 * len(result.tables), "writing tables and plots", progress, unit="file")
+    for method, frame in result.tables.items():
+        plain = _plain_columns(frame)
+        written[f"parquet:{method}"] = _write_parquet(out_dir / "tables" / f"{method}.parquet", plain,
+                                                      {"specsim": json.dumps(result.options)})
+        bar.update()
+        written[f"csv:{method}"] = _write_csv(out_dir / "tables" / f"{method}_top{top}.csv", plain[plain["rank"] <= top])
+        bar.update()
+        plot = plot_method(methods.get(method), frame, out_dir / "plots" / f"{method}.png")
+        if plot is not None:
+            written[f"plot:{method}"] = plot
+        bar.update()
+    bar.close()
+    written["best"] = _write_csv(out_dir / "best.csv", _plain_columns(result.best))
+    if not result.deployments.empty:
+        answers = result.deployments.merge(result.stops_paying, on=DEPLOYMENT, how="left")
+        written["deployments"] = _write_csv(out_dir / "deployments.csv", answers)
+        written["served"] = _write_csv(out_dir / "deployments_served.csv", result.served)
+        plot = plot_deployments(result.deployments, out_dir / "plots" / "deployments.png")
+        if plot is not None:
+            written["plot:deployments"] = plot
+    if result.options.get("export"):
+        from sweep.export import plan, write_exports
+
+        written.update(write_exports(plan(result.served, result.profiles, result.options["export"]), out_dir))
+    if result.paper_choices is not None and not result.paper_choices.empty:
+        written["paper_choices"] = atomic.write_csv(out_dir / "paper_choices.csv", result.paper_choices)
+    result.timings["write"] = time.perf_counter() - started
+    written["run"] = atomic.write_json(out_dir / "run.json", {"options": result.options, "timings_s": result.timings,
+                                                              "skipped": result.skipped})
+    written["report"] = atomic.write_text(out_dir / "report.md", markdown_report(result, written, out_dir))
+    return written
+
+
+def stdout_table(result: Any) -> str:
+    """The short table printed at the end of a sweep: best configuration per method and profile."""
+    best = result.best.sort_values(["profile", "speedup"], ascending=[True, False])
+    cols = [c for c in ["profile", "method", "drafter", "config", "speedup", "verdict", "tokens_per_step",
+                        "sim_speedup"] if c in best]
+    view = best[cols].copy()
+    view["profile"] = view.profile.str.slice(0, 40)
+    return view.to_string(index=False, float_format=lambda v: f"{v:.2f}")

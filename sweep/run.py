@@ -1,0 +1,236 @@
+"""The sweep (the main job's library): search every method's configuration space on one or more Profiles.
+
+Steps: load the profiles (default: every `data/profiles/*.json`), move their latency models to
+`--hardware` if asked (`profiles.Profile.on_hardware`), enumerate each registered method's space
+on each of its setups (`methods`: `spec.space(setup)`), cut it into chunks and hand the chunks to
+the executor (local processes or Dask, `sweep.executor`), which scores them with the closed
+forms or, given a TokenTrace, exact greedy replay (`sweep.scoring`), and ranks them in
+one order (`sweep.ranking`: what fits in memory first). The best few configurations per
+(profile, method) are then re-scored in the discrete-event simulator with several seeds, for their
+spread, each task seeded from what it is (`common.seeds.derive_seed`).
+Then one answer per deployment (`sweep.deployments`): at each of `--batch-sizes` the closed
+forms' best of every (method, drafter) is served by the simulator beside plain decoding, giving
+the best configuration per batch and the batch where speculation stops paying; `--export` writes
+it as vLLM / SGLang / transformers accept it (`sweep.export`).
+Outputs (`sweep.report`): full tables (zstd parquet), the top `--top` per method as CSV,
+best configurations, per-deployment answers, the papers' choices beside the sweep's, plots and a
+markdown report in `--out`; a short table on stdout.
+"""
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+
+import methods
+from common.bundled import bundled
+from profiles.profile import Profile
+from common.errors import InputError
+from common.seeds import derive_seed
+from sweep import deployments, ranking, scoring
+from sweep.estimate import CHUNK_ROWS, space_options
+from common.progress import progress_bar
+from methods.spec import MethodSpec, Setup
+
+DEFAULT_CTX = 512        # context of a Profile without a recorded workload
+
+BUNDLED_PROFILES = bundled("profiles")
+
+
+@dataclass
+class SweepOptions:
+    methods: list[str] = field(default_factory=lambda: methods.names(sweep_only=True))
+    temperature: float | None = None
+    dataset: str | None = None
+    batch: int = 1
+    hardware: str | None = None
+    space: dict[str, int] = field(default_factory=lambda: {k: o.default for k, o in methods.space_options().items()})
+    ctx_len: int | None = None    # None: each Profile's workload context (else DEFAULT_CTX)
+    seed: int = 0
+    rescore: int = 2          # best configurations per (profile, method) re-scored in the simulator
+    sim_tokens: int = 256     # tokens generated per request: simulated, and priced by the closed forms
+    sim_repeats: int = 5      # seeded simulated runs per configuration
+    token_trace: str | None = None
+    batch_sizes: list[int] | None = None   # per-deployment answers at these batches (None: --batch only)
+    top: int = 50             # CSV and markdown rows per (profile, method); parquet keeps all
+    export: list[str] = field(default_factory=list)   # engines to write configurations for
+
+
+@dataclass
+class SweepResult:
+    tables: dict[str, pd.DataFrame]
+    best: pd.DataFrame
+    paper_choices: pd.DataFrame | None
+    options: dict[str, Any]
+    timings: dict[str, float]
+    skipped: list[str]
+    profile_names: list[str]
+    served: pd.DataFrame = field(default_factory=pd.DataFrame)      # every configuration served, per batch
+    deployments: pd.DataFrame = field(default_factory=pd.DataFrame)  # best per (deployment, batch)
+    stops_paying: pd.DataFrame = field(default_factory=pd.DataFrame)
+    profiles: dict[str, Profile] = field(default_factory=dict)
+
+
+def bundled_profile_paths() -> list[Path]:
+    return sorted(BUNDLED_PROFILES.glob("*.json"))
+
+
+def load_profiles(paths: list[str] | None) -> list[Profile]:
+    """The user's profile files, or every bundled one; InputError when there are none."""
+    if paths:
+        return [Profile.load(p) for p in paths]
+    found = bundled_profile_paths()
+    if not found:
+        raise InputError(f"no bundled profiles in {BUNDLED_PROFILES}; pass --profile FILE")
+    return [Profile.load(p) for p in found]
+
+
+def _chunks(frame: pd.DataFrame, rows: int) -> list[pd.DataFrame]:
+    return [frame.iloc[i:i + rows].reset_index(drop=True) for i in range(0, len(frame), rows)] or [frame]
+
+
+def space_of(spec: MethodSpec, setup: Setup, opts: SweepOptions) -> pd.DataFrame:
+    """The method's search space on `setup`, given the sweep options its `space` takes by name."""
+    space = spec.space(setup, **space_options(spec, opts))
+    if opts.token_trace and "monotone" in space:   # exact replay costs a pass over the trace per
+        space = space[space.monotone].reset_index(drop=True)   # configuration: keep MCSD's monotonic rule
+    return space
+
+
+def setting_of(profile: Profile, opts: SweepOptions, batch: int | None = None) -> scoring.Setting:
+    """The scoring setting of one Profile: its forwards costed at --ctx-len, else at the mean
+    context of the workload its traces saw (prompt + half the new tokens), else DEFAULT_CTX."""
+    ctx = opts.ctx_len if opts.ctx_len is not None else (profile.workload_ctx(opts.dataset) or DEFAULT_CTX)
+    return scoring.Setting(temperature=opts.temperature, batch=opts.batch if batch is None else batch,
+                           ctx_len=int(round(ctx)), dataset=opts.dataset, token_trace=opts.token_trace,
+                           new_tokens=opts.sim_tokens)
+
+
+def run_sweep(profiles: list[Profile], opts: SweepOptions, executor, choices: Callable | None = None) -> SweepResult:
+    """Score every configuration of every method on every profile; re-score the best in the simulator;
+    `choices(tables, best)` sets the papers' own choices beside the sweep's (`papers.choices.compare`)."""
+    timings: dict[str, float] = {}
+    skipped: list[str] = []
+    setting = functools.partial(setting_of, opts=opts)
+    t0 = time.perf_counter()
+    if opts.hardware:  # measured-table profiles (e.g. a CPU recording) cannot move: skipped, said so
+        moved = []
+        for p in profiles:
+            try:
+                moved.append(p.on_hardware(opts.hardware))
+            except InputError as exc:
+                skipped.append(f"{p.name}: {exc}")
+        if not moved:
+            raise InputError(skipped[0])
+        profiles = moved
+    tables = _score_tables(profiles, opts, executor, opts.batch, skipped)
+    timings["score"] = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    best = _top(tables, max(opts.rescore, 1))       # --rescore 0: the closed forms' best, not simulated
+    by_profile = {p.name: p for p in profiles}
+    sim_tasks = []
+    for i in range(len(best) if opts.rescore else 0):    # --rescore 0: nothing simulated
+        row, name = best.iloc[[i]], best["profile"].iat[i]
+        config = scoring.sim_config(row)       # a seed of its own (profile, configuration, load), not a counter
+        seed = derive_seed(opts.seed, "stream", name, row["method"].iat[0], sorted(config.items()), opts.sim_tokens)
+        sim_tasks.append(scoring.SimTask(by_profile[name], row["method"].iat[0], config, setting(by_profile[name]),
+                                         seed, opts.sim_tokens, opts.sim_repeats))
+    sims = executor.map(scoring.simulate_task, sim_tasks, desc="simulating the best") if sim_tasks else []
+    if sims:
+        best = pd.concat([best.reset_index(drop=True), pd.DataFrame(sims)], axis=1)
+    best_one = ranking.best_of(best, ["profile", "method"]).merge(_ties(tables), on=["profile", "method"], how="left")
+    timings["simulate"] = time.perf_counter() - t1
+    paper_choices = choices(tables, best) if choices is not None else None
+
+    t2 = time.perf_counter()
+    served = _serve_deployments(profiles, opts, executor, tables)
+    timings["deployments"] = time.perf_counter() - t2
+    return SweepResult(tables=tables, best=best_one.reset_index(drop=True), paper_choices=paper_choices,
+                       options=asdict(opts), timings=timings, skipped=skipped,
+                       profile_names=[p.name for p in profiles], served=served,
+                       deployments=deployments.best_per_batch(served), stops_paying=deployments.stops_paying(served),
+                       profiles=by_profile)
+
+
+def _score_tables(profiles: list[Profile], opts: SweepOptions, executor, batch: int,
+                  skipped: list[str]) -> dict[str, pd.DataFrame]:
+    """Every configuration of every method on every profile scored by the closed forms at `batch`;
+    a (profile, method) without a setup is added to `skipped` with the reason."""
+    builds = []        # (profile, method, setup, setting): one space each
+    for profile in profiles:
+        setting = setting_of(profile, opts, batch)
+        for method in opts.methods:
+            try:
+                builds += [(profile, method, setup, setting) for setup in scoring.setups(profile, method, setting)]
+            except InputError as exc:
+                skipped.append(str(exc))
+    tasks: list[scoring.ScoreTask] = []
+    with progress_bar(len(builds), f"building the search space (batch {batch})",
+                      getattr(executor, "progress", False), unit="space") as bar:
+        for profile, method, setup, setting in builds:
+            space = space_of(methods.get(method), setup, opts)
+            tasks += [scoring.ScoreTask(profile, method, setup.base, chunk, setting) for chunk in _chunks(space, CHUNK_ROWS)]
+            bar.update()
+    if not tasks:
+        raise InputError("no (profile, method) pair can be scored: " + "; ".join(skipped[:3]))
+    return _rank(executor.map(scoring.score_task, tasks, desc=f"scoring configurations (batch {batch})"))
+
+
+def _serve_deployments(profiles: list[Profile], opts: SweepOptions, executor,
+                       tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """At each batch size: the closed forms' best per (deployment, method, drafter), scored at that
+    batch, served by the simulator beside plain decoding (`sweep.deployments`)."""
+    by_name = {p.name: p for p in profiles}
+    hardware = {p.name: p.hardware for p in profiles}
+    ctx = {p.name: setting_of(p, opts).ctx_len for p in profiles}
+    heldout = {p.name: p.heldout_error() for p in profiles}
+    measured = {p.name: deployments.measured_batch(p) for p in profiles}
+    frames = []
+    for batch in opts.batch_sizes or [opts.batch]:
+        scored = tables if batch == opts.batch else _score_tables(profiles, opts, executor, batch, [])
+        cands = deployments.candidates(scored, hardware)
+        tasks, rows = deployments.serve_tasks(cands, by_name, batch, ctx, opts.sim_tokens, opts.seed)
+        served = executor.map(deployments.serve_task, tasks, desc=f"serving the best (batch {batch})")
+        frames.append(deployments.answers(rows, served, batch, heldout, measured))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _rank(scored: list[pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """Concatenate the chunks per method; rank within each profile in the sweep's one order
+    (`sweep.ranking`: those that fit in memory first, then by predicted speedup)."""
+    by_method: dict[str, list[pd.DataFrame]] = {}
+    for frame in scored:
+        by_method.setdefault(str(frame["method"].iloc[0]), []).append(frame)
+    tables = {}
+    for method in methods.names():
+        if method not in by_method:
+            continue
+        frame = pd.concat(by_method[method], ignore_index=True)
+        frame = ranking.ranked(frame, "speedup", ["profile"])
+        frame["rank"] = frame.groupby("profile").cumcount() + 1
+        tables[method] = frame.reset_index(drop=True)
+    return tables
+
+
+def _top(tables: dict[str, pd.DataFrame], n: int) -> pd.DataFrame:
+    rows = [frame.groupby("profile").head(n) for frame in tables.values()]
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+
+
+def _ties(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per (profile, method): how many other configurations that fit tie with its best, i.e. are
+    predicted within the Profile's held-out error of it (`sweep.ranking.ties_with_best`)."""
+    rows = []
+    for frame in tables.values():
+        fitting = frame[frame["fits"]] if "fits" in frame else frame
+        if fitting.empty:
+            continue
+        ties = ranking.ties_with_best(fitting, ["profile"])
+        rows.append(fitting.assign(ties=ties).groupby("profile", sort=False)
+                    .agg(method=("method", "first"), ties=("ties", "first")).reset_index())
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["profile", "method", "ties"])
