@@ -146,37 +146,42 @@ class BatchKVCache:
         """ids [b, q], positions [b, q] and mask [b, 1, q, width + q] of a forward over every live row
         (a row with no tokens takes part as padding only); q = the most tokens of a row."""
         b, past = self.active, self.width
-        if len(rows) != b:
+        if len(rows) != b or not rows:
             raise ValueError(f"{len(rows)} row inputs for {b} live rows")
         counts = torch.tensor([len(r.tokens) for r in rows])
-        q = max(int(counts.max()) if b else 0, 1)
+        q = max(int(counts.max()), 1)
         lengths = torch.tensor(self.row_lengths)
-        slots = lengths[:, None] + torch.arange(q)                      # where each query row's key goes
+        slots = lengths[:, None] + torch.arange(q)                  # [b, q]: where each query's key goes
         ids, positions = torch.zeros(b, q, dtype=torch.long), slots.clone()
-        spans = [q if r.tail is None else r.tail.shape[1] for r in rows]
-        tails = torch.zeros(b, q, max(spans), dtype=torch.bool)
-        causal = torch.ones(q, q, dtype=torch.bool).tril()
-        for i, r in enumerate(rows):
+        tails = [self._tail(i, r) for i, r in enumerate(rows)]
+        span = torch.tensor([t.shape[1] for t in tails])
+        packed = torch.zeros(b, q, max(int(span.max()), 1), dtype=torch.bool)
+        for i, (r, tail) in enumerate(zip(rows, tails)):
             n = len(r.tokens)
-            tail = causal[:n, :n] if r.tail is None else r.tail.to("cpu", torch.bool)
-            if r.tail is None:
-                spans[i] = n
-            elif tail.shape[0] != n or not n <= tail.shape[1] <= self.row_lengths[i] + n:
-                raise ValueError(f"tail mask of shape {tuple(tail.shape)} for {n} tokens after {self.row_lengths[i]}")
             ids[i, :n] = torch.tensor(r.tokens, dtype=torch.long)
             if r.positions is not None:
                 positions[i, :n] = r.positions.to("cpu")
-            tails[i, :n, : tail.shape[1]] = tail
+            packed[i, :n, : tail.shape[1]] = tail
+        # key k of row i: before the row's tail visible, inside it the tail's column, after it hidden
         keys = torch.arange(past + q)
-        span = torch.tensor(spans)
-        rel = keys[None] - (lengths + counts - span)[:, None]           # key index from the row's tail start
-        in_tail = (rel >= 0) & (rel < span[:, None])
-        from_tail = tails.gather(2, rel.clamp(0, tails.shape[2] - 1)[:, None].expand(b, q, past + q))
-        mask = torch.where(in_tail[:, None], from_tail, (rel < 0)[:, None])
-        padding = torch.arange(q)[None] >= counts[:, None]
-        mask = torch.where(padding[:, :, None], keys[None, None] == slots[:, :, None], mask)
+        column = keys[None] - (lengths + counts - span)[:, None]    # [b, keys]
+        inside = (column >= 0) & (column < span[:, None])
+        from_tail = packed.gather(2, column.clamp(0, packed.shape[2] - 1)[:, None].expand(b, q, past + q))
+        mask = torch.where(inside[:, None], from_tail, (column < 0)[:, None])
+        padding = torch.arange(q)[None] >= counts[:, None]          # [b, q]
+        mask = torch.where(padding[:, :, None], keys == slots[:, :, None], mask)   # padding sees its own key
         dev = self.device
         return ids.to(dev), positions.to(dev), mask[:, None].to(dev)
+
+    def _tail(self, row: int, given: RowInput) -> torch.Tensor:
+        """A row input's tail mask [n, m] (causal over its n tokens when it gives none)."""
+        n = len(given.tokens)
+        if given.tail is None:
+            return torch.ones(n, n, dtype=torch.bool).tril()
+        tail = given.tail.to("cpu", torch.bool)
+        if tail.shape[0] != n or not n <= tail.shape[1] <= self.row_lengths[row] + n:
+            raise ValueError(f"tail mask of shape {tuple(tail.shape)} for {n} tokens after {self.row_lengths[row]}")
+        return tail
 
     def advance(self, counts: list[int]) -> None:
         """Count the real tokens a batched forward wrote to each row."""

@@ -149,6 +149,8 @@ class BatchEngine:
         for name, value in (("batch", batch), ("context", context)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InputError(f"{name} must be an integer >= 1, got {value!r}")
+        if config.get("mode", "eager") != "eager":
+            raise InputError(f"the batch engine runs in eager mode only (runtime.ragged), got mode {config['mode']!r}")
         self.template = make_decoder(method, target, drafter, sampling=sampling, seed=seed, **config)
         if not self.template.batchable:
             raise InputError(f"batched decoding takes {', '.join(batched_methods())}; got '{method}'")

@@ -257,6 +257,9 @@ def test_bad_batches_and_requests_are_refused_in_one_line(models):
         BatchEngine("sd", target, shallow, batch=64, context=4096, cache_budget=2**20)
     _one_line(excinfo, "batch 64 at a context of 4096 tokens needs 256.0 MiB of KV cache, over the cache budget of 1.0 MiB")
     with pytest.raises(InputError) as excinfo:
+        BatchEngine("sd", target, shallow, batch=2, mode="graph")
+    _one_line(excinfo, "the batch engine runs in eager mode only (runtime.ragged), got mode 'graph'")
+    with pytest.raises(InputError) as excinfo:
         BatchEngine("coral", target, batch=2)
     _one_line(excinfo, f"batched decoding takes {', '.join(batched_methods())}; got 'coral'")
     engine = BatchEngine("ar", target, batch=2, context=16)
@@ -272,4 +275,5 @@ def test_bad_batches_and_requests_are_refused_in_one_line(models):
     engine.add("a", [1, 2], 3)
     with pytest.raises(InputError, match="request id 'a' is already queued or decoding"):
         engine.add("a", [1, 2], 3)
-    assert set(batched_methods()) == {"ar", "sd", "prompt_lookup", "mcsd", "cape", "glide"}
+    assert set(batched_methods()) >= {"ar", "sd", "prompt_lookup", "mcsd", "cape", "glide"}
+    assert not set(batched_methods()) & {"coral", "kangaroo", "lookahead"}
