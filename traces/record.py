@@ -16,6 +16,10 @@ the entropy come from the plain softmax. The drafter is a draft model (`--drafte
 cape) or a method's own drafter (`--method M`, e.g. an early-exit drafter's shallow layers + adapter):
 whichever decoder scores a sequence with its drafter in one pass (`Decoder.drafter_logits`).
 
+Batched mode (`--batch B`): the prompts are decoded as one continuous batch of up to B rows and
+written as BatchStepTrace rows, one per (step, row), at the end of the run (`traces.batch_record`;
+not resumable: a row's numbers depend on its neighbours).
+
 Resumable: the output file is rewritten (atomically) after every prompt; a rerun with the same
 arguments skips the prompts already in it, and a file from a different run is refused. Seeded:
 the decoder of each prompt gets `--seed` plus a stable hash of the prompt id, so a prompt's
@@ -36,9 +40,11 @@ import torch
 from methods import BASELINE
 import methods
 from traces import schema
+from traces.batch_record import record_batch
 from runtime.engine import Decoder, Generation, Sampling, StepRecord, make_decoder
 from runtime.engine.__main__ import decoder_arguments, load_drafter, own_drafter_methods
 from runtime.engine.ar import AR
+from runtime.engine.batch import batched_methods
 from common.errors import InputError
 from common.cli import CliParser, cli_entry
 from common.progress import add_progress_option, progress_enabled
@@ -77,6 +83,13 @@ class Run:
         if own is not None:
             raise InputError(f"{self.method}: give the drafter file with --drafter, not in --config")
         self.sampling = Sampling(args.temperature, args.top_p)
+        if args.batch is not None:
+            if args.batch < 1:
+                raise InputError(f"--batch must be >= 1, got {args.batch}")
+            if args.teacher_forced:
+                raise InputError("--batch records steps: it does not go with --teacher-forced")
+            if self.method not in batched_methods():
+                raise InputError(f"--batch decodes {', '.join(batched_methods())}; got '{self.method}'")
         if args.teacher_forced and self.method not in teacher_forced_methods():
             raise InputError(f"--teacher-forced records a drafter's view: method must be one of "
                              f"{', '.join(teacher_forced_methods())}, got '{self.method}'")
@@ -92,6 +105,7 @@ class Run:
         elif args.drafter is not None:
             self.drafter = load_drafter(args.drafter, self.target)
             drafter_arg = self.drafter.model
+        self.drafter_arg, self.arguments = drafter_arg, arguments
         self.decoder = make_decoder(self.method, self.target.model, drafter_arg, sampling=self.sampling,
                                     seed=args.seed, **arguments)
         self.eos = getattr(self.target.tokenizer, "eos_token_id", None)
@@ -103,6 +117,8 @@ class Run:
             "max_new_tokens": args.max_new_tokens, "prompts": prompt_sets(args.prompts), "turn": args.turn,
             "chat": args.chat,
         }
+        if args.batch is not None:        # only then: the run ids of unbatched runs stay what they were
+            self.key.update(mode="batch_step", batch=args.batch)
         self.run_id = hashlib.sha1(json.dumps(self.key, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
     @property
@@ -259,6 +275,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="base seed; each prompt adds a hash of its id")
     p.add_argument("--teacher-forced", action="store_true", help="write TokenTrace rows instead of StepTrace rows")
+    p.add_argument("--batch", type=int, default=None,
+                   help="decode the prompts as one continuous batch of up to B rows (runtime.engine.batch) and write "
+                        "BatchStepTrace rows, once at the end (not resumable; default: one prompt at a time)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own choice)")
     p.add_argument("--out", required=True, help="output parquet file (resumed if it holds this run)")
@@ -283,8 +302,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.limit is not None and args.limit < 1:
         raise InputError(f"--limit must be >= 1, got {args.limit}")
     prompts = load_prompt_mix(args.prompts, field=args.field)[:args.limit]
-    out = claim_file(args.out, args.overwrite, resumable=True)
+    out = claim_file(args.out, args.overwrite, resumable=args.batch is None)
     run = Run(args)
+    if args.batch is not None:
+        rows = record_batch(run, prompts)
+        schema.write_trace(out, pd.DataFrame(rows, columns=list(schema.BATCH_STEP_COLUMNS)), run.metadata())
+        if args.progress is not False:
+            print(f"{out}: {len(prompts)} prompt(s) decoded in batches of up to {args.batch}, {len(rows)} batch_step rows")
+        return 0
     previous = existing_rows(out, run, args.overwrite)
     rows: list[dict] = [] if previous is None else previous.to_dict("records")
     done = set() if previous is None else set(previous["prompt_id"])

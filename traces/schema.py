@@ -1,4 +1,9 @@
-"""The trace contracts: LatencyTrace, StepTrace and TokenTrace tables plus their run metadata.
+"""The trace contracts: LatencyTrace, StepTrace, BatchStepTrace and TokenTrace tables plus their
+run metadata.
+
+A BatchStepTrace (kind "batch_step", `runtime.engine.batch`) has one row per (step, row of the
+batch): the row's own numbers (its request, context, tree size, accepted tokens) beside the step's
+seconds, which every row of a step repeats (group by `step` for one value per step).
 
 Every table is a pandas DataFrame on the way in and out, stored as parquet with the run metadata
 (JSON) in the file footer under the key `specsim`. `validate` checks a frame against its contract
@@ -58,6 +63,29 @@ def step_wall_s(steps: pd.DataFrame) -> pd.Series:
     return steps["draft_s"] + steps["verify_s"] + steps["overhead_s"]
 
 
+BATCH_STEP_COLUMNS: dict[str, str] = {
+    "run_id": "str",
+    "method": "str",
+    "config": "json",
+    "step": "int",           # 0-based engine step of the run, shared by the step's rows
+    "batch": "int",          # rows the step decoded
+    "request_id": "str",     # the row's request (its prompt id)
+    "ctx_len": "int",        # the row's committed tokens (prompt + generated) before the step
+    "draft_forwards": "int", # drafter forwards the row's proposal asked for (run with the other rows')
+    "verify_tokens": "int",  # the row's tree: pending token + drafts
+    "verify_width": "int",   # query tokens per row of the step's verify forward: its widest tree
+    "accepted": "int",       # tokens the step added to the row's output
+    "joined": "bool",        # the request was prefilled at this step
+    "draft_s": "float",      # the step's seconds, the same on each of its rows
+    "verify_s": "float",
+    "overhead_s": "float",
+    "prefill_s": "float",    # the prefills of the requests that joined at the step
+    "accept_mask": "list",
+    "confidences": "list",
+}
+STEP_SECONDS = ("draft_s", "verify_s", "overhead_s", "prefill_s")
+
+
 TOKEN_COLUMNS: dict[str, str] = {
     "run_id": "str",
     "prompt_id": "str",
@@ -76,12 +104,14 @@ OPTIONAL_COLUMNS: dict[str, dict[str, tuple[str, Any]]] = {
     "step": {"mode": ("str", "eager"),       # runtime mode of the engine that ran the steps
              "pair": ("int", -1)},           # generation paired with plain decoding (traces.drift); -1: none
     "token": {},
+    "batch_step": {},
 }
 
 CONTRACTS: dict[str, dict[str, str]] = {
     "latency": LATENCY_COLUMNS,
     "step": STEP_COLUMNS,
     "token": TOKEN_COLUMNS,
+    "batch_step": BATCH_STEP_COLUMNS,
 }
 
 REQUIRED_METADATA = ("kind", "schema_version")
@@ -91,7 +121,7 @@ REQUIRED_METADATA = ("kind", "schema_version")
 class RunMetadata:
     """What a trace table was recorded from. Stored beside every table (parquet footer)."""
 
-    kind: str                                   # "latency" | "step" | "token"
+    kind: str                                   # "latency" | "step" | "token" | "batch_step"
     models: dict[str, str] = field(default_factory=dict)   # role -> model name/path
     hardware: str = "unknown"
     dtype: str = "fp32"
@@ -151,6 +181,10 @@ def validate(frame: pd.DataFrame, kind: str, source: str = "trace") -> pd.DataFr
             out[name] = series.astype(str)
         elif col_kind == "list":
             out[name] = series.map(lambda v: list(v) if v is not None else [])
+        elif col_kind == "bool":
+            if not series.map(lambda v: isinstance(v, (bool, np.bool_))).all():
+                raise InputError(f"{source}: column '{name}' must hold booleans")
+            out[name] = series.astype(bool)
     if kind == "latency":
         for name in ("n_tokens", "batch", "repeats"):
             if (out[name] < 1).any():
@@ -163,6 +197,8 @@ def validate(frame: pd.DataFrame, kind: str, source: str = "trace") -> pd.DataFr
         if bad.any():
             raise InputError(f"{source}: column 'mode' must be one of {', '.join(MODES)}, "
                              f"got {out['mode'][bad].iloc[0]!r}")
+    if kind == "batch_step":
+        _check_batch_steps(out, source)
     if kind == "token":
         if (out["draft_rank"] < 0).any():
             raise InputError(f"{source}: column 'draft_rank' must be >= 0")
@@ -171,6 +207,32 @@ def validate(frame: pd.DataFrame, kind: str, source: str = "trace") -> pd.DataFr
             if bad.any():
                 raise InputError(f"{source}: column '{name}' must lie in [0, 1]")
     return out
+
+
+def _check_batch_steps(out: pd.DataFrame, source: str) -> None:
+    """A BatchStepTrace's rows: counts >= 1, seconds >= 0, and each step one batch: as many rows as
+    its `batch`, each request once, its seconds and verify width the same on every row, that width
+    its widest tree."""
+    for name in ("batch", "verify_tokens", "accepted"):
+        if (out[name] < 1).any():
+            raise InputError(f"{source}: column '{name}' must be >= 1")
+    for name in (*STEP_SECONDS, "draft_forwards"):
+        if (out[name] < 0).any():
+            raise InputError(f"{source}: column '{name}' must be >= 0")
+    steps = out.groupby(["run_id", "step"], sort=False)
+    for name in ("batch", "verify_width", *STEP_SECONDS):
+        varies = steps[name].nunique() > 1
+        if varies.any():
+            raise InputError(f"{source}: column '{name}' differs between the rows of step {varies.idxmax()[1]}")
+    size, batch = steps.size(), steps["batch"].first()
+    widest, width = steps["verify_tokens"].max(), steps["verify_width"].first()
+    checks = ((size != batch, lambda k: f"has {size[k]} rows, its batch column says {batch[k]}"),
+              (steps["request_id"].nunique() != size, lambda k: "holds a request twice"),
+              (widest != width, lambda k: f"has verify_width {width[k]}, its widest tree {widest[k]} tokens"))
+    for bad, says in checks:
+        if bad.any():
+            key = bad.idxmax()
+            raise InputError(f"{source}: step {key[1]} {says(key)}")
 
 
 def write_trace(path: str | Path, frame: pd.DataFrame, metadata: RunMetadata) -> Path:

@@ -24,13 +24,14 @@ from torch import nn
 from common.errors import InputError
 from runtime.cache import KVCache
 from runtime.drafters.common import UNTRAINED, check_untrained, int_option, materialise, positions, resolve_drafter
-from runtime.engine.base import Decoder, Proposal
+from runtime.engine.base import Decoder, Proposing
 from runtime.engine.cape import CAPE
 from runtime.engine.draft_model import DrafterState
 from runtime.engine.sd import SD
 from runtime.graph import static_forward
 from runtime.linear import Linear
 from runtime.llama import ForwardOutput, Llama, LlamaConfig, RMSNorm, rotate_half
+from runtime.ragged import BatchKVCache
 
 
 @dataclass
@@ -244,23 +245,30 @@ DRAFTER = GlideDrafter        # the class `runtime.drafters.io` loads for its ki
 # ------------------------------------------------------------------------------- the decoder
 
 class GlideState(DrafterState):
-    """`DrafterState` for a GLIDE drafter: every forward also reads the target's current cache."""
+    """`DrafterState` for a GLIDE drafter: every forward also reads the target's current cache.
+
+    In a batch that cache's rows hold their own lengths (`runtime.ragged.BatchKVCache`): a query
+    sees a row's cached target keys before its position and within that row's length only.
+    """
 
     def __init__(self, model: GlideDrafter, decoder: Decoder, cache):
         super().__init__(model, cache)
         self.decoder = decoder
 
-    def feed(self, tokens: list[int], positions: torch.Tensor | None = None,
-             mask: torch.Tensor | None = None) -> torch.Tensor:
-        target = self.decoder.target
-        ids = torch.tensor([tokens], dtype=torch.long, device=target.device)
-        with torch.no_grad():
-            if self.cache.static:
-                return self.model.static_draft(ids, self.decoder.target_cache, target.rope, self.cache,
-                                               positions, mask)[0]
-            out = self.model(ids, self.model.target_kv(self.decoder.target_cache), target.rope,
-                             cache=self.cache, position_ids=positions, mask=mask)
-        return out.logits[0]
+    @property
+    def target_cache(self):
+        return self.decoder.target_cache
+
+    def forward(self, ids: torch.Tensor, cache, positions: torch.Tensor | None, mask: torch.Tensor | None,
+                target_cache) -> torch.Tensor:
+        rope = self.decoder.target.rope
+        if cache.static:
+            return self.model.static_draft(ids, target_cache, rope, cache, positions, mask)
+        cross = None
+        if isinstance(target_cache, BatchKVCache):
+            cross = causal_cross_mask(positions, target_cache.width) & target_cache.filled()
+        return self.model(ids, self.model.target_kv(target_cache), rope, cache=cache, position_ids=positions,
+                          mask=mask, cross_mask=cross).logits
 
 
 class Glide(CAPE):
@@ -289,5 +297,5 @@ class Glide(CAPE):
     def start_drafter(self, prompt: list[int]) -> None:
         self.draft = GlideState(self.drafter, self, self.new_cache("drafter", self.drafter, len(prompt)))
 
-    def propose(self) -> Proposal:
+    def propose(self) -> Proposing:
         return SD.propose(self) if self.config.bins is None else CAPE.propose(self)

@@ -10,6 +10,7 @@ class AR(Decoder):
     """Plain autoregressive decoding with the target: the reference of every identity test."""
 
     method = BASELINE
+    batchable = True
 
     def propose(self) -> Proposal:
         return Proposal(rules.TokenTree((-1,), (-1,)))

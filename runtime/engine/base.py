@@ -4,11 +4,15 @@ State of a decoder between steps: `tokens` (prompt + generated, all committed); 
 holds every committed token except the last one, the *pending* token, which the next verification
 forward takes as the root of the draft tree. A step:
   1. `propose()` -> `Proposal`: a token tree (rules.TokenTree) hanging off the pending token, q rows
-     when the drafts were sampled from a drafter, the drafter confidences and forward count;
+     when the drafts were sampled from a drafter, the drafter confidences and forward count. A
+     method with a draft model writes it as a generator that yields each drafter forward it needs
+     (a `Feed`) and receives its logits: alone each runs on the drafter's own cache (`run_alone`), in
+     a batch every row's feed of a round runs as one forward (`runtime.engine.batch`);
   2. `verify(proposal)` -> (`Verdict`, p logits): one target forward over [pending] + tree nodes with
      the ancestor mask and positions root + depth, then the rules (`engine.verify`);
   3. `commit(proposal, verdict)`: keep the prefix and the accepted path in the target cache
-     (`KVCache.keep`), append the verdict's tokens; methods roll their own drafter state back.
+     (`KVCache.keep`), then `accept`: append the verdict's tokens, methods roll their own drafter
+     state back (a batch keeps every row's path at once, then lets each row `accept`).
 Mode (`runtime.cache.MODES`, `use_mode`): eager caches (the default), static caches, or static caches
 whose forwards are padded to width buckets and replayed as CUDA graphs (`runtime.graph`); the
 engine code is the same in all three, every forward goes through the model with its cache.
@@ -19,6 +23,7 @@ borders of timed regions, so nothing else is serialised.
 from __future__ import annotations
 
 import time
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +33,7 @@ from verification import rules
 from runtime.engine import tree as tree_geo
 from runtime.engine.verify import Sampling, TorchSource, greedy_verdict, sampled_verdict
 from runtime.cache import STEP_ROOM, check_mode
+from runtime.ragged import RowInput
 from runtime.graph import GraphRunner
 from common.errors import InputError
 import methods
@@ -42,6 +48,37 @@ class Proposal:
     confidences: list[float] = field(default_factory=list)  # drafter top-1 prob per drafted position
     draft_forwards: int = 0
     naive: bool = False                     # candidates not drawn from q (CAPE sets, n-grams): one-hot drafts
+
+
+@dataclass
+class Feed(RowInput):
+    """One drafter forward a proposal asks for (`RowInput`: tokens, their positions, the tail mask
+    over the cache's last keys) on the drafter cache of `state`, the
+    `runtime.engine.draft_model.DrafterState` that asked. What comes back is its logits [n, vocab]."""
+
+    state: Any = None
+
+
+Proposing = Generator[Feed, torch.Tensor, Proposal]   # a propose() that asks for drafter forwards
+
+
+def run_alone(feeding: Any) -> Any:
+    """What a generator of `Feed`s (a `propose()`, a drafter's catch-up) returns when run alone:
+    each forward it asks for runs on its drafter's own cache. Anything else is returned as it is."""
+    if not isinstance(feeding, Generator):
+        return feeding
+    try:
+        feed = next(feeding)
+        while True:
+            feed = feeding.send(feed.state.run(feed))
+    except StopIteration as done:
+        return done.value
+
+
+def accept_mask(proposal: Proposal, verdict: rules.Verdict) -> list[bool]:
+    """Per drafted position of the tree's depth: whether the verdict accepted it."""
+    depth = max(tree_geo.depths(proposal.tree.parents))
+    return [i < verdict.n_accepted for i in range(depth)]
 
 
 @dataclass
@@ -106,6 +143,8 @@ class Decoder:
     needs_drafter = False        # the drafter argument must be a draft model (a Llama)
     own_drafter = False          # the drafter argument is the method's own module or file (None: untrained)
     options: dict[str, Any] = {}  # construction options beyond the method config, with their defaults
+    batchable = False            # `runtime.engine.batch` may decode it (its verify and commit are these)
+    draft = None                 # the `DrafterState` its proposals feed, set at start by methods that draft
 
     def __init__(self, target: Llama, drafter: Llama | None = None, *, sampling: Sampling | None = None,
                  seed: int = 0, spec: "methods.MethodSpec | None" = None, **config: Any):
@@ -198,7 +237,7 @@ class Decoder:
         return torch.tensor([tokens], dtype=torch.long, device=self.target.device)
 
     # -- one step --------------------------------------------------------------------------------
-    def propose(self) -> Proposal:
+    def propose(self) -> Proposal | Proposing:
         raise NotImplementedError
 
     def verify(self, proposal: Proposal) -> tuple[rules.Verdict, int]:
@@ -222,6 +261,11 @@ class Decoder:
         """Keep the pending token and the accepted path in the target cache; append the tokens."""
         start = self.root_index  # cache index of the pending token's entry
         self.target_cache.keep(start + 1, [start + node for node in verdict.path])
+        self.accept(proposal, verdict)
+
+    def accept(self, proposal: Proposal, verdict: rules.Verdict) -> None:
+        """The verdict's tokens join the output and the method rolls its state back; the target
+        cache's edit is the caller's (`commit` alone, `runtime.engine.batch` for every row at once)."""
         self.tokens.extend(verdict.tokens)
         self.after_commit(proposal, verdict)
 
@@ -233,16 +277,14 @@ class Decoder:
         ctx_len = len(self.tokens)
         begin = time.perf_counter()
         with self.timer.region("draft"):
-            proposal = self.propose()
+            proposal = run_alone(self.propose())
         self.root_index = self.target_cache.length
         verdict, verify_tokens = self.verify(proposal)
         self.commit(proposal, verdict)
         total = time.perf_counter() - begin
         draft_s, verify_s = self.timer.totals.get("draft", 0.0), self.timer.totals.get("verify", 0.0)
-        depth = max(tree_geo.depths(proposal.tree.parents))
-        mask = [i < verdict.n_accepted for i in range(depth)]
         return StepRecord(index, ctx_len, proposal.draft_forwards, draft_s, verify_tokens, verify_s,
-                          max(total - draft_s - verify_s, 0.0), len(verdict.tokens), mask,
+                          max(total - draft_s - verify_s, 0.0), len(verdict.tokens), accept_mask(proposal, verdict),
                           [float(c) for c in proposal.confidences], self.mode)
 
     def generate(self, prompt: list[int], max_new_tokens: int, eos_token_id: int | None = None) -> Generation:

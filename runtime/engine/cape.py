@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from costmodel.cape import confidence_bin
-from runtime.engine.base import Proposal
+from runtime.engine.base import Proposal, Proposing
 from runtime.engine.draft_model import DraftModelDecoder
 from verification import rules
 
@@ -18,9 +18,9 @@ class CAPE(DraftModelDecoder):
 
     method = "cape"
 
-    def propose(self) -> Proposal:
+    def propose(self) -> Proposing:
         gamma, bins = self.config.gamma, self.config.bins
-        logits = self.draft.catch_up(self.tokens)
+        logits = yield from self.draft.catch_up(self.tokens)
         chain, expansions, conf = [], [], []
         for i in range(gamma):
             q = self.sampling.probs(logits)
@@ -31,7 +31,7 @@ class CAPE(DraftModelDecoder):
             expansions.append([t for t in ranked if t != chain[-1]][: size - 1])
             conf.append(c)
             if i + 1 < gamma:
-                logits = self.draft.feed([chain[-1]])[-1]
+                logits = (yield from self.draft.feed([chain[-1]]))[-1]
                 self.draft.seq.append(chain[-1])
         parents, tokens = list(range(-1, gamma)), [-1, *chain]
         for i, extra in enumerate(expansions):

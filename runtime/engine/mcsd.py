@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from runtime.engine import tree as tree_geo
-from runtime.engine.base import Proposal
+from runtime.engine.base import Proposal, Proposing
 from runtime.engine.draft_model import DraftModelDecoder
 from verification import rules
 
@@ -18,10 +18,10 @@ class MCSD(DraftModelDecoder):
     def replacement(self) -> bool:
         return self.config.replacement
 
-    def propose(self) -> Proposal:
+    def propose(self) -> Proposing:
         levels, replacement = self.config.k, self.config.replacement
         prefix = len(self.tokens)
-        logits_rows = {0: self.draft.catch_up(self.tokens)}
+        logits_rows = {0: (yield from self.draft.catch_up(self.tokens))}
         parents, tokens = [-1], [-1]
         q_rows: dict[int, torch.Tensor] = {}
         frontier = [0]
@@ -36,10 +36,10 @@ class MCSD(DraftModelDecoder):
                     new_nodes.append(len(parents) - 1)
             frontier = new_nodes
             if depth + 1 < len(levels) and frontier:
-                anc = tree_geo.ancestor_mask(parents)[frontier][:, 1:]
+                anc = tree_geo.ancestor_mask(parents)[frontier][:, 1:]   # over the tree nodes fed so far
                 base = prefix + depth  # positions: the root (pending) sits at prefix - 1
                 positions = torch.full((len(frontier),), base, device=self.drafter.device)
-                out = self.draft.feed([tokens[n] for n in frontier], positions, tree_geo.with_prefix(prefix, anc))
+                out = yield from self.draft.feed([tokens[n] for n in frontier], positions, anc)
                 logits_rows.update({n: out[i] for i, n in enumerate(frontier)})
                 forwards += 1
         vocab = self.drafter.config.vocab_size

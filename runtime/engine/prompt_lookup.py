@@ -38,6 +38,7 @@ def match_continuation(tokens: Sequence[int], n_min: int, n_max: int, gamma: int
 
 class PromptLookup(Decoder):
     method = "prompt_lookup"
+    batchable = True
 
     def propose(self) -> Proposal:
         c = self.config

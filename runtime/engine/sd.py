@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from runtime.engine.base import Proposal
+from runtime.engine.base import Proposal, Proposing
 from runtime.engine.draft_model import DraftModelDecoder
 from verification import rules
 
@@ -13,9 +13,9 @@ class SD(DraftModelDecoder):
 
     method = "sd"
 
-    def propose(self) -> Proposal:
+    def propose(self) -> Proposing:
         gamma = self.config.gamma
-        logits = self.draft.catch_up(self.tokens)
+        logits = yield from self.draft.catch_up(self.tokens)
         drafts, q_rows, conf = [], [], []
         for i in range(gamma):
             (token,), q = self.draw(logits, 1, True)
@@ -23,7 +23,7 @@ class SD(DraftModelDecoder):
             q_rows.append(q)
             conf.append(float(q.max()))
             if i + 1 < gamma:
-                logits = self.draft.feed([token])[-1]
+                logits = (yield from self.draft.feed([token]))[-1]
                 self.draft.seq.append(token)
         q_rows.append(torch.zeros_like(q_rows[0]))  # the leaf has no q
         return Proposal(rules.TokenTree.chain(drafts), torch.stack(q_rows), conf, draft_forwards=gamma)

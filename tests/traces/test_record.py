@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
+from common.errors import InputError
 from traces import check_replay, record, replay, schema
 from runtime.engine import Sampling
 
@@ -148,6 +149,9 @@ def test_check_replay_refuses_what_it_cannot_check(tmp_path, capsys, method, nee
     (["--method", "lookahead", "--teacher-forced"], "--teacher-forced"),
     (["--method", "sd", "--prompts", "NOTJSONL"], "is not JSON"),
     (["--method", "sd", "--limit", "0"], "--limit must be >= 1, got 0"),
+    (["--method", "sd", "--batch", "0"], "--batch must be >= 1, got 0"),
+    (["--method", "sd", "--batch", "2", "--teacher-forced"], "does not go with --teacher-forced"),
+    (["--method", "lookahead", "--batch", "2"], "--batch decodes ar, "),
 ])
 def test_bad_input_one_line_exit_2_nothing_written(tmp_path, prompts, capsys, extra, needle):
     bad = tmp_path / "bad.jsonl"
@@ -157,6 +161,42 @@ def test_bad_input_one_line_exit_2_nothing_written(tmp_path, prompts, capsys, ex
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith("error: ") and needle in err and "\n" not in err
     assert not out.exists()
+
+
+def test_a_batched_run_writes_a_row_per_step_and_row(tmp_path, prompts, capsys):
+    """--batch: the prompts decoded three rows at a time (the fourth joins when one leaves), each
+    request's steps those of its own step-mode recording; written once, not resumed."""
+    code, out = rec(tmp_path, prompts, "--method", "sd", "--config", '{"gamma": 3}', "--batch", "3")
+    assert code == 0
+    frame, meta = schema.read_trace(out, "batch_step")
+    assert meta.extra["run_key"]["batch"] == 3 and meta.extra["run_key"]["mode"] == "batch_step"
+    assert frame.batch.max() == 3 and frame.joined.sum() == 4 and frame[frame.joined].step.max() > 0
+    code, alone = rec(tmp_path, prompts, "--method", "sd", "--config", '{"gamma": 3}', out="alone.parquet")
+    steps, _ = schema.read_trace(alone, "step")
+    for prompt_id, rows in frame.groupby("request_id"):
+        own = steps[steps.prompt_id == prompt_id]
+        assert rows.accepted.tolist() == own.accepted.tolist() and rows.ctx_len.tolist() == own.ctx_len.tolist()
+    code, _ = rec(tmp_path, prompts, "--method", "sd", "--config", '{"gamma": 3}', "--batch", "3")
+    assert code == 2 and "already exists" in capsys.readouterr().err
+
+
+def test_batch_step_tables_are_checked(tmp_path, prompts):
+    code, out = rec(tmp_path, prompts, "--method", "prompt_lookup", "--batch", "2")
+    frame, _ = schema.read_trace(out, "batch_step")
+    first = frame.index[frame.step == 0]
+    bad_frames = {
+        "column 'verify_s' differs between the rows of step 0": frame.assign(
+            verify_s=frame.verify_s.where(frame.index != first[0], 9.0)),
+        "step 0 has 1 rows, its batch column says 2": frame.drop(index=first[1]),
+        "step 0 holds a request twice": frame.assign(request_id=frame.request_id.where(frame.index != first[1],
+                                                                                       frame.request_id[first[0]])),
+        "step 0 has verify_width 9, its widest tree": frame.assign(verify_width=frame.verify_width.where(frame.step != 0, 9)),
+        "column 'joined' must hold booleans": frame.assign(joined=1),
+        "column 'prefill_s' must be >= 0": frame.assign(prefill_s=-1.0),
+    }
+    for needle, bad in bad_frames.items():
+        with pytest.raises(InputError, match=needle):
+            schema.validate(bad, "batch_step")
 
 
 def test_last_step_ends_at_max_new_tokens(tmp_path, prompts):
