@@ -107,7 +107,7 @@ def build_parser() -> CliParser:
                    help="prompt sets, taken in turn; at least the largest batch of them (default %(default)s)")
     p.add_argument("--max-new-tokens", type=int, default=16, help="tokens per request (default %(default)s)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default %(default)s)")
-    p.add_argument("--out", default=None, help="also write both tables to this CSV file")
+    p.add_argument("--out", default=None, help="also write both tables to this CSV file (default: print only)")
     return p
 
 
