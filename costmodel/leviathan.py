@@ -58,8 +58,9 @@ def generation_tokens(reach, new_tokens=None):
     that stops after `new_tokens` (its last step clipped there): new_tokens / E[steps], exact.
     A step starts at every committed count the generation stops on below new_tokens, so E[steps]
     sums the renewal probabilities u(n) = sum_j P(X = j) u(n - j), u(0) = 1, over n < new_tokens;
-    u(n) settles at 1 / E[X] geometrically, and once the last G + 1 all have, the rest is summed in
-    closed form. Short generations matter: a step's tokens past the end are wasted (at 32 tokens
+    u(n) settles at 1 / E[X] geometrically, and once a row's last G + 1 have, the rest of that row is
+    summed in closed form and the row leaves the loop (most settle in ~70 steps, a few take 200); the
+    arrays hold one row per lag, so each step is a few contiguous vector operations. Short generations matter: a step's tokens past the end are wasted (at 32 tokens
     and E[X] = 4.3, 8% fewer per step than the steady state)."""
     r = np.asarray(reach, dtype=float)
     if r.ndim == 0 or r.shape[-1] == 0:
@@ -72,18 +73,29 @@ def generation_tokens(reach, new_tokens=None):
     total = int(check_positive_int("new_tokens", new_tokens))
     flat = r.reshape(-1, r.shape[-1])
     survival = np.concatenate([np.ones((flat.shape[0], 1)), flat, np.zeros((flat.shape[0], 1))], axis=1)
-    p = survival[:, :-1] - survival[:, 1:]                  # P(X = j), j = 1..G + 1
+    p = np.ascontiguousarray((survival[:, :-1] - survival[:, 1:]).T)     # p[j - 1] = P(X = j), j = 1..G + 1
+    width = p.shape[0]
     limit = 1.0 / mean.reshape(-1)
-    recent = np.zeros_like(p)                               # recent[:, j - 1] = u(n - j)
-    recent[:, 0] = 1.0
-    steps = np.ones(flat.shape[0])                          # u(0)
+    history = np.zeros_like(p)                   # history[(n - j) % width] = u(n - j): a ring, row per lag
+    history[0] = 1.0                             # u(0)
+    steps = np.ones(flat.shape[0])
+    live = np.arange(flat.shape[0])              # rows still in the loop
+    done = np.zeros(live.size, bool)             # of those, the ones settled (summed; dropped in bulk)
     for n in range(1, total):
-        u = np.einsum("mj,mj->m", p, recent)
-        steps += u
-        recent = np.concatenate([u[:, None], recent[:, :-1]], axis=1)
-        if n >= p.shape[1] and np.max(np.abs(recent - limit[:, None])) < 1e-13:
-            steps += (total - 1 - n) * limit
-            break
+        u = np.zeros(live.size)
+        for j in range(1, width + 1):
+            u += p[j - 1] * history[(n - j) % width]
+        history[n % width] = u
+        steps[live] += np.where(done, 0.0, u)
+        if n >= width:
+            settled = ~done & (np.max(np.abs(history - limit), axis=0) < 1e-13)
+            steps[live[settled]] += (total - 1 - n) * limit[settled]     # the rest of a settled row, closed form
+            done |= settled
+            if done.sum() * 8 > live.size:       # drop the settled rows once they are an eighth
+                keep = ~done
+                live, p, history, limit, done = live[keep], p[:, keep], history[:, keep], limit[keep], done[keep]
+                if not live.size:
+                    break
     return (total / steps).reshape(mean.shape)
 
 

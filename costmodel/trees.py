@@ -19,6 +19,9 @@ _CONFIG_RE = re.compile(r"^\s*\d+(\s*[x×*]\s*\d+)*\s*$")
 
 def parse_k_config(config) -> tuple[int, ...]:
     """'4x2x1', (4, 2, 1) or [4, 2, 1] -> (4, 2, 1); ValueError unless every factor is an integer >= 1."""
+    if type(config) is tuple and config and set(map(type, config)) == {int} and min(config) >= 1 \
+            and len(config) <= MAX_DEPTH:
+        return config           # already one: a space labels 10^5 of them
     if isinstance(config, str):
         if not _CONFIG_RE.match(config):
             raise ValueError(f"k-configuration '{config}' is not a product of positive integers like '4x2x1'")
@@ -39,7 +42,7 @@ def parse_k_config(config) -> tuple[int, ...]:
 
 
 def format_k_config(config) -> str:
-    return "x".join(str(k) for k in parse_k_config(config))
+    return "x".join(map(str, parse_k_config(config)))
 
 
 def alpha_at_k_lookup(alpha_at_k, ks) -> np.ndarray:

@@ -22,7 +22,7 @@ from common.rundir import add_overwrite_option, open_run
 from costmodel.hardware import hardware_names
 from papers import choices as paper_choices
 from sweep import deployments, scoring
-from sweep.estimate import MAX_HOURS, check_fits, estimate
+from sweep.estimate import MAX_HOURS, Deadline, check_fits, estimate
 from common.progress import add_progress_option, progress_enabled
 from sweep.executor import EXECUTORS, make_executor, worker_count
 from sweep.run import (BUNDLED_PROFILES, SweepOptions, setting_of, space_of, bundled_profile_paths,
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     scoring.check_recorded(profiles, opts.temperature, opts.dataset)
     progress = progress_enabled(args.progress)
     workers = worker_count(args.workers) if args.executor == "local" or not args.scheduler else 1
-    cost = estimate(profiles, opts, space_of, setting_of, workers)   # before any space is built (.estimate)
+    cost = estimate(profiles, opts, setting_of, workers)   # before any space is built (.estimate)
     if args.estimate_only:
         print(cost.describe())
         return 0
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"estimate: {cost.configurations:,} configurations, ~{cost.bytes / 1e9:.2f} GB at the peak, "
                   f"~{cost.seconds / 60:.1f} min on {workers} worker(s)", file=sys.stderr)
         with make_executor(args.executor, workers=workers if not args.scheduler else None, address=args.scheduler,
-                           progress=progress) as executor:
+                           progress=progress, deadline=Deadline(args.max_hours)) as executor:
             result = run_sweep(profiles, opts, executor, choices=paper_choices.compare)
         written = write_outputs(result, Path(args.out), progress=progress)
     n = sum(len(f) for f in result.tables.values())

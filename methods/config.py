@@ -134,7 +134,8 @@ class IntTuple(Param):
         if value is None and self.omit is None:
             return None
         try:
-            return tuple(int(v) for v in self.parser(value))
+            parsed = self.parser(value)
+            return parsed if type(parsed) is tuple and set(map(type, parsed)) <= {int} else tuple(int(v) for v in parsed)
         except InputError as exc:
             raise InputError(f"config '{name}': {exc}") from None
         except (TypeError, ValueError) as exc:
@@ -230,10 +231,11 @@ class MethodConfig:
             written: dict[Any, str] = {}
             column = []
             for value in values:
-                key = _hashable(value)
-                if key not in written:
-                    written[key] = _token(f, f.metadata["param"].check(f.name, _plain(value)))
-                column.append(written[key])
+                key = value if type(value) in _PLAIN_TYPES else _hashable(value)
+                token = written.get(key)
+                if token is None:
+                    token = written[key] = _token(f, f.metadata["param"].check(f.name, _plain(value)))
+                column.append(token)
             columns.append(column)
         return [" ".join([cls.method] + [t for t in row if t]) for row in zip(*columns)] if columns else [cls.method] * n
 
@@ -271,6 +273,9 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (np.ndarray, list)):
         return tuple(np.asarray(value).tolist())
     return value
+
+
+_PLAIN_TYPES = {int, float, str, bool, tuple}     # cells a frame holds as they are: their own key
 
 
 def _hashable(value: Any) -> Any:

@@ -1,74 +1,68 @@
-"""What a sweep will cost before it builds anything: configurations, memory and time per (profile, method).
+"""What a sweep will cost before it builds anything, and the guard that holds it to `--max-hours`.
 
-The counts come from each method's own `space_size` (methods.spec; MCSD counts its trees per
-running product instead of enumerating them), so the estimate and the space cannot disagree on
-the rules. Everything else is measured on a small sample of the same work, run by the sweep's own
-code, and scaled (`Cost`):
-- the closed forms: bytes per row of a space and of its scored table, the working memory per row
-  while a chunk is scored, and CPU seconds per row, priced over the sweep's generation length
-  (`--sim-tokens`; past SAMPLE_TOKENS the sample is priced at the three LONG_TOKENS, its memory
-  carried on linearly and its time as a + c * tokens^p, so a long generation is never priced to
-  estimate it);
-- the simulator: a stream's and a served request's fixed and per-token seconds and bytes, from
-  samples of STREAM_TOKENS and SERVE_TOKENS (the longer one lengthened until its time clearly
-  rises over the shorter's), carried on linearly (a simulated generation's steps are arrays of
-  its length; one step's events serve a whole batch, so serving takes about the same time at
-  any batch).
-At its peak the sweep holds every space chunk and PEAK_COPIES scored copies of each row (the
-scored chunks, their ranked concatenation, the plain copy written as parquet); with --batch-sizes
-beyond --batch, one more scored copy per batch is alive while it is served; each worker holds one
-chunk, stream or served batch at a time. Time is the sum of the parts over the workers.
+Before: the configurations per (profile, method) are each method's own `space_size` (MCSD counts its
+trees without enumerating them), so the estimate and the space cannot disagree on the rules. Bytes
+and seconds are those counts times a cost per row and per token measured once per method by the
+sweep's own code (`measure`; `python -m experiments.bench.sweep --costs sweep/costs.json` measured the
+bundled table, `COSTS`, and says on which machine; a method it lacks is priced as the dearest one):
+- a scored row: SAMPLE_ROWS rows of its space scored once (its bytes, the scored table's, the
+  working memory, CPU seconds). A closed form costs about the same per row at any generation length,
+  so nothing is grown with `--sim-tokens`;
+- a simulated token: one stream of STREAM_TOKENS tokens (the vectorised stream's fixed cost is a small
+  share of it), and a served token: one request of SERVE_TOKENS, both carried on linearly (a
+  generation's steps are arrays of its length; one step's events serve a whole batch).
+At its peak the sweep holds every space chunk and PEAK_COPIES scored copies of each row, plus one per
+extra batch of `--batch-sizes`; each worker holds one chunk, stream or served batch at a time.
 
-A sweep whose estimate exceeds the memory available (psutil) or `--max-hours` is refused in one
-line, with the estimate, before any space is built or any file written.
+A sweep whose estimate exceeds the memory available or `--max-hours` is refused in one line, with the
+estimate, before anything is built or written. An estimate is an estimate: `Deadline` stops a sweep
+that runs past `--max-hours` all the same, between two of its tasks, in one line, before any output.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
+import functools
+import json
 import time
 import tracemalloc
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import pandas as pd
+import psutil
 
 import methods
-from profiles.profile import Profile
 from common.errors import InputError, duration
+from profiles.profile import Profile
 from sweep import deployments, scoring
 
-SAMPLE_ROWS = 2_000      # rows of the sample that are scored
-PEAK_COPIES = 3          # scored copies of a row alive at the peak (see the module docstring)
-CHUNK_ROWS = 25_000      # configurations per executor task (sweep.run)
-SAMPLE_TOKENS = 512      # the longest generation the closed forms' sample is priced over; past it
-LONG_TOKENS = (128, 256, 512)  # they are priced at these and their growth carried on
-STREAM_TOKENS = (500, 2_000)   # sample streams: the simulator's fixed cost and its cost per token
-SERVE_TOKENS = (32, 128)       # sample requests served: the same for serving
-GROWTH, GROW_LIMIT_S = 4, 0.2  # the longer sample run lengthened (x GROWTH, up to these CPU seconds)
-TIMINGS = 3              # each sample timed this many times, the least kept (closed forms: over this many row sets)
-FLAT = 0.1               # a rise in time smaller than this fraction is the noise of CPU time
-MAX_HOURS = 6.0          # default --max-hours
+SAMPLE_ROWS = 2_000        # rows of a space scored to measure its cost per row
+STREAM_TOKENS = 65_536     # tokens of the one simulated stream that prices a token: its fixed cost a small share
+SERVE_TOKENS = 512         # tokens of the one served request that does (serving steps one by one)
+PEAK_COPIES = 3            # scored copies of a row alive at the peak: the chunks, their concatenation, parquet
+CHUNK_ROWS = 25_000        # configurations per executor task (sweep.run)
+MAX_HOURS = 6.0            # default --max-hours
+COSTS = Path(__file__).with_name("costs.json")   # each method's Cost, measured once
 
 
 @dataclass
 class Cost:
-    """One method's measured costs at the sweep's generation length (module docstring)."""
+    """One method's costs, measured once (module docstring)."""
 
-    space_b: float = 0.0      # bytes per row of the space
-    scored_b: float = 0.0     # bytes per row of a scored table
-    work_b: float = 0.0       # working bytes per row while a chunk is scored
-    score_s: float = 0.0      # seconds per row scored
-    stream_s: float = 0.0     # seconds of one simulated stream
-    stream_b: float = 0.0     # bytes one simulated stream holds
-    serve_s: float = 0.0      # seconds of one configuration served (at any batch: WAVES x B requests)
-    serve_b: float = 0.0      # bytes one served request holds
+    space_b: float = 0.0       # bytes per row of the space
+    scored_b: float = 0.0      # bytes per row of a scored table
+    work_b: float = 0.0        # working bytes per row while a chunk is scored
+    score_s: float = 0.0       # CPU seconds per row scored
+    stream_s: float = 0.0      # CPU seconds per simulated token
+    stream_b: float = 0.0      # bytes per simulated token
+    serve_s: float = 0.0       # CPU seconds per served token
+    serve_b: float = 0.0       # bytes per served token
 
 
 @dataclass
 class Estimate:
-    table: pd.DataFrame      # profile, method, setups, configurations, bytes, work_bytes, *_s, seconds
+    table: pd.DataFrame      # profile, method, setups, configurations, bytes, work_bytes, work, *_s, seconds
     base_bytes: int          # this process before the sweep (interpreter, libraries, profiles)
     workers: int = 1
 
@@ -84,8 +78,8 @@ class Estimate:
         return self.base_bytes + int(self.table["bytes"].sum()) + self.workers * int(self.table["work_bytes"].max())
 
     def phases(self) -> dict[str, float]:
-        """Seconds of the sweep's phases, one after the other: each its work shared by the workers,
-        or its longest single task (a chunk, a configuration's repeats), whichever is longer."""
+        """Seconds of the sweep's phases, one after the other: each its work shared by the workers, or
+        its longest single task (a chunk, a configuration's repeats), whichever is longer."""
         t = self.table
         if not len(t):
             return {"the closed forms": 0.0, "the simulator's re-scores": 0.0, "serving the best": 0.0}
@@ -106,34 +100,12 @@ class Estimate:
                           f"~{duration(self.seconds)} on {self.workers} worker(s)"])
 
 
-def _gb(n: float) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.0f} MB"
-
-
-def available_memory() -> int:
-    """Bytes the system can still give this process (psutil: free + reclaimable page cache)."""
-    import psutil
-
-    return int(psutil.virtual_memory().available)
-
-
-def _process_bytes() -> int:
-    import psutil
-
-    return int(psutil.Process().memory_info().rss)
-
-
-def estimate(profiles: list[Profile], opts, space: Callable, setting: Callable, workers: int = 1) -> Estimate:
+def estimate(profiles: list[Profile], opts, setting: Callable, workers: int = 1) -> Estimate:
     """Configurations, peak bytes and seconds of sweeping `profiles` with `opts` (a SweepOptions) on
-    `workers` processes, without building any space larger than the sample or pricing any generation
-    longer than SAMPLE_TOKENS. `space(spec, setup, opts)` and `setting(profile, opts)` are the sweep's own."""
+    `workers` processes; `setting(profile, opts)` is the sweep's own."""
     batches = opts.batch_sizes or [opts.batch]
     extra_batches = len([b for b in batches if b != opts.batch])
-    copies = PEAK_COPIES + extra_batches
-    declared = methods.space_options()          # each option at its sample value: a small space of the same kind
-    sample_opts = dataclasses.replace(opts, space={k: min(v, declared[k].sample or v) for k, v in opts.space.items()})
-    rows = []
-    costs: dict[str, Cost] = {}                 # method -> its costs, measured on the first profile that has it
+    rows, costs = [], load_costs()
     for profile in profiles:
         scored_setting = setting(profile, opts)
         plain = len(batches)                     # plain decoding, served once per deployment and batch
@@ -142,29 +114,64 @@ def estimate(profiles: list[Profile], opts, space: Callable, setting: Callable, 
             try:
                 found = scoring.setups(profile, method, scored_setting)
             except InputError:
-                continue                      # the sweep lists it as not scored
-            takes = space_options(spec, opts)
-            count = sum(spec.space_size(setup, **takes) for setup in found)
-            if method not in costs:
-                costs[method] = _measure(profile, spec, found[0], sample_opts, space, scored_setting, opts)
-            c = costs[method]
+                continue                         # the sweep lists it as not scored
+            count = sum(spec.space_size(setup, **space_options(spec, opts)) for setup in found)
+            c = costs.get(method) or max(costs.values(), key=lambda cost: cost.score_s)
             rescored, served = min(opts.rescore, count), len(found) * len(batches) + plain
             plain = 0
+            stream_s, serve_s = c.stream_s * opts.sim_tokens, c.serve_s * opts.sim_tokens * deployments.WAVES
             works = {"a chunk of closed forms priced over": min(count, CHUNK_ROWS) * c.work_b,
-                     "a simulated generation of": c.stream_b if rescored else 0.0,
-                     "a served batch of generations of": deployments.WAVES * max(batches) * c.serve_b}
+                     "a simulated generation of": c.stream_b * opts.sim_tokens if rescored else 0.0,
+                     "a served batch of generations of": deployments.WAVES * max(batches) * c.serve_b * opts.sim_tokens}
             what = max(works, key=works.get)
             rows.append({"profile": profile.name, "method": method, "setups": len(found), "configurations": count,
-                         "bytes": int(count * (c.space_b + copies * c.scored_b)), "work_bytes": int(works[what]),
-                         "work": what,
+                         "bytes": int(count * (c.space_b + (PEAK_COPIES + extra_batches) * c.scored_b)),
+                         "work_bytes": int(works[what]), "work": what,
                          "score_s": count * c.score_s * (1 + extra_batches),
-                         "simulate_s": rescored * opts.sim_repeats * c.stream_s, "serve_s": served * c.serve_s,
+                         "simulate_s": rescored * opts.sim_repeats * stream_s,
+                         "serve_s": served * 2 * serve_s,      # at batch B, B at once, then one alone
                          "chunk_s": min(count, CHUNK_ROWS) * c.score_s,
-                         "repeats_s": opts.sim_repeats * c.stream_s if rescored else 0.0})
+                         "repeats_s": opts.sim_repeats * stream_s if rescored else 0.0})
     table = pd.DataFrame(rows, columns=["profile", "method", "setups", "configurations", "bytes", "work_bytes", "work",
                                         "score_s", "simulate_s", "serve_s", "chunk_s", "repeats_s"])
     table["seconds"] = table[["score_s", "simulate_s", "serve_s"]].sum(axis=1)
-    return Estimate(table=table, base_bytes=_process_bytes(), workers=max(1, int(workers)))
+    return Estimate(table=table, base_bytes=int(psutil.Process().memory_info().rss), workers=max(1, int(workers)))
+
+
+@functools.lru_cache(maxsize=1)
+def load_costs() -> dict[str, Cost]:
+    """Each method's Cost as `COSTS` holds it."""
+    raw = json.loads(COSTS.read_text())
+    return {method: Cost(**values) for method, values in raw["methods"].items()}
+
+
+def sample_space(spec, setup, opts, space: Callable) -> pd.DataFrame:
+    """A small space of the kind the sweep builds: each of the method's options at its sample value."""
+    declared = methods.space_options()
+    small = {k: min(v, declared[k].sample or v) for k, v in opts.space.items()}
+    return space(spec, setup, dataclasses.replace(opts, space=small))
+
+
+def measure(profile: Profile, spec, setup, sample: pd.DataFrame, setting) -> Cost:
+    """One method's `Cost` on `setup`, measured once by the sweep's own code: `sample` (a small space)
+    scored, one stream of STREAM_TOKENS tokens and one served request of SERVE_TOKENS."""
+    if sample.empty:
+        return Cost()
+    sample = sample.iloc[:SAMPLE_ROWS].reset_index(drop=True)
+    task = scoring.ScoreTask(profile, spec.name, setup.base, sample, setting)
+    scoring.score_task(dataclasses.replace(task, configs=sample.iloc[:8]))              # warm-up: imports, caches
+    (scored, score_s), work_b = _traced(lambda: _timed(lambda: scoring.score_task(task)))
+    config = scoring.sim_config(scored.iloc[[0]])
+    stream = scoring.SimTask(profile, spec.name, config, setting, 0, STREAM_TOKENS, 1)
+    (_, stream_s), stream_b = _traced(lambda: _timed(lambda: scoring.simulate_task(stream)))
+    prompt = scoring.centred_prompt(setting.ctx_len, SERVE_TOKENS)
+    served = deployments.ServeTask(profile, spec.name, config, 1, prompt, SERVE_TOKENS, 0)
+    (_, serve_s), serve_b = _traced(lambda: _timed(lambda: deployments.serve_task(served)))
+    per_row, per_request = len(sample), SERVE_TOKENS * deployments.WAVES     # a served task: WAVES requests
+    return Cost(space_b=sample.memory_usage(deep=True).sum() / per_row,
+                scored_b=scored.memory_usage(deep=True).sum() / per_row, work_b=work_b / per_row,
+                score_s=score_s / per_row, stream_s=stream_s / STREAM_TOKENS, stream_b=stream_b / STREAM_TOKENS,
+                serve_s=serve_s / per_request, serve_b=serve_b / per_request)
 
 
 def space_options(spec, opts) -> dict:
@@ -187,120 +194,21 @@ def _traced(work: Callable) -> tuple[object, int]:
             tracemalloc.stop()
 
 
-def _timed(work: Callable) -> float:
-    """CPU seconds of `work()` (wall time on a shared machine says more about the others' work)."""
+def _timed(work: Callable) -> tuple[object, float]:
+    """(what `work()` returns, its CPU seconds: wall time on a shared machine says more about the others)."""
     start = time.process_time()
-    work()
-    return time.process_time() - start
+    out = work()
+    return out, time.process_time() - start
 
 
-def _grown(values: list[float], lengths: list[int], tokens: int) -> float:
-    """A time a + c * length^p measured at one length (returned as is) or at three doubling
-    lengths (a, c and p in [0, 2] from the two differences, so a fixed cost does not hide the
-    growth; Lookahead's pool trajectory grows faster than linearly), at `tokens`. A rise within
-    FLAT of the time, or after a fall, is noise: most closed forms cost the same per row from 128
-    to 8,192 tokens, and a power fitted to noise priced 10^9 tokens at 10^11 seconds. (Memory is
-    carried on linearly: no closed form holds more than a row per token.)"""
-    if len(values) == 1:
-        return values[0]
-    rise, last = values[2] - values[1], values[1] - values[0]
-    if rise <= FLAT * values[2] or last <= 0:       # flat within the noise: the fixed cost
-        return values[2]
-    power = min(max(math.log2(rise / last), 0.0), 2.0)
-    unit = rise / (lengths[2] ** power - lengths[1] ** power) if power else rise / math.log(2)
-    grown = (tokens ** power - lengths[2] ** power) if power else math.log(tokens / lengths[2])
-    return values[2] + unit * grown
-
-
-def _measure(profile: Profile, spec, setup, sample_opts, space: Callable, setting, opts) -> Cost:
-    """One method's `Cost`, measured on a sample of its space on `setup` by the sweep's own code."""
-    sample = space(spec, setup, sample_opts)
-    if sample.empty:
-        return Cost()
-    sample = sample.iloc[:SAMPLE_ROWS].reset_index(drop=True)
-    tokens = int(setting.new_tokens or SAMPLE_TOKENS)
-
-    def score(rows: pd.DataFrame, length: int) -> Callable:
-        at = dataclasses.replace(setting, new_tokens=length)
-        return lambda: scoring.score_task(scoring.ScoreTask(profile, spec.name, setup.base, rows, at))
-
-    # a warm-up, then per length one row set traced (working memory); where a growth is fitted,
-    # TIMINGS other row sets timed at every length, the same rows at every length (rows differ in
-    # cost more than the lengths do), in TIMINGS interleaved rounds (each pricing cold: a method
-    # caches what a space shares at one length for at most a round), the least time per set and
-    # length kept, and the median of the sets' own growths (one hiccup moves one set)
-    lengths = [tokens] if tokens <= SAMPLE_TOKENS else list(LONG_TOKENS)
-    repeats = TIMINGS if len(lengths) > 1 else 1      # one length: one set, as large as the others
-    parts = _split(sample, 1 + len(lengths) + repeats)
-    score(parts[0], min(lengths))()
-    work_b, scored = [], None
-    for length, traced in zip(lengths, parts[1:]):
-        scored, peak = _traced(score(traced, length))
-        work_b.append(peak / len(traced))
-    timed = parts[1 + len(lengths):]
-    rounds = [[[_timed(score(rows, length)) / len(rows) for length in lengths] for rows in timed]
-              for _ in range(repeats)]
-    grown = [_grown(list(np.min(per_set, axis=0)), lengths, tokens) for per_set in zip(*rounds)]
-    cost = Cost(space_b=sample.memory_usage(deep=True).sum() / len(sample),
-                scored_b=scored.memory_usage(deep=True).sum() / len(scored),
-                work_b=_linear(work_b[-2:], lengths[-2:], tokens), score_s=float(np.median(grown)))
-    config = scoring.sim_config(scored.iloc[[0]])
-    if opts.rescore:
-        cost.stream_s, cost.stream_b = _linear_cost(
-            lambda n: lambda: scoring.simulate_task(scoring.SimTask(profile, spec.name, config, setting, 0, n, 1)),
-            STREAM_TOKENS, opts.sim_tokens)
-    prompt = scoring.centred_prompt(setting.ctx_len, min(opts.sim_tokens, SERVE_TOKENS[1]))
-    cost.serve_s, cost.serve_b = _linear_cost(
-        lambda n: lambda: deployments.serve_task(deployments.ServeTask(profile, spec.name, config, 1, prompt, n, 0)),
-        SERVE_TOKENS, opts.sim_tokens)
-    cost.serve_b /= deployments.WAVES                   # per request
-    return cost
-
-
-def _split(frame: pd.DataFrame, parts: int) -> list[pd.DataFrame]:
-    """`parts` disjoint row sets of `frame` (repeating rows where it has fewer)."""
-    size = max(1, len(frame) // parts)
-    return [frame.iloc[(i * size) % len(frame):(i * size) % len(frame) + size].reset_index(drop=True)
-            for i in range(parts)]
-
-
-def _linear_cost(run: Callable[[int], Callable], sample: tuple[int, int], tokens: int) -> tuple[float, float]:
-    """(seconds, peak bytes) of `run(tokens)()`: measured at `tokens` when it is at most sample[1],
-    else a fixed cost and a cost per token from two runs, carried on linearly (a simulated
-    generation's steps are arrays of its length). The longer run starts at sample[1] and is made
-    GROWTH times longer until it takes at least twice the shorter one's time, GROW_LIMIT_S, or
-    `tokens`: the vectorised engine's cost per token is a fraction of a microsecond, lost in the
-    noise of a fixed cost over a span of a few thousand tokens."""
-    if tokens <= sample[1]:
-        run(tokens)()                                                 # warm-up
-        return _least_time(run(tokens)), float(_traced(run(tokens))[1])
-    short, long = sample
-    run(short)()                                                      # warm-up
-    short_s, long_s = _least_time(run(short)), _least_time(run(long))
-    while long_s < 2 * short_s and long_s < GROW_LIMIT_S and long * GROWTH <= tokens:
-        long *= GROWTH
-        long_s = _least_time(run(long))
-    peaks = [float(_traced(run(n))[1]) for n in (short, long)]
-    return _linear([short_s, long_s], [short, long], tokens), _linear(peaks, [short, long], tokens)
-
-
-def _least_time(work: Callable) -> float:
-    """The least of TIMINGS CPU times of `work()`: the noise of a shared machine only adds."""
-    return min(_timed(work) for _ in range(TIMINGS))
-
-
-def _linear(values: list[float], lengths: list[int], tokens: int) -> float:
-    """A cost a + b * length measured at two lengths, at `tokens` (b >= 0; one length: as measured)."""
-    if len(values) == 1:
-        return values[0]
-    per_token = max(values[1] - values[0], 0.0) / (lengths[1] - lengths[0])
-    return max(values[0] - per_token * lengths[0], 0.0) + per_token * tokens
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.0f} MB"
 
 
 def check_fits(est: Estimate, opts, available: int | None = None, max_hours: float = MAX_HOURS) -> None:
     """InputError (one line: the estimate, the limit and the options to lower) when the sweep will
     not fit in memory or would run past `max_hours`."""
-    limit = available_memory() if available is None else available
+    limit = int(psutil.virtual_memory().available) if available is None else available
     if est.bytes > limit:
         kept = est.bytes - est.workers * (int(est.table["work_bytes"].max()) if len(est.table) else 0)
         if kept >= est.bytes - kept:            # the spaces and their scored tables
@@ -308,8 +216,7 @@ def check_fits(est: Estimate, opts, available: int | None = None, max_hours: flo
             if len(est.table):
                 worst = est.table.sort_values("bytes", ascending=False).iloc[0]
                 where = f"; largest: {worst.profile} / {worst.method} {int(worst.configurations):,} configurations"
-            given = _given(opts.space)
-            raise InputError(f"{given}: the sweep would hold {est.configurations:,} configurations, "
+            raise InputError(f"{_given(opts.space)}: the sweep would hold {est.configurations:,} configurations, "
                              f"~{_gb(est.bytes)} at its peak, but {_gb(limit)} of memory is available{where}; "
                              f"lower {_names(opts.space)}, or pass fewer --methods / --profile")
         worst = est.table.sort_values("work_bytes", ascending=False).iloc[0]
@@ -327,6 +234,22 @@ def check_fits(est: Estimate, opts, available: int | None = None, max_hours: flo
         raise InputError(f"{_given(options[part])}: the sweep would run ~{duration(est.seconds)} on {est.workers} "
                          f"worker(s) ({part}: ~{duration(phases[part])}), beyond --max-hours {max_hours:g}; "
                          f"lower {_names(options[part])}, pass fewer --methods / --profile, or raise --max-hours")
+
+
+@dataclass
+class Deadline:
+    """`--max-hours` held while the sweep runs: `check()` between tasks raises one line once it passed
+    (nothing has been written by then: the sweep writes its outputs at the end)."""
+
+    max_hours: float = MAX_HOURS
+    started: float = dataclasses.field(default_factory=time.monotonic)
+
+    def check(self, doing: str = "") -> None:
+        spent = time.monotonic() - self.started
+        if spent > self.max_hours * 3600:
+            raise InputError(f"the sweep ran past --max-hours {self.max_hours:g} ({duration(spent)}"
+                             f"{', ' + doing if doing else ''}) and stopped, nothing written; its estimate was "
+                             "short: lower the options it named, or raise --max-hours")
 
 
 def _given(options: dict) -> str:

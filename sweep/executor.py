@@ -2,7 +2,8 @@
 
 Both executors have one method, `map(fn, tasks, desc)`, which applies a picklable top-level
 function to every task and returns the results in task order, with a tqdm progress bar when the
-work lasts more than a moment. The sweep and the capacity search build their task lists once
+work lasts more than a moment, and calls a `deadline`'s `check(desc)` as each task completes (the
+sweep's `--max-hours`, `sweep.estimate.Deadline`). The sweep and the capacity search build their task lists once
 and hand them to whichever executor the user chose, so that the local run and the cluster run
 are the same code path and give the same numbers (every task carries its own seed).
 
@@ -65,9 +66,10 @@ class LocalExecutor:
 
     kind = "local"
 
-    def __init__(self, workers: int | None = None, progress: bool = False):
+    def __init__(self, workers: int | None = None, progress: bool = False, deadline: Any = None):
         self.workers = worker_count(workers)
         self.progress = progress
+        self.deadline = deadline
         self._pool: ProcessPoolExecutor | None = None
 
     def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any], desc: str = "scoring") -> list[Any]:
@@ -78,6 +80,7 @@ class LocalExecutor:
                 for i, task in enumerate(tasks):
                     results[i] = fn(task)
                     bar.update(1)
+                    _check(self.deadline, desc)
                 return results
             pool = self._ensure_pool()
             futures = {pool.submit(fn, task): i for i, task in enumerate(tasks)}
@@ -86,6 +89,7 @@ class LocalExecutor:
             for fut in as_completed(futures):
                 results[futures[fut]] = fut.result()
                 bar.update(1)
+                _check(self.deadline, desc)
         return results
 
     def _ensure_pool(self) -> ProcessPoolExecutor:
@@ -117,7 +121,7 @@ class DaskExecutor:
     kind = "dask"
 
     def __init__(self, workers: int | None = None, address: str | None = None, progress: bool = False,
-                 client: Any = None, processes: bool = True):
+                 client: Any = None, processes: bool = True, deadline: Any = None):
         try:
             import distributed
         except ImportError:  # pragma: no cover - depends on the install
@@ -125,6 +129,7 @@ class DaskExecutor:
                 "--executor dask needs the optional extra 'cluster': pip install 'specsim[cluster]'"
             ) from None
         self.progress = progress
+        self.deadline = deadline
         self._own_cluster = None
         self._own_client = False
         if client is not None:
@@ -157,6 +162,7 @@ class DaskExecutor:
             for fut in as_completed(futures):
                 results[index[fut.key]] = fut.result()
                 bar.update(1)
+                _check(self.deadline, desc)
         return results
 
     def close(self) -> None:
@@ -172,13 +178,18 @@ class DaskExecutor:
         self.close()
 
 
+def _check(deadline: Any, desc: str) -> None:
+    if deadline is not None:
+        deadline.check(desc)
+
+
 def make_executor(kind: str = "local", workers: int | None = None, address: str | None = None,
-                  progress: bool = False):
+                  progress: bool = False, deadline: Any = None):
     """The executor named `kind` ('local' or 'dask'); InputError for anything else."""
     if kind == "local":
         if address:
             raise InputError("--scheduler is only meaningful with --executor dask")
-        return LocalExecutor(workers=workers, progress=progress)
+        return LocalExecutor(workers=workers, progress=progress, deadline=deadline)
     if kind == "dask":
-        return DaskExecutor(workers=workers, address=address, progress=progress)
+        return DaskExecutor(workers=workers, address=address, progress=progress, deadline=deadline)
     raise InputError(f"unknown executor '{kind}' (known: {', '.join(EXECUTORS)})")

@@ -1,8 +1,6 @@
-"""The sweep's estimate before it builds anything (sweep.estimate): counts equal to the
-spaces the sweep builds, a one-line refusal of what will not fit in memory, progress only when asked
-or on a terminal."""
-import random
-
+"""The sweep's estimate before it builds anything (sweep.estimate): counts equal to the spaces the
+sweep builds times costs measured once, a one-line refusal of what will not fit in memory or time,
+the guard that stops a sweep past --max-hours, progress only when asked or on a terminal."""
 import pandas as pd
 import pytest
 
@@ -32,7 +30,7 @@ def test_a_huge_budget_is_counted_without_enumerating():
 def test_estimate_counts_what_the_sweep_scores():
     profile = Profile.load(MCSD_PROFILE)
     opts = sweep.SweepOptions(methods=["sd", "mcsd", "glide"], space={"budget": 8})
-    est = estimate.estimate([profile], opts, sweep.space_of, sweep.setting_of)
+    est = estimate.estimate([profile], opts, sweep.setting_of)
     tables = sweep._score_tables([profile], opts, LocalExecutor(workers=1, progress=False), opts.batch, [])
     assert est.configurations == sum(len(t) for t in tables.values()) > 0
     by_method = est.table.set_index("method")["configurations"].to_dict()
@@ -50,7 +48,7 @@ def test_mcsd_space_size_is_the_space_length_with_both_replacement_modes():
 def test_a_sweep_that_will_not_fit_is_refused_in_one_line():
     profile = Profile.load(MCSD_PROFILE)
     opts = sweep.SweepOptions(methods=["mcsd"], space={"budget": 64})
-    est = estimate.estimate([profile], opts, sweep.space_of, sweep.setting_of)
+    est = estimate.estimate([profile], opts, sweep.setting_of)
     estimate.check_fits(est, opts, available=est.bytes + 1)
     with pytest.raises(InputError) as refused:
         estimate.check_fits(est, opts, available=est.bytes - 1)
@@ -59,51 +57,47 @@ def test_a_sweep_that_will_not_fit_is_refused_in_one_line():
 
 
 def test_long_generations_are_estimated_without_being_priced():
-    """--sim-tokens past SAMPLE_TOKENS is estimated from short samples (memory linear in tokens, a
-    stream's working set from two sample streams), never priced at its own length."""
+    """--sim-tokens is priced by the cost per token measured once: 10^9 tokens cost as much to estimate as 256."""
     profile = Profile.load(MCSD_PROFILE)
-    base = estimate.estimate([profile], sweep.SweepOptions(methods=["sd"], sim_tokens=256), sweep.space_of,
-                             sweep.setting_of)
-    long = estimate.estimate([profile], sweep.SweepOptions(methods=["sd"], sim_tokens=10 ** 9), sweep.space_of,
-                             sweep.setting_of)
+    base = estimate.estimate([profile], sweep.SweepOptions(methods=["sd"], sim_tokens=256), sweep.setting_of)
+    long = estimate.estimate([profile], sweep.SweepOptions(methods=["sd"], sim_tokens=10 ** 9), sweep.setting_of)
     assert long.table["work_bytes"].iat[0] > 1000 * base.table["work_bytes"].iat[0]
     assert long.table["work"].iat[0] == "a simulated generation of"
     assert long.seconds > 1000 * base.seconds
 
 
-def test_a_cost_per_token_hidden_in_the_noise_of_short_samples_is_still_found(monkeypatch):
-    """The vectorised simulator costs ~0.25 us a token over a ~15 ms fixed cost: over STREAM_TOKENS
-    the rise is within the timing noise, so the longer sample is lengthened until it shows."""
-    noise = random.Random(0)
-    fixed, per_token = 0.015, 2.5e-7
-
-    def run(n):
-        return lambda: fixed + per_token * n + noise.uniform(0.0, 0.004)   # a shared machine only adds
-
-    monkeypatch.setattr(estimate, "_timed", lambda work: work())
-    seconds, _ = estimate._linear_cost(run, estimate.STREAM_TOKENS, 10 ** 9)
-    assert seconds == pytest.approx(fixed + per_token * 10 ** 9, rel=0.2)
-
-
-def test_closed_form_times_flat_within_the_noise_are_not_grown():
-    assert estimate._grown([1.0, 1.05, 1.12], list(estimate.LONG_TOKENS), 10 ** 9) == 1.12
-
-
-def test_the_sweeps_estimate_of_a_long_generation_is_stable_across_measurements():
-    """Each closed form is timed on the same rows at every length (rows differ in cost more than
-    the lengths do): measured apart, one row set per length, MCSD at 10^9 tokens came out between
-    6 s and 3e12 s."""
+def test_the_cost_table_prices_every_swept_method_and_rows_times_it_is_the_estimate():
+    costs = estimate.load_costs()
+    assert set(methods.names(sweep_only=True)) <= set(costs)
     profile = Profile.load(MCSD_PROFILE)
-    opts = sweep.SweepOptions(methods=["mcsd"], space={"budget": 4}, sim_tokens=10 ** 9, rescore=0)
-    seconds = [estimate.estimate([profile], opts, sweep.space_of, sweep.setting_of).table["score_s"].iat[0]
-               for _ in range(4)]
-    assert max(seconds) < 10 * min(seconds)
+    opts = sweep.SweepOptions(methods=["mcsd"], space={"budget": 16}, rescore=0)
+    row = estimate.estimate([profile], opts, sweep.setting_of).table.iloc[0]
+    assert row["score_s"] == pytest.approx(row["configurations"] * costs["mcsd"].score_s)
+
+
+def test_a_method_the_table_lacks_is_priced_as_the_dearest(monkeypatch):
+    costs = {m: c for m, c in estimate.load_costs().items() if m != "sd"}
+    monkeypatch.setattr(estimate, "load_costs", lambda: costs)
+    row = estimate.estimate([Profile.load(MCSD_PROFILE)], sweep.SweepOptions(methods=["sd"]), sweep.setting_of).table.iloc[0]
+    assert row["score_s"] == pytest.approx(row["configurations"] * max(c.score_s for c in costs.values()))
+
+
+def test_a_sweep_that_runs_past_max_hours_stops_in_one_line_before_writing(tmp_path, monkeypatch, capsys):
+    """The estimate is only an estimate: the guard stops a sweep between two tasks once --max-hours has
+    passed (here, a clock that jumps an hour at every look), nothing written."""
+    clock = iter(range(0, 10 ** 6, 3600))
+    monkeypatch.setattr(estimate.time, "monotonic", lambda: float(next(clock)))
+    code = cli.main(["--methods", "sd", "--rescore", "0", "--profile", MCSD_PROFILE, "--workers", "1",
+                     "--max-hours", "1.5", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: the sweep ran past --max-hours 1.5 (")
+    assert not (tmp_path / "o" / "report.md").exists()
 
 
 def test_a_sweep_past_max_hours_is_refused_with_its_estimate():
     profile = Profile.load(MCSD_PROFILE)
     opts = sweep.SweepOptions(methods=["sd"], sim_repeats=10 ** 9)
-    est = estimate.estimate([profile], opts, sweep.space_of, sweep.setting_of, workers=2)
+    est = estimate.estimate([profile], opts, sweep.setting_of, workers=2)
     assert est.phases()["the simulator's re-scores"] == max(est.phases().values())
     with pytest.raises(InputError) as refused:
         estimate.check_fits(est, opts, available=10 ** 15, max_hours=est.seconds / 3600 / 2)
@@ -120,14 +114,6 @@ def test_the_time_estimate_is_shared_by_workers_but_not_below_the_longest_task()
     est = estimate.Estimate(pd.DataFrame(table), base_bytes=0, workers=4)
     assert est.phases() == {"the closed forms": 100.0, "the simulator's re-scores": 10.0, "serving the best": 2.5}
     assert est.seconds == 112.5
-
-
-def test_growth_is_fitted_past_a_fixed_cost():
-    # a + c * n^2 with a fixed cost as large as the growth at the shortest length: a quadratic, not n^0.8
-    values = [0.016 + 1e-6 * n ** 2 for n in estimate.LONG_TOKENS]
-    assert estimate._grown(values, list(estimate.LONG_TOKENS), 10 ** 5) == pytest.approx(0.016 + 1e-6 * 1e10)
-    assert estimate._grown([3.0, 3.01, 3.0], list(estimate.LONG_TOKENS), 10 ** 9) == 3.0      # flat: its value
-    assert estimate._linear([10.0, 40.0], [100, 400], 1000) == pytest.approx(100.0)
 
 
 def test_progress_is_quiet_off_a_terminal_unless_asked(tmp_path, capsys):
