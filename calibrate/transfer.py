@@ -85,23 +85,15 @@ def read_arch(spec: str, source: Profile | None = None) -> tuple[str, dict[str, 
     return spec.lower(), arch_dict(spec)
 
 
-def _rebuilt_drafter(spec: Drafter, target: dict, source: Profile) -> dict | None:
+def _rebuilt_drafter(spec: Drafter, target: dict) -> dict | None:
     """A drafter built from its target's dimensions (GLIDE, EAGLE/CORAL, Kangaroo), rebuilt for the new
     target with the options its entry states (its early-exit layer, its router); None for a draft model."""
-    kind = spec.kind
-    if kind == "draft_model":
+    if spec.kind == "draft_model":
         return None
-    options: dict[str, Any] = {}
-    if spec.exit_layer is not None:
-        options["exit_layer"] = spec.exit_layer
-    elif kind == "kangaroo":
-        options["exit_layer"] = source.arch(spec.model).n_layers if spec.model in source.models else 2
-    if spec.router is not None:
-        options.update(spec.router.fixed())
     try:
-        return drafter_arch(kind, target, **options)
+        return drafter_arch(spec.kind, target, **spec.arch_options())
     except ValueError as exc:
-        raise InputError(f"drafter of kind {kind}: {exc}") from None
+        raise InputError(f"drafter of kind {spec.kind}: {exc}") from None
 
 
 def transfer_profile(source: Profile, target: str, *, drafter: str | None = None,
@@ -122,7 +114,7 @@ def transfer_profile(source: Profile, target: str, *, drafter: str | None = None
         if spec.model is None:
             drafters[dname] = spec.to_dict()
             continue
-        rebuilt = _rebuilt_drafter(spec, target_arch, source)
+        rebuilt = _rebuilt_drafter(spec, target_arch)
         if rebuilt is not None:
             model_name, arch = f"{spec.model}->{target_name}", rebuilt
             spec = replace(spec, model=model_name,

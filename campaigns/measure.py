@@ -143,7 +143,7 @@ class Bench:
                 self._drafters[key] = assistant_from_vanilla(self.hf, path, self.target.model)
                 check_same_tokenizer(self.target.tokenizer, self._drafters[key], cand.drafter)
             assistant = self._drafters[key]
-        return TransformersDecoder(self.hf, cand.config, assistant)
+        return TransformersDecoder(self.hf, cand.config, assistant, cand.drafter)
 
     def encode(self, prompts) -> list[tuple[str, str, list[int]]]:
         """(prompt set, prompt id, token ids) of runtime.prompts Prompts."""

@@ -15,8 +15,9 @@ import json
 import numpy as np
 import pandas as pd
 
-from methods import BASELINE
 import methods
+from methods import BASELINE
+from methods.spec import Evidence
 from common.errors import InputError
 from common.seeds import derive_seed
 from sweep.markdown import md_table
@@ -146,42 +147,10 @@ def acceptance_table(args, profile, ctx_len: float) -> pd.DataFrame:
 
 
 def claims(args, profile, acc: pd.DataFrame) -> list[str]:
-    """The papers' qualitative claims, checked on this pair: one line each, with the numbers."""
-    lines = []
-    for dataset in DATASETS:
-        a = acc[acc["dataset"] == dataset].set_index("drafter")["alpha"]
-        holds = a["glide"] > a["vanilla"]
-        lines.append(f"GLIDE beats a vanilla drafter of the same size (1 layer) on {dataset}: "
-                     f"alpha {a['glide']:.3f} vs {a['vanilla']:.3f} -> {'holds' if holds else 'does NOT hold'}")
-        vanilla = profile.acceptance_model(f"vanilla/{dataset}/T0")
-        at_k = dict(vanilla.alpha_at_k or {})
-        ks = sorted(at_k)
-        rising = all(at_k[x] <= at_k[y] for x, y in zip(ks, ks[1:]))
-        lines.append(f"acceptance rises with k (MCSS, vanilla, {dataset}): "
-                     + ", ".join(f"alpha@{k} {at_k[k]:.3f}" for k in ks) + f" -> {'holds' if rising else 'does NOT hold'}")
-        if vanilla.conf_bins is not None and 1 in vanilla.conf_bins.topk_hit:
-            hit, freq = vanilla.conf_bins.hit(1), vanilla.conf_bins.freq
-            filled = freq > 0.005
-            low, high = hit[filled][: filled.sum() // 2], hit[filled][filled.sum() // 2:]
-            corr = float(np.corrcoef(np.arange(hit.size)[filled], hit[filled])[0, 1]) if filled.sum() > 2 else float("nan")
-            lines.append(f"acceptance rises with the drafter's confidence (GLIDE Fig. 1b, vanilla, {dataset}): top-1 hit by "
-                         f"confidence decile " + " ".join(f"{h:.2f}" if f else "-" for h, f in zip(hit, filled))
-                         + f"; correlation {corr:.2f}, lower-half mean {low.mean():.2f} vs upper-half {high.mean():.2f} -> "
-                         + ("holds" if corr > 0.5 else "does NOT hold"))
-    rows = latency_rows(args)
-    one = rows[(rows["n_tokens"] == 1) & (rows["batch"] == 1)]
-    head = float(one.loc[one["role"] == "lm_head", "seconds"].median())
-    routed = float(one.loc[one["role"] == "router_head", "seconds"].median())
-    plain_d, routed_d = DRAFTERS["coral"], DRAFTERS["coral-router"]
-    router = f"{routed_d.router.groups}:{routed_d.router.top_n}"
-    eagle = float(one.loc[one["model"] == plain_d.model, "seconds"].median())
-    eagle_r = float(one.loc[one["model"] == routed_d.model, "seconds"].median())
-    lines.append(f"the LM head dominates the feature drafter's latency at this vocabulary (CORAL Fig. 2): head "
-                 f"{1e3 * head:.2f} ms of the drafter's {1e3 * eagle:.2f} ms ({100 * head / eagle:.0f}%) -> "
-                 f"{'holds' if head > 0.5 * eagle else 'does NOT hold'}; the {router} router cuts the head to "
-                 f"{1e3 * routed:.2f} ms and the drafter to {1e3 * eagle_r:.2f} ms ({eagle / eagle_r:.2f}x) -> "
-                 f"{'holds' if eagle_r < eagle else 'does NOT hold'}")
-    return lines
+    """The papers' qualitative claims, checked on this pair: each method's own (`MethodSpec.claims`),
+    one line each, with the numbers."""
+    evidence = Evidence(profile, DRAFTERS, tuple(DATASETS), acc, latency_rows(args))
+    return [line for spec in methods.specs() for line in spec.claims(evidence)]
 
 
 def training_table(drafters) -> pd.DataFrame:

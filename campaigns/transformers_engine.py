@@ -6,11 +6,10 @@ A peer nobody here wrote: its steps are recorded by the hf-assisted recorder
 specsim configuration:
 - plain decoding (`methods.BASELINE`): `generate` alone; a logits processor stamps the clock at
   every decoding step, so each step's time is the gap between two stamps;
-- `prompt_lookup` with n_min = 1: `prompt_lookup_num_tokens` = gamma, `max_matching_ngram_size` = n_max
-  (transformers tries every n-gram size down to one, so n_min > 1 has no counterpart);
-- `sd` on the drafter named in the Profile: the assistant model, with `num_assistant_tokens` = gamma,
-  a constant schedule and no confidence threshold set on the assistant's generation config (where
-  transformers reads them).
+- any other method: what the method's own export to transformers gives (`MethodSpec.to_engine("hf",
+  ...)`: the `generate` arguments, the assistant's generation config), where the export is exact; a
+  method with no counterpart there, or only an approximate one (prompt lookup with n_min > 1:
+  transformers falls back to shorter matches), is refused in one line.
 Greedy decoding only. transformers' first assisted step runs the prompt's prefill with the first
 proposals, so it is left out of the steps and tokens a generation reports, as plain decoding's
 prefill (which gives the first token) is. The assistant is a trained vanilla drafter (`runtime.drafters.vanilla`)
@@ -26,9 +25,8 @@ import torch
 
 import methods
 from common.errors import InputError
+from methods.engines import DrafterOnly, NoCounterpart
 from runtime.engine.base import Generation, StepRecord
-
-ASSISTANT_METHOD = "sd"
 
 
 class StepClock:
@@ -90,26 +88,23 @@ class TransformersDecoder:
     """One configuration run through transformers' `generate`, with the engine decoders' interface
     (`generate(ids, max_new_tokens, eos) -> runtime.engine.base.Generation`)."""
 
-    def __init__(self, hf_target, config, assistant=None):
-        spec = methods.get(config.method)
-        if spec.name == "prompt_lookup" and config.n_min != 1:
-            raise InputError(f"{config.label}: transformers' prompt lookup falls back to one-token matches; "
-                             "only n_min = 1 runs there")
-        if spec.name not in (methods.BASELINE, "prompt_lookup", ASSISTANT_METHOD):
-            raise InputError(f"{config.label}: transformers runs plain decoding, prompt lookup and an assistant "
-                             f"model ({ASSISTANT_METHOD}) only")
-        if spec.name == ASSISTANT_METHOD and assistant is None:
-            raise InputError(f"{config.label}: needs the assistant model (a Profile drafter with a trained file)")
+    def __init__(self, hf_target, config, assistant=None, drafter: str | None = None):
         self.hf, self.config, self.assistant = hf_target, config, assistant
-
-    def _kwargs(self) -> dict[str, Any]:
-        c = self.config
-        if c.method == "prompt_lookup":
-            return {"prompt_lookup_num_tokens": c.gamma, "max_matching_ngram_size": c.n_max}
-        if c.method == ASSISTANT_METHOD:
-            self.assistant.generation_config.num_assistant_tokens = c.gamma
-            return {"assistant_model": self.assistant}
-        return {}
+        self.kwargs: dict[str, Any] = {}
+        if config.method == methods.BASELINE:
+            return
+        export = methods.get(config.method).to_engine("hf", DrafterOnly(drafter), config)
+        if isinstance(export, NoCounterpart):
+            raise InputError(f"{config.label}: transformers has no counterpart ({export.reason})")
+        if export.match != "exact":
+            raise InputError(f"{config.label}: transformers runs it only approximately ({export.differs})")
+        if export.models and assistant is None:
+            raise InputError(f"{config.label}: needs the assistant model (a Profile drafter with a trained file)")
+        self.kwargs = dict(export.settings)
+        if export.models:
+            for key, value in export.generation_config.get("assistant", {}).items():
+                setattr(assistant.generation_config, key, value)
+            self.kwargs["assistant_model"] = assistant
 
     def generate(self, ids: list[int], max_new_tokens: int, eos_token_id: int | None = None) -> Generation:
         from calibrate.ingest.hf_assisted import AssistedRecorder
@@ -125,10 +120,10 @@ class TransformersDecoder:
                 steps, first = _plain_steps(clock.stamps, len(ids)), 1
             else:
                 with AssistedRecorder(self.hf, method=self.config.method) as recorder:
-                    out = self.hf.generate(inputs, **common, **self._kwargs())
+                    out = self.hf.generate(inputs, **common, **self.kwargs)
                 rows = recorder.rows
                 first = int(rows[0]["accepted"]) if rows else 0
-                drafts = self.config.method == ASSISTANT_METHOD      # prompt lookup runs no draft forward
+                drafts = "assistant_model" in self.kwargs      # prompt lookup runs no draft forward
                 steps = [_step_record(row, i, drafts) for i, row in enumerate(rows[1:])]
         tokens = out[0, len(ids) + first:].tolist()
         return Generation(len(ids) + first, tokens, steps, time.perf_counter() - begin)

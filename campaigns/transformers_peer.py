@@ -41,9 +41,10 @@ from profiles.parts import Drafter, typed_drafters
 TRACES = Path("data/traces/smollm2-cpu-transformers")
 PROFILE = Path("data/profiles/smollm2-135m-cpu-transformers.json")
 ASSISTANT = "vanilla-hf"
+REPLAYED = [spec for spec in methods.specs() if spec.replays_from_outputs]    # their steps from SmolLM2's outputs
 DRAFTERS: dict[str, Drafter] = typed_drafters({
     ASSISTANT: {"kind": "draft_model", "model": "vanilla-full-1l", "file": "vanilla/vanilla.safetensors"},
-    "prompt_lookup": {"kind": "prompt_lookup"},
+    **{name: entry for spec in REPLAYED for name, entry in spec.drafters(TARGET_ARCH).items()},
 })
 CALIBRATION: list[Candidate] = [
     Candidate(methods.parse_label(methods.BASELINE)),
@@ -164,7 +165,6 @@ def stage_profile(args, log) -> None:
         latency[model] = fitted
     steps = {(c, d): read_trace(step_path(args.out, c, d), kind="step")[0] for c in CALIBRATION for d in DATASETS}
     acceptance, replayed = {}, set()
-    spec = methods.get("prompt_lookup")
     for dataset in DATASETS:
         tokens, _ = read_trace(token_path(args.out, dataset), kind="token")
         entry = fit_token_acceptance(tokens, drafter=ASSISTANT, dataset=dataset, temperature=0.0,
@@ -179,11 +179,12 @@ def stage_profile(args, log) -> None:
         replayed |= set(tokens["prompt_id"])
         # generate runs its first assisted step with the prompt's prefill, and the peer reports the
         # steps after it (campaigns.transformers_engine): the replay leaves it out too
-        lookups, _paths, source = replayed_from_outputs(SimpleNamespace(out=args.smollm2), spec, dataset,
-                                                        drop_first_step=True, sweep=True)
-        replayed |= set(lookups["prompt_id"])
-        acceptance[f"{spec.name}/{dataset}"] = spec.fit_replayed(lookups, dataset=dataset, temperature=0.0,
-                                                                 source=f"{source} ({args.smollm2})")
+        for spec in REPLAYED:
+            lookups, _paths, source = replayed_from_outputs(SimpleNamespace(out=args.smollm2), spec, dataset,
+                                                            drop_first_step=True, sweep=True)
+            replayed |= set(lookups["prompt_id"])
+            acceptance[f"{spec.name}/{dataset}"] = spec.fit_replayed(lookups, dataset=dataset, temperature=0.0,
+                                                                     source=f"{source} ({args.smollm2})")
     step_runs = [StepRun(frame, c.drafter, dataset) for (c, dataset), frame in steps.items()]
     profile = Profile.build(
         name="smollm2-135m via transformers on this CPU", hardware="CPU", dtype="fp32", target=TARGET_ARCH,

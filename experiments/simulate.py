@@ -131,9 +131,9 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--per-step", action="store_true", help="also write iterations.csv")
     c = sub.add_parser("crossover", help="throughput against batch size, with and without speculative decoding")
     _common(c)
-    c.add_argument("--configs", default='{"sd": ["sd", {"gamma": 5, "drafter": "llama-68m", "dataset": "gsm8k"}], '
-                                        '"glide": ["glide", {"gamma": 5, "dataset": "gsm8k"}]}',
-                   help=f"JSON {{label: [method, config]}} compared with plain decoding (label '{BASELINE}')")
+    c.add_argument("--configs", default=None,
+                   help=f"JSON {{label: [method, config]}} compared with plain decoding (label '{BASELINE}'); "
+                        "default: every swept method's default configuration the profile can run")
     c.add_argument("--batches", default="1,2,4,8,16,32,64,128,192", help="batch sizes, comma-separated")
     c.add_argument("--prompt-len", type=int, default=256, help="prompt tokens (default 256)")
     c.add_argument("--output-len", type=int, default=256, help="output tokens (default 256)")
@@ -213,10 +213,26 @@ def run_serve(args) -> None:
                                      "ttft_s_p50", "ttft_s_p99", "tpot_s_p50", "tpot_s_p99", "e2e_s_p99"])
 
 
+def default_configs(profile) -> dict[str, list]:
+    """{label: [method, config]}: every swept method's default configuration on `profile`, where it runs."""
+    out = {}
+    for spec in methods.specs():
+        if not spec.sweep:
+            continue
+        try:
+            build_step_model(profile, spec.name, spec.config().to_dict())
+        except InputError:
+            continue
+        out[spec.config().label] = [spec.name, spec.config().to_dict()]
+    if not out:
+        raise InputError(f"profile '{profile.name}' runs no speculative method: pass --configs")
+    return out
+
+
 def run_crossover(args) -> None:
     profile = load_profile(args.profile)
     try:
-        configs = json.loads(args.configs)
+        configs = json.loads(args.configs) if args.configs is not None else default_configs(profile)
     except json.JSONDecodeError as exc:
         raise InputError(f"--configs is not valid JSON ({exc.msg})") from None
     if not isinstance(configs, dict) or not all(isinstance(v, list) and len(v) == 2 for v in configs.values()):

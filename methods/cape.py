@@ -13,7 +13,7 @@ from costmodel.step import DraftPart, StepShape, chain_width
 from methods.config import Int, IntTuple, MethodConfig, param
 from methods.sd import MAX_DEPTH, chain_betas, drafter_model, own_kv
 from methods.engines import ENGINES
-from methods.spec import MethodSpec, PlotSpec
+from methods.spec import MethodSpec, PlotSpec, verdict
 from methods.draws import Sampler, StepDraws, first_failure
 
 GAMMAS = tuple(range(1, 9))
@@ -133,6 +133,25 @@ def bins_space(setup, config_class, gammas=GAMMAS, most_values: int = 5) -> pd.D
 class CAPE(MethodSpec):
     name, config, summary = "cape", CAPEConfig, "chain + confidence-aware expansion sets"
     drafter_kinds = ("draft_model",)      # on a GLIDE drafter it is method glide with bins
+
+    def claims(self, evidence):
+        """Acceptance rises with the drafter's confidence (GLIDE Fig. 1b, CAPE's premise): each draft
+        model's top-1 hit by confidence decile, per dataset."""
+        lines = []
+        for dataset in evidence.datasets:
+            for drafter in evidence.drafters_of("draft_model"):
+                keys = evidence.profile.acceptance_for(drafter, temperature=0.0, dataset=dataset, needs="conf_bins")
+                bins = evidence.profile.acceptance_model(keys[0]).conf_bins if keys else None
+                if bins is None or 1 not in bins.topk_hit:
+                    continue
+                hit, filled = bins.hit(1), bins.freq > 0.005
+                low, high = hit[filled][: filled.sum() // 2], hit[filled][filled.sum() // 2:]
+                corr = float(np.corrcoef(np.arange(hit.size)[filled], hit[filled])[0, 1]) if filled.sum() > 2 else float("nan")
+                lines.append(f"acceptance rises with the drafter's confidence (GLIDE Fig. 1b, {drafter}, {dataset}): top-1 "
+                             "hit by confidence decile " + " ".join(f"{h:.2f}" if f else "-" for h, f in zip(hit, filled))
+                             + f"; correlation {corr:.2f}, lower-half mean {low.mean():.2f} vs upper-half "
+                             f"{high.mean():.2f} -> {verdict(corr > 0.5)}")
+        return lines
     needs = "conf_bins"
     decoder = "runtime.engine.cape:CAPE"
     calibration = ("cape g2 S88886666442", "cape g4 S88886666442", "cape g8 S88886666442")

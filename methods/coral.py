@@ -22,7 +22,7 @@ from costmodel.step import DraftPart, StepShape, chain_width
 from methods.config import Int, MethodConfig, param
 from methods.engines import EngineConfig, drafter_checkpoint, sglang_requires, verified_tokens
 from methods.sd import MAX_DEPTH, chain_sampler, chain_tokens, drafter_model, sd_vllm
-from methods.spec import MethodSpec, PlotSpec
+from methods.spec import MethodSpec, PlotSpec, verdict
 
 GROUPS = (4, 8, 16, 32, 64)
 ROUTERS = ((16, 2), (32, 4))       # (groups, top-n) of the routed drafters the campaigns time
@@ -46,15 +46,30 @@ class CORALConfig(MethodConfig):
             raise InputError(f"coral: top_n ({self.top_n}) exceeds groups ({self.groups})")
 
 
+@dataclass(frozen=True)
+class RouterRecall:
+    """CORAL's part of an acceptance entry, `router_recall`: per (groups, top_n) router, the share of
+    the drafter's accepted tokens that survive the router's top-n groups ("groups/top_n": recall)."""
+
+    recalls: tuple[tuple[tuple[int, int], float], ...]
+
+    @property
+    def routers(self) -> set[tuple[int, int]]:
+        return {router for router, _ in self.recalls}
+
+    def to_dict(self) -> dict[str, float]:
+        return {f"{g}/{t}": r for (g, t), r in self.recalls}
+
+
 def recall_of(setup, groups: int, top_n: int) -> float:
     """The router's recall for (groups, top_n) from the acceptance entry (1 without a router)."""
     if not groups:
         return 1.0
-    recalls = setup.acceptance.extra.get("router_recall") or {}
-    value = recalls.get(f"{groups}/{top_n}")
+    part = setup.acceptance.part("router_recall")
+    value = dict(part.recalls).get((groups, top_n)) if part is not None else None
     if value is None:
         raise InputError(f"acceptance model '{setup.acceptance_key}' has no router_recall for "
-                         f"'{groups}/{top_n}' (has: {', '.join(sorted(recalls)) or 'none'})")
+                         f"'{groups}/{top_n}' (has: {', '.join(sorted(part.to_dict())) if part else 'none'})")
     return float(value)
 
 
@@ -100,10 +115,42 @@ def tree_note(setup, config) -> str:
 class CORAL(MethodSpec):
     name, config, summary = "coral", CORALConfig, "EAGLE feature drafter + LM-head router"
     drafter_kinds = ("coral",)
+
+    def claims(self, evidence):
+        """The LM head dominates the feature drafter's latency at a large vocabulary, and the router cuts
+        it (CORAL Fig. 2): one-token forwards of the head, the drafter and its routed twin."""
+        plain = [d for d in evidence.drafters_of(self.name) if evidence.drafters[d].router is None]
+        routed = [d for d in evidence.drafters_of(self.name) if evidence.drafters[d].router is not None]
+        if not plain or not routed:
+            return []
+        head, cut = evidence.forward_s(role="lm_head"), evidence.forward_s(role="router_head")
+        drafter, routed_d = evidence.drafters[plain[0]], evidence.drafters[routed[0]]
+        whole, lean = evidence.forward_s(model=drafter.model), evidence.forward_s(model=routed_d.model)
+        router = f"{routed_d.router.groups}:{routed_d.router.top_n}"
+        return [f"the LM head dominates the feature drafter's latency at this vocabulary (CORAL Fig. 2): head "
+                f"{1e3 * head:.2f} ms of the drafter's {1e3 * whole:.2f} ms ({100 * head / whole:.0f}%) -> "
+                f"{verdict(head > 0.5 * whole)}; the {router} router cuts the head to {1e3 * cut:.2f} ms and the "
+                f"drafter to {1e3 * lean:.2f} ms ({whole / lean:.2f}x) -> {verdict(lean < whole)}"]
     decoder = "runtime.drafters.coral:Coral"
     calibration = ("coral g2", "coral g4", "coral g8")
     campaign = ("coral g3", "coral g5") + tuple(f"coral g4 N{g} top{n}" for g, n in ROUTERS)
     plot = PlotSpec(x="gamma", hue="router", labels={"router": "LM-head router, groups:top-n"})
+    sampler_options = {"router_recall": ("a router's recall, overriding the acceptance entry's", 0.0, 1.0)}
+    acceptance_parts = ("router_recall",)
+
+    def acceptance_part(self, raw, where, part=None):
+        """`router_recall`: {"groups/top_n": recall in [0, 1]}."""
+        if not isinstance(raw, dict) or not raw:
+            raise InputError(f"{where}: router_recall must map 'groups/top_n' to a recall in [0, 1]")
+        recalls = []
+        for key, value in raw.items():
+            groups, _, top_n = str(key).partition("/")
+            if not (groups.isdigit() and top_n.isdigit() and 1 <= int(top_n) <= int(groups)):
+                raise InputError(f"{where}: router_recall key {key!r} is not 'groups/top_n' with 1 <= top_n <= groups")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+                raise InputError(f"{where}: router_recall['{key}'] must be a recall in [0, 1], got {value!r}")
+            recalls.append(((int(groups), int(top_n)), float(value)))
+        return RouterRecall(tuple(sorted(recalls)))
     no_counterpart = {"hf": "no EAGLE feature drafter in assisted generation"}
 
     def drafters(self, arch):
@@ -121,7 +168,8 @@ class CORAL(MethodSpec):
         head routes gets depths only."""
         pairs = [(0, 0)]
         if setup.drafter_spec.router is None:
-            recorded = {tuple(int(v) for v in k.split("/")) for k in (setup.acceptance.extra.get("router_recall") or {})}
+            part = setup.acceptance.part("router_recall")
+            recorded = part.routers if part is not None else set()
             pairs += [(n, t) for n in groups for t in top_n if t <= n // 2 and (n, t) in recorded]
         rows = [(d, n, t) for (n, t) in pairs for d in depths]
         frame = pd.DataFrame(rows, columns=["gamma", "groups", "top_n"]).astype(np.int64)

@@ -50,6 +50,15 @@ class EngineConfig:
 
 
 @dataclass(frozen=True)
+class DrafterOnly:
+    """What an export reads of a setup where no Profile is at hand (an engine measured as it is): the
+    drafter's name and its Profile entry (None: the method runs without one)."""
+
+    drafter: str | None = None
+    drafter_spec: Any = None
+
+
+@dataclass(frozen=True)
 class NoCounterpart:
     engine: str
     method: str
@@ -69,7 +78,8 @@ def parse_engines(text: str) -> list[str]:
 
 def drafter_checkpoint(setup) -> str:
     """The model name a drafter's checkpoint replaces in an export (the Profile's)."""
-    return str(setup.drafter_spec.model or setup.drafter)
+    spec = setup.drafter_spec
+    return str((spec.model if spec is not None else None) or setup.drafter)
 
 
 def verified_tokens(spec, setup, config) -> int:

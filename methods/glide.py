@@ -12,7 +12,7 @@ from methods.cape import GAMMAS, bins_param, bins_space, expansion_sampler, expa
 from methods.config import Int, MethodConfig, param
 from methods.engines import ENGINES
 from methods.sd import MAX_DEPTH, chain_sampler, chain_tokens, drafter_model
-from methods.spec import MethodSpec, PlotSpec
+from methods.spec import MethodSpec, PlotSpec, verdict
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,16 @@ class GLIDEConfig(MethodConfig):
 class GLIDE(MethodSpec):
     name, config, summary = "glide", GLIDEConfig, "GLIDE drafter (reads the target's KV cache), chain or CAPE"
     drafter_kinds = ("glide",)
+
+    def claims(self, evidence):
+        """GLIDE beats a vanilla drafter of the same size (its Table 1): alpha of each GLIDE drafter
+        against each draft model, per dataset."""
+        table = evidence.acceptance.set_index(["dataset", "drafter"])["alpha"]
+        return [f"GLIDE beats a vanilla drafter of the same size ({other}) on {dataset}: alpha "
+                f"{table[dataset, glide]:.3f} vs {table[dataset, other]:.3f} -> "
+                f"{verdict(table[dataset, glide] > table[dataset, other])}"
+                for dataset in evidence.datasets for glide in evidence.drafters_of("glide")
+                for other in evidence.drafters_of("draft_model") if (dataset, other) in table and (dataset, glide) in table]
     decoder = "runtime.drafters.glide:Glide"
     calibration = ("glide g2", "glide g4", "glide g8")
     campaign = ("glide g3", "glide g5")

@@ -216,7 +216,7 @@ class Lookahead(MethodSpec):
                             "approximate", f"prompt lookup proposes one continuation matched in the input; {window}",
                             requires=HF_PROMPT_LOOKUP)
 
-    def acceptance_part(self, raw, where):
+    def acceptance_part(self, raw, where, part=None):
         grows = isinstance(raw, dict) and "hit" in raw
         needed = ("alpha", "alpha_next", "spread", "hit", "fill", "pool") if grows else ("alpha", "f")
         if not isinstance(raw, dict) or any(k not in raw for k in needed):

@@ -13,7 +13,7 @@ from costmodel.trees import alpha_at_k_lookup, format_k_config, parse_k_config
 from methods.config import Flag, IntTuple, MethodConfig, param
 from methods.draws import TreeSampler
 from methods.sd import chain_betas, drafter_model, own_kv
-from methods.spec import MethodSpec, PlotSpec, SpaceOption
+from methods.spec import MethodSpec, PlotSpec, SpaceOption, verdict
 
 K_CHOICES = (1, 2, 4, 8, 16, 32)
 MAX_DEPTH = 12              # deepest tree the sweep enumerates
@@ -109,6 +109,22 @@ def widths(kmat: np.ndarray, depth: np.ndarray) -> np.ndarray:
 class MCSD(MethodSpec):
     name, config, summary = "mcsd", MCSDConfig, "k1 x ... x kg candidate tree of a draft model"
     drafter_kinds = ("draft_model",)
+
+    def claims(self, evidence):
+        """Acceptance rises with the candidates k (multi-candidate sampling's premise): alpha@k of each
+        draft model's greedy entry, per dataset."""
+        lines = []
+        for dataset in evidence.datasets:
+            for drafter in evidence.drafters_of("draft_model"):
+                keys = evidence.profile.acceptance_for(drafter, temperature=0.0, dataset=dataset, needs="alpha_at_k")
+                if not keys:
+                    continue
+                at_k = dict(evidence.profile.acceptance_model(keys[0]).alpha_at_k)
+                ks = sorted(at_k)
+                rising = all(at_k[x] <= at_k[y] for x, y in zip(ks, ks[1:]))
+                lines.append(f"acceptance rises with k (MCSS, {drafter}, {dataset}): "
+                             + ", ".join(f"alpha@{k} {at_k[k]:.3f}" for k in ks) + f" -> {verdict(rising)}")
+        return lines
     needs = "alpha_at_k"
     decoder = "runtime.engine.mcsd:MCSD"
     calibration = ("mcsd k2x2x1 repl", "mcsd k4x2 repl", "mcsd k4x2x2x2 repl")
@@ -122,6 +138,10 @@ class MCSD(MethodSpec):
         "sglang": "SGLang drafts one chain (or one top-k tree) per step; MCSD's k1 x ... x kg candidates verified "
                   "level by level are not offered (nearest: sd)",
         "hf": "assisted generation drafts one chain (nearest: sd)"}
+
+    def replayed_space(self, frame):
+        """Exact replay keeps the monotone trees (candidates never widen with depth), MCSD's own rule."""
+        return frame[frame["monotone"]].reset_index(drop=True)
 
     def space(self, setup, budget: int = DEFAULT_BUDGET, max_depth: int = MAX_DEPTH, choices=K_CHOICES):
         """k-configurations up to `budget` x replacement modes the acceptance entry records.

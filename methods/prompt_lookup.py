@@ -43,6 +43,7 @@ class PromptLookup(MethodSpec):
     name, config, summary = "prompt_lookup", PromptLookupConfig, "n-gram match in the context, no drafter"
     needs = "prompt_lookup"
     decoder = "runtime.engine.prompt_lookup:PromptLookup"
+    replays_from_outputs = True     # traces.lookup_replay: its steps from a prompt and a greedy output alone
     calibration = ("prompt_lookup g2 nmin1 nmax1", "prompt_lookup g4 nmin2 nmax2", "prompt_lookup g6 nmin3 nmax3",
                    "prompt_lookup g4 nmin4 nmax4", "prompt_lookup g4 nmin1 nmax3", "prompt_lookup g8 nmin2 nmax4",
                    "prompt_lookup g4 nmin3 nmax5")     # n_min = n_max fixes the match length: hit and first by length
@@ -87,7 +88,7 @@ class PromptLookup(MethodSpec):
     def sampler(self, setup, config, **options):
         return MatchSampler(config, fitted_to_replay(self._part(setup), config))
 
-    def acceptance_part(self, raw, where):
+    def acceptance_part(self, raw, where, part=None):
         needed = [k for k in PARAMETERS if k != "catch"]     # catch: 1 where a Profile predates it
         if not isinstance(raw, dict) or any(k not in raw for k in needed):
             raise InputError(f"{where}: {self.name} needs {', '.join(repr(k) for k in needed)}")

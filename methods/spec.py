@@ -91,6 +91,34 @@ class Setup:
 
 
 @dataclass(frozen=True)
+class Evidence:
+    """What a recording campaign measured of one target, for the methods to check their papers'
+    qualitative claims on (`MethodSpec.claims`): the Profile, its drafters by name, the datasets, a
+    frame of each (drafter, dataset)'s alpha, and the LatencyTrace rows (model, role, n_tokens, batch,
+    seconds)."""
+
+    profile: Any
+    drafters: dict
+    datasets: tuple[str, ...]
+    acceptance: pd.DataFrame
+    latency: pd.DataFrame
+
+    def drafters_of(self, kind: str) -> list[str]:
+        return [name for name, d in self.drafters.items() if d.kind == kind]
+
+    def forward_s(self, **where: Any) -> float:
+        """The median one-token, batch-1 forward of the rows matching `where` (column = value)."""
+        rows = self.latency[(self.latency["n_tokens"] == 1) & (self.latency["batch"] == 1)]
+        for column, value in where.items():
+            rows = rows[rows[column] == value]
+        return float(rows["seconds"].median())
+
+
+def verdict(holds: bool) -> str:
+    return "holds" if holds else "does NOT hold"
+
+
+@dataclass(frozen=True)
 class PlotSpec:
     """How the sweep plots a method: speedup against `x`, one line per value of `hue`
     (a heatmap over x and `y` when given); `labels` say what a column that is not a config field
@@ -124,10 +152,12 @@ class MethodSpec:
     decoder: str = ""                          # "module:Class" of the engine decoder
     plot: PlotSpec | None = None
     sweep: bool = True                         # searched by the sweep
+    replays_from_outputs: bool = False         # its greedy steps follow from a prompt and the target's output
     options: dict[str, SpaceOption] = {}       # sweep options its space takes by name
     calibration: tuple[str, ...] = ()          # labels whose StepTraces calibrate its step cost
     campaign: tuple[str, ...] = ()             # labels the GPU campaign runs at real sizes
     no_counterpart: dict[str, str] = {}        # engine -> why the method has no counterpart there
+    sampler_options: dict[str, tuple[str, float, float]] = {}   # numbers its `sampler` takes: (what, low, high)
 
     # ---- configurations ------------------------------------------------------------------------
     def parse(self, raw: Any = None) -> MethodConfig:
@@ -172,11 +202,21 @@ class MethodSpec:
         `python -m training` writes, under the drafter store) and what the kind needs}}."""
         return {}
 
-    def acceptance_part(self, raw: Any, where: str) -> Any:
-        """A method whose acceptance is a part of its own (`needs` is its name): its validated part
-        of a Profile acceptance entry (an object with `.alpha` and `.to_dict()`), InputError naming
-        the bad field."""
+    @property
+    def acceptance_parts(self) -> tuple[str, ...]:
+        """The parts of a Profile acceptance entry this method reads and parses itself (by key): its
+        own name where its acceptance is a part of its own (`needs` is its name)."""
+        return (self.name,) if self.needs == self.name else ()
+
+    def acceptance_part(self, raw: Any, where: str, part: str | None = None) -> Any:
+        """The validated part `part` (default: the method's own) of a Profile acceptance entry (an
+        object with `.to_dict()`, and `.alpha` for the method's own), InputError naming the bad field."""
         raise NotImplementedError(f"{self.name} has no acceptance part of its own")
+
+    def claims(self, evidence: Evidence) -> list[str]:
+        """The method's paper's qualitative claims checked on a recording (`Evidence`), one line each
+        with its numbers and `verdict`; none by default."""
+        return []
 
     def fit_steps(self, frame: pd.DataFrame, *, dataset: str, temperature: float, source: str) -> dict | None:
         """A Profile acceptance entry fitted from this method's own StepTraces (several of its
@@ -188,6 +228,11 @@ class MethodSpec:
     def space(self, setup: Setup, **options: Any) -> pd.DataFrame:
         """The sweep's configurations on `setup` (a frame; see `frame_of`)."""
         raise NotImplementedError(f"{self.name} has no search space")
+
+    def replayed_space(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """The part of a space worth replaying exactly on a TokenTrace (each configuration costs a
+        pass over the trace); default: all of it."""
+        return frame
 
     def space_size(self, setup: Setup, **options: Any) -> int:
         """Rows `space(setup, **options)` would hold. This default builds the space (the small

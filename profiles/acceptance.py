@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+import methods
 from common.errors import InputError
 from costmodel.cape import N_BINS
 from profiles.record import Record
@@ -218,7 +219,8 @@ class AcceptanceModel:
         if self.markov is not None:
             return self.markov.stationary_alpha
         for part in self.own.values():
-            return float(part.alpha)
+            if hasattr(part, "alpha"):
+                return float(part.alpha)
         raise InputError(f"acceptance model '{self.name}' has no alpha")
 
     def beta(self, gamma: int) -> np.ndarray:
@@ -300,8 +302,8 @@ class AcceptanceModel:
                 raise InputError(f"{where}: markov.n_transitions must be a whole number >= 0, got {count!r}")
             markov = MarkovAcceptance(_probability(m["p_aa"], f"{where}: markov.p_aa"),
                                       _probability(m["p_ra"], f"{where}: markov.p_ra"), count)
-        own = {spec.name: spec.acceptance_part(raw[spec.name], where) for spec in _own_part_methods()
-               if raw.get(spec.name) is not None}
+        own = {part: spec.acceptance_part(raw[part], where, part) for part, spec in _method_parts().items()
+               if raw.get(part) is not None}
         persistence = raw.get("persistence")
         if persistence is not None and (isinstance(persistence, bool) or not isinstance(persistence, (int, float))
                                         or not math.isfinite(persistence) or persistence <= 0):
@@ -346,11 +348,9 @@ _KNOWN_FIELDS = {"alpha", "alpha_by_position", "alpha_by_position_at_gamma", "al
                  "dataset", "source"}
 
 
-def _own_part_methods() -> list:
-    """Methods whose acceptance is a part of their own, stored under the method's name."""
-    import methods
-
-    return [spec for spec in methods.specs() if spec.needs == spec.name]
+def _method_parts() -> dict:
+    """Part key -> the method that reads and parses it (`MethodSpec.acceptance_parts`)."""
+    return {part: spec for spec in methods.specs() for part in spec.acceptance_parts}
 
 
 def _text(raw: dict, key: str, where: str) -> str:

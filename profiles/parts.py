@@ -138,6 +138,12 @@ class Drafter:
                 out[f.name] = value.__dict__.copy() if isinstance(value, (Tree, Router)) else value
         return out
 
+    def arch_options(self) -> dict[str, int]:
+        """What the entry states that shapes a drafter built from its target (`costmodel.params.drafter_arch`):
+        its early-exit layer, its router."""
+        out = {} if self.exit_layer is None else {"exit_layer": self.exit_layer}
+        return {**out, **(self.router.fixed() if self.router is not None else {})}
+
     def names(self) -> set[str]:
         """What a trace may call this drafter by: its model and its file."""
         return {n for n in (self.model, self.file) if n}

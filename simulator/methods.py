@@ -34,8 +34,7 @@ SETUP_OPTIONS = {
     "temperature": "pick the acceptance entry at this temperature (default: the lowest recorded)",
     "overhead_s": "fixed seconds per step (sampling, tree building, cache edits)",
     "acceptance_model": "'independent' per-position draws or the bursty 'markov' chain",
-    "router_recall": "a router's recall, overriding the acceptance entry's",
-}
+}                      # and the numbers a method's own sampler takes (`MethodSpec.sampler_options`)
 
 
 @dataclass(frozen=True)
@@ -95,11 +94,12 @@ def load_profile(profile: Profile | Mapping | str | Path) -> Profile:
 
 def split_config(method: str, config: MethodConfig | Mapping | str | None = None) -> tuple[MethodConfig, dict[str, Any]]:
     """(the method's typed config, the setup options) of a config; a key that is neither: InputError."""
-    typed, options = methods.get(method).config.split(config, SETUP_OPTIONS, "setup")
-    return typed, _check_options(options)
+    spec = methods.get(method)
+    typed, options = spec.config.split(config, {**SETUP_OPTIONS, **spec.sampler_options}, "setup")
+    return typed, _check_options(options, spec)
 
 
-def _check_options(options: dict[str, Any]) -> dict[str, Any]:
+def _check_options(options: dict[str, Any], spec) -> dict[str, Any]:
     def number(key, low=0.0, high=math.inf):
         value = options[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
@@ -109,8 +109,9 @@ def _check_options(options: dict[str, Any]) -> dict[str, Any]:
     for key in ("overhead_s", "temperature"):
         if key in options:
             options[key] = number(key)
-    if "router_recall" in options and options["router_recall"] is not None:
-        options["router_recall"] = number("router_recall", high=1.0)
+    for key, (_, low, high) in spec.sampler_options.items():
+        if options.get(key) is not None:
+            options[key] = number(key, low, high)
     for key in ("drafter", "acceptance", "dataset"):
         if key in options and not isinstance(options[key], str):
             raise InputError(f"config '{key}' must be a name, got {options[key]!r}")
@@ -125,18 +126,19 @@ def build_step_model(profile, method: str, config: MethodConfig | Mapping | str 
     `options` are setup options too and win over the config's."""
     profile = load_profile(profile)
     spec = methods.get(method)
-    unknown = [k for k in options if k not in SETUP_OPTIONS]
+    known = {**SETUP_OPTIONS, **spec.sampler_options}
+    unknown = [k for k in options if k not in known]
     if unknown:
-        raise InputError(f"unknown simulator option '{unknown[0]}' (known: {', '.join(SETUP_OPTIONS)})")
+        raise InputError(f"unknown simulator option '{unknown[0]}' (known: {', '.join(known)})")
     typed, given = split_config(method, config)
-    opts = {**given, **_check_options(dict(options))}
+    opts = {**given, **_check_options(dict(options), spec)}
     setup = profile.setups_for(spec, temperature=opts.get("temperature"), dataset=opts.get("dataset"),
                                drafter=opts.get("drafter"), acceptance=opts.get("acceptance"),
                                overhead_s=opts.get("overhead_s", 0.0))[0]
     try:
         shape = spec.priced_shape(setup, spec.frame_of([typed]))
         sampler = spec.sampler(setup, typed, acceptance_model=opts.get("acceptance_model", ACCEPTANCE_MODELS[0]),
-                               router_recall=opts.get("router_recall"))
+                               **{k: opts[k] for k in spec.sampler_options if opts.get(k) is not None})
     except ValueError as exc:     # costmodel's one-line input errors
         raise InputError(f"{typed.label} on '{profile.name}' ({setup.acceptance_key}): {exc}") from None
     return StepModel(method, typed, setup, shape, sampler)

@@ -96,7 +96,7 @@ def what_to_run(result: Any) -> list[str]:
     rows = []
     for row in first.itertuples(index=False):
         d = row._asdict()
-        run = d["answer"] if d["drafter"] in ("", "-") or d["answer"] in ("ar", NOTHING_FITS) \
+        run = d["answer"] if d["drafter"] in ("", "-") or d["answer"] in (methods.BASELINE, NOTHING_FITS) \
             else f"{d['answer']} (drafter {d['drafter']})"
         why = d["why"]
         if stops is not None and len(answers["batch"].unique()) > 1 and d["answer"] != NOTHING_FITS:

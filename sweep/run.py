@@ -96,9 +96,7 @@ def _chunks(frame: pd.DataFrame, rows: int) -> list[pd.DataFrame]:
 def space_of(spec: MethodSpec, setup: Setup, opts: SweepOptions) -> pd.DataFrame:
     """The method's search space on `setup`, given the sweep options its `space` takes by name."""
     space = spec.space(setup, **space_options(spec, opts))
-    if opts.token_trace and "monotone" in space:   # exact replay costs a pass over the trace per
-        space = space[space.monotone].reset_index(drop=True)   # configuration: keep MCSD's monotonic rule
-    return space
+    return spec.replayed_space(space) if opts.token_trace else space
 
 
 def setting_of(profile: Profile, opts: SweepOptions, batch: int | None = None) -> scoring.Setting:

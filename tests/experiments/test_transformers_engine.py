@@ -83,9 +83,9 @@ def test_transformers_assisted_steps_are_the_teacher_forced_replay_after_its_fir
 
 def test_what_transformers_cannot_run_is_refused(pair):
     hf, assistant = pair
-    with pytest.raises(InputError, match="only n_min = 1 runs there"):
+    with pytest.raises(InputError, match="only approximately .transformers falls back to matches shorter than n_min=2"):
         TransformersDecoder(hf, methods.parse_label("prompt_lookup g3 nmin2 nmax3"), assistant)
-    with pytest.raises(InputError, match="prompt lookup and an assistant"):
+    with pytest.raises(InputError, match="mcsd k2x2 repl: transformers has no counterpart"):
         TransformersDecoder(hf, methods.parse_label("mcsd k2x2 repl"), assistant)
     with pytest.raises(InputError, match="needs the assistant model"):
         TransformersDecoder(hf, methods.parse_label("sd g2"), None)
