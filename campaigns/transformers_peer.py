@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import methods
 from campaigns.smollm2 import (DATASETS, LATENCY_CTX, LATENCY_TOKENS, TARGET_ARCH, calibration_prompts,

@@ -101,20 +101,6 @@ class StepShape:
         ran = (self.draft_width > 0).astype(float)
         return ran if self.draft_reach is None else ran * self.draft_reach
 
-    def select(self, rows) -> "StepShape":
-        """The shape of a subset of the configurations."""
-        def pick(x):
-            arr = np.asarray(x)
-            return arr[rows] if arr.ndim else x
-        return StepShape(self.verify_model, pick(self.verify_tokens),
-                         tuple(DraftPart(p.model, pick(p.scale)) for p in self.draft_parts),
-                         self.draft_width[rows], None if self.draft_reach is None else self.draft_reach[rows],
-                         pick(self.verify_scale), pick(self.overhead_s), self.draft_kv_model,
-                         self.draft_per_forward_s, self.verify_fixed_s,
-                         None if self.verify_dist is None else tuple(a[rows] for a in self.verify_dist),
-                         self.verify_per_token_s, self.first_draft_s, self.first_draft_per_token_s,
-                         self.verify_wide_from, self.verify_wide_factor, self.verify_wide_extra_s)
-
 
 def wide_terms(priced: "StepShape | StepCalibration", tokens) -> tuple[np.ndarray | float, np.ndarray | float]:
     """(factor on the verify forward's scale, extra seconds) of a shape's or a calibration's verify

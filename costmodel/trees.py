@@ -91,15 +91,6 @@ def expected_tokens_tree(configs, alpha_at_k):
     return tokens[..., 0] if single else tokens
 
 
-def alpha_at_k_independent(alpha, k):
-    """alpha@k if each of k candidates were accepted independently with probability alpha: 1-(1-a)^k.
-
-    An approximation (real candidates are correlated through p and q); exact forms are below.
-    """
-    a = check_probability("alpha", alpha)
-    return 1.0 - (1.0 - a) ** check_positive_int("k", k)
-
-
 def alpha_at_k_with_replacement(p, q, k):
     """Exact MCSS-with-replacement acceptance of one step: k iid draws from q verified against p.
 

@@ -25,7 +25,7 @@ from sweep import deployments, scoring
 from sweep.estimate import MAX_HOURS, Deadline, check_fits, estimate
 from common.progress import add_progress_option, progress_enabled
 from sweep.executor import EXECUTORS, make_executor, worker_count
-from sweep.run import (BUNDLED_PROFILES, SweepOptions, setting_of, space_of, bundled_profile_paths,
+from sweep.run import (BUNDLED_PROFILES, SweepOptions, setting_of, bundled_profile_paths,
                                    load_profiles, run_sweep)
 from methods.engines import parse_engines
 

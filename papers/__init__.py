@@ -6,7 +6,7 @@ experiments.paper_profiles`) and the papers' numbers recomputed, held out by tab
 (`papers.reproduce`, `papers.heldout`; `python -m experiments.reproduce`), with the papers' own
 configuration choices beside the sweep's (`papers.choices`)."""
 from papers.published import PAPERS, Record, records, table, tables, to_rows, value
-from papers import coral, glide, kangaroo, lookahead, mcsd, mistral
+from papers import coral, glide, kangaroo, lookahead, mcsd, mistral  # noqa: F401  (mistral registers its records)
 
 MODELS = {m.MODEL.paper: m.MODEL for m in (glide, mcsd, lookahead, kangaroo, coral)}
 k_config = mcsd.k_config

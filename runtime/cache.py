@@ -102,7 +102,6 @@ def causal_mask(past: int, q: int, device="cpu") -> torch.Tensor:
     return keys[None, :] <= (past + torch.arange(q, device=device))[:, None]
 
 
-
 def check_mode(mode: str) -> str:
     if mode not in MODES:
         raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -120,10 +119,6 @@ def make_cache(config, batch: int, capacity: int, *, dtype, device, mode: str = 
     if check_mode(mode) == "eager":
         return KVCache(config, batch, capacity, dtype=dtype, device=device)
     return StaticKVCache(config, batch, capacity, dtype=dtype, device=device, runner=runner)
-
-
-def is_static(cache) -> bool:
-    return isinstance(cache, StaticKVCache)
 
 
 @dataclass

@@ -21,7 +21,6 @@ confidences, not the recorded ones, since that method has no confidence hook.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -29,7 +28,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from methods import BASELINE
 from verification import rules
 from runtime.engine import Sampling, make_decoder
 from runtime.engine.base import Decoder, Generation
@@ -197,15 +195,4 @@ def steps_frame(runs: Sequence[ReplayedRun], method: str, config: Any, run_id: s
                              accept_mask=list(s.accept_mask), confidences=list(s.confidences), mode=s.mode))
     return pd.DataFrame(rows)
 
-
-def timed_ar(target, prompts: dict[str, list[int]], lengths: dict[str, int]) -> float:
-    """Wall-clock tokens per second of plain `ar` over the same prompts and output lengths."""
-    decoder = make_decoder(BASELINE, target)
-    tokens, seconds = 0, 0.0
-    for prompt_id, prompt in prompts.items():
-        begin = time.perf_counter()
-        out = decoder.generate(prompt, lengths[prompt_id])
-        seconds += time.perf_counter() - begin
-        tokens += len(out.tokens)
-    return tokens / seconds
 

@@ -404,14 +404,6 @@ class ExactResult:
     estimate: float = 0.0                      # path count estimated before enumerating
     seconds: float = 0.0                       # run time estimated before enumerating
 
-    def worst_outcome(self, target: Mapping) -> Hashable | None:
-        """The outcome with the largest |law - target| (None when they agree)."""
-        keys = set(self.law) | set(target)
-        if not keys or self.passed:
-            return None
-        return max(keys, key=lambda k: abs(self.law.get(k, 0) - _exact(target.get(k, 0))))
-
-
 def exact_check(sampler: Sampler, case: Any, target: Any, max_paths: int = DEFAULT_MAX_PATHS, *,
                 memo: bool = False, floats: str = "convert", probes: int = DEFAULT_PROBES,
                 seed: int = 0, max_seconds: float | None = DEFAULT_MAX_SECONDS) -> ExactResult:

@@ -128,7 +128,6 @@ def _mcss_core(cands: torch.Tensor, p: torch.Tensor, q: torch.Tensor, accept_u: 
                u_pos: torch.Tensor, replacement: bool, where: str):
     """MCSS on the rows with candidates (cands -1 = absent). Returns accepted, candidate, p^, u_pos."""
     rows, k = cands.shape
-    arange = torch.arange(rows, device=p.device)
     accepted = torch.zeros(rows, dtype=torch.bool, device=p.device)
     chosen = torch.full((rows,), -1, dtype=torch.long, device=p.device)
     p_hat, q_bar = p, q
