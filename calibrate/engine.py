@@ -56,6 +56,7 @@ from costmodel.step import StepCalibration, draft_seconds, verify_seconds, wide_
 from methods.spec import priced_config
 from traces import drift
 from traces.schema import step_wall_s
+from runtime.linear import SKINNY_ROWS
 
 RIDGE = 1e-3      # pull towards the prior, relative to each feature's own scale
 # fit_engine keeps the one with the lowest held-out error
@@ -140,8 +141,6 @@ def _scale_and_fixed(prior: np.ndarray, fixed: np.ndarray, measured: np.ndarray)
 
 def wide_from() -> int:
     """Verified tokens from which the target's projections leave the few-row path (runtime.linear)."""
-    from runtime.linear import SKINNY_ROWS
-
     return SKINNY_ROWS + 1
 
 

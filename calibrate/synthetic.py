@@ -14,6 +14,7 @@ import pandas as pd
 
 import methods
 from traces.schema import RunMetadata, validate
+from profiles.acceptance import MarkovAcceptance
 
 DEFAULT_GRID = {
     "n_tokens": [1, 2, 4, 8, 16, 32, 64, 128, 256, 512],
@@ -46,8 +47,6 @@ def synthetic_token_trace(p_aa: float, p_ra: float, rank_ratio: float, n_prompts
     P(rank < k) = 1 - (1 - alpha) rank_ratio^(k - 1); the drafter's top-1 confidence is
     Beta(*hit_conf) on a hit and Beta(*miss_conf) on a miss. `alpha` holds the 0/1 hit.
     """
-    from profiles.acceptance import MarkovAcceptance
-
     rng = np.random.default_rng(seed)
     chain = MarkovAcceptance(p_aa, p_ra)
     frames = []

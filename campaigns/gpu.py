@@ -27,6 +27,8 @@ from common.errors import InputError
 from runtime.models import random_architecture, tiny_model, truncated
 from traces.drafter_timing import drafter_entries
 from traces.replayed import (replayed_decoder, run_replayed, steps_frame)
+from costmodel.hardware import dtype_bytes, get_hardware
+from costmodel.params import forward_params, get_arch, kv_bytes_per_token
 
 GPU_ARCHITECTURES = ("vicuna-7b", "vicuna-13b", "vicuna-33b", "llama-68m", "llama-160m", "mistral-7b",
                      "llama-3-8b", "qwen2.5-7b")
@@ -144,9 +146,6 @@ def coefficient_pairs(tiny: bool) -> list[tuple[str, str]]:
 def coefficients(rows: pd.DataFrame, pairs, hardware: str, dtype: str) -> pd.DataFrame:
     """Decode (1 token, batch 1) latency ratios per context, and each target's fraction of the
     bandwidth bound: (forward weights + KV cache read) bytes / datasheet bandwidth / measured time."""
-    from costmodel.hardware import dtype_bytes, get_hardware
-    from costmodel.params import forward_params, get_arch, kv_bytes_per_token
-
     decode = rows[(rows.n_tokens == 1) & (rows.batch == 1)].groupby(["model", "ctx_len"])["seconds"].median()
     out = []
     for drafter, target in pairs:

@@ -23,10 +23,17 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from methods import BASELINE
+from methods import BASELINE, MethodConfig
 import methods
 from common.errors import InputError
-from methods import MethodConfig
+from runtime.drafters.vanilla import draft_vocab_of
+from runtime.models import load_model, load_transformers
+from runtime.engine.__main__ import load_drafter, own_drafter_methods
+from runtime.engine import make_decoder
+from campaigns.transformers_engine import TransformersDecoder, assistant_from_vanilla, check_same_tokenizer
+from runtime.prompts import encode_prompt
+from traces.record import output_steps
+from traces.schema import step_wall_s
 
 
 @dataclass(frozen=True)
@@ -54,8 +61,6 @@ def parse_candidate(text: str) -> Candidate:
 def check_draft_vocab(name: str, spec: dict[str, Any], model, path) -> None:
     """Refuse a trained draft model whose draft vocabulary is not the one its Profile drafter was
     calibrated with (`draft_vocab` of the entry; 0 or absent: the whole vocabulary)."""
-    from runtime.drafters.vanilla import draft_vocab_of
-
     kept = draft_vocab_of(model)
     have, want = 0 if kept is None else int(kept.numel()), int(spec.get("draft_vocab", 0))
     if have != want:
@@ -77,8 +82,6 @@ class Bench:
             raise InputError(f"unknown engine '{engine}' (known: {', '.join(ENGINES)})")
         import torch
 
-        from runtime.models import load_model
-
         torch.set_num_threads(threads)
         self.drafters, self.drafters_dir, self.seed, self.threads = drafters, Path(drafters_dir), seed, threads
         self.target = load_model(target)
@@ -87,8 +90,6 @@ class Bench:
         self._decoders: dict[str, Any] = {}
         self.engine, self.hf = engine, None
         if engine == "transformers":
-            from runtime.models import load_transformers
-
             self.hf, _ = load_transformers(target)
 
     def drafter_file(self, name: str) -> Path | None:
@@ -104,8 +105,6 @@ class Bench:
         return path
 
     def _drafter_argument(self, cand: Candidate) -> Any:
-        from runtime.engine.__main__ import load_drafter, own_drafter_methods
-
         if cand.drafter is None:
             return None
         path = self.drafter_file(cand.drafter)
@@ -120,8 +119,6 @@ class Bench:
         return self._drafters[cand.drafter]
 
     def decoder(self, cand: Candidate):
-        from runtime.engine import make_decoder
-
         if cand.label not in self._decoders and self.engine == "transformers":
             self._decoders[cand.label] = self._transformers_decoder(cand)
         if cand.label not in self._decoders:
@@ -130,9 +127,6 @@ class Bench:
         return self._decoders[cand.label]
 
     def _transformers_decoder(self, cand: Candidate):
-        from campaigns.transformers_engine import (TransformersDecoder, assistant_from_vanilla,
-                                                               check_same_tokenizer)
-
         assistant = None
         if cand.drafter is not None:
             key = f"transformers:{cand.drafter}"
@@ -147,8 +141,6 @@ class Bench:
 
     def encode(self, prompts) -> list[tuple[str, str, list[int]]]:
         """(prompt set, prompt id, token ids) of runtime.prompts Prompts."""
-        from runtime.prompts import encode_prompt
-
         return [(p.dataset, p.prompt_id, list(encode_prompt(p, self.target.tokenizer))) for p in prompts]
 
     def measure(self, cands: Sequence[Candidate], prompts: Sequence[tuple[str, str, list[int]]], *, repeats: int,
@@ -183,8 +175,6 @@ class Bench:
     def _generate(self, cand: Candidate, dec, prompt: tuple[str, str, list[int]], repeat: int, pair: int,
                   max_new_tokens: int, runs: list[dict], steps: list[dict]) -> None:
         """One timed generation: its row onto `runs`, its StepTrace rows onto `steps`."""
-        from traces.record import output_steps
-
         dataset, pid, ids = prompt
         out = dec.generate(ids, max_new_tokens, self.eos)
         runs.append({"candidate": cand.label, "method": cand.method, "drafter": cand.drafter or "-",
@@ -207,8 +197,6 @@ class Bench:
 def decode_seconds(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """`runs` with decode_s (the sum of each generation's step times) taken from its StepTrace rows,
     for runs recorded before measure() kept it."""
-    from traces.schema import step_wall_s
-
     keyed = steps.assign(repeat=steps["run_id"].str.rsplit("#", n=1).str[1].astype(int),
                          decode_s=step_wall_s(steps))
     key = ["dataset", "candidate", "repeat", "prompt_id"] + (["pair"] if "pair" in runs and "pair" in steps else [])

@@ -20,8 +20,22 @@ from common.errors import InputError
 from costmodel.cape import PAPER_BINS
 from methods.spec import drafter_fixed, engine_config, priced_config
 from methods import MethodConfig
-from profiles.parts import Drafter, typed_drafters
+from profiles.parts import Drafter, typed_drafters, EngineTerms, Workload
 from traces.record import teacher_forced_methods
+from traces.drafter_timing import write_drafter_latency
+from traces.timer import Timer
+from runtime.prompts import parse_prompt_mix, load_prompt_mix, builtin_prompts, encode_prompt
+from campaigns.measure import Bench, Candidate
+from traces import schema
+from common.rundir import git_commit
+from traces.schema import read_trace
+from calibrate.engine import StepRun, fit_engine, workload
+from calibrate.fit_acceptance import DEFAULT_CONF_KS, fit_step_acceptance, fit_token_acceptance
+from calibrate.latency import fit_latency
+from profiles.profile import Profile
+from costmodel.params import get_arch
+from traces.lookup_replay import replayed_steps
+from runtime.models import load_tokenizer
 
 STAGES = ("latency", "tokens", "chains", "steps", "profile", "best", "tables")
 DATASETS = {"mt-bench": "mtbench", "humaneval": "humaneval", "code-edit": "codeedit",   # profile name -> prompt set
@@ -145,9 +159,6 @@ def stage_latency(args, log) -> None:
         return
     import torch
 
-    from traces.drafter_timing import write_drafter_latency
-    from traces.timer import Timer
-
     torch.set_num_threads(args.threads)
     device = torch.device("cpu")
     frame = write_drafter_latency(out, (TARGET_ARCH,), (0, 512, 1024), Timer(device, 1, 5, 3, 2.0), device, torch.float32)
@@ -198,8 +209,6 @@ def stage_chains(args, log) -> None:
 
 def token_prompts(args) -> dict[str, str]:
     """Profile dataset -> the prompt spec its TokenTraces record (`--token-prompts`, split by set)."""
-    from runtime.prompts import parse_prompt_mix
-
     parts: dict[str, list[str]] = {}
     for name, lo, hi in parse_prompt_mix(getattr(args, "token_prompts", None) or TOKEN_PROMPTS):
         if name not in DATASETS.values():
@@ -214,8 +223,6 @@ def token_prompts(args) -> dict[str, str]:
 
 def token_prompt_count(args) -> str:
     """How many prompts per dataset the TokenTraces record ("48", or "12-48" when the sets differ)."""
-    from runtime.prompts import load_prompt_mix
-
     counts = sorted({len(load_prompt_mix(spec)) for spec in token_prompts(args).values()})
     return str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
 
@@ -244,9 +251,6 @@ def measure_beside_plain(args, todo: list[Run], prompt_spec: str, log) -> dict[t
     on `prompt_spec`, measured in one process with the interleaved repeats of
     campaigns.measure (the way experiments.fidelity measures), every generation beside
     plain decoding of its prompt: a pair, whose id continues after the recorded ones."""
-    from campaigns.measure import Bench, Candidate
-    from runtime.prompts import load_prompt_mix
-
     runs = [PLAIN_RUN] + [run for run in todo if run != PLAIN_RUN]    # the partner of every generation
     bench = Bench("smollm2", DRAFTERS, args.drafters, args.threads)
     prompts = bench.encode(load_prompt_mix(prompt_spec))
@@ -261,8 +265,6 @@ def measure_beside_plain(args, todo: list[Run], prompt_spec: str, log) -> dict[t
 
 def next_pair(args) -> int:
     """The first pair id after every pair the recorded StepTraces hold (0: none recorded)."""
-    from traces import schema
-
     frames = [schema.read_trace(path, "step")[0] for path in sorted(args.out.glob("steps_*.parquet"))]
     ids = [int(f["pair"].max()) for f in frames if "pair" in f and len(f)]
     return max(ids, default=-1) + 1
@@ -271,9 +273,6 @@ def next_pair(args) -> int:
 def write_steps(args, run: Run, dataset: str, rows: pd.DataFrame, path: Path | None = None) -> None:
     """Write `run`'s StepTrace of `dataset` (to `path`, default its step_path); plain decoding's
     rows are added to the ones recorded."""
-    from traces import schema
-    from common.rundir import git_commit
-
     path = path or step_path(args, run.label, dataset)
     if run == PLAIN_RUN and path.exists():
         rows = pd.concat([schema.read_trace(path, "step")[0], rows], ignore_index=True)
@@ -292,8 +291,6 @@ LATENCY_NAMES = {"smollm2": TARGET_ARCH, "layers:1": "vanilla-full-1l"}
 
 
 def latency_rows(args) -> pd.DataFrame:
-    from traces.schema import read_trace
-
     frames = [read_trace(args.out / name, kind="latency")[0] for name in ("latency.parquet", "drafter_latency.parquet")]
     rows = pd.concat(frames, ignore_index=True)
     trained = str(args.drafters / DRAFTERS["vanilla"].file)
@@ -309,15 +306,6 @@ def stage_profile(args, log) -> None:
     import datetime as dt
 
     from dataclasses import replace
-
-    from calibrate.engine import StepRun, fit_engine, workload
-    from profiles.parts import EngineTerms, Workload
-    from calibrate.fit_acceptance import DEFAULT_CONF_KS, fit_step_acceptance, fit_token_acceptance
-    from calibrate.latency import fit_latency
-    from profiles.profile import Profile
-    from costmodel.params import get_arch
-    from common.rundir import git_commit
-    from traces.schema import read_trace
 
     rows = latency_rows(args)
     latency = {}
@@ -396,10 +384,6 @@ def replayed_from_outputs(args, spec, dataset: str, drop_first_step: bool = Fals
     """(StepTrace rows, source files, source text) of `spec`'s calibration configurations (`sweep`:
     and every configuration of its sweep space) replayed (`traces.lookup_replay`, each generation's
     first step left out with `drop_first_step`) on the greedy outputs a TokenTrace of `dataset` holds."""
-    from runtime.prompts import builtin_prompts, encode_prompt
-    from traces.lookup_replay import replayed_steps
-    from traces.schema import read_trace
-
     path = token_path(args, next(iter(TOKEN_DRAFTERS)), dataset)
     frame, _ = read_trace(path, kind="token")
     outputs = {pid: rows.sort_values("pos")["token"].tolist() for pid, rows in frame.groupby("prompt_id", sort=False)}
@@ -417,8 +401,6 @@ def replayed_from_outputs(args, spec, dataset: str, drop_first_step: bool = Fals
 @functools.lru_cache(maxsize=1)
 def _tokenizer():
     """SmolLM2's tokenizer, read once (the profile stage replays every dataset)."""
-    from runtime.models import load_tokenizer
-
     return load_tokenizer("smollm2")
 
 

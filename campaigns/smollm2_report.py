@@ -23,12 +23,18 @@ from sweep.markdown import md_table
 from campaigns.smollm2 import (PLAIN_RUN, CHAIN_RUNS, DATASETS, DRAFTERS, RUNS, Run,
                                      best_partners_path, best_runs, latency_rows, step_path,
                                      token_prompt_count)
+from traces.schema import step_wall_s, read_trace
+from sweep.executor import LocalExecutor
+from sweep.run import SweepOptions, run_sweep
+from sweep import scoring
+from calibrate.fit_acceptance import fit_step_acceptance
+from costmodel.leviathan import speedup
+from profiles.profile import Profile
+from common import atomic
 
 
 def decode_rate(frame: pd.DataFrame) -> tuple[float, float, float]:
     """(seconds per token, tokens per step, mean context) over a StepTrace's decode steps."""
-    from traces.schema import step_wall_s
-
     seconds = float(step_wall_s(frame).sum())
     tokens = float(frame["accepted"].sum())
     return seconds / tokens, tokens / len(frame), float(frame["ctx_len"].mean())
@@ -41,16 +47,12 @@ def all_runs(args, dataset: str) -> list[Run]:
 
 def ar_context(args, dataset: str) -> float:
     """Mean context of the plain decoding steps: where the predictions are priced."""
-    from traces.schema import read_trace
-
     return float(read_trace(step_path(args, BASELINE, dataset), kind="step")[0]["ctx_len"].mean())
 
 
 def measured_runs(args, dataset: str) -> pd.DataFrame:
     """Each recorded run's decode rate and its measured speedup: over its own plain-decoding
     partners where it was measured in pairs (traces.drift), else over the whole ar trace."""
-    from traces.schema import read_trace
-
     plain, _ = read_trace(step_path(args, PLAIN_RUN.label, dataset), kind="step")
     partners = best_partners_path(args, dataset)          # the recorded best's own plain partners
     paired_plain = pd.concat([plain, read_trace(partners, kind="step")[0]], ignore_index=True) \
@@ -74,9 +76,6 @@ def measured_runs(args, dataset: str) -> pd.DataFrame:
 
 def sweep_result(profile, dataset: str, ctx_len: float, sim_tokens: int, seed: int):
     """The sweep on `profile` alone at greedy decoding, `dataset`, priced at `ctx_len` (one process)."""
-    from sweep.executor import LocalExecutor
-    from sweep.run import SweepOptions, run_sweep
-
     opts = SweepOptions(temperature=0.0, dataset=dataset, ctx_len=int(round(ctx_len)), seed=seed,
                         sim_tokens=sim_tokens, rescore=1)
     return run_sweep([profile], opts, LocalExecutor(workers=1, progress=False))
@@ -89,8 +88,6 @@ def predict_run(profile, run: Run, setting, sim_tokens: int, seed: int) -> dict[
     """One recorded run priced from the Profile alone: the closed form (`sweep.scoring.score`
     of the configuration the Profile prices, on the run's drafter and the dataset's acceptance
     entry) and the simulator (SIM_STREAMS seeded streams, pooled: `sweep.scoring.simulate_task`)."""
-    from sweep import scoring
-
     spec = methods.get(run.method)
     setup = profile.setups_for(spec, temperature=setting.temperature, dataset=setting.dataset, drafter=run.drafter)[0]
     scored = scoring.score(setup, run.method, spec.frame_of([run.priced]), setting)
@@ -105,8 +102,6 @@ def predictions(profile, dataset: str, ctx_len: float, sim_tokens: int, seed: in
                 best: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per recorded run: closed-form and simulated speedup for generations as long as the traces'
     (the Profile's workload); the sweep's best per method)."""
-    from sweep import scoring
-
     result = sweep_result(profile, dataset, ctx_len, sim_tokens, seed)
     recorded = profile.workload_new_tokens(dataset) or sim_tokens
     setting = scoring.Setting(temperature=0.0, ctx_len=int(round(ctx_len)), dataset=dataset, new_tokens=recorded)
@@ -123,10 +118,6 @@ def predictions(profile, dataset: str, ctx_len: float, sim_tokens: int, seed: in
 def acceptance_table(args, profile, ctx_len: float) -> pd.DataFrame:
     """GLIDE Table 1's shape per (drafter, dataset): c, alpha, expected speedup at gamma 5; alpha
     from the StepTraces of a gamma-4 chain where one was recorded (like with like), else the TokenTrace."""
-    from calibrate.fit_acceptance import fit_step_acceptance
-    from costmodel.leviathan import speedup
-    from traces.schema import read_trace
-
     target_s = float(profile.seconds(profile.target, 1, ctx_len))
     rows = []
     for drafter, spec in DRAFTERS.items():
@@ -172,9 +163,6 @@ def _md(frame: pd.DataFrame, digits: int = 3) -> str:
 
 
 def write_report(args, log) -> None:
-    from profiles.profile import Profile
-    from common import atomic
-
     profile = Profile.load(args.profile)
     measured = pd.concat([measured_runs(args, d) for d in DATASETS], ignore_index=True)
     preds, bests = [], []

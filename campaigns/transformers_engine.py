@@ -27,6 +27,10 @@ import methods
 from common.errors import InputError
 from methods.engines import DrafterOnly, NoCounterpart
 from runtime.engine.base import Generation, StepRecord
+from runtime.drafters.vanilla import load_vanilla
+from runtime.engine import Sampling
+from traces.record import token_statistics
+from calibrate.ingest.hf_assisted import AssistedRecorder
 
 
 class StepClock:
@@ -44,8 +48,6 @@ def assistant_from_vanilla(hf_target, path: str | Path, ours):
     """The transformers twin of a trained vanilla drafter file: a LlamaForCausalLM of its layer count
     holding its layers and norm, the target's embeddings and LM head."""
     from transformers import LlamaForCausalLM
-
-    from runtime.drafters.vanilla import load_vanilla
 
     drafter = load_vanilla(path, ours)
     config = hf_target.config.__class__(**{**hf_target.config.to_dict(), "num_hidden_layers": drafter.config.num_layers})
@@ -66,9 +68,6 @@ def teacher_forced_rows(hf_target, assistant, ids: list[int], output: list[int])
     target after prompt `ids`: both models' logits at every output position from one forward each.
     Up to its first miss an assisted step's drafts are the assistant's argmax along the output, so
     these rows replay transformers' greedy assisted steps of any draft length."""
-    from runtime.engine import Sampling
-    from traces.record import token_statistics
-
     seq = torch.tensor([ids + output[:-1]])
     with torch.inference_mode():
         p_logits, q_logits = (m(input_ids=seq).logits[0, len(ids) - 1:] for m in (hf_target, assistant))
@@ -107,8 +106,6 @@ class TransformersDecoder:
             self.kwargs["assistant_model"] = assistant
 
     def generate(self, ids: list[int], max_new_tokens: int, eos_token_id: int | None = None) -> Generation:
-        from calibrate.ingest.hf_assisted import AssistedRecorder
-
         inputs = torch.tensor([ids])
         common = dict(attention_mask=torch.ones_like(inputs), max_new_tokens=max_new_tokens, do_sample=False,
                       eos_token_id=eos_token_id, pad_token_id=eos_token_id)

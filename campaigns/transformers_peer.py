@@ -34,8 +34,22 @@ from types import SimpleNamespace
 import methods
 from campaigns.smollm2 import (DATASETS, LATENCY_CTX, LATENCY_TOKENS, TARGET_ARCH, calibration_prompts,
                                           replayed_from_outputs, run_module, slug)
-from campaigns.measure import Candidate
-from profiles.parts import Drafter, typed_drafters
+from campaigns.measure import Candidate, Bench
+from profiles.parts import Drafter, typed_drafters, EngineTerms, Workload
+from campaigns.smollm2 import TOKEN_DRAFTERS, token_path as smollm2_token_path
+from campaigns.transformers_engine import assistant_from_vanilla, teacher_forced_rows
+from runtime.models import load_model, load_transformers
+from runtime.prompts import builtin_prompts, encode_prompt, load_prompt_mix
+from traces import schema
+from common.rundir import git_commit
+from calibrate.engine import StepRun, fit_engine, workload
+from calibrate.fit_acceptance import fit_token_acceptance
+from calibrate.ingest.hf_assisted import ingest
+from calibrate.ingest.result import IngestOptions
+from calibrate.latency import fit_latency
+from profiles.profile import Profile
+from costmodel.params import get_arch
+from traces.schema import read_trace
 
 TRACES = Path("data/traces/smollm2-cpu-transformers")
 PROFILE = Path("data/profiles/smollm2-135m-cpu-transformers.json")
@@ -75,13 +89,6 @@ def stage_tokens(args, log) -> None:
     import pandas as pd
     import torch
 
-    from campaigns.smollm2 import TOKEN_DRAFTERS, token_path as smollm2_token_path
-    from campaigns.transformers_engine import assistant_from_vanilla, teacher_forced_rows
-    from runtime.models import load_model, load_transformers
-    from runtime.prompts import builtin_prompts, encode_prompt
-    from traces import schema
-    from common.rundir import git_commit
-
     todo = [d for d in DATASETS if not token_path(args.out, d).exists()]
     if not todo:
         return
@@ -114,11 +121,6 @@ def step_path(out: Path, cand: Candidate, dataset: str) -> Path:
 def stage_steps(args, log) -> None:
     """StepTraces of CALIBRATION measured through transformers, on the datasets that miss one (the
     others' are kept; a dataset's calibration configurations are measured together, beside plain)."""
-    from campaigns.measure import Bench
-    from runtime.prompts import load_prompt_mix
-    from traces import schema
-    from common.rundir import git_commit
-
     datasets = [d for d in DATASETS if any(not step_path(args.out, c, d).exists() for c in CALIBRATION)]
     if not datasets:
         return
@@ -143,17 +145,6 @@ def stage_profile(args, log) -> None:
     import numpy as np
 
     from dataclasses import replace
-
-    from calibrate.engine import StepRun, fit_engine, workload
-    from profiles.parts import EngineTerms, Workload
-    from calibrate.fit_acceptance import fit_token_acceptance
-    from calibrate.ingest.hf_assisted import ingest
-    from calibrate.ingest.result import IngestOptions
-    from calibrate.latency import fit_latency
-    from profiles.profile import Profile
-    from costmodel.params import get_arch
-    from traces.schema import read_trace
-    from common.rundir import git_commit
 
     rows, _ = read_trace(args.out / "latency.parquet", kind="latency")
     rows = rows.assign(model=rows["model"].replace(LATENCY_NAMES))

@@ -26,15 +26,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from methods import BASELINE
+from methods import BASELINE, names as method_names
 from profiles.profile import Profile
 from sweep import scoring
 from sweep.run import BUNDLED_PROFILES, SweepOptions, run_sweep
 from common.errors import InputError
 from costmodel.step import step_seconds
-from simulator.workload import OUTPUT_LEN, PROMPT_LEN
+from simulator.workload import OUTPUT_LEN, PROMPT_LEN, sample_lengths
 from methods.spec import plain_shape
-from methods import names as method_names
+from simulator import Cluster, Workload, simulate_serving
+from simulator.report import batch_crossover
 
 DEFAULT_PROFILE = BUNDLED_PROFILES / "glide-vicuna-7b-h800.json"
 EXAMPLE_DIR = "examples/capacity_vicuna7b_h100"
@@ -109,8 +110,6 @@ class RunTask:
 
 def _serve(profile: Profile, method: str, config: dict, load: LoadSpec, rate: float, seed: int,
            replicas: int = 1) -> dict[str, Any]:
-    from simulator import Cluster, Workload, simulate_serving
-
     workload = Workload(rate=rate, duration_s=load.duration_s, arrival=load.arrival, cv=load.cv,
                         prompt_len=load.prompt_len, output_len=load.output_len, trace=load.trace)
     result = simulate_serving(profile, method, config, workload, Cluster(replicas=replicas, max_batch=load.max_batch),
@@ -196,8 +195,6 @@ class CapacityOptions:
 
 def mean_length(spec: str, seed: int = 0) -> float:
     """Mean of a length distribution spec (simulator.workload's sampler, 4096 draws)."""
-    from simulator.workload import sample_lengths
-
     return float(sample_lengths(spec, 4096, np.random.default_rng(seed), "length").mean())
 
 
@@ -277,8 +274,6 @@ def _gpus_for_target(profile: Profile, best: pd.DataFrame, opts: CapacityOptions
 
 
 def _crossover(profile: Profile, best: pd.DataFrame, opts: CapacityOptions) -> pd.DataFrame:
-    from simulator.report import batch_crossover
-
     specs = [(row.label, row.method, row.config) for row in best.itertuples()]
     return batch_crossover(profile, specs, list(opts.batches), prompt_len=256, output_len=128, waves=2, seed=opts.seed)
 

@@ -12,6 +12,7 @@ from common import atomic
 from common.plotting import palette, pyplot, readable_ticks, reference_line
 
 from capacity.plan import KEEP_UP, CapacityOptions
+from simulator.report import crossover_batch, write_crossover_report
 
 
 def curves_plot(curves: pd.DataFrame, opts: CapacityOptions, profile: str, path: Path) -> Path:
@@ -41,8 +42,6 @@ def curves_plot(curves: pd.DataFrame, opts: CapacityOptions, profile: str, path:
 
 
 def write_report(result: dict[str, Any], opts: CapacityOptions, out: Path, command: str) -> Path:
-    from simulator.report import crossover_batch, write_crossover_report
-
     out = Path(out)
     best, curves = result["best"], result["curves"]
     atomic.write_csv(out / "capacity.csv", best.assign(config=best.config.map(json.dumps)))

@@ -39,12 +39,14 @@ from methods import BASELINE
 from common import atomic
 from common.errors import InputError
 from common.cli import CliParser, cli_entry
-from common.rundir import add_overwrite_option, add_to_run, start_run
+from common.rundir import add_overwrite_option, add_to_run, start_run, git_commit
 from fidelity.report import compare, first_predictions, plot, pool_runs, read_run, regret, report
 from campaigns.measure import ENGINES, Bench, decode_seconds, parse_candidate
 
 from fidelity.run import (PER_SETUP, SELECTIONS, SIM_REPEATS, check_held_out, check_target, dataset_of,
                                       default_candidates, predict, read_candidates)
+from profiles.profile import Profile
+from runtime.prompts import load_prompt_mix
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -127,8 +129,6 @@ def repredict(args, profile, pred: pd.DataFrame) -> pd.DataFrame:
     """The run's configurations predicted again from `profile` at the contexts the run predicted
     at, for its own tokens per generation (`adopt_measured_settings` ran first); the predictions
     made before it measured are kept once, in predictions_first.csv."""
-    from common.rundir import git_commit
-
     first = args.out / "predictions_first.csv"
     run = read_run(args.out)
     if not run.get("repredicted"):             # the first repredict keeps the run's own predictions
@@ -162,9 +162,6 @@ def write_results(args, profile, pred: pd.DataFrame, runs: pd.DataFrame, prompt_
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    from profiles.profile import Profile
-    from runtime.prompts import load_prompt_mix
-
     args = build_parser().parse_args(argv)
     args.argv = argv
     args.sim_tokens = args.max_new_tokens if args.sim_tokens is None else args.sim_tokens

@@ -38,12 +38,11 @@ from campaigns.smollm2 import (DATASETS, PLAIN_RUN, STAGES, Run, best_partners_p
                                           best_runs_path, measure_beside_plain, stage_chains, stage_latency,
                                           stage_profile, stage_steps, stage_tokens, step_path, write_steps)
 from campaigns.smollm2_report import ar_context, sweep_result, write_report
+from profiles.profile import Profile
+from common import atomic
 
 
 def stage_best(args, log) -> None:
-    from profiles.profile import Profile
-    from common import atomic
-
     profile = Profile.load(args.profile)
     chosen: dict[str, list[Run]] = {}
     for dataset in DATASETS:

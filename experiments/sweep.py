@@ -28,11 +28,11 @@ from sweep.executor import EXECUTORS, make_executor, worker_count
 from sweep.run import (BUNDLED_PROFILES, SweepOptions, setting_of, bundled_profile_paths,
                                    load_profiles, run_sweep)
 from methods.engines import parse_engines
+from traces.replay import replayable
+from sweep.report import stdout_table, write_outputs
 
 
 def _replayed() -> list[str]:
-    from traces.replay import replayable
-
     return [m for m in methods.names(sweep_only=True) if m in replayable()]
 
 
@@ -157,8 +157,6 @@ def options_from_args(args: argparse.Namespace) -> SweepOptions:
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    from sweep.report import stdout_table, write_outputs
-
     args = build_parser().parse_args(argv)
     opts = options_from_args(args)
     profiles = load_profiles(args.profile)

@@ -35,6 +35,9 @@ from common.progress import progress_enabled
 from sweep.executor import die_with_parent, worker_count
 from verification.exact import DEFAULT_MAX_PATHS, DEFAULT_MAX_SECONDS, exact_check
 from verification.mutants import MUTANTS
+from verification.batched import MUTANT_CHECKS, MUTANT_MIN_TV, RULE_CHECKS, bigram_bytes
+from verification.statistical import estimate_seconds, sample_size, detectable_tv, statistical_check
+from sweep.estimate import available_memory
 
 SEQUENCE_CASES = ((3, 3, (1, 1)), (3, 2, (2,)), (2, 3, (2, 1)))
 
@@ -120,9 +123,6 @@ def _cpu_seconds() -> float:
 def statistical_checks(vocab: int, alpha: float, beta: float, delta: float, seed: int) -> list[dict]:
     """Every batched rule and mutant check with its case, seed, sample size and estimated seconds
     (`verification.statistical.estimate_seconds`: a probe of the seeded sampler), before any runs."""
-    from verification.batched import MUTANT_CHECKS, MUTANT_MIN_TV, RULE_CHECKS
-    from verification.statistical import estimate_seconds, sample_size
-
     checks = [("rule", n, c) for n, c in RULE_CHECKS.items()] + [("mutant", n, c) for n, c in MUTANT_CHECKS.items()]
     planned = []
     for i, (kind, name, check) in enumerate(checks):
@@ -141,8 +141,6 @@ def run_statistical(vocab: int, alpha: float, beta: float, delta: float, seed: i
     Each mutant's case is chosen so its exact TV (`true_tv`) is at least MUTANT_MIN_TV; `detectable_tv`
     is the TV the chosen sample size catches with miss probability beta. `planned`: the checks of
     `statistical_checks` (already estimated); `progress`: a line on stderr as each check starts."""
-    from verification.statistical import detectable_tv, statistical_check
-
     torch.set_num_threads(threads)
     planned = planned or statistical_checks(vocab, alpha, beta, delta, seed)
     rows = []
@@ -249,8 +247,6 @@ def main(argv: list[str] | None = None) -> int:
     progress = progress_enabled(args.progress)
     planned = None
     if args.mode in ("statistical", "both"):        # estimated before anything runs or is written
-        from sweep.estimate import available_memory
-        from verification.batched import bigram_bytes
 
         if bigram_bytes(args.vocab) > available_memory():
             raise InputError(f"--vocab {args.vocab}: the sequence checks' {args.vocab:,} x {args.vocab:,} tables "

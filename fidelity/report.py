@@ -14,6 +14,7 @@ from common import atomic
 from common.errors import InputError
 from campaigns.measure import rates
 from sweep.markdown import md_table
+from traces.drift import run_factors
 
 
 # ------------------------------------------------------------------------------ compare
@@ -141,8 +142,6 @@ def plot(fid: pd.DataFrame, path: Path) -> None:
 def drift(fid: pd.DataFrame, profile, runs: pd.DataFrame | None = None) -> list[str]:
     """The plain-decoding step of the Profile's calibration window beside this run's, and the
     machine's drift within this run (from the plain decoding paired with each generation)."""
-    from traces.drift import run_factors
-
     reference = profile.engine.reference
     lines = []
     factors = run_factors(runs) if runs is not None and "decode_s" in runs else pd.Series(dtype=float)

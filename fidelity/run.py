@@ -20,6 +20,11 @@ import methods
 from common.errors import InputError
 from common.seeds import derive_seed
 from campaigns.measure import Bench, Candidate, parse_candidate
+from sweep import scoring
+from methods.spec import engine_config, priced_config, plain_shape
+from traces.timing import DTYPE_NAMES
+from runtime.prompts import builtin_prompts, overlapping_sources
+from costmodel.step import step_seconds
 
 PER_SETUP = 4            # default configurations per (method, drafter)
 SELECTIONS = ("spread", "top")   # which of a setup's scored configurations are measured (default_candidates)
@@ -46,8 +51,6 @@ def default_candidates(profile, dataset: str, ctx_len: float, per_setup: int = P
     that the model prices differently (`top`)."""
     if select not in SELECTIONS:
         raise InputError(f"unknown selection '{select}' (known: {', '.join(SELECTIONS)})")
-    from sweep import scoring
-    from methods.spec import engine_config
 
     setting = scoring.Setting(temperature=0.0, ctx_len=int(round(ctx_len)), dataset=dataset, new_tokens=new_tokens)
     out = [Candidate(methods.get(BASELINE).config())]
@@ -95,8 +98,6 @@ def read_candidates(path: Path) -> list[Candidate]:
 
 def check_target(profile, bench: Bench) -> None:
     """The Profile must describe the measured target: architecture, hardware and dtype."""
-    from traces.timing import DTYPE_NAMES
-
     model = bench.target.model
     arch = profile.models[profile.target]
     have = {"n_layers": model.config.num_layers, "hidden": model.config.hidden_size, "vocab": model.config.vocab_size}
@@ -115,8 +116,6 @@ def check_target(profile, bench: Bench) -> None:
 def check_held_out(profile, prompt_ids: list[str]) -> None:
     """Refuse prompts the Profile was calibrated on, or built from the same item as one of them (a
     code-edit prompt of a HumanEval task the Profile saw)."""
-    from runtime.prompts import builtin_prompts, overlapping_sources
-
     used = list(profile.provenance.calibration_prompts)
     if not used:
         raise InputError(f"profile '{profile.name}' does not list its calibration prompts (provenance."
@@ -136,12 +135,7 @@ def predict(profile, cands: list[Candidate], dataset: str, ctx_len: float, sim_t
     alone; the simulator runs `sim_repeats` streams of `sim_tokens` centred on `ctx_len` (the
     measured workload: prompts of the mean length, the measured new tokens), and the closed form
     prices generations of the same length."""
-    from sweep import scoring
-    from methods.spec import priced_config
-
     setting = scoring.Setting(temperature=0.0, ctx_len=int(round(ctx_len)), dataset=dataset, new_tokens=sim_tokens)
-    from costmodel.step import step_seconds
-    from methods.spec import plain_shape
 
     plain_s = float(step_seconds(profile.seconds, plain_shape(profile), float(ctx_len))[0])
     rows = []

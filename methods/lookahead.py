@@ -18,6 +18,7 @@ from methods.config import Flag, Int, MethodConfig, param
 from methods.engines import HF_PROMPT_LOOKUP, EngineConfig, sglang_requires, vllm_requires
 from methods.spec import MethodSpec, PlotSpec
 from methods.draws import Sampler, StepDraws, check_prob, first_failure
+from costmodel.lookahead import collected_ngrams, hit_probability, prefix_tail
 
 WINDOWS = tuple(range(1, 21))
 NGRAMS = tuple(range(2, 9))
@@ -132,8 +133,6 @@ class PoolSampler(Sampler):
 
     def at(self, rng: np.random.Generator, step: np.ndarray) -> StepDraws:
         """One draw per entry of `step` (the step index of a sequence)."""
-        from costmodel.lookahead import collected_ngrams, hit_probability, prefix_tail
-
         m, size = self.model, step.size
         found = rng.random(size) < hit_probability(m.hit, m.fill, collected_ngrams(self.n, self.w, step))
         cands = np.where(found, np.minimum(self.g, 1 + rng.poisson(m.pool, size)), 0)

@@ -14,6 +14,7 @@ from methods.config import Flag, IntTuple, MethodConfig, param
 from methods.draws import TreeSampler
 from methods.sd import chain_betas, drafter_model, own_kv
 from methods.spec import MethodSpec, PlotSpec, SpaceOption, verdict
+from common.errors import InputError
 
 K_CHOICES = (1, 2, 4, 8, 16, 32)
 MAX_DEPTH = 12              # deepest tree the sweep enumerates
@@ -36,7 +37,6 @@ def _next_levels(prod: int, choices: tuple[int, ...], budget: int) -> list[int]:
 
 def _checked(budget: int, choices) -> tuple[int, ...]:
     if budget < 1:
-        from common.errors import InputError
         raise InputError(f"--budget must be at least 1, got {budget}")
     return tuple(sorted(set(int(c) for c in choices)))
 

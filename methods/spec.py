@@ -34,6 +34,7 @@ import pandas as pd
 from common.errors import InputError
 from methods.config import MethodConfig, _plain
 from methods.engines import EngineConfig, NoCounterpart
+from methods.replay import chain_lengths, chain_shapes
 
 if TYPE_CHECKING:       # profiles sits above methods: a Profile is built of what the methods declare
     from profiles import Profile
@@ -268,16 +269,12 @@ class MethodSpec:
 
     def replay_lengths(self, table, config: MethodConfig) -> np.ndarray | None:
         """(N,) accepted length of a step starting at each TokenTable position (None: not replayable)."""
-        from methods.replay import chain_lengths
-
         rules = self.replay_rules(config)
         return None if rules is None else chain_lengths(table, **rules)
 
     def replay_shapes(self, table, pos: np.ndarray, config: MethodConfig, shape) -> tuple[np.ndarray, np.ndarray]:
         """(draft forwards, verify tokens) of the replayed steps starting at `pos`, `shape` being
         the configuration's step shape; the same rules as `replay_lengths`."""
-        from methods.replay import chain_shapes
-
         rules = self.replay_rules(config)
         if rules is None:
             raise InputError(f"method {self.name} cannot be replayed from a TokenTrace")

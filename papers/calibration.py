@@ -19,6 +19,9 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
+from costmodel.step import step_seconds
+from methods.spec import plain_shape, Setup
+import methods
 
 PRIOR_WEIGHT = 1e-4       # residual weight of (value - prior) / scale: a tie-breaker, not a constraint
 AT_BOUND = 1e-3           # a value within this share of its range from a bound is on it
@@ -235,8 +238,6 @@ def step_ratio(profile, method: str, config, *, drafter: str | None = None, acce
     (the method's shape with the Profile's step calibration folded in, `methods.spec.plain_shape`,
     `costmodel.step.step_seconds`) at context `ctx`; `reach` overrides the probability that each
     draft forward runs."""
-    from costmodel.step import step_seconds
-
     shape = profile.step_calibration(method).apply(_raw_shape(profile, method, config, drafter, acceptance))
     if reach is not None:
         shape = replace(shape, draft_reach=np.atleast_2d(np.asarray(reach, dtype=float)))
@@ -249,8 +250,6 @@ _SHAPES: dict = {}      # shapes, tokens and plain shapes a fit asks for again a
 
 def _plain(profile):
     """`methods.spec.plain_shape` of the Profile, kept per engine calibration."""
-    from methods.spec import plain_shape
-
     key = ("plain", profile.name, repr(profile.engine.to_dict()))
     if key not in _SHAPES:
         _SHAPES[key] = plain_shape(profile)
@@ -261,9 +260,6 @@ def _raw_shape(profile, method, config, drafter, acceptance):
     """`spec.step_shape` of one configuration; a fit rebuilds the Profiles with new latencies many
     times, while a shape depends only on the drafter's entry and the acceptance entry, which it keeps
     (both are part of the key)."""
-    import methods
-    from methods.spec import Setup
-
     key = (profile.name, method, str(config), drafter, repr(profile.drafters.get(drafter)), acceptance,
            repr(_entry(profile, acceptance)))
     if key not in _SHAPES:
@@ -288,10 +284,6 @@ def model_pick(profile, method: str, space, *, drafter: str | None, acceptance: 
     """The configuration of `space` (a list of labels) the Profile predicts fastest: (label, its
     predicted tokens per step, its step_ratio), tokens from the acceptance entry, steps priced as
     `step_ratio` prices them."""
-    import methods
-    from costmodel.step import step_seconds
-    from methods.spec import Setup
-
     spec = methods.get(method)
     setup = Setup(profile, drafter, acceptance, new_tokens=new_tokens)
     key = (profile.name, method, tuple(space), drafter, repr(profile.drafters.get(drafter)), acceptance,
@@ -312,9 +304,6 @@ def tau_cell(paper: str, table: str, row: str, column: str, published: float, pr
              size: str = "") -> Cell:
     """A published tokens per step (tau) predicted by the method's closed form from `profile`'s
     acceptance entry `acceptance` (`spec.expected_tokens`, as the sweep counts tokens)."""
-    import methods
-    from methods.spec import Setup
-
     def predict_one(profiles):
         key = ("tau", profile, method, str(config), drafter, acceptance, repr(_entry(profiles[profile], acceptance)),
                new_tokens)

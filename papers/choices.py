@@ -21,6 +21,7 @@ import pandas as pd
 
 import methods
 from sweep.ranking import ranked
+import papers
 
 COLUMNS = ["method", "profile", "setting", "paper_choice", "paper_speedup", "sweep_rank_of_paper_choice",
            "predicted_for_paper_choice", "sweep_best", "predicted_best", "why"]
@@ -52,8 +53,6 @@ def _row(table: pd.DataFrame, mask) -> pd.Series | None:
 
 
 def _mcsd(table: pd.DataFrame, profiles: dict) -> list[dict]:
-    import papers
-
     out = []
     ours = [r for r in papers.records("mcsd") if r.row.endswith("/ Ours") and r.column == "speedup"]
     for (profile, drafter, dataset, temp), group in table.groupby(["profile", "drafter", "dataset", "temperature"]):
@@ -80,8 +79,6 @@ def _mcsd(table: pd.DataFrame, profiles: dict) -> list[dict]:
 
 
 def _lookahead(table: pd.DataFrame, profiles: dict) -> list[dict]:
-    import papers
-
     good = papers.table("lookahead", "4")
     out = []
     for profile, group in table.groupby("profile"):

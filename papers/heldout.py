@@ -16,6 +16,18 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from papers.build import DEFAULT_OUT
+from profiles.profile import Profile
+from papers import calibration as paper_fit, MODELS
+from papers.calibration import TARGETS, profile_warnings
+from profiles.acceptance import AlphaCurve
+from common.bundled import bundled
+from papers.mcsd import TARGETS
+import papers
+from sweep import scoring
+from sweep.run import SweepOptions, setting_of, space_of
+from methods.spec import Setup
+import methods
 
 MAIN = "paper inputs"
 LOTO = "leave one table out"
@@ -38,18 +50,12 @@ def _cell_row(cell, predicted: float, variant: str, held_out: str = "") -> dict:
 
 
 def bundled_profiles() -> dict:
-    from papers.build import DEFAULT_OUT
-    from profiles.profile import Profile
-
     return {p.stem: Profile.load(p) for p in sorted(DEFAULT_OUT.glob("*.json"))}
 
 
 def profile_rows(profiles: dict | None = None) -> list[dict]:
     """Every cell of every paper fit: in sample from the bundled Profiles, then left out by table and by
     target model size (`papers.calibration.leave_one_out`)."""
-    from papers import calibration as paper_fit
-    from papers import MODELS
-
     profiles = bundled_profiles() if profiles is None else profiles
     out = []
     for paper, model in MODELS.items():
@@ -78,8 +84,6 @@ def held_out_summary(comparisons: pd.DataFrame) -> pd.DataFrame:
 
 def targets(comparisons: pd.DataFrame) -> pd.DataFrame:
     """Per paper, scheme and kind (speedup, tau): median and worst |error| against issue 28's targets."""
-    from papers.calibration import TARGETS
-
     rows = []
     for (paper, variant, kind), grp in comparisons.groupby(["paper", "variant", "kind"], sort=False):
         if kind not in TARGETS:
@@ -94,8 +98,6 @@ def targets(comparisons: pd.DataFrame) -> pd.DataFrame:
 
 def warning_lines(profiles: dict | None = None) -> list[str]:
     """Each paper fit's warning and note lines, once per paper."""
-    from papers.calibration import profile_warnings
-
     profiles = bundled_profiles() if profiles is None else profiles
     return list(dict.fromkeys(w for p in profiles.values() for w in profile_warnings(p)))
 
@@ -110,8 +112,6 @@ def _fit_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 def _family_predict(family: str, table: dict[int, float], k: int) -> float:
     """alpha@k read from `table` (the other k) by `family`: "logit-log" is profiles.acceptance's own
     curve; the rest are the alternatives it was chosen over."""
-    from profiles.acceptance import AlphaCurve
-
     ks = np.array(sorted(table), float)
     a = np.array([table[int(j)] for j in ks])
     if family == "logit-log (chosen)":
@@ -140,8 +140,6 @@ def acceptance_family_rows() -> pd.DataFrame:
     """Each bundled SmolLM2 TokenTrace's greedy alpha@k (k = 1..32, the whole curve from each token's
     draft rank): every k but the first read from the others by each family (inside: interpolated;
     past the last: extrapolated), and k = 8..32 from k = 1 and 4 alone (what MCSD's Table 7 gives)."""
-    from common.bundled import bundled
-
     ks = (1, 2, 4, 8, 16, 32)
     rows = []
     for path in sorted(bundled("traces").glob("smollm2-cpu/tokens_*.parquet")):
@@ -167,9 +165,6 @@ def _mcsd_settings():
     """(profile stem, drafter, dataset, temperature, paper's config or None, published speedup, setting) of
     every MCSD setting whose best speedup the paper prints: Tables 2-3 "Ours" (configuration known) and
     Table 4's 13B rows (MCSS w/o replacement; their configuration is in the lost Appendix E)."""
-    from papers.mcsd import TARGETS
-    import papers
-
     profile_of = {label: f"mcsd-{arch}-a6000" for arch, label in TARGETS.items()}
     for table, draft, rec, config, target, dataset, temp in papers.mcsd_tau_rows():
         if rec.row.endswith("/ Ours"):
@@ -186,11 +181,6 @@ def sweep_vs_paper(profiles: dict) -> pd.DataFrame:
     pick, both priced by the bundled Profile as the sweep prices them (`sweep.scoring.score`
     on the sweep's default MCSD space, at the dataset's workload context, over generations of the
     paper's 128 new tokens), and the published speedup of the paper's best. `profiles`: {stem: Profile}."""
-    from sweep import scoring
-    from sweep.run import SweepOptions, setting_of, space_of
-    from methods.spec import Setup
-
-    import methods
 
     spec = methods.get("mcsd")
     rows = []

@@ -30,6 +30,7 @@ from costmodel.params import arch_dict
 from papers.published import Record, grid, scalar
 from papers import published
 from costmodel import workloads as lengths
+from methods.mcsd import K_CHOICES, MAX_DEPTH, k_configurations
 
 
 PAPER = "mcsd"
@@ -318,8 +319,6 @@ def _size(target_label: str) -> str:
 def paper_space() -> tuple[str, ...]:
     """MCSD's own search space (Sec. 4.3): k_i in {1, 2, 4, 8, 16, 32}, prod(k) <= 32, kept to its
     monotonic rule (k_1 >= k_2 >= ...)."""
-    from methods.mcsd import K_CHOICES, MAX_DEPTH, k_configurations
-
     budget = int(published.value("mcsd", "text", "search space", "max budget K"))
     return tuple(f"mcsd k{'x'.join(map(str, k))}" for k in k_configurations(budget, K_CHOICES, MAX_DEPTH)
                  if all(a >= b for a, b in zip(k, k[1:])))

@@ -21,6 +21,7 @@ from costmodel.params import get_arch, layer_params, lm_head_params, non_embeddi
 from papers import heldout
 from papers.heldout import LOMSO, LOTO
 from sweep.markdown import md_table
+from common.progress import progress_bar
 
 MAIN = heldout.MAIN
 
@@ -280,8 +281,6 @@ def run_all(profiles: dict | None = None, progress: bool = False) -> pd.DataFram
     """Every comparison: the closed forms on the papers' own inputs (SECTIONS), then every number the
     paper fits use, from the bundled Profiles in sample and held out (`papers.heldout`);
     a bar over them when `progress`."""
-    from common.progress import progress_bar
-
     frames = []
     with progress_bar(len(SECTIONS) + 1, "reproducing", progress, unit="table") as bar:
         for section, fn in SECTIONS.items():

@@ -28,6 +28,7 @@ from profiles.machine import Machine
 from profiles import schema
 from profiles.parts import Drafter, EngineTerms, NoArch, Provenance, Workload
 from profiles.record import Record
+from costmodel.hardware import get_hardware
 
 
 @dataclass(frozen=True, eq=False)
@@ -86,8 +87,6 @@ class Profile:
     def on_hardware(self, hardware: str) -> "Profile":
         """Every latency model moved to `hardware`'s datasheet, fitted efficiencies kept (a measured
         table cannot move: InputError)."""
-        from costmodel.hardware import get_hardware
-
         try:
             name = get_hardware(hardware).name
         except ValueError as exc:

@@ -15,6 +15,7 @@ from simulator.serving import Cluster, simulate_serving
 from simulator.workload import Workload
 from common import atomic
 from common.plotting import palette, pyplot, readable_ticks, reference_line
+from common.progress import progress_bar
 
 
 def latency_cdf_plot(requests: pd.DataFrame, path: Path, hue: str = "label") -> Path:
@@ -95,8 +96,6 @@ def batch_crossover(profile, methods: Sequence[tuple[str, str, dict]], batches: 
                     progress: bool = False) -> pd.DataFrame:
     """For each batch limit B: `waves * B` requests arrive at once and are served with batch limit B
     (continuous batching keeps B running); throughput and TPOT for every (label, method, config)."""
-    from common.progress import progress_bar
-
     rows = []
     with progress_bar(len(batches) * len(methods), "batch sizes", progress, unit="run") as bar:
         for b in batches:

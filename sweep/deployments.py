@@ -36,6 +36,8 @@ from common.seeds import derive_seed
 from sweep import ranking, scoring
 from profiles import Profile
 from profiles.latency import TableLatency
+from simulator.serving import Cluster, simulate_serving
+from simulator.workload import Workload
 
 DEPLOYMENT = ["profile", "target", "hardware", "dataset", "temperature"]
 WAVES = 3                  # requests served per batch slot (B running, WAVES x B in all)
@@ -112,9 +114,6 @@ def serve_tasks(cands: pd.DataFrame, profiles: dict[str, Profile], batch: int, c
 
 def serve_task(task: ServeTask) -> dict[str, float]:
     """Executor entry point: throughput and latency of one configuration served at `task.batch`."""
-    from simulator.serving import Cluster, simulate_serving
-    from simulator.workload import Workload
-
     def serve(requests: int, batch: int) -> dict[str, Any]:
         workload = Workload(rate=1e9, n_requests=requests, prompt_len=f"fixed:{task.prompt_len}",
                             output_len=f"fixed:{task.output_len}")

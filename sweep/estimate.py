@@ -138,6 +138,11 @@ def estimate(profiles: list[Profile], opts, setting: Callable, workers: int = 1)
     return Estimate(table=table, base_bytes=int(psutil.Process().memory_info().rss), workers=max(1, int(workers)))
 
 
+def available_memory() -> int:
+    """Bytes the system can still give this process (free and reclaimable page cache)."""
+    return int(psutil.virtual_memory().available)
+
+
 @functools.lru_cache(maxsize=1)
 def load_costs() -> dict[str, Cost]:
     """Each method's Cost as `COSTS` holds it."""
@@ -208,7 +213,7 @@ def _gb(n: float) -> str:
 def check_fits(est: Estimate, opts, available: int | None = None, max_hours: float = MAX_HOURS) -> None:
     """InputError (one line: the estimate, the limit and the options to lower) when the sweep will
     not fit in memory or would run past `max_hours`."""
-    limit = int(psutil.virtual_memory().available) if available is None else available
+    limit = available_memory() if available is None else available
     if est.bytes > limit:
         kept = est.bytes - est.workers * (int(est.table["work_bytes"].max()) if len(est.table) else 0)
         if kept >= est.bytes - kept:            # the spaces and their scored tables

@@ -32,6 +32,8 @@ from common import atomic
 from sweep.deployments import DEPLOYMENT
 from sweep.markdown import markdown_report
 from sweep.plots import plot_deployments, plot_method
+from common.progress import progress_bar
+from sweep.export import plan, write_exports
 
 
 def _write_parquet(path: Path, frame: pd.DataFrame, metadata: dict[str, str]) -> Path:
@@ -76,8 +78,6 @@ def _joined(value):
 def write_outputs(result: Any, out_dir: Path, progress: bool = False) -> dict[str, Path]:
     """Write every table, plot and the report of a SweepResult into `out_dir`; return the paths
     (a progress bar over the tables and plots when `progress` and it takes over a second)."""
-    from common.progress import progress_bar
-
     out_dir = Path(out_dir)
     written: dict[str, Path] = {}
     started = time.perf_counter()
@@ -104,8 +104,6 @@ def write_outputs(result: Any, out_dir: Path, progress: bool = False) -> dict[st
         if plot is not None:
             written["plot:deployments"] = plot
     if result.options.get("export"):
-        from sweep.export import plan, write_exports
-
         written.update(write_exports(plan(result.served, result.profiles, result.options["export"]), out_dir))
     if result.paper_choices is not None and not result.paper_choices.empty:
         written["paper_choices"] = atomic.write_csv(out_dir / "paper_choices.csv", result.paper_choices)

@@ -33,6 +33,11 @@ from common.errors import InputError
 from common.seeds import derive_seed
 from costmodel.step import step_cost, step_seconds
 from methods.spec import Setup, plain_shape
+from costmodel.hardware import get_hardware
+from traces.replay import replayable, TokenTable, replay_summary
+from traces.schema import read_trace
+from simulator.memory import memory_of
+from simulator.stream import simulate_stream
 
 TABULATE_MIN = 4096      # forwards asked at once from which integer token counts are priced on a table
 SCORE_COLUMNS = ["speedup", "tokens_per_step", "verified_per_step", "draft_cost", "draft_forwards",
@@ -94,8 +99,6 @@ def check_recorded(profiles, temperature: float | None, dataset: str | None) -> 
 
 def check_hardware(name: str) -> str:
     """The canonical hardware name; InputError listing the known ones."""
-    from costmodel.hardware import get_hardware
-
     try:
         return get_hardware(name).name
     except ValueError as exc:
@@ -114,8 +117,6 @@ def temperature_for(profile: Profile, setting: Setting) -> float:
 def replays(method: str, setting: Setting, setup: Setup | None = None) -> bool:
     """Whether `method` is scored by exact greedy replay of the setting's TokenTrace: a method that
     replays, on the drafter that recorded the trace (any drafter when `setup` is not given)."""
-    from traces.replay import replayable
-
     if not setting.token_trace or method not in replayable():
         return False
     return setup is None or trace_drafter_is(_token_trace(setting.token_trace)[1], setup.profile, setup.drafter)
@@ -124,8 +125,6 @@ def replays(method: str, setting: Setting, setup: Setup | None = None) -> bool:
 @functools.lru_cache(maxsize=8)
 def _token_trace(path: str):
     """(frame, metadata) of a TokenTrace, read once per process."""
-    from traces.schema import read_trace
-
     return read_trace(path, kind="token")
 
 
@@ -142,8 +141,7 @@ def check_token_trace(path: str, profiles: list[Profile], dataset: str | None) -
     """Refuse a TokenTrace recorded on another target than every profile prices (by architecture
     where the trace's model spec names one, else by vocabulary), or on another dataset than
     --dataset; returns the profile dataset the trace was recorded on (its rows' label), if named."""
-    from runtime.models import architecture_of
-
+    from runtime.models import architecture_of  # here, not at the top: runtime imports torch, which scoring never needs
     frame, meta = _token_trace(path)
     target = str(meta.models.get("target", ""))
     arch = architecture_of(target)
@@ -186,8 +184,6 @@ def setup_of(profile: Profile, base: dict[str, Any]) -> Setup:
 
 @functools.lru_cache(maxsize=8)
 def _token_table(path: str):
-    from traces.replay import TokenTable
-
     return TokenTable.from_frame(_token_trace(path)[0])
 
 
@@ -234,8 +230,6 @@ def score(setup: Setup, method: str, configs: pd.DataFrame, setting: Setting) ->
 def kv_tokens(profile: Profile, drafter: str | None) -> float:
     """KV-cache tokens one GPU of the profile's hardware holds beside the weights of the target and
     `drafter` (0 when they leave none; NaN when the hardware's memory is unknown)."""
-    from simulator.memory import memory_of
-
     try:
         return float(memory_of(profile, drafter).capacity_tokens)
     except InputError:
@@ -244,8 +238,6 @@ def kv_tokens(profile: Profile, drafter: str | None) -> float:
 
 def memory_note(profile: Profile, drafter: str | None) -> str:
     """The memory arithmetic of the profile's target with `drafter`, in words (`simulator.memory`)."""
-    from simulator.memory import memory_of
-
     return memory_of(profile, drafter).describe()
 
 
@@ -279,8 +271,6 @@ def tabulated(latency):
 
 def replay_tokens(table, method: str, configs: pd.DataFrame) -> np.ndarray:
     """Mean accepted length of every configuration by exact greedy replay of a TokenTrace."""
-    from traces.replay import replay_summary
-
     return replay_summary(table, method, methods.get(method).configs_of(configs))["mean_accepted"].to_numpy(float)
 
 
@@ -311,8 +301,6 @@ def simulate_task(task: SimTask) -> dict[str, float]:
     """Executor entry point: the simulator's speedup over `repeats` seeded streams: plain decoding's
     total time over the streams' total (tokens/s over all of them, as a measurement pools its
     prompts; a mean of per-stream ratios leans high where streams vary), and the per-stream p05, p95."""
-    from simulator.stream import simulate_stream
-
     profile = task.profile
     # decode steps commit all n_tokens, as the engine's do (its prefill leaves the prompt's last
     # token pending) and as the closed form prices them; simulate_stream's prefill emits one more

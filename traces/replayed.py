@@ -33,6 +33,7 @@ from runtime.engine import Sampling, make_decoder
 from runtime.engine.base import Decoder, Generation
 from common.errors import InputError
 from traces.replay import TokenTable
+import methods
 
 
 class RankReplay:
@@ -181,8 +182,6 @@ def steps_frame(runs: Sequence[ReplayedRun], method: str, config: Any, run_id: s
     """StepTrace rows (traces.schema STEP_COLUMNS) of replayed runs; `config` (a method config or
     mapping) is written in full, as the method's config parses it."""
     import json
-
-    import methods
 
     text = json.dumps(methods.get(method).parse(config).to_dict(), sort_keys=True)
     rows = []

@@ -192,7 +192,7 @@ def validate(frame: pd.DataFrame, kind: str, source: str = "trace") -> pd.DataFr
         if (out["seconds"] <= 0).any():
             raise InputError(f"{source}: column 'seconds' must be > 0")
     if "mode" in OPTIONAL_COLUMNS[kind]:
-        from runtime.cache import MODES  # the one list of modes
+        from runtime.cache import MODES  # here, not at the top: runtime imports torch, which reading a trace never needs
         bad = ~out["mode"].isin(MODES)
         if bad.any():
             raise InputError(f"{source}: column 'mode' must be one of {', '.join(MODES)}, "

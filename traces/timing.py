@@ -47,13 +47,13 @@ from common.errors import InputError
 from common.cli import CliParser, cli_entry
 from common.rundir import PointLog, add_overwrite_option, git_commit, resumable_output
 from common.progress import add_progress_option, progress_enabled
-from runtime.cache import MODES, default_mode
+from runtime.cache import MODES, default_mode, KVCache
 from runtime.graph import GraphRunner
-from runtime.cache import KVCache
 from runtime.linear import use_skinny
 from runtime.llama import Llama
 from runtime.engine.__main__ import load_drafter
 from runtime.models import load_model
+from traces.timing_transformers import load_units
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 DTYPE_NAMES = {**{v: k for k, v in DTYPES.items()}, torch.float64: "fp64"}
@@ -304,7 +304,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.engine == "transformers":
         if routers or mode != "eager":
             raise InputError("--engine transformers times eager forwards only: no --router, --mode eager")
-        from traces.timing_transformers import load_units
 
         units = [(name, role, fwd, False) for name, role, fwd in load_units(args.model, args.drafter, dtype, device,
                                                                               quiet=args.progress is False)

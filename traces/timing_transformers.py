@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import torch
 
 from common.errors import InputError
+from runtime.models import load_transformers
 
 
 class TransformersForward:
@@ -90,8 +91,6 @@ def load_units(model_spec: str, drafters: list[str], dtype: torch.dtype, device:
     """(name, role, forward) of the target and each `--drafter` (layers:K or a model spec), loaded
     through transformers (`quiet`: without its loading bars)."""
     from transformers.utils import logging
-
-    from runtime.models import load_transformers
 
     if quiet:
         logging.disable_progress_bar()

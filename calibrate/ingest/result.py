@@ -25,6 +25,8 @@ from profiles.acceptance import AcceptanceModel
 from profiles.profile import Profile
 from profiles.record import Record
 from common.errors import InputError
+import methods
+from calibrate.fit_acceptance import evaluated_positions, fit_step_acceptance
 
 
 @dataclass
@@ -293,8 +295,6 @@ def merge_into_profile(base: Profile, ingested: Ingested, options: IngestOptions
 # ---- chain StepTraces -----------------------------------------------------------------------------
 def chain_config(method: str, gamma: int) -> str:
     """The StepTrace `config` text of a chain step of draft length `gamma` (the method's own parser)."""
-    import methods
-
     try:
         spec = methods.get(method)
     except (KeyError, ValueError) as exc:
@@ -311,8 +311,6 @@ def chain_mask(accepted: int, drafted: int) -> list[bool]:
 def from_steps(result: Ingested, frame: pd.DataFrame, metadata: Any, options: IngestOptions) -> Ingested:
     """Fill `result` from a chain StepTrace: its summary, and its acceptance entry
     (fit_step_acceptance) unless `result.missing` says what the entry lacks (metadata is then None)."""
-    from calibrate.fit_acceptance import evaluated_positions, fit_step_acceptance
-
     result.steps, result.step_metadata = frame, metadata
     masks = [np.asarray(m, bool) for m in frame["accept_mask"]]
     hits = pd.Series([int(m.sum()) for m in masks], dtype=float)

@@ -19,13 +19,12 @@ import numpy as np
 import methods
 from common.cli import CliParser, cli_entry
 from common.errors import InputError
+from campaigns.smollm2 import replayed_from_outputs, DATASETS
+from methods.match_chain import chain_at
 
 
 def chain_errors(traces: Path, dataset: str):
     """(labels, chain tokens per step, replayed tokens per step) of every sweep configuration."""
-    from campaigns.smollm2 import replayed_from_outputs
-    from methods.match_chain import chain_at
-
     spec = methods.get("prompt_lookup")
     frame, _, source = replayed_from_outputs(SimpleNamespace(out=traces), spec, dataset, sweep=True)
     entry = spec.fit_replayed(frame, dataset=dataset, temperature=0.0, source=source)
@@ -46,7 +45,6 @@ def main(argv=None) -> int:
                    help="the SmolLM2 campaign's trace folder (its TokenTraces' greedy outputs are replayed)")
     p.add_argument("--datasets", default="mt-bench,humaneval,code-edit,lib-edit", help="comma-separated Profile datasets")
     args = p.parse_args(argv)
-    from campaigns.smollm2 import DATASETS
 
     datasets = [d for d in args.datasets.split(",") if d]
     unknown = [d for d in datasets if d not in DATASETS]

@@ -24,6 +24,8 @@ from common.cli import CliParser, cli_entry
 from common.progress import add_progress_option, progress_bar, progress_enabled
 from common.rundir import claim_file
 from runtime.models import LoadedModel, check_same_vocabulary, load_model, truncated
+from runtime.drafters.vanilla import load_vanilla
+from runtime.prompts import ByteTokenizer, encode_prompt, BUILTIN_SETS, load_prompt_mix
 
 
 def own_drafter_methods() -> list[str]:
@@ -70,8 +72,6 @@ def load_drafter(spec: str, target: LoadedModel) -> LoadedModel:
     if spec.startswith("layers:"):
         return LoadedModel(truncated(target.model, int(spec.split(":", 1)[1])), target.tokenizer, spec)
     if spec.endswith(".safetensors"):
-        from runtime.drafters.vanilla import load_vanilla
-
         return LoadedModel(load_vanilla(spec, target.model), target.tokenizer, spec)
     drafter = load_model(spec)
     check_same_vocabulary(target, drafter)
@@ -80,8 +80,6 @@ def load_drafter(spec: str, target: LoadedModel) -> LoadedModel:
 
 def prompt_ids(prompts: list, target: LoadedModel) -> list[tuple[str, list[int]]]:
     """Encoded prompts; a model built in code without a tokenizer (tiny, random:) gets the byte tokenizer."""
-    from runtime.prompts import ByteTokenizer, encode_prompt
-
     tokenizer = target.tokenizer or ByteTokenizer(target.vocab_size)
     return [(prompt.prompt_id, list(encode_prompt(prompt, tokenizer))) for prompt in prompts]
 
@@ -102,8 +100,6 @@ def check_options(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from runtime.prompts import BUILTIN_SETS
-
     p = CliParser(prog="python -m runtime.engine", description=__doc__.splitlines()[0])
     p.add_argument("--target", default="smollm2",
                    help="target model: smollm2 (default), tiny[:seed] (built in code, byte tokenizer), "
@@ -132,8 +128,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    from runtime.prompts import load_prompt_mix
-
     args = build_parser().parse_args(argv)
     check_options(args)
     if args.out:
