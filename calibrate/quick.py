@@ -1,0 +1,201 @@
+"""`python -m calibrate.quick --profile P --out P2`: a Profile moved to this machine in minutes, not
+the recording campaign's hours.
+
+A CPU's speed and the shape of its step cost (how a 4-token verify compares with one token, what the
+BLAS does at a few rows, what Python costs around a forward) move with the CPU model, its SIMD, the
+threads and the torch build; acceptance does not. So the latency part is measured again and the rest
+kept:
+- the target's forward on a coarse grid (QUICK_TOKENS x QUICK_CTX at batch 1, random weights of its
+  architecture: latency does not depend on the weights), each point against what the Profile's table
+  prices there: a ratio per point, interpolated in (log2 tokens, context) and held past the grid's
+  edges (`Correction`), multiplies every point of the target's table, and every drafter table the
+  machine could not time itself (a draft model is the same kernels at the same widths);
+- each drafter the methods build from the target (`traces.drafter_timing`) timed at one token and
+  QUICK_CTX: its own ratio;
+- the engine's seconds beside the forwards (`profiles.parts.EngineTerms`: fixed per-step, per-token
+  and per-forward work, Python's): plain decoding run through the engine for QUICK_STEPS steps, its
+  step beside its forward, against what the Profile says plain decoding pays beyond its forward; the
+  ratio scales every additive term (the scales, ratios to a forward, are kept).
+The new Profile records this machine (`profiles.machine.this_machine`) and, in its provenance, what was
+measured again, the ratios and the machine, beside the source Profile's name; the source file is never
+touched (the new one is written atomically to --out). About a minute on 2 cores for SmolLM2.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import methods
+from common.cli import CliParser, cli_entry
+from common.errors import InputError
+from common.rundir import claim_file, git_commit
+from costmodel.step import StepCalibration
+from profiles.latency import TableLatency
+from profiles.machine import this_machine
+from profiles.parts import EngineTerms
+from profiles.profile import Profile
+from profiles.record import Record
+from runtime.engine import make_decoder
+from runtime.models import random_architecture
+from traces.drafter_timing import drafter_entries, drafter_rows
+from traces.timer import Timer
+from traces.timing import Grid, profile_model
+
+QUICK_TOKENS = (1, 2, 4, 8, 16, 64)      # widths of the target's forwards timed again
+QUICK_CTX = (0, 1024)                    # contexts they are timed at
+QUICK_STEPS = 24                          # plain decoding steps that time the engine's own work
+ADDITIVE = ("verify_fixed_s", "verify_per_token_s", "draft_per_forward_s", "draft_per_token_s", "first_draft_s",
+            "first_draft_per_token_s", "overhead_s", "overhead_per_token_s", "speculation_s", "verify_wide_extra_s")
+
+
+@dataclasses.dataclass(frozen=True)
+class Correction:
+    """This machine's time over the Profile's at measured (tokens, context) points, read at any point:
+    bilinear in (log2 tokens, context) inside the grid, the nearest edge outside it."""
+
+    tokens: tuple[float, ...]
+    ctx: tuple[float, ...]
+    ratio: np.ndarray         # [tokens][ctx]
+
+    def __call__(self, n_tokens, ctx_len) -> np.ndarray:
+        x = np.clip(np.log2(np.asarray(n_tokens, float)), np.log2(self.tokens[0]), np.log2(self.tokens[-1]))
+        c = np.clip(np.asarray(ctx_len, float), self.ctx[0], self.ctx[-1])
+        by_ctx = np.array([np.interp(x, np.log2(self.tokens), self.ratio[:, j]) for j in range(len(self.ctx))])
+        if len(self.ctx) == 1:
+            return by_ctx[0]
+        return np.array([np.interp(ci, self.ctx, col) for ci, col in zip(np.ravel(c), by_ctx.reshape(len(self.ctx), -1).T)]
+                        ).reshape(np.shape(x))
+
+    def median(self) -> float:
+        return float(np.median(self.ratio))
+
+
+def corrected(table: TableLatency, correction: Correction) -> TableLatency:
+    """`table` with every point multiplied by the correction at its (tokens, context)."""
+    n, c = np.meshgrid(np.asarray(table.n_tokens), np.asarray(table.ctx_len), indexing="ij")
+    factor = np.asarray(correction(n.ravel(), c.ravel())).reshape(n.shape)[:, :, None]
+    return dataclasses.replace(table, seconds=np.asarray(table.seconds) * factor,
+                               fit=Record({**table.fit.to_json(), "remeasured": "scaled by calibrate.quick"}))
+
+
+def target_correction(profile: Profile, timer: Timer, seed: int) -> Correction:
+    """The target's forwards timed again on the quick grid, over what its table prices."""
+    model = random_architecture(profile.target, seed=seed, dtype=torch.float32)
+    rows = profile_model(model, Grid(QUICK_TOKENS, QUICK_CTX, (1,)), timer, seed)
+    old = profile.latency_model(profile.target)
+    ratio = np.array([[r["seconds"] / float(old.predict(r["n_tokens"], r["ctx_len"], 1)) for r in rows
+                       if r["n_tokens"] == n] for n in QUICK_TOKENS])
+    return Correction(tuple(map(float, QUICK_TOKENS)), tuple(map(float, QUICK_CTX)), ratio)
+
+
+def drafter_ratios(profile: Profile, timer: Timer, seed: int) -> dict[str, float]:
+    """Latency model -> this machine's one-token draft forward over the Profile's, for every drafter
+    the methods build from the target that the Profile prices."""
+    entries = {n: e for n, e in drafter_entries(profile.target).items() if e["model"] in profile.latency}
+    if not entries:
+        return {}
+    rows = drafter_rows(profile.target, QUICK_CTX, timer, torch.device("cpu"), torch.float32, seed, entries=entries)
+    ratios: dict[str, list[float]] = {}
+    for r in rows:
+        old = float(profile.latency_model(r["model"]).predict(1, r["ctx_len"], 1))
+        ratios.setdefault(r["model"], []).append(r["seconds"] / old)
+    return {model: float(np.median(values)) for model, values in ratios.items()}
+
+
+def engine_ratio(profile: Profile, correction: Correction, seed: int, prompt_len: int = 64) -> float:
+    """Plain decoding's work beside its forward here, over what the Profile's engine terms price for
+    it: QUICK_STEPS steps through the engine on a random-weight target."""
+    model = random_architecture(profile.target, seed=seed, dtype=torch.float32)
+    decoder = make_decoder(methods.BASELINE, model)
+    prompt = [int(t) for t in torch.randint(0, model.config.vocab_size, (prompt_len,),
+                                            generator=torch.Generator().manual_seed(seed))]
+    decoder.generate(prompt, 4)                                     # warm-up
+    steps = decoder.generate(prompt, QUICK_STEPS).steps[1:]
+    step = statistics.median(s.draft_s + s.verify_s + s.overhead_s for s in steps)
+    ctx = statistics.median(s.ctx_len for s in steps)
+    terms = profile.step_calibration(methods.BASELINE)
+    forward = float(profile.seconds(profile.target, 1, ctx)) * float(correction(1, ctx))     # this machine's
+    additive = terms.verify_fixed_s + terms.verify_per_token_s + terms.overhead_s + terms.overhead_per_token_s
+    measured = step - terms.verify_scale * forward
+    if additive <= 0 or measured <= 0:
+        return 1.0           # nothing measurable beside the forward: the terms are kept
+    return measured / additive
+
+
+def scaled(terms: StepCalibration, ratio: float) -> StepCalibration:
+    return dataclasses.replace(terms, **{k: getattr(terms, k) * ratio for k in ADDITIVE})
+
+
+def quick_profile(profile: Profile, threads: int, seed: int = 0) -> tuple[Profile, dict]:
+    """`profile` moved to this machine (module docstring) and the record of what was measured."""
+    tables = {name: model for name, model in profile.latency.items() if isinstance(model, TableLatency)}
+    if profile.target not in tables:
+        raise InputError(f"profile '{profile.name}' prices its target with a {profile.latency_model(profile.target).kind} "
+                         "model of published figures, not a table measured on a machine: nothing here to re-measure "
+                         "(calibrate.transfer moves a Profile between GPUs)")
+    torch.set_num_threads(threads)
+    timer = Timer(torch.device("cpu"), warmup=2, repeats=7, min_repeats=3, point_seconds=2.0)
+    started = time.perf_counter()
+    correction = target_correction(profile, timer, seed)
+    drafters = drafter_ratios(profile, timer, seed)
+    engine = engine_ratio(profile, correction, seed)
+    latency = {}
+    for name, model in profile.latency.items():
+        if name in drafters:
+            latency[name] = corrected(model, Correction((1.0,), (0.0,), np.array([[drafters[name]]])))
+        elif isinstance(model, TableLatency):
+            latency[name] = corrected(model, correction)
+        else:
+            latency[name] = model
+    terms = profile.engine
+    engine_terms = EngineTerms(Record({m: scaled(c, engine) for m, c in terms.methods.items()}),
+                               None if terms.pooled is None else scaled(terms.pooled, engine), terms.fit)
+    machine = this_machine(threads)
+    record = {"from": profile.name, "command": "python -m calibrate.quick", "commit": git_commit(),
+              "created": dt.datetime.now(dt.timezone.utc).isoformat(), "machine": machine.describe(),
+              "target_ratio": {"tokens": list(correction.tokens), "ctx": list(correction.ctx),
+                               "ratio": np.round(correction.ratio, 4).tolist()},
+              "drafter_ratio": {k: round(v, 4) for k, v in drafters.items()}, "engine_ratio": round(engine, 4),
+              "kept": "acceptance, workload, drafters; the engine's scales (ratios to a forward)",
+              "seconds": round(time.perf_counter() - started, 1)}
+    moved = dataclasses.replace(profile, latency=latency, engine=engine_terms, machine=machine,
+                                name=f"{profile.name} (re-measured on this machine)",
+                                provenance=dataclasses.replace(profile.provenance, remeasured=Record(record)))
+    return moved, record
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    parser = CliParser(prog="python -m calibrate.quick", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profile", required=True, type=Path, help="the Profile to move to this machine")
+    parser.add_argument("--out", required=True, type=Path, help="where the moved Profile is written (atomically)")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
+                        help="torch threads to measure with, as the runs it will predict use them (default: torch's)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights and prompt (default 0)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    args = parser.parse_args(argv)
+    if args.threads < 1:
+        raise InputError(f"--threads must be >= 1, got {args.threads}")
+    if args.out.resolve() == args.profile.resolve():
+        raise InputError(f"--out {args.out} is the source Profile: write the moved one beside it")
+    profile = Profile.load(args.profile)
+    claim_file(args.out, args.overwrite)
+    moved, record = quick_profile(profile, args.threads, args.seed)
+    moved.save(args.out)
+    print(f"{args.profile} -> {args.out} in {record['seconds']:.0f} s on {record['machine']}: target forwards x"
+          f"{np.min(moved.provenance.remeasured['target_ratio']['ratio']):.2f}-"
+          f"{np.max(moved.provenance.remeasured['target_ratio']['ratio']):.2f}, drafters "
+          + (", ".join(f"{k} x{v:.2f}" for k, v in record["drafter_ratio"].items()) or "none timed")
+          + f", the engine's own seconds x{record['engine_ratio']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
