@@ -9,6 +9,8 @@ import pytest
 import methods
 from calibrate.vllm import facts
 from calibrate.vllm.__main__ import main as calibrate_main
+from calibrate.vllm.acceptance import eagle_entry
+from calibrate.vllm.build import ingested_statistics
 from calibrate.vllm.engine import eagle_arch, fit_engine, roofline, target_arch
 from calibrate.vllm.grid import GridFit, fit_grid
 from calibrate.vllm.study_fit import STUDY_FIT
@@ -100,8 +102,6 @@ def test_a_data_folder_without_the_files_is_one_line_and_exit_2(tmp_path, capsys
 
 
 def test_eagle_entries_carry_the_ingested_betas_at_each_draft_length():
-    from calibrate.vllm.acceptance import eagle_entry
-    from calibrate.vllm.build import ingested_statistics
 
     summary = ingested_statistics()["datasets"]["cnn"]
     entry = eagle_entry("cnn", summary)
