@@ -23,6 +23,7 @@ CLIS = [
     ("experiments.simulate", []), ("experiments.simulate", ["stream"]),
     ("experiments.simulate", ["serve"]), ("experiments.simulate", ["crossover"]),
     ("calibrate.fit", []), ("calibrate.ingest.__main__", []), ("calibrate.paper_profiles", []), ("calibrate.transfer", []),
+    ("calibrate.vllm.__main__", []), ("experiments.vllm_h100.cli", []),
     ("profiles.migrate", []),
     ("traces.record", []), ("traces.check_replay", []), ("traces.timing", []),
     ("runtime.engine.__main__", []), ("training.__main__", []), ("experiments.examples", []),
