@@ -17,7 +17,7 @@ from common.errors import InputError
 from costmodel.hardware import get_hardware
 from costmodel.latency import ForwardShape, forward_bytes_flops
 from costmodel.params import Arch, as_arch
-from profiles.latency import AXES, LATENCY_KINDS, RooflineLatency, TableLatency
+from profiles.latency import AXES, RooflineLatency, TableLatency
 
 
 def mape(predicted: np.ndarray, observed: np.ndarray) -> float:
@@ -127,8 +127,8 @@ def fit_latency(frame: pd.DataFrame, kind: str = "roofline", arch: "Arch | dict 
     The held-out grid points are left out of the fit, their error measured, and the returned model
     is then refitted on every point (its `fit` dict keeps both errors and the point counts).
     """
-    if kind not in LATENCY_KINDS:
-        raise InputError(f"unknown latency model kind {kind!r}; known: {', '.join(LATENCY_KINDS)}")
+    if kind not in FITS:
+        raise InputError(f"latency model kind {kind!r} is not fitted from LatencyTraces; fitted: {', '.join(FITS)}")
     if len(frame) == 0:
         raise InputError(f"latency model '{name}': no trace rows to fit")
     if kind == "roofline" and (arch is None or hardware is None or dtype is None):

@@ -67,15 +67,27 @@ def tau_with_router(tau, gamma, recall):
 def drafter_arch(t, base: dict, **options) -> dict:
     """`costmodel.params.drafter_arch("coral", ...)`: the EAGLE feature drafter, one decoder layer plus
     an fc from 2h to h on the target's LM head; options `groups`, `top_n` add CORAL's router, which
-    activates top_n / groups of the head plus its own hidden x groups weights."""
+    activates top_n / groups of the head plus its own hidden x groups weights. EAGLE-3 (`eagle3=True`)
+    fuses three of the target's layers (fc from 3h to h), feeds its layer the embedding and the
+    feature together (q, k, v projected from 2h) and drafts over a reduced vocabulary of its own
+    (`draft_vocab`, its LM head's rows; the checkpoint maps them to the target's), the embedding
+    table still the target's."""
     top_n, groups = options.get("top_n"), options.get("groups")
-    extra = 2.0 * t.hidden * t.hidden + t.hidden
+    eagle3, draft_vocab = bool(options.get("eagle3")), options.get("draft_vocab")
+    fused = 3 if eagle3 else 2
+    extra = fused * t.hidden * t.hidden + t.hidden
+    if eagle3:                # q, k, v read 2h: a second h of inputs to every projection
+        extra += t.hidden * (t.n_heads + 2 * t.n_kv_heads) * t.dim_head
     fraction = 1.0
     if groups:
         if not top_n or not 1 <= top_n <= groups:
             raise ValueError(f"router top_n {top_n!r} must lie in 1..groups ({groups})")
         fraction = top_n / groups
         extra += t.hidden * groups
-    return dict(base, n_layers=1, extra_params=extra, lm_head_fraction=fraction, shared_embeddings=True,
-                source="EAGLE head: fc 2h->h + 1 decoder layer, target LM head"
-                       + (f"; CORAL router top-{top_n} of {groups} groups" if groups else ""))
+    vocab = int(draft_vocab) if draft_vocab else base["vocab"]
+    if not 1 <= vocab <= t.vocab:
+        raise ValueError(f"draft vocabulary {vocab} must lie in 1..{t.vocab} (the target's)")
+    head = "EAGLE-3 head: fc 3h->h, 1 decoder layer on 2h inputs" if eagle3 else "EAGLE head: fc 2h->h + 1 decoder layer"
+    return dict(base, n_layers=1, extra_params=extra, lm_head_fraction=fraction, shared_embeddings=True, vocab=vocab,
+                source=head + (f", LM head over a draft vocabulary of {vocab}" if vocab != t.vocab else ", target LM head")
+                + (f"; CORAL router top-{top_n} of {groups} groups" if groups else ""))

@@ -11,6 +11,9 @@ A step runs D sequential draft forwards, then one verify forward, then fixed per
                 verify_wide_extra_s: a verify wide enough to run other kernels (a CPU's few-row
                 projections end at 8 rows) relates to its isolated forward differently]
     step_s   = draft_s + verify_s + overhead_s        (`step_cost`: every consumer's one sum)
+    overhead_s = fixed + overhead_per_row_s x batch + overhead_per_ctx_token_s x batch x ctx
+               (the host's work per sequence in the batch: a serving engine's scheduling and
+                bookkeeping, a host-side proposer scanning each sequence's context)
 
 `StepShape` holds these for C configurations at once (arrays with a leading C axis). `reach_i` is
 the probability that draft forward i runs (1 for a fixed chain; an early-exit drafter makes it
@@ -29,6 +32,11 @@ forward runs the whole prompt; the simulator pays it in that step, the closed fo
 the generation's steps).
 `StepCalibration.apply(shape)` folds it into the shape, so every consumer prices the same step, and
 `step_cost` adds the terms up, so every consumer sums them the same way.
+
+A continuous-batching engine runs rows of their own widths and contexts in one step (`RaggedSteps`:
+the verify forward's rows, each draft forward's rows, as `costmodel.latency.RowSums`);
+`ragged_step_cost` prices such steps with the same shape and terms, through a latency over rows
+(`RowsLatency`: a Profile's roofline or linear model, `predict_rows`).
 """
 from __future__ import annotations
 
@@ -37,7 +45,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from costmodel.latency import RowSums
+
 Latency = Callable[[str, np.ndarray, np.ndarray, int], np.ndarray]
+RowsLatency = Callable[[str, RowSums], np.ndarray]       # seconds of forwards of a model over ragged rows
 
 
 @dataclass(frozen=True)
@@ -77,6 +88,8 @@ class StepShape:
     verify_wide_from: float = 0.0          # verifies of this many tokens or more (0: none) are priced
     verify_wide_factor: float = 1.0        # at this factor of the verify scale,
     verify_wide_extra_s: float = 0.0       # plus these seconds
+    overhead_per_row_s: float = 0.0        # host work per sequence in the batch, every step
+    overhead_per_ctx_token_s: float = 0.0  # and per token of its context (a host-side proposer's scan)
 
     @property
     def size(self) -> int:
@@ -100,6 +113,14 @@ class StepShape:
     def reach(self) -> np.ndarray:
         ran = (self.draft_width > 0).astype(float)
         return ran if self.draft_reach is None else ran * self.draft_reach
+
+    def row_overhead(self, rows, ctx_tokens) -> np.ndarray | float:
+        """Seconds of per-sequence host work of a step over `rows` sequences of `ctx_tokens` context
+        in all (0 where the shape has none)."""
+        if not (self.overhead_per_row_s or self.overhead_per_ctx_token_s):
+            return 0.0
+        return (self.overhead_per_row_s * np.asarray(rows, float)
+                + self.overhead_per_ctx_token_s * np.asarray(ctx_tokens, float))
 
 
 def wide_terms(priced: "StepShape | StepCalibration", tokens) -> tuple[np.ndarray | float, np.ndarray | float]:
@@ -130,10 +151,13 @@ class StepCalibration:
     verify_wide_from: float = 0.0       # verifies this wide or wider (0: none) cost verify_wide_factor
     verify_wide_factor: float = 1.0     # times the scaled forward, plus verify_wide_extra_s
     verify_wide_extra_s: float = 0.0
+    overhead_per_row_s: float = 0.0     # host work per sequence in the batch, every step (a serving engine's)
+    overhead_per_ctx_token_s: float = 0.0   # per token of each sequence's context (a host-side proposer's scan)
 
     # ratios to an isolated forward's cost: > 0; the rest are seconds the fit adds or takes away
     # (a fit may make one < 0)
     SCALES = ("verify_scale", "draft_scale", "verify_wide_factor")
+    PER_ROW = ("overhead_per_row_s", "overhead_per_ctx_token_s")     # written only where set (files before them)
 
     @classmethod
     def from_dict(cls, raw: dict | None, where: str = "engine calibration") -> "StepCalibration":
@@ -154,7 +178,8 @@ class StepCalibration:
         return cls(**{k: float(v) for k, v in raw.items()})
 
     def to_dict(self) -> dict[str, float]:
-        return {k: float(getattr(self, k)) for k in self.__dataclass_fields__}
+        return {k: float(getattr(self, k)) for k in self.__dataclass_fields__
+                if k not in self.PER_ROW or getattr(self, k)}
 
     def apply(self, shape: StepShape) -> StepShape:
         """`shape` priced as the engine runs it."""
@@ -174,7 +199,9 @@ class StepCalibration:
                        verify_fixed_s=shape.verify_fixed_s + self.verify_fixed_s,
                        verify_wide_from=self.verify_wide_from or shape.verify_wide_from,
                        verify_wide_factor=shape.verify_wide_factor * self.verify_wide_factor,
-                       verify_wide_extra_s=shape.verify_wide_extra_s + self.verify_wide_extra_s)
+                       verify_wide_extra_s=shape.verify_wide_extra_s + self.verify_wide_extra_s,
+                       overhead_per_row_s=shape.overhead_per_row_s + self.overhead_per_row_s,
+                       overhead_per_ctx_token_s=shape.overhead_per_ctx_token_s + self.overhead_per_ctx_token_s)
 
 
 def chain_width(gamma: Sequence[int] | np.ndarray, depth: int | None = None) -> np.ndarray:
@@ -254,8 +281,43 @@ def step_cost(latency: Latency, shape: StepShape, ctx, batch: int = 1, *, reach=
     if np.any(share):
         draft = draft + share * catch_up_seconds(shape, prompt_len)
     verify = verify_seconds(latency, shape, ctx, batch, verify_tokens=verify_tokens)
-    overhead = np.broadcast_to(np.asarray(shape.overhead_s, dtype=float), np.broadcast(draft, verify).shape)
+    fixed = np.asarray(shape.overhead_s, dtype=float) + shape.row_overhead(batch, np.multiply(batch, ctx))
+    overhead = np.broadcast_to(fixed, np.broadcast(draft, verify).shape)
     return StepCost(np.asarray(draft, dtype=float), np.asarray(verify, dtype=float), overhead)
+
+
+@dataclass(frozen=True)
+class RaggedSteps:
+    """N continuous-batching steps over rows of their own widths and contexts, by sums (one value per
+    step): the verify forward's rows (decodes, verifications, prefill chunks), the rows of each draft
+    forward (the first over the tokens each row accepted last step and any prefill chunk, as EAGLE's
+    drafter runs it; later ones over one token a row), the sequences in the step and their contexts."""
+
+    verify: RowSums
+    rows: np.ndarray
+    ctx_tokens: np.ndarray
+    drafts: tuple[RowSums, ...] = ()
+
+
+def ragged_step_cost(latency: RowsLatency, shape: StepShape, steps: RaggedSteps) -> StepCost:
+    """What ragged steps cost (`RaggedSteps`), the shape's terms summed as `step_cost` sums them: each
+    draft forward where it has rows, the verify forward over every row, the fixed and per-row work.
+    `shape` is one configuration's, engine calibration folded in (`StepCalibration.apply`)."""
+    if shape.verify_wide_from > 0:
+        raise ValueError("a wide-verify line prices a CPU's uniform verify batches; ragged steps cannot take it")
+    if len(steps.drafts) > shape.max_drafted:
+        raise ValueError(f"{len(steps.drafts)} draft forwards for a shape of {shape.max_drafted}")
+    rows = np.asarray(steps.rows, float)
+    draft = np.zeros(rows.shape)
+    for sums in steps.drafts:
+        runs = np.asarray(sums.tokens, float) > 0
+        seconds = sum(np.asarray(p.scale, float).reshape(-1)[0] * latency(p.model, sums) for p in shape.draft_parts)
+        draft = draft + np.where(runs, seconds + shape.draft_per_forward_s, 0.0)
+    scale = np.asarray(shape.verify_scale, float).reshape(-1)[0]
+    verify = (scale * latency(shape.verify_model, steps.verify) + shape.verify_fixed_s
+              + shape.verify_per_token_s * np.asarray(steps.verify.tokens, float))
+    fixed = np.asarray(shape.overhead_s, float).reshape(-1)[0] + shape.row_overhead(rows, steps.ctx_tokens)
+    return StepCost(draft, np.asarray(verify, float), np.broadcast_to(fixed, rows.shape).astype(float))
 
 
 def step_seconds(latency: Latency, shape: StepShape, ctx, batch: int = 1) -> np.ndarray:

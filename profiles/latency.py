@@ -9,6 +9,12 @@ Two kinds, both frozen, with `.predict(n_tokens, ctx_len, batch=1) -> np.ndarray
   hardware (`moved_to`).
 - "table" (`TableLatency`): the measured grid itself, interpolated linearly in (log2 n_tokens,
   ctx_len, log2 batch) on log seconds, extrapolated linearly past its edges. Exact where measured.
+- "linear" (`LinearLatency`): seconds = fixed_s + per_token_s x query tokens + per_kv_token_s x cached
+  tokens, summed over the batch: a step-time fit of that form (SpecDecode-Bench's predictor), kept as
+  a second calibration beside a roofline.
+
+A roofline and a linear model also price a forward over ragged rows (`predict_rows`, on
+`costmodel.latency.RowSums`), as a continuous-batching engine runs them; a table cannot.
 
 Fitting them from LatencyTraces is `calibrate.latency`; here they are read, checked and evaluated.
 """
@@ -23,7 +29,7 @@ import numpy as np
 
 from common.errors import InputError
 from costmodel.hardware import get_hardware
-from costmodel.latency import ForwardShape, forward_bytes_flops, roofline_seconds
+from costmodel.latency import ForwardShape, RowSums, forward_bytes_flops, roofline_seconds, rows_roofline_seconds
 from costmodel.params import Arch, as_arch
 from profiles.record import Record
 
@@ -53,6 +59,8 @@ class RooflineLatency:
     fit: Record = field(default_factory=Record)
     name: str = "model"
     launch_s: float = 0.0
+    attention_apart: bool = False       # attention kernels priced apart from the matmuls (costmodel.latency)
+    corner: float = 0.0                 # p of the rounded roofline corner (0: the max, costmodel.latency)
     _hw: Any = field(init=False, repr=False, compare=False)
     _shape: Any = field(init=False, repr=False, compare=False)
     kind = "roofline"
@@ -78,13 +86,25 @@ class RooflineLatency:
             if not (_is_number(getattr(self, key)) and getattr(self, key) >= 0):
                 raise InputError(f"latency model '{self.name}': {key} must be a number of seconds >= 0, "
                                  f"got {getattr(self, key)!r}")
+        if not isinstance(self.attention_apart, bool):
+            raise InputError(f"latency model '{self.name}': attention_apart must be true or false, "
+                             f"got {self.attention_apart!r}")
+        if not (_is_number(self.corner) and self.corner >= 0):
+            raise InputError(f"latency model '{self.name}': corner must be a number >= 0 (0: a sharp roofline), "
+                             f"got {self.corner!r}")
 
     def predict(self, n_tokens, ctx_len, batch=1) -> np.ndarray:
         try:
             return roofline_seconds(self._shape, self._hw, self.dtype, n_tokens, ctx_len, batch,
-                                    self.bw_eff, self.flops_eff, self.overhead_s, self.launch_s)
+                                    self.bw_eff, self.flops_eff, self.overhead_s, self.launch_s, self.attention_apart,
+                                    self.corner)
         except ValueError as exc:
             raise InputError(f"latency model '{self.name}': {exc}") from None
+
+    def predict_rows(self, sums: RowSums) -> np.ndarray:
+        """Seconds of forwards over ragged rows (`costmodel.latency.RowSums`, one value per forward)."""
+        return rows_roofline_seconds(self._shape, self._hw, self.dtype, sums, self.bw_eff, self.flops_eff,
+                                     self.overhead_s, self.launch_s, self.attention_apart, self.corner)
 
     def bound(self, n_tokens, ctx_len, batch=1) -> np.ndarray:
         """'memory', 'compute' or 'launch' per grid point: which side of the roofline the forward sits on."""
@@ -102,6 +122,10 @@ class RooflineLatency:
                   "flops_eff": self.flops_eff, "overhead_s": self.overhead_s}
         if self.launch_s:
             params["launch_s"] = self.launch_s
+        if self.attention_apart:
+            params["attention_apart"] = True
+        if self.corner:
+            params["corner"] = self.corner
         return {"kind": self.kind, "params": params, "fit": self.fit.to_json()}
 
     @classmethod
@@ -109,7 +133,8 @@ class RooflineLatency:
         _require(params, ("hardware", "dtype", "arch"), name, cls.kind)
         return cls(arch=params["arch"], hardware=params["hardware"], dtype=params["dtype"],
                    bw_eff=params.get("bw_eff", 1.0), flops_eff=params.get("flops_eff", 1.0),
-                   overhead_s=params.get("overhead_s", 0.0), fit=fit, name=name, launch_s=params.get("launch_s", 0.0))
+                   overhead_s=params.get("overhead_s", 0.0), fit=fit, name=name, launch_s=params.get("launch_s", 0.0),
+                   attention_apart=params.get("attention_apart", False), corner=params.get("corner", 0.0))
 
 
 @dataclass(frozen=True)
@@ -155,6 +180,10 @@ class TableLatency:
         points = [np.log2(n), c, np.log2(b)]
         return np.exp(_multilinear(self._coords, self._log_seconds, points))
 
+    def predict_rows(self, sums: RowSums) -> np.ndarray:
+        raise InputError(f"latency model '{self.name}' is a measured table of uniform batches: it cannot price a "
+                         "forward over ragged rows (a roofline or linear model can)")
+
     def moved_to(self, hardware: str) -> "TableLatency":
         raise InputError(f"latency model '{self.name}' is a measured table, which holds seconds on one machine: "
                          f"only a roofline model can be moved to {hardware}")
@@ -177,7 +206,50 @@ class TableLatency:
         return cls(*(params[k] for k in (*AXES, "seconds")), fit=fit, name=name)
 
 
-LatencyModel = RooflineLatency | TableLatency
+@dataclass(frozen=True)
+class LinearLatency:
+    """seconds = fixed_s + per_token_s x query tokens + per_kv_token_s x cached tokens, each summed over the
+    batch's rows (module docstring); on one machine only, like a table."""
+
+    fixed_s: float
+    per_token_s: float
+    per_kv_token_s: float
+    fit: Record = field(default_factory=Record)
+    name: str = "model"
+    kind = "linear"
+    TERMS = ("fixed_s", "per_token_s", "per_kv_token_s")
+
+    def __post_init__(self) -> None:
+        for key in self.TERMS:
+            if not (_is_number(getattr(self, key)) and getattr(self, key) >= 0):
+                raise InputError(f"latency model '{self.name}': {key} must be a number of seconds >= 0, "
+                                 f"got {getattr(self, key)!r}")
+        object.__setattr__(self, "fit", Record(self.fit))
+
+    def predict(self, n_tokens, ctx_len, batch=1) -> np.ndarray:
+        n, c, b = np.broadcast_arrays(np.asarray(n_tokens, float), np.asarray(ctx_len, float), np.asarray(batch, float))
+        if np.any(n < 1) or np.any(b < 1) or np.any(c < 0):
+            raise InputError(f"latency model '{self.name}': n_tokens and batch must be >= 1, ctx_len >= 0")
+        return self.fixed_s + self.per_token_s * (b * n) + self.per_kv_token_s * (b * c)
+
+    def predict_rows(self, sums: RowSums) -> np.ndarray:
+        return self.fixed_s + self.per_token_s * np.asarray(sums.tokens, float) + self.per_kv_token_s * np.asarray(
+            sums.ctx_tokens, float)
+
+    def moved_to(self, hardware: str) -> "LinearLatency":
+        raise InputError(f"latency model '{self.name}' is a linear fit of one machine's step times: only a roofline "
+                         f"model can be moved to {hardware}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "params": {k: getattr(self, k) for k in self.TERMS}, "fit": self.fit.to_json()}
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any], fit: dict[str, Any], name: str) -> "LinearLatency":
+        _require(params, cls.TERMS, name, cls.kind)
+        return cls(*(params[k] for k in cls.TERMS), fit=fit, name=name)
+
+
+LatencyModel = RooflineLatency | TableLatency | LinearLatency
 
 
 def _multilinear(coords: list[np.ndarray], values: np.ndarray, points: list[np.ndarray]) -> np.ndarray:
@@ -207,7 +279,7 @@ def _multilinear(coords: list[np.ndarray], values: np.ndarray, points: list[np.n
     return out
 
 
-LATENCY_KINDS = {"roofline": RooflineLatency, "table": TableLatency}
+LATENCY_KINDS = {"roofline": RooflineLatency, "table": TableLatency, "linear": LinearLatency}
 
 
 def latency_model(spec: dict[str, Any], name: str = "model") -> LatencyModel:

@@ -18,7 +18,7 @@ import numpy as np
 
 from common.errors import InputError
 from costmodel import step as step_cost
-from costmodel.step import Latency
+from costmodel.step import Latency, RowsLatency
 from simulator.methods import StepModel
 
 
@@ -56,6 +56,14 @@ def latency_for(profile, step: StepModel, latencies: Mapping[str, Any] | None = 
 
     def seconds(model, n_tokens, ctx, batch=1):
         return fn[model](n_tokens, ctx, batch)
+    return seconds
+
+
+def rows_latency_for(profile) -> "RowsLatency":
+    """Seconds of a forward of a Profile model over ragged rows (`costmodel.step.RowsLatency`): its
+    latency model's `predict_rows` (a roofline or linear model; a table cannot)."""
+    def seconds(model, sums):
+        return np.asarray(profile.latency_model(model).predict_rows(sums), dtype=float)
     return seconds
 
 

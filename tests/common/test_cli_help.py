@@ -23,6 +23,7 @@ CLIS = [
     ("experiments.simulate", []), ("experiments.simulate", ["stream"]),
     ("experiments.simulate", ["serve"]), ("experiments.simulate", ["crossover"]),
     ("calibrate.fit", []), ("calibrate.ingest.__main__", []), ("experiments.paper_profiles", []), ("calibrate.transfer", []),
+    ("calibrate.vllm.__main__", []), ("experiments.vllm_h100", []),
     ("profiles.migrate", []), ("traces.batch_bench", []),
     ("traces.record", []), ("traces.check_replay", []), ("traces.timing", []),
     ("runtime.engine.__main__", []), ("training.__main__", []), ("experiments.examples", []),
