@@ -24,7 +24,7 @@ CLIS = [
     ("experiments.simulate", ["serve"]), ("experiments.simulate", ["crossover"]),
     ("calibrate.fit", []), ("calibrate.ingest.__main__", []), ("experiments.paper_profiles", []), ("calibrate.transfer", []),
     ("calibrate.vllm.__main__", []), ("experiments.vllm_h100", []),
-    ("profiles.migrate", []), ("traces.batch_bench", []),
+    ("profiles.migrate", []), ("traces.batch_bench", []), ("calibrate.quick", []),
     ("traces.record", []), ("traces.check_replay", []), ("traces.timing", []),
     ("runtime.engine.__main__", []), ("training.__main__", []), ("experiments.examples", []),
 ]

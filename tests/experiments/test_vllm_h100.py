@@ -10,9 +10,9 @@ import pytest
 
 from calibrate.vllm.streams import DATASETS, Stream
 from calibrate.vllm.study_fit import STUDY_FIT
-from experiments.vllm_h100.cli import main
-from experiments.vllm_h100.deploy import best_per_batch, speculative_config
-from experiments.vllm_h100.peer import numpy_stream, peer_point, plain_latency, walk
+from experiments.vllm_h100 import main
+from papers.specdecode.deploy import best_per_batch, speculative_config
+from papers.specdecode.peer import numpy_stream, peer_point, plain_latency, walk
 from traces.span_replay import ReplayRequest
 
 

@@ -5,7 +5,7 @@ request streams at batch 1-128, predicted (ours, the study's step-time fit, the 
 
 --data holds SpecDecode-Bench's combined_<dataset>.jsonl files (repository SpecDecode-Bench/simulator,
 data/llama3.1-8B/); --profile the vLLM Profile (`python -m calibrate.vllm`). Writes predictions.csv,
-loops.csv, vllm_<dataset>.json, figures and report.md (`experiments.vllm_h100.report`).
+loops.csv, vllm_<dataset>.json, figures and report.md (`papers.specdecode.report`).
 """
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from common.bundled import bundled
 from common.cli import CliParser, cli_entry
 from common.errors import InputError
 from common.rundir import add_overwrite_option, start_run
-from experiments.vllm_h100 import run
-from experiments.vllm_h100.deploy import DeployOptions, best_per_batch, capacity
-from experiments.vllm_h100.report import write_report
+from papers.specdecode import run
+from papers.specdecode.deploy import DeployOptions, best_per_batch, capacity
+from papers.specdecode.report import write_report
 from profiles.profile import Profile
 
 PROFILE = bundled("profiles", "llama-3.1-8b-h100-vllm.json")
@@ -109,3 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     write_report(out, predictions, loops, best, plan, profile, meta, deploy)
     print(f"wrote {out}: {len(predictions)} predictions in {seconds:.0f} s")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

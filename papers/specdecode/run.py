@@ -26,7 +26,7 @@ import methods
 from calibrate.vllm import facts
 from calibrate.vllm.streams import Stream
 from calibrate.vllm.study_fit import STUDY_FIT
-from experiments.vllm_h100.peer import peer_predictions
+from papers.specdecode.peer import peer_predictions
 from costmodel.hardware import dtype_bytes
 from costmodel.params import kv_bytes_per_token, own_kv_bytes_per_token, own_params
 from profiles.profile import Profile

@@ -10,7 +10,7 @@ import pandas as pd
 
 from common import atomic
 from common.plotting import palette, pyplot, readable_ticks
-from experiments.vllm_h100.deploy import DeployOptions, speculative_config
+from papers.specdecode.deploy import DeployOptions, speculative_config
 
 HEADLINE = [("eagle", 3), ("ngram", 3), ("ngram", 5)]       # the measured points: k = 3, and n-gram k = 5
 
@@ -166,7 +166,7 @@ def write_report(out: Path, predictions: pd.DataFrame, loops: pd.DataFrame, best
             "## Protocol", "", meta["protocol"], "",
             "## Calibration (ours)", "", *calibration_lines(profile), "",
             "Second calibration, `study-fit`: the same schedules priced by the study's step-time fit "
-            "(`calibrate.vllm.study_fit`). `peer`: the study's own simulator re-implemented (`experiments.vllm_h100.peer`: "
+            "(`calibrate.vllm.study_fit`). `peer`: the study's own simulator re-implemented (`papers.specdecode.peer`: "
             "its fit, its n-gram matching probabilities, B copies of one request).", "",
             "Sanity checks (published figures that are not the study's):", "",
             *[f"- {line}" for line in sanity], "",
