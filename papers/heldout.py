@@ -7,7 +7,7 @@ is predicted three ways, each row saying its role:
 - "leave one table out" (validation): refitted without the number's table;
 - "leave one model size out" (validation): refitted without every number of its target model size,
   whose models are then priced from their architectures alone (`calibrate.transfer`'s route).
-Beside them: the targets of issue 28 per paper and scheme, the warning lines the fits recorded
+Beside them: the targets per paper and scheme, the warning lines the fits recorded
 (a term on a bound of its physical range, a held-out error above target), the choice of the
 acceptance curve family on the SmolLM2 TokenTraces (whole curves known), and the sweep's MCSD pick
 against the paper's best configuration.
@@ -22,7 +22,7 @@ from papers import calibration as paper_fit, MODELS
 from papers.calibration import TARGETS, profile_warnings
 from profiles.acceptance import AlphaCurve
 from common.bundled import bundled
-from papers.mcsd import TARGETS
+from papers.mcsd import TARGETS as MCSD_TARGETS
 import papers
 from sweep import scoring
 from sweep.run import SweepOptions, setting_of, space_of
@@ -83,7 +83,7 @@ def held_out_summary(comparisons: pd.DataFrame) -> pd.DataFrame:
 
 
 def targets(comparisons: pd.DataFrame) -> pd.DataFrame:
-    """Per paper, scheme and kind (speedup, tau): median and worst |error| against issue 28's targets."""
+    """Per paper, scheme and kind (speedup, tau): median and worst |error| against the targets the project set."""
     rows = []
     for (paper, variant, kind), grp in comparisons.groupby(["paper", "variant", "kind"], sort=False):
         if kind not in TARGETS:
@@ -165,7 +165,7 @@ def _mcsd_settings():
     """(profile stem, drafter, dataset, temperature, paper's config or None, published speedup, setting) of
     every MCSD setting whose best speedup the paper prints: Tables 2-3 "Ours" (configuration known) and
     Table 4's 13B rows (MCSS w/o replacement; their configuration is in the lost Appendix E)."""
-    profile_of = {label: f"mcsd-{arch}-a6000" for arch, label in TARGETS.items()}
+    profile_of = {label: f"mcsd-{arch}-a6000" for arch, label in MCSD_TARGETS.items()}
     for table, draft, rec, config, target, dataset, temp in papers.mcsd_tau_rows():
         if rec.row.endswith("/ Ours"):
             yield (profile_of[target], draft.lower(), dataset.lower(), float(temp[2:]), config,

@@ -62,7 +62,7 @@ def _alpha_curve(alpha1: float, alpha4: float, form: str) -> np.ndarray:
     if form == "geometric miss":           # 1 - alpha@k = (1 - alpha1) r^(log2 k)
         r = math.sqrt((1 - alpha4) / (1 - alpha1)) if alpha1 < 1 else 1.0
         return 1 - (1 - alpha1) * r ** np.log2(ks)
-    if form == "flat past k = 4":          # the Profiles before issue 28
+    if form == "flat past k = 4":          # the Profiles before their physical bounds
         return np.interp(np.log2(ks), [0.0, 2.0], [alpha1, alpha4])
     slope = (alpha4 - alpha1) / 2.0          # linear in log2 k, capped at 1
     return np.minimum(1.0, alpha1 + slope * np.log2(ks))
@@ -250,11 +250,11 @@ FINDINGS = """\
   alpha cannot express; `expected_tokens_by_position` takes per-position beta when it is measured.
 - Kangaroo: the parameter-ratio cost model over-predicts walltime speedup; V100 kernels for a
   1-layer adapter and the early-exit bookkeeping cost more than their parameter share.
-- Bundled profiles (issue 28): one latency model per paper's GPU and engine prices every model from
+- Bundled profiles: one latency model per paper's GPU and engine prices every model from
   its architecture, the longer of the device's time and the host's kernel launches plus per-forward
   work (calibrate.terms.model_latency), each term bounded by what the hardware allows; a
-  drafter's cost follows from its layers and parameters, no longer a free number. The "Issue 28's
-  targets" table says which paper meets which target on the held-out rows; the warnings above name
+  drafter's cost follows from its layers and parameters, no longer a free number. The "Targets"
+  table says which paper meets which target on the held-out rows; the warnings above name
   every term on (or pressing against) a bound and every held-out error over target.
 - MCSD: tau is met held out by table (Tables 2-3 predicted from alpha@1, alpha@4 on the logit-log
   curve and a persistence fitted to the other table); held out by size it is not (the 33B rows alone
@@ -319,7 +319,7 @@ def _section(title: str, text: str, frame: pd.DataFrame, columns: list[str] | No
 
 def markdown_report(comparisons: pd.DataFrame, summary: pd.DataFrame, loto: pd.DataFrame, seconds: float,
                     extras: dict | None = None) -> str:
-    """The report; `extras` (targets, warnings, families, choices) adds issue 28's sections."""
+    """The report; `extras` (targets, warnings, families, choices) adds the targets' sections."""
     extras = extras or {}
     parts = ["# Reproduction of the papers' published numbers\n",
              f"{len(comparisons)} comparisons in {seconds:.2f} s. Relative error = predicted / published - 1. "
@@ -330,7 +330,7 @@ def markdown_report(comparisons: pd.DataFrame, summary: pd.DataFrame, loto: pd.D
              f"number's table, '{LOMSO}' from a fit without every number of its target model size, whose models "
              "are then priced from their architectures alone (`calibrate.transfer`'s route).\n"]
     if "targets" in extras:
-        parts += _section("Issue 28's targets", "Speedups: median <= 3%, worst <= 8%; tau: median <= 1.5%, worst <= 5%, "
+        parts += _section("Targets", "Speedups: median <= 3%, worst <= 8%; tau: median <= 1.5%, worst <= 5%, "
                           "on numbers the fit did not see (the validation rows); calibration rows for reference.",
                           extras["targets"])
     if "warnings" in extras:

@@ -4,7 +4,7 @@ A model with random weights times like the trained one but accepts nothing, so i
 loop runs at the wrong speed. In replayed mode every forward (drafter and target), every tree
 construction, cache edit (`KVCache.keep`/`crop`) and the sampling of the correction/bonus token
 run for real, at any size, while *which* draft tokens are accepted is read from a recording of a
-trained pair (issue 8: SmolLM2 traces driving Vicuna-7B / LLaMA-68M shapes on a GPU).
+trained pair (SmolLM2 traces driving Vicuna-7B / LLaMA-68M shapes on a GPU).
 
 Two sources of decisions:
 - `RankReplay` (from a greedy TokenTrace, one prompt's rows): the step starting at output position

@@ -1,4 +1,4 @@
-"""Training the drafters of SmolLM2 (issue 7): offline data (`data`), one loop (`loop`), one module per kind.
+"""Training the drafters of SmolLM2: offline data (`data`), one loop (`loop`), one module per kind.
 
 A drafter kind is a module of this package that declares `KIND` (its name in `python -m training
 KIND`) and `WEIGHTS` (the file its trainee saves in the output folder), and offers `make_trainee(target: LoadedModel, *, seed: int, **options) -> Trainee`

@@ -3,7 +3,7 @@ and wall time to simulate one hour of traffic at 10 requests/s on 4 replicas.
 
     python -m experiments.bench.simulator [--profile P.json] [--repeats 3] [--out bench.json]
 
-Goals (issue 5): >= 50,000 steps/s for one stream on 2 cores; < 60 s for the serving hour.
+Goals: >= 50,000 steps/s for one stream on 2 cores; < 60 s for the serving hour.
 Each figure is the median of `--repeats` timed runs after one warm-up run.
 """
 from __future__ import annotations

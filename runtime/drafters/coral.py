@@ -7,7 +7,7 @@ Embeddings, final norm and LM head are the target's (shared, frozen); the drafte
 one Llama decoder layer with its own one-layer KV cache, and optionally an `LMHeadRouter`.
 During drafting f_{s-1} is the drafter's own previous output feature; after verification the
 accepted positions are re-run with the target's true features (EAGLE), which is also what
-multi-step (HASS) training with CORAL's alignment loss trains for (issue 7).
+multi-step (HASS) training with CORAL's alignment loss trains for.
 """
 from __future__ import annotations
 

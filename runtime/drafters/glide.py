@@ -9,7 +9,7 @@ is projected back to the drafter width (W^O).
 
 Which cached target positions a query may see is the `cross_mask`: at inference every query of
 a round lies after the whole cache (the delayed cache of the paper), and the prompt is processed
-with `causal_cross_mask` (key k visible to a query at position j iff k < j). Training (issue 7)
+with `causal_cross_mask` (key k visible to a query at position j iff k < j). Training
 passes `block_cross_mask` (block length 5 in the paper), which reproduces that delay.
 """
 from __future__ import annotations

@@ -175,7 +175,7 @@ def test_bundled_profiles_reproduce_their_fit_as_provenance_says(paper):
 
 
 def test_mcsd_and_coral_speedups_meet_the_target():
-    """Issue 12: MCSD and CORAL speedups (published tau priced by the bundled profiles) median <= 3%."""
+    """MCSD and CORAL speedups (published tau priced by the bundled profiles) median <= 3%."""
     for paper in ("mcsd", "coral"):
         from papers import MODELS
         speedups = np.array([c.kind == "speedup" for c in MODELS[paper].cells()])
@@ -296,7 +296,7 @@ def _first(entries: dict) -> dict:
     (lambda d: d.update(target="nope"), "target 'nope' is not among"),
     (lambda d: _first(d["acceptance"]).update(alpha=1.5), "alpha = 1.5 is outside"),
     (lambda d: _first(d["latency"]).pop("params"), "needs 'kind' and 'params'"),
-    # every field in its physical range, checked when the file is read (issue 30)
+    # every field in its physical range, checked when the file is read
     (lambda d: _first(d["latency"])["params"].update(bw_eff=50),
      r"latency model '[^']+': bw_eff must be an efficiency in \(0, 1\]"),
     (lambda d: _first(d["latency"])["params"].update(flops_eff=0), r"flops_eff must be an efficiency in \(0, 1\]"),
@@ -343,7 +343,7 @@ def test_bad_nested_entries_fail_at_load():
         Profile.from_dict(raw)
 
 
-# ---- issue 28: physical bounds, held-out errors, warnings ------------------------------------------------
+# ---- physical bounds, held-out errors, warnings ------------------------------------------------
 
 @pytest.mark.parametrize("paper", ["glide", "mcsd", "lookahead", "kangaroo", "coral"])
 def test_bundled_fits_record_bounds_held_out_errors_and_warnings(paper):

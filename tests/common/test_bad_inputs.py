@@ -124,7 +124,7 @@ ROWS = [
     ("training.__main__", ["vanilla", "--target", "tiny", "--generated", "0", "--edit", "0", "--source", "1", "--out", "{out}"],
      "--generated"),
     ("training.__main__", ["vanilla", "--target", "tiny", "--seq-len", "0", "--out", "{out}"], "--seq-len"),
-    # sizes bounded before allocation (issue 30): refused by the sweep's estimate, nothing written
+    # sizes bounded before allocation: refused by the sweep's estimate, nothing written
     ("experiments.sweep", ["--sim-tokens", "1000000000", "--methods", "sd", "--profile", P, "--out", "{out}"],
      "--sim-tokens 1000000000: each of"),
     ("experiments.sweep", ["--sim-repeats", "1000000000", "--methods", "sd", "--profile", P, "--out", "{out}"],
@@ -231,7 +231,7 @@ RERUN_ROWS = [
     ("experiments.fidelity", ["--profile", SMOLLM2, "--target", "smollm2", "--prompts", "mtbench:48-50", "--out", "{out}"],
      "files"),
     ("traces.timing", ["--model", "tiny", *TINY_GRID, "--out", "{out}/t.parquet"], "file"),
-    # every other writer (issue 30): refused before any model loads or any fit runs
+    # every other writer: refused before any model loads or any fit runs
     ("calibrate.fit", ["--out", "{out}/p.json"], "file:p.json"),
     ("experiments.paper_profiles", ["--only", "lookahead", "--out", "{out}"], "file:lookahead-llama-2-7b-a100.json"),
     (ENGINE, ["--target", "tiny", "--out", "{out}/r.csv"], "file:r.csv"),

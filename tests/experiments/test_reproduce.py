@@ -9,7 +9,7 @@ import pandas as pd
 
 from experiments import reproduce as reproduce_cli
 from experiments.bench import costmodel as bench_costmodel
-from papers import reproduce
+from papers import heldout, reproduce
 
 
 def test_reproduce_writes_report_and_meets_glide_target(tmp_path, capsys):
@@ -20,10 +20,10 @@ def test_reproduce_writes_report_and_meets_glide_target(tmp_path, capsys):
     assert "worst (paper inputs)" in printed and "leave one table out: speedup cells median" in printed
     assert "leave one model size out: speedup cells median" in printed and "sweep's MCSD pick within 2%" in printed
     comparisons = pd.read_csv(tmp_path / "comparisons.csv")
-    profile_sections = {reproduce.profile_section(paper, c.kind) for paper, m in MODELS.items() for c in m.cells()}
+    profile_sections = {heldout.profile_section(paper, c.kind) for paper, m in MODELS.items() for c in m.cells()}
     assert set(reproduce.SECTIONS) | profile_sections == set(comparisons["section"])
     main = comparisons[comparisons["variant"] == reproduce.MAIN]
-    for paper in ("MCSD", "CORAL"):      # issue 12's targets: median |error| of the speedups <= 3%
+    for paper in ("MCSD", "CORAL"):      # the target: median |error| of the speedups <= 3%
         assert main.loc[main["section"] == f"{paper} speedups (bundled profiles)", "rel_error"].abs().median() <= 0.03
     loto = pd.read_csv(tmp_path / "leave_one_table_out.csv")
     held_out = set(zip(loto["paper"], loto["scheme"], loto["held_out"].astype(str)))
@@ -47,7 +47,7 @@ def test_reproduce_writes_report_and_meets_glide_target(tmp_path, capsys):
     traces = len(list(Path("data/traces/smollm2-cpu").glob("tokens_*.parquet")))   # every bundled TokenTrace
     assert traces >= 4 and len(families) == traces * len(reproduce.heldout.FAMILIES)
     report = (tmp_path / "report.md").read_text()
-    for heading in ("## Findings", "## Held out", "## Issue 28's targets", "## Warnings of the fits",
+    for heading in ("## Findings", "## Held out", "## Targets", "## Warnings of the fits",
                     "## The sweep against MCSD's best configurations", "## Acceptance curve family"):
         assert heading in report, heading
     assert "sensitivity" in report and "validation (its model size held out)" in report

@@ -48,7 +48,7 @@ def test_labels_name_every_field_and_refuse_strangers():
 
 
 def test_one_set_of_defaults():
-    """The defaults the layers used to disagree on (issue 11)."""
+    """The defaults the layers used to disagree on."""
     assert methods.get("mcsd").config().k == (2, 2, 1)
     assert methods.get("cape").config().gamma == methods.get("glide").config().gamma == 4
     assert (methods.get("lookahead").config().N, methods.get("coral").config().groups) == (3, 0)

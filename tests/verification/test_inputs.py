@@ -138,7 +138,7 @@ def test_randomness_that_bypasses_rng_is_detected():
 
 
 def np_coin_sd(case, rng):
-    """Speculative sampling whose accept coin alone comes from numpy's global state (issue 30)."""
+    """Speculative sampling whose accept coin alone comes from numpy's global state."""
     p, q = case
     x = rng.categorical(q)
     if np.random.uniform() < p[x] / q[x]:
