@@ -176,8 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = CliParser(prog="python -m calibrate.quick", description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", required=True, type=Path, help="the Profile to move to this machine")
     parser.add_argument("--out", required=True, type=Path, help="where the moved Profile is written (atomically)")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
-                        help="torch threads to measure with, as the runs it will predict use them (default: torch's)")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="torch threads to measure with, as the runs it will predict use them (default 2, "
+                             "as experiments.fidelity and the SmolLM2 campaign record)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights and prompt (default 0)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     args = parser.parse_args(argv)

@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step-limit", type=int, default=2, help="calibration prompts per dataset (the first ones), as the SmolLM2 campaign's steps")
     p.add_argument("--repeats", type=int, default=2, help="interleaved repeats")
     p.add_argument("--max-new-tokens", type=int, default=32, help="tokens per prompt, as the SmolLM2 campaign's")
-    p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     return p
 
 

@@ -140,10 +140,10 @@ def recording_bench(asked: list) -> type:
 def test_the_recorded_best_are_measured_beside_plain_decoding_kept_apart_from_the_ar_trace(tmp_path, monkeypatch):
     """Stage best's runs get their own plain partners (in steps_best-partners_*), the report divides
     each by its partners, and a best trace whose partners are gone is one clear error."""
-    from campaigns import measure, smollm2_report
+    from campaigns import smollm2_report
     from traces.schema import read_trace
 
-    monkeypatch.setattr(measure, "Bench", _FakeBench)
+    monkeypatch.setattr(smollm2_cpu, "Bench", _FakeBench)
     monkeypatch.setattr(smollm2_report, "RUNS", [smollm2_cpu.PLAIN_RUN])
     args = smollm2_cli.build_parser().parse_args(["--out", str(tmp_path), "--limit", "2"])
     plain = smollm2_cpu.PLAIN_RUN
@@ -176,10 +176,8 @@ def test_the_recorded_best_are_measured_beside_plain_decoding_kept_apart_from_th
 def test_stage_steps_measures_only_the_datasets_that_miss_a_trace(tmp_path, monkeypatch):
     """A dataset added to the campaign is recorded on its own calibration prompts; the others' traces
     stay as they were (not measured again, not overwritten)."""
-    from campaigns import measure
-
     asked = []
-    monkeypatch.setattr(measure, "Bench", recording_bench(asked))
+    monkeypatch.setattr(smollm2_cpu, "Bench", recording_bench(asked))
     sd = smollm2_cpu.Run(methods.parse_label("sd g1"), "vanilla")
     monkeypatch.setattr(smollm2_cpu, "RUNS", [smollm2_cpu.PLAIN_RUN, sd])
     args = smollm2_cli.build_parser().parse_args(["--out", str(tmp_path)])

@@ -7,10 +7,8 @@ from tests.experiments.test_smollm2_cpu import recording_bench
 
 
 def test_the_peer_step_stage_measures_only_the_datasets_that_miss_a_trace(tmp_path, monkeypatch):
-    from campaigns import measure
-
     asked = []
-    monkeypatch.setattr(measure, "Bench", recording_bench(asked))
+    monkeypatch.setattr(peer, "Bench", recording_bench(asked))
     args = SimpleNamespace(out=tmp_path, drafters=tmp_path, threads=1, step_limit=2, repeats=1, max_new_tokens=2)
     old = [d for d in DATASETS if d != "lib-edit"]
     for dataset in old:

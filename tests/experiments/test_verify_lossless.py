@@ -43,7 +43,7 @@ def test_memo_run_passes_and_max_paths_refuses_in_one_line(tmp_path, capsys):
 
 def test_a_statistical_run_past_the_memory_is_refused_before_any_case_is_built(tmp_path, capsys, monkeypatch):
     """--vocab 32000 built 32,000 x 32,000 bigram tables (~65 GB at their peak) and was killed."""
-    monkeypatch.setattr("sweep.estimate.available_memory", lambda: 16 * 10 ** 9)
+    monkeypatch.setattr(verify_lossless, "available_memory", lambda: 16 * 10 ** 9)
     assert verify_lossless.main(["--mode", "statistical", "--vocab", "32000", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert err == ("error: --vocab 32000: the sequence checks' 32,000 x 32,000 tables would hold ~65.5 GB at their "
