@@ -46,6 +46,7 @@ from campaigns.measure import ENGINES, Bench, decode_seconds, parse_candidate
 from fidelity.run import (PER_SETUP, SELECTIONS, SIM_REPEATS, check_held_out, check_target, dataset_of,
                                       default_candidates, predict, read_candidates)
 from profiles.profile import Profile
+from profiles.machine import check_machine, this_machine
 from runtime.prompts import load_prompt_mix
 
 
@@ -79,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-repeats", type=int, default=SIM_REPEATS,
                    help=f"simulated streams per configuration, seeded (default {SIM_REPEATS})")
     p.add_argument("--seed", type=int, default=0, help="seed of the simulator and the decoders (default 0)")
+    p.add_argument("--other-machine", action="store_true",
+                   help="judge a Profile measured on another machine as it is (without it such a Profile is "
+                        "refused, naming both machines: move it here with python -m calibrate.quick)")
     p.add_argument("--report-only", action="store_true",
                    help="measure nothing: recompute fidelity.csv, the plot and report.md from the "
                         "predictions.csv, runs.csv and run.json a finished run left in --out")
@@ -189,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     datasets = {p.dataset: dataset_of(profile, p.dataset) for p in chosen}
     given = read_candidates(args.configs) if args.configs else None
     log = lambda m: print(m, flush=True)
+    said = check_machine(profile.machine, this_machine(args.threads), str(args.profile), args.other_machine)
+    if said:
+        log(said)
     start_run(args.out, "experiments.fidelity", argv, args.overwrite)
     bench = Bench(args.target, profile.drafters, args.drafters, args.threads, args.seed, engine=args.engine)
     check_target(profile, bench)

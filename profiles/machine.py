@@ -92,6 +92,23 @@ class Machine:
         return out
 
 
+def check_machine(recorded: Machine, here: Machine, source: str, other_machine: bool) -> str:
+    """Judging a Profile measured on one machine by runs on another: refused (InputError naming both and
+    what differs) unless `other_machine`; the line to print otherwise ("" on the same machine). A Profile
+    that does not record where it was measured says so: nothing to compare."""
+    if not recorded.measured:
+        return (f"note: {source} does not record the machine it was measured on ({recorded.describe()}); "
+                f"this is {here.describe()}")
+    differ = recorded.differences(here)
+    if not differ:
+        return ""
+    said = f"{source} was measured on {recorded.describe()}, this is {here.describe()} ({'; '.join(differ)})"
+    if not other_machine:
+        raise InputError(f"{said}: move it here first (python -m calibrate.quick --profile {source} --out NEW.json) "
+                         "or pass --other-machine to judge it as it is")
+    return f"note: {said}; judged as it is (--other-machine)"
+
+
 def this_machine(threads: int | None = None, device: str = "cpu") -> Machine:
     """This machine as a Profile records it: `threads` torch threads (default: torch's own count),
     `device` "cpu" or "cuda" (then the GPU's name, driver and clocks)."""
