@@ -77,15 +77,18 @@ def batch_steps(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per step of a BatchStepTrace (`traces.schema`, kind batch_step): its batch, widest tree
     (`verify_tokens`), longest row (`ctx_len`), most draft forwards, the step's seconds, its tokens
     (every row's) and the requests that joined (count, prompt tokens); a StepRun frame
-    with a `batch` column (`calibrate.engine.prior_parts`). Pair and dataset columns are kept."""
+    with a `batch` column (`calibrate.engine.prior_parts`) and its run's batch limit (`max_batch`).
+    Pair and dataset columns are kept."""
+    if "max_batch" not in frame:            # the run's batch limit (`Bench.measure_batches` records it)
+        frame = frame.assign(max_batch=frame.groupby("run_id")["batch"].transform("max"))
     rows = frame.assign(joined_tokens=np.where(frame["joined"], frame["ctx_len"], 0))
-    keep = {c: (c, "first") for c in ("method", "config", "batch", "draft_s", "verify_s", "overhead_s", "prefill_s",
-                                       "pair", "dataset", "candidate", "repeat") if c in frame}
+    keep = {c: (c, "first") for c in ("method", "config", "batch", "max_batch", "draft_s", "verify_s", "overhead_s",
+                                       "prefill_s", "pair", "dataset", "candidate", "repeat") if c in frame}
     steps = rows.groupby(["run_id", "step"], sort=False).agg(
         **keep, verify_tokens=("verify_width", "first"), ctx_len=("ctx_len", "max"),
         draft_forwards=("draft_forwards", "max"), accepted=("accepted", "sum"), joined=("joined", "sum"),
         joined_tokens=("joined_tokens", "sum")).reset_index()
-    return steps.assign(prompt_id="batch " + steps["batch"].astype(str))   # the drift's group: one per batch
+    return steps.assign(prompt_id="batch " + steps["max_batch"].astype(str))   # the drift's group: one per batch
 
 
 def _columns(parts: pd.DataFrame) -> pd.DataFrame:
@@ -110,6 +113,13 @@ def _fit(parts: pd.DataFrame, terms: tuple[Term, ...], measured: str, weight: np
     return dict(zip((t.field for t in terms), map(float, solved.x)))
 
 
+def fitted_terms(parts: pd.DataFrame) -> tuple[Term, ...]:
+    """The terms a method's own fit holds: its draft terms where its steps ran draft forwards, prefill
+    where requests joined (the shared verify is fitted once, over every method)."""
+    drafts = (*DRAFTING, *PROPOSING) if bool((parts["forwards"] > 0).any()) else PROPOSING
+    return (*drafts, *OVERHEAD, *(PREFILL if bool((parts["joined"] > 0).any()) else ()))
+
+
 def fit_batch_calibrations(parts: pd.DataFrame) -> tuple[dict[str, StepCalibration], StepCalibration]:
     """(per method, pooled over every method) StepCalibrations of padded batch steps (module docstring):
     the verify shared by every method, draft, overhead and prefill per method."""
@@ -118,11 +128,11 @@ def fit_batch_calibrations(parts: pd.DataFrame) -> tuple[dict[str, StepCalibrati
     verify = _fit(parts, VERIFY, "verify_s", weight)
 
     def own(group: pd.DataFrame, at: np.ndarray) -> dict[str, float]:
-        drafts = bool((group["forwards"] > 0).any())
-        terms = (*DRAFTING, *PROPOSING) if drafts else PROPOSING
+        terms = fitted_terms(group)
         joined = group[group["joined"] > 0]
-        return {**_fit(group, terms, "draft_s", at), **_fit(group, OVERHEAD, "overhead_s", at),
-                **_fit(joined, PREFILL, "prefill_s", joined["prefill_s"].to_numpy(float))}
+        return {**_fit(group, tuple(t for t in terms if t in DRAFTING or t in PROPOSING), "draft_s", at),
+                **_fit(group, OVERHEAD, "overhead_s", at),
+                **_fit(joined, tuple(t for t in terms if t in PREFILL), "prefill_s", joined["prefill_s"].to_numpy(float))}
 
     per = {str(m): StepCalibration(**verify, **own(g, weight[g.index.to_numpy()])) for m, g in
            parts.reset_index(drop=True).groupby("method", sort=True)}
@@ -146,13 +156,13 @@ def normalised_parts(profile, runs: list[StepRun]) -> tuple[pd.DataFrame, pd.Ser
     drift within its batch (module docstring); and the drift factors."""
     frames = [run.frame.reset_index(drop=True) for run in runs]
     parts = pd.concat([prior_parts(profile, run).assign(**{c: f[c].to_numpy() for c in
-                                                          ("joined", "joined_tokens", "prefill_s")})
+                                                          ("joined", "joined_tokens", "prefill_s", "max_batch")})
                        for run, f in zip(runs, frames)], ignore_index=True)
     steps = pd.concat(frames, ignore_index=True)
     if "pair" not in steps:
         return parts, pd.Series(dtype=float)
     factors = []
-    for _, at in steps.groupby("batch", sort=True).groups.items():
+    for _, at in steps.groupby("max_batch", sort=True).groups.items():
         found = drift.pair_factors(steps.loc[at], parts.loc[at, "prior_verify"].to_numpy())
         factors.append(found)
         parts.loc[at, list(drift.PARTS)] = drift.normalise(steps.loc[at], found)[list(drift.PARTS)].to_numpy(float)
@@ -169,8 +179,8 @@ def heldout_errors(parts: pd.DataFrame) -> pd.DataFrame:
         if method == BASELINE:
             continue
         per, pooled = fit_batch_calibrations(parts[parts["config"] != config])
-        for batch, at in held.groupby("rows_batch", sort=True):
-            plain = parts[(parts["method"] == BASELINE) & (parts["dataset"] == dataset) & (parts["rows_batch"] == batch)]
+        for batch, at in held.groupby("max_batch", sort=True):
+            plain = parts[(parts["method"] == BASELINE) & (parts["dataset"] == dataset) & (parts["max_batch"] == batch)]
             if plain.empty:
                 raise InputError(f"no plain decoding (ar) steps of dataset '{dataset}' at batch {batch}: speedups need them")
             measured = (at["accepted"].sum() / _decode(at).sum()) / (plain["accepted"].sum() / _decode(plain).sum())
@@ -186,12 +196,14 @@ def _decode(parts: pd.DataFrame) -> pd.Series:
     return parts["draft_s"] + parts["verify_s"] + parts["overhead_s"]
 
 
-def on_bounds(calibrations: dict[str, StepCalibration]) -> list[str]:
-    """A line per fitted term that sits on a bound of `BOUNDS` (a scale at its limit), or at 0 where
-    a host cost was pushed below what is possible."""
+def on_bounds(calibrations: dict[str, StepCalibration], fitted: dict[str, tuple[Term, ...]]) -> list[str]:
+    """A line per fitted term (`fitted`: method -> its own terms; "verify" -> the shared ones) that
+    sits on a bound of `BOUNDS` (a scale at its limit), or at 0 where a host cost was pushed below what
+    is possible."""
     lines = []
-    for method, c in sorted(calibrations.items()):
-        for term in (*VERIFY, *OVERHEAD, *DRAFTING, *PROPOSING, *PREFILL):
+    for method, terms in fitted.items():
+        c = calibrations[method] if method in calibrations else next(iter(calibrations.values()))
+        for term in terms:
             value, (lo, hi) = getattr(c, term.field), term.bounds
             if np.isclose(value, lo, rtol=0, atol=1e-12) or (np.isfinite(hi) and np.isclose(value, hi, rtol=1e-9)):
                 lines.append(f"{method}.{term.field} = {value:.4g} on its bound [{lo:g}, {hi:g}]")
@@ -205,14 +217,14 @@ def fit_batch_engine(profile, runs: list[StepRun]) -> dict:
     if any("batch" not in run.frame for run in runs):
         raise InputError("the batch engine calibration fits batch steps (calibrate.batch_engine.batch_steps)")
     parts, factors = normalised_parts(profile, runs)
-    parts["rows_batch"] = parts["rows"].astype(int)
     per, pooled = fit_batch_calibrations(parts)
+    fitted = {"verify (shared)": VERIFY, **{m: fitted_terms(_columns(g)) for m, g in parts.groupby("method", sort=True)}}
     errors = heldout_errors(parts)
     abs_err = errors["rel_error"].abs()
     plain = parts[parts["method"] == BASELINE]
-    reference = {str(d): {"ar_step_s": float(_decode(g[g["rows_batch"] == 1]).mean()) if (g["rows_batch"] == 1).any()
+    reference = {str(d): {"ar_step_s": float(_decode(g[g["max_batch"] == 1]).mean()) if (g["max_batch"] == 1).any()
                           else float("nan"), "ctx_len": float(g["ctx_len"].mean()), "steps": int(len(g)),
-                          "by_batch": {str(b): round(float(_decode(h).mean()), 6) for b, h in g.groupby("rows_batch")}}
+                          "by_batch": {str(b): round(float(_decode(h).mean()), 6) for b, h in g.groupby("max_batch")}}
                  for d, g in plain.groupby("dataset", sort=True)}
     return {
         "batching": PADDED,
@@ -220,11 +232,11 @@ def fit_batch_engine(profile, runs: list[StepRun]) -> dict:
         "pooled": pooled.to_dict(),
         "fit": {"reference": reference, "drift": drift.summary(factors), "steps": int(len(parts)),
                 "configs": sorted(parts["config"].unique().tolist()),
-                "batches": sorted(int(b) for b in parts["rows_batch"].unique()),
+                "batches": sorted(int(b) for b in parts["max_batch"].unique()),
                 "structure": {"chosen": "padded batch: verify shared, draft, overhead and prefill per method, "
                                         "per-row and per-padded-token host terms (calibrate.batch_engine)"},
                 "bounds": {k: list(v) for k, v in BOUNDS.items()} | {"other terms": [0.0, None]},
-                "warnings": on_bounds({**per, "pooled": pooled}),
+                "warnings": on_bounds(per, fitted),
                 "heldout": {"scheme": "leave one configuration out (all its batches); decode throughput over plain "
                                       "decoding at each batch, at measured tokens",
                             "speedup_error_median": float(abs_err.median()) if len(errors) else 0.0,

@@ -213,7 +213,7 @@ class Bench:
         ids = {i: pid for i, (_, pid, _) in enumerate(prompts)}
         for row in step_rows(out.steps, run_id, cand.method, cand.config.to_dict()):
             steps.append({**row, "request_id": ids[int(row["request_id"])], "candidate": cand.label,
-                          "dataset": dataset, "repeat": repeat, "pair": pair})
+                          "dataset": dataset, "repeat": repeat, "pair": pair, "max_batch": batch})
 
     def encode(self, prompts) -> list[tuple[str, str, list[int]]]:
         """(prompt set, prompt id, token ids) of runtime.prompts Prompts."""

@@ -163,7 +163,12 @@ def stage_profile(args, log) -> None:
     runs = []
     for cand in RUNS:
         frame, meta = read_trace(step_path(args, cand), kind="batch_step")
-        runs.append(StepRun(batch_steps(frame), cand.drafter, str(frame["dataset"].iloc[0])))
+        recorded_as = str(frame["dataset"].iloc[0])
+        dataset = base.dataset_named(recorded_as)          # the Profile's name of the prompt set: 'libedit' -> 'lib-edit'
+        if dataset is None:
+            raise InputError(f"{step_path(args, cand)}: dataset '{recorded_as}' is none of the base Profile's "
+                             f"({', '.join(base.datasets())})")
+        runs.append(StepRun(batch_steps(frame).assign(dataset=dataset), cand.drafter, dataset))
     recorded = [p.prompt_id for p in load_prompt_mix(args.prompts)]
     profile = Profile.build(
         name="smollm2-135m on this CPU, continuous batching (project recordings)", hardware="CPU", dtype="fp32",

@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibrate.batch_engine import batch_steps, fit_batch_calibrations, on_bounds, predict_batch_parts
+from calibrate.batch_engine import (OVERHEAD, PROPOSING, VERIFY, batch_steps, fit_batch_calibrations, on_bounds,
+                                    predict_batch_parts)
 from costmodel.step import (PADDED, DraftPart, StepCalibration, StepShape, chain_width, draft_seconds,
                             prefill_seconds, step_cost, verify_seconds)
 
@@ -82,10 +83,11 @@ def test_prefill_is_fitted_per_joined_request():
 
 
 def test_terms_on_a_bound_are_named():
-    lines = on_bounds({"sd": StepCalibration(verify_scale=2.5, overhead_per_row_s=0.0, overhead_s=1e-3)})
-    assert "sd.verify_scale = 2.5 on its bound [0.5, 2.5]" in lines
-    assert any(line.startswith("sd.overhead_per_row_s = 0 on its bound") for line in lines)
-    assert not any(line.startswith("sd.overhead_s ") for line in lines)
+    fitted = StepCalibration(verify_scale=2.5, overhead_per_row_s=0.0, overhead_s=1e-3, overhead_per_token_s=1e-5,
+                             verify_fixed_s=1e-3, verify_per_row_s=1e-4, verify_per_token_s=1e-5, draft_per_row_s=1e-5)
+    lines = on_bounds({"ar": fitted}, {"verify (shared)": VERIFY, "ar": (*PROPOSING, *OVERHEAD)})
+    assert lines == ["verify (shared).verify_scale = 2.5 on its bound [0.5, 2.5]",
+                     "ar.overhead_per_row_s = 0 on its bound [0, inf]"]      # the draft terms ar has no forwards for: not fitted
 
 
 def test_batch_steps_take_the_widest_tree_and_the_longest_row():
