@@ -23,7 +23,7 @@ CLIS = [
     ("experiments.simulate", []), ("experiments.simulate", ["stream"]),
     ("experiments.simulate", ["serve"]), ("experiments.simulate", ["crossover"]),
     ("calibrate.fit", []), ("calibrate.ingest.__main__", []), ("experiments.paper_profiles", []), ("calibrate.transfer", []),
-    ("profiles.migrate", []), ("traces.batch_bench", []),
+    ("profiles.migrate", []), ("traces.batch_bench", []), ("experiments.serve_load", []), ("experiments.smollm2_batch", []),
     ("traces.record", []), ("traces.check_replay", []), ("traces.timing", []),
     ("runtime.engine.__main__", []), ("training.__main__", []), ("experiments.examples", []),
 ]
