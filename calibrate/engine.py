@@ -90,7 +90,11 @@ class StepRun:
 
 
 def prior_parts(profile, run: StepRun) -> pd.DataFrame:
-    """Per step of `run`: the forward-latency prior of its draft and verify parts (no calibration)."""
+    """Per step of `run`: the forward-latency prior of its draft and verify parts (no calibration).
+    A frame with a `batch` column holds steps of a padded batch (`calibrate.batch_engine.batch_steps`:
+    its context the longest row's, its verify tokens the widest tree's): the forwards are priced at
+    each step's batch, and no step is a first draft (the batch engine prefills a drafter as its
+    request joins)."""
     spec = methods.get(run.method)
     if run.frame["method"].nunique() != 1 or run.frame["config"].nunique() != 1:
         raise InputError("a StepRun holds one method and one configuration")
@@ -104,12 +108,19 @@ def prior_parts(profile, run: StepRun) -> pd.DataFrame:
     reach = np.arange(shape.max_drafted)[None, :] < drafted[:, None]
     if shape.max_drafted and drafted.max() > shape.max_drafted:
         raise InputError(f"{run.label}: a step ran {drafted.max()} draft forwards, the shape has {shape.max_drafted}")
-    prior_draft = draft_seconds(latency, shape, ctx, 1, reach=reach) if shape.max_drafted else np.zeros(len(f))
-    prior_verify = verify_seconds(latency, shape, ctx, 1, verify_tokens=f["verify_tokens"].to_numpy(float))
+    batch = f["batch"].to_numpy(np.int64) if "batch" in f else np.ones(len(f), np.int64)
+    tokens = f["verify_tokens"].to_numpy(float)
+    prior_draft, prior_verify = np.zeros(len(f)), np.zeros(len(f))
+    for b in np.unique(batch):
+        at = batch == b
+        if shape.max_drafted:
+            prior_draft[at] = draft_seconds(latency, shape, ctx[at], int(b), reach=reach[at])
+        prior_verify[at] = verify_seconds(latency, shape, ctx[at], int(b), verify_tokens=tokens[at])
+    first = (f["step"].to_numpy() == 0) & (drafted > 0) & ("batch" not in f)
     return pd.DataFrame({"method": run.method, "config": run.label, "dataset": run.dataset,
                          "prior_draft": prior_draft, "prior_verify": prior_verify,
                          "drafted": (drafted > 0).astype(float), "forwards": drafted.astype(float),
-                         "first": ((f["step"].to_numpy() == 0) & (drafted > 0)).astype(float),
+                         "first": first.astype(float), "rows": batch.astype(float),
                          "verify_tokens": f["verify_tokens"].to_numpy(float),
                          "draft_s": f["draft_s"].to_numpy(float), "verify_s": f["verify_s"].to_numpy(float),
                          "overhead_s": f["overhead_s"].to_numpy(float), "accepted": f["accepted"].to_numpy(float),

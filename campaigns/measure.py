@@ -11,6 +11,12 @@ calibrated on and the data it is judged against are measured the same way:
   partner's, so the machine's minute-to-minute drift cancels instead of moving every speedup;
 - each generation's wall clock comes from the engine (`Generation.seconds`), each step's parts
   from its StepRecords, which become StepTrace rows (`run_id` = configuration label and repeat).
+
+`Bench.measure_batches` measures batches the same way (the batch calibration recordings and
+`experiments.fidelity --batch`): a run is every prompt decoded by the continuous-batching engine
+(`runtime.engine.batch`) at batch B, beside plain decoding of the same prompts at the same B (its
+pair); each run becomes one row (its tokens over its decode seconds, the steps' own times) and
+BatchStepTrace rows (`traces.batch_record`).
 """
 from __future__ import annotations
 
@@ -58,11 +64,16 @@ def parse_candidate(text: str) -> Candidate:
     return Candidate(methods.parse_label(label.strip()), drafter.strip() or None)
 
 
-def check_draft_vocab(name: str, spec: dict[str, Any], model, path) -> None:
+def entry_field(spec, key: str) -> Any:
+    """A field of a Profile drafter entry, typed (`profiles.parts.Drafter`) or in its JSON form (None: absent)."""
+    return spec.get(key) if isinstance(spec, dict) else getattr(spec, key, None)
+
+
+def check_draft_vocab(name: str, spec, model, path) -> None:
     """Refuse a trained draft model whose draft vocabulary is not the one its Profile drafter was
     calibrated with (`draft_vocab` of the entry; 0 or absent: the whole vocabulary)."""
     kept = draft_vocab_of(model)
-    have, want = 0 if kept is None else int(kept.numel()), int(spec.get("draft_vocab", 0))
+    have, want = 0 if kept is None else int(kept.numel()), int(entry_field(spec, "draft_vocab") or 0)
     if have != want:
         raise InputError(f"drafter '{name}' at {path} drafts over {have or 'every'} token(s); its Profile entry was "
                          f"calibrated with a draft vocabulary of {want or 'every token'}")
@@ -77,7 +88,8 @@ class Bench:
 
     def __init__(self, target: str, drafters: dict[str, dict[str, Any]], drafters_dir: Path, threads: int = 2,
                  seed: int = 0, engine: str = "specsim"):
-        """`drafters`: name -> spec as a Profile holds them (a spec's "file" is relative to `drafters_dir`)."""
+        """`drafters`: name -> entry as a Profile holds them (`profiles.parts.Drafter`, or its JSON form;
+        an entry's file is relative to `drafters_dir`)."""
         if engine not in ENGINES:
             raise InputError(f"unknown engine '{engine}' (known: {', '.join(ENGINES)})")
         import torch
@@ -96,10 +108,10 @@ class Bench:
         """The trained file of drafter `name`; None when its spec names none (an untrained drafter)."""
         if name not in self.drafters:
             raise InputError(f"unknown drafter '{name}' (known: {', '.join(sorted(self.drafters)) or 'none'})")
-        spec = self.drafters[name]
-        if "file" not in spec:
+        file = entry_field(self.drafters[name], "file")
+        if file is None:
             return None
-        path = self.drafters_dir / spec["file"]
+        path = self.drafters_dir / file
         if not path.is_file():
             raise InputError(f"trained drafter '{name}' not found at {path} (python -m training ...)")
         return path
@@ -138,6 +150,64 @@ class Bench:
                 check_same_tokenizer(self.target.tokenizer, self._drafters[key], cand.drafter)
             assistant = self._drafters[key]
         return TransformersDecoder(self.hf, cand.config, assistant, cand.drafter)
+
+    def batch_engine(self, cand: Candidate, batch: int, context: int):
+        """The continuous-batching engine of `cand` at `batch` rows of up to `context` tokens."""
+        from runtime.engine.batch import BatchEngine
+
+        if self.engine != "specsim":
+            raise InputError(f"batches are measured on this project's engine, not '{self.engine}'")
+        return BatchEngine(cand.method, self.target.model, self._drafter_argument(cand), batch=batch, seed=self.seed,
+                           context=context, eos_token_id=self.eos, **cand.config.to_dict())
+
+    def measure_batches(self, cands: Sequence[Candidate], prompts: Sequence[tuple[str, str, list[int]]],
+                        batches: Sequence[int], *, repeats: int, max_new_tokens: int,
+                        log: Callable[[str], None] = print, prompts_at: Callable[[int], int] | None = None,
+                        first_pair: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """(one row per batch run: candidate, method, drafter, repeat, batch, dataset, prompts, tokens,
+        decode_s, prefill_s, seconds, steps, row_steps, pair; BatchStepTrace rows of every step, with the
+        candidate's label, dataset, repeat and pair). Every run decodes the first `prompts_at(batch)`
+        prompts (default all) at batch B; plain decoding (ar, added when missing) runs on the same
+        prompts at the same B right beside each other candidate, first or second by turns; repeats
+        rotate the candidates' order. Prompts must come from one dataset (a run is one request mix)."""
+        from traces.batch_record import step_rows
+
+        if len({ds for ds, _, _ in prompts}) != 1:
+            raise InputError("a batch run decodes prompts of one dataset")
+        plain = Candidate(methods.get(BASELINE).config())
+        others = [c for c in cands if c.method != BASELINE]
+        count = prompts_at or (lambda batch: len(prompts))
+        context = max(len(ids) for _, _, ids in prompts) + max_new_tokens
+        for cand in [plain, *others]:                              # warm-up, untimed
+            self.batch_engine(cand, 2, context).generate([ids for _, _, ids in prompts[:2]], 4)
+        runs, steps, pair = [], [], first_pair
+        started = time.perf_counter()
+        for r in range(repeats):
+            order = others[r % len(others):] + others[: r % len(others)] if others else []
+            for batch in batches:
+                chosen = prompts[: count(batch)]
+                for k, cand in enumerate(order or [plain]):
+                    for c in ((plain, cand) if (k + r) % 2 == 0 else (cand, plain)) if others else (plain,):
+                        self._batch_run(c, chosen, batch, context, r, pair, max_new_tokens, runs, steps, step_rows)
+                    pair += 1
+            log(f"repeat {r + 1}/{repeats} done ({time.perf_counter() - started:.0f} s)")
+        return pd.DataFrame(runs), pd.DataFrame(steps)
+
+    def _batch_run(self, cand, prompts, batch, context, repeat, pair, max_new_tokens, runs, steps, step_rows) -> None:
+        """One timed batch run: its row onto `runs`, its BatchStepTrace rows onto `steps`."""
+        dataset = prompts[0][0]
+        out = self.batch_engine(cand, batch, context).generate([ids for _, _, ids in prompts], max_new_tokens)
+        decode = sum(s.draft_s + s.verify_s + s.overhead_s for s in out.steps)
+        runs.append({"candidate": cand.label, "method": cand.method, "drafter": cand.drafter or "-", "repeat": repeat,
+                     "batch": batch, "dataset": dataset, "prompts": len(prompts),
+                     "tokens": sum(map(len, out.tokens)), "decode_s": decode,
+                     "prefill_s": sum(s.prefill_s for s in out.steps), "seconds": out.seconds,
+                     "steps": len(out.steps), "row_steps": sum(len(s.rows) for s in out.steps), "pair": pair})
+        run_id = f"{cand.label} B{batch}#{repeat}~{pair}"
+        ids = {i: pid for i, (_, pid, _) in enumerate(prompts)}
+        for row in step_rows(out.steps, run_id, cand.method, cand.config.to_dict()):
+            steps.append({**row, "request_id": ids[int(row["request_id"])], "candidate": cand.label,
+                          "dataset": dataset, "repeat": repeat, "pair": pair, "max_batch": batch})
 
     def encode(self, prompts) -> list[tuple[str, str, list[int]]]:
         """(prompt set, prompt id, token ids) of runtime.prompts Prompts."""
@@ -212,12 +282,14 @@ def rates(runs: pd.DataFrame) -> pd.DataFrame:
     prefill is the same work for every method and no step-cost model prices it), decode tokens/s,
     end-to-end tokens/s (prefill included) and the decode speedup over plain decoding: over each
     generation's own ar partner where the runs are paired (`pair`), else over ar of the same
-    dataset and repeat (its slot in the same rotation)."""
+    dataset and repeat (its slot in the same rotation); tokens per step per row. Batch runs
+    (`Bench.measure_batches`, a `batch` column) are rated per batch."""
     if "decode_s" not in runs:
         raise InputError("the measured runs hold no decode_s (step times): derive it from their StepTraces")
     if not (runs["method"] == BASELINE).any():
         raise InputError("the measured candidates hold no plain decoding (ar): speedups need it")
-    keys = ["dataset", "candidate", "method", "drafter", "repeat"]
+    batched = ["batch"] if "batch" in runs else []        # batch runs (`Bench.measure_batches`): per batch too
+    keys = ["dataset", "candidate", "method", "drafter", *batched, "repeat"]
     runs = runs.assign(ar_tokens=np.nan, ar_s=np.nan)
     paired = (runs["pair"] >= 0) if "pair" in runs else pd.Series(False, index=runs.index)
     if paired.any():
@@ -228,14 +300,17 @@ def rates(runs: pd.DataFrame) -> pd.DataFrame:
             raise InputError("a paired generation has no plain-decoding partner among the runs")
         runs.loc[spec, "ar_tokens"] = partner["tokens"].reindex(mine).to_numpy(float)
         runs.loc[spec, "ar_s"] = partner["decode_s"].reindex(mine).to_numpy(float)
+    rows = "row_steps" if "row_steps" in runs else "steps"     # a batch step decodes several rows
     per = runs.groupby(keys, sort=False).agg(
         tokens=("tokens", "sum"), seconds=("decode_s", "sum"), e2e_seconds=("seconds", "sum"),
-        steps=("steps", "sum"), ar_tokens=("ar_tokens", "sum"), ar_s=("ar_s", "sum")).reset_index()
+        steps=("steps", "sum"), row_steps=(rows, "sum"), ar_tokens=("ar_tokens", "sum"),
+        ar_s=("ar_s", "sum")).reset_index()
     per["tokens_per_s"] = per["tokens"] / per["seconds"]
     per["e2e_tokens_per_s"] = per["tokens"] / per["e2e_seconds"]
-    same_repeat = per[per["method"] == BASELINE].set_index(["dataset", "repeat"])["tokens_per_s"]
+    same = ["dataset", *batched, "repeat"]
+    same_repeat = per[per["method"] == BASELINE].groupby(same)["tokens_per_s"].median()
     baseline = np.where(per["ar_s"] > 0, per["ar_tokens"] / per["ar_s"].where(per["ar_s"] > 0, 1.0),
-                        same_repeat.reindex(pd.MultiIndex.from_frame(per[["dataset", "repeat"]])).to_numpy())
+                        same_repeat.reindex(pd.MultiIndex.from_frame(per[same])).to_numpy())
     per["speedup"] = per["tokens_per_s"] / baseline
-    per["tokens_per_step"] = per["tokens"] / per["steps"]
-    return per.drop(columns=["ar_tokens", "ar_s"])
+    per["tokens_per_step"] = per["tokens"] / per["row_steps"]
+    return per.drop(columns=["ar_tokens", "ar_s", "row_steps"])

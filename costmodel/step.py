@@ -37,6 +37,21 @@ A continuous-batching engine runs rows of their own widths and contexts in one s
 the verify forward's rows, each draft forward's rows, as `costmodel.latency.RowSums`);
 `ragged_step_cost` prices such steps with the same shape and terms, through a latency over rows
 (`RowsLatency`: a Profile's roofline or linear model, `predict_rows`).
+
+How an engine batches B rows is a property of the shape (`batching`, set from the Profile's engine
+terms). "" (the default) prices the batch's forwards at `batch` and every other term once per step,
+bar the host work per row (`overhead_per_row_s`, `overhead_per_ctx_token_s`: times the rows, however
+they are batched).
+"padded" (`runtime.engine.batch`: one target forward over every row padded to the widest tree, the
+shorter rows masked past their own length, and a Python decide/commit per row) prices the verify
+forward at the widest of B rows' trees (`padded_widths`: P(widest <= t) = F(t)^B, each row drawn
+from the shape's `verify_dist` alone), pays the per-token terms on every padded token (B x width)
+and adds per-row host work: `verify_per_row_s`, `draft_per_row_s` (proposing), `draft_per_row_forward_s`
+(around each draft forward) and `overhead_per_row_s` (deciding and committing), each times B. The
+context it is priced at is the caller's: a padded batch attends over its longest row. Such an engine
+prefills each request alone when it joins: `prefill_seconds` prices that from the fitted
+`prefill_per_request_s + prefill_per_token_s * L` (a prompt of L tokens:
+the target's and a drafter's own prefill and the copy into the batch's caches).
 """
 from __future__ import annotations
 
@@ -90,6 +105,12 @@ class StepShape:
     verify_wide_extra_s: float = 0.0       # plus these seconds
     overhead_per_row_s: float = 0.0        # host work per sequence in the batch, every step
     overhead_per_ctx_token_s: float = 0.0  # and per token of its context (a host-side proposer's scan)
+    batching: str = ""                     # "" or PADDED (module docstring): how rows share a batch's forwards
+    verify_per_row_s: float = 0.0          # padded batches: host seconds per row around the verify forward,
+    draft_per_row_s: float = 0.0           # proposing (every step, forwards or not),
+    draft_per_row_forward_s: float = 0.0   # around each draft forward that runs
+    prefill_per_request_s: float = 0.0     # a request prefilled alone (`prefill_seconds`; 0: not fitted)
+    prefill_per_token_s: float = 0.0
 
     @property
     def size(self) -> int:
@@ -122,6 +143,11 @@ class StepShape:
         return (self.overhead_per_row_s * np.asarray(rows, float)
                 + self.overhead_per_ctx_token_s * np.asarray(ctx_tokens, float))
 
+    def rows(self, batch) -> float:
+        """How many times a batch of `batch` rows pays the per-row and per-token terms: `batch` where
+        rows are padded, else 1 (those terms are a step's)."""
+        return float(batch) if self.batching == PADDED else 1.0
+
 
 def wide_terms(priced: "StepShape | StepCalibration", tokens) -> tuple[np.ndarray | float, np.ndarray | float]:
     """(factor on the verify forward's scale, extra seconds) of a shape's or a calibration's verify
@@ -153,11 +179,18 @@ class StepCalibration:
     verify_wide_extra_s: float = 0.0
     overhead_per_row_s: float = 0.0     # host work per sequence in the batch, every step (a serving engine's)
     overhead_per_ctx_token_s: float = 0.0   # per token of each sequence's context (a host-side proposer's scan)
+    verify_per_row_s: float = 0.0       # a padded batch's host work per row (StepShape): around the verify,
+    draft_per_row_s: float = 0.0        # proposing, around each draft forward
+    draft_per_row_forward_s: float = 0.0
+    prefill_per_request_s: float = 0.0  # a request prefilled alone as it joins a padded batch
+    prefill_per_token_s: float = 0.0
 
     # ratios to an isolated forward's cost: > 0; the rest are seconds the fit adds or takes away
     # (a fit may make one < 0)
     SCALES = ("verify_scale", "draft_scale", "verify_wide_factor")
-    PER_ROW = ("overhead_per_row_s", "overhead_per_ctx_token_s")     # written only where set (files before them)
+    ROW_TERMS = ("verify_per_row_s", "draft_per_row_s", "draft_per_row_forward_s", "overhead_per_row_s",
+                 "overhead_per_ctx_token_s")
+    PREFILL_TERMS = ("prefill_per_request_s", "prefill_per_token_s")
 
     @classmethod
     def from_dict(cls, raw: dict | None, where: str = "engine calibration") -> "StepCalibration":
@@ -178,8 +211,10 @@ class StepCalibration:
         return cls(**{k: float(v) for k, v in raw.items()})
 
     def to_dict(self) -> dict[str, float]:
+        """Every term; the per-row and prefill terms (added for padded batches) only where fitted, so a
+        Profile fitted before them reads and writes back unchanged."""
         return {k: float(getattr(self, k)) for k in self.__dataclass_fields__
-                if k not in self.PER_ROW or getattr(self, k)}
+                if k not in (*self.ROW_TERMS, *self.PREFILL_TERMS) or getattr(self, k)}
 
     def apply(self, shape: StepShape) -> StepShape:
         """`shape` priced as the engine runs it."""
@@ -200,8 +235,22 @@ class StepCalibration:
                        verify_wide_from=self.verify_wide_from or shape.verify_wide_from,
                        verify_wide_factor=shape.verify_wide_factor * self.verify_wide_factor,
                        verify_wide_extra_s=shape.verify_wide_extra_s + self.verify_wide_extra_s,
-                       overhead_per_row_s=shape.overhead_per_row_s + self.overhead_per_row_s,
-                       overhead_per_ctx_token_s=shape.overhead_per_ctx_token_s + self.overhead_per_ctx_token_s)
+                       **{k: getattr(shape, k) + getattr(self, k) for k in (*self.ROW_TERMS, *self.PREFILL_TERMS)})
+
+
+PADDED = "padded"           # StepShape.batching of an engine that pads every row to the widest tree
+BATCHINGS = (PADDED,)
+
+
+def padded_widths(tokens, prob, batch: int) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens (C, K) ascending, probability (C, K)) of the widest of `batch` rows whose query tokens
+    are each drawn alone from (tokens, prob): P(widest <= t) = F(t)^batch."""
+    tokens, prob = np.asarray(tokens, float), np.asarray(prob, float)
+    order = np.argsort(tokens, axis=-1, kind="stable")
+    tokens, prob = np.take_along_axis(tokens, order, -1), np.take_along_axis(prob, order, -1)
+    cdf = np.cumsum(prob, axis=-1) / np.maximum(prob.sum(axis=-1, keepdims=True), 1e-300)
+    widest = np.clip(cdf, 0.0, 1.0) ** int(batch)
+    return tokens, np.diff(widest, axis=-1, prepend=0.0)
 
 
 def chain_width(gamma: Sequence[int] | np.ndarray, depth: int | None = None) -> np.ndarray:
@@ -221,20 +270,24 @@ def draft_seconds(latency: Latency, shape: StepShape, ctx, batch: int = 1, reach
         return np.zeros(np.broadcast(ctx, np.asarray(shape.verify_tokens)).shape)
     reach = shape.reach if reach is None else np.asarray(reach, float) * (width > 0)
     ctx_i = ctx[..., None] + np.arange(depth)
-    per_forward = 0.0
+    per_forward = shape.draft_per_forward_s + shape.draft_per_row_forward_s * shape.rows(batch)
     for part in shape.draft_parts:
         scale = np.asarray(part.scale, dtype=float)
         scale = scale[..., None] if scale.ndim else scale
         per_forward = per_forward + scale * latency(part.model, np.maximum(width, 1), ctx_i, batch)
-    return np.sum(reach * (per_forward + shape.draft_per_forward_s), axis=-1)
+    return np.sum(reach * per_forward, axis=-1)
 
 
 def verify_seconds(latency: Latency, shape: StepShape, ctx, batch: int = 1, verify_tokens=None) -> np.ndarray:
     """Seconds of the verify forward: over the shape's token distribution where it has one, at its
     expected query tokens otherwise (`verify_tokens` overrides both: a realised step)."""
     ctx = np.asarray(ctx, float)
+    rows = shape.rows(batch)      # a padded batch pays its per-token work on every row's padded tokens
+    per_row = shape.verify_per_row_s * rows
     if verify_tokens is None and shape.verify_dist is not None:
         tokens, prob = (np.asarray(a, float) for a in shape.verify_dist)
+        if shape.batching == PADDED and batch > 1:            # the forward runs at the widest row's tree
+            tokens, prob = padded_widths(tokens, prob, batch)
         mean = np.sum(prob * np.maximum(tokens, 1.0), axis=-1)
         if ctx.ndim == 0 and np.all(tokens == tokens[:1]):      # one token grid: price it once
             tokens = tokens[:1]
@@ -242,13 +295,22 @@ def verify_seconds(latency: Latency, shape: StepShape, ctx, batch: int = 1, veri
         factor, extra = wide_terms(shape, np.maximum(tokens, 1.0))
         seconds, extra = np.sum(prob * each * factor, axis=-1), np.sum(prob * extra, axis=-1)
         return (np.asarray(shape.verify_scale, float) * seconds + shape.verify_fixed_s + extra
-                + shape.verify_per_token_s * mean)
+                + shape.verify_per_token_s * mean * rows + per_row)
     tokens = shape.verify_tokens if verify_tokens is None else verify_tokens
     tokens = np.maximum(np.asarray(tokens, dtype=float), 1.0)
     factor, extra = wide_terms(shape, tokens)
     seconds = latency(shape.verify_model, tokens, ctx, batch) * factor
     return (np.asarray(shape.verify_scale, float) * seconds + shape.verify_fixed_s + extra
-            + shape.verify_per_token_s * tokens)
+            + shape.verify_per_token_s * tokens * rows + per_row)
+
+
+def prefill_seconds(shape: StepShape, prompt_len) -> np.ndarray | None:
+    """Seconds of prefilling requests of `prompt_len` tokens each alone, as a padded engine does when
+    they join (the fitted prefill terms); None where none was fitted (price the target's forward)."""
+    if not (shape.prefill_per_request_s or shape.prefill_per_token_s):
+        return None
+    length = np.asarray(prompt_len, dtype=float)
+    return shape.prefill_per_request_s + shape.prefill_per_token_s * length
 
 
 def catch_up_seconds(shape: StepShape, prompt_len) -> np.ndarray:
@@ -276,7 +338,7 @@ def step_cost(latency: Latency, shape: StepShape, ctx, batch: int = 1, *, reach=
     and tokens, a generation's first-step catch-up spread over its steps by `first_share` = the share
     of steps that are a first step), the simulator and the campaigns (a step's realised `reach` and
     `verify_tokens`, `first_share` 1 on a generation's first step, 0 elsewhere)."""
-    draft = draft_seconds(latency, shape, ctx, batch, reach=reach)
+    draft = draft_seconds(latency, shape, ctx, batch, reach=reach) + shape.draft_per_row_s * shape.rows(batch)
     share = np.asarray(first_share, dtype=float)
     if np.any(share):
         draft = draft + share * catch_up_seconds(shape, prompt_len)

@@ -20,6 +20,14 @@
    search regret (measured speedup of the configuration the Profile would pick against the best
    measured) and whether the speculate-or-not verdict agreed everywhere.
 
+`--batch 1,2,4,...` measures batches instead (`fidelity.batch`): at each batch B the continuous-batching
+engine (`runtime.engine.batch`) decodes every prompt (one dataset) with up to B rows, beside plain
+decoding of the same prompts at the same B; throughput = generated tokens / decode seconds of the batch
+run. Predicted first per (configuration, batch) by the closed form (the padded width and context of a
+batch) and the simulator (the prompts served at a batch limit of B); fidelity.csv keeps a `batch`
+column, and crossover.csv and best_k.csv say where each method stops paying and which draft length
+wins at each batch, predicted and measured.
+
 The default configurations (`--configs` overrides: a file of lines "label @drafter") come from
 each method's own search space on each Profile drafter: the predicted best and configurations
 spread evenly over the predicted speedups, so the set spans good and bad choices of all methods
@@ -41,7 +49,9 @@ from common.errors import InputError
 from common.cli import CliParser, cli_entry
 from common.rundir import add_overwrite_option, add_to_run, start_run, git_commit
 from fidelity.report import compare, first_predictions, plot, pool_runs, read_run, regret, report
+from fidelity.batch import SIM_REPEATS as BATCH_SIM_REPEATS, batch_sections, check_cache_budget, predict_batches
 from campaigns.measure import ENGINES, Bench, decode_seconds, parse_candidate
+from traces.timing import int_list
 
 from fidelity.run import (PER_SETUP, SELECTIONS, SIM_REPEATS, check_held_out, check_target, dataset_of,
                                       default_candidates, predict, read_candidates)
@@ -77,8 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "(a peer: plain decoding, prompt lookup with n_min 1 and an assistant model)")
     p.add_argument("--sim-tokens", type=int, default=None,
                    help="tokens per simulated stream (default: --max-new-tokens, the measured workload)")
-    p.add_argument("--sim-repeats", type=int, default=SIM_REPEATS,
-                   help=f"simulated streams per configuration, seeded (default {SIM_REPEATS})")
+    p.add_argument("--sim-repeats", type=int, default=None,
+                   help=f"simulated streams per configuration, seeded (default {SIM_REPEATS}; with --batch, "
+                        f"{BATCH_SIM_REPEATS} served runs per configuration and batch)")
+    p.add_argument("--batch", default=None,
+                   help="batch sizes, comma-separated: measure each configuration on the continuous-batching engine "
+                        "at each batch, beside plain decoding at the same batch (prompts of one dataset; default: "
+                        "one prompt at a time)")
     p.add_argument("--seed", type=int, default=0, help="seed of the simulator and the decoders (default 0)")
     p.add_argument("--other-machine", action="store_true",
                    help="judge a Profile measured on another machine as it is (without it such a Profile is "
@@ -117,12 +132,12 @@ def adopt_measured_settings(args, runs: pd.DataFrame, given: list[str]) -> list[
     """Under --report-only the report describes the run that measured, not this command's
     defaults: its repeats and tokens per generation from runs.csv, its threads from the command
     it recorded. Returns its prompts, which must be the ones --prompts names."""
-    measured = list(dict.fromkeys(runs["prompt_id"]))
+    measured = list(dict.fromkeys(runs["prompt_id"])) if "prompt_id" in runs else read_run(args.out).get("prompts", [])
     if set(measured) != set(given):
         raise InputError(f"--prompts {args.prompts} names {', '.join(given)}; the run in {args.out} "
                          f"measured {', '.join(measured)}")
     args.repeats = int(runs["repeat"].nunique())
-    args.max_new_tokens = int(runs["tokens"].max())
+    args.max_new_tokens = int(runs["tokens"].max()) if "batch" not in runs else int(read_run(args.out)["max_new_tokens"])
     recorded = read_run(args.out).get("argv")
     if recorded:
         args.threads = build_parser().parse_args(recorded).threads
@@ -154,8 +169,11 @@ def write_results(args, profile, pred: pd.DataFrame, runs: pd.DataFrame, prompt_
     reg = regret(fid)
     atomic.write_csv(args.out / "fidelity.csv", fid)
     plot(fid, args.out / "fidelity.png")
+    notes, sections = first_predictions(args, runs), []
+    if "batch" in fid:
+        notes, sections = notes + ["", "## Batches", ""], batch_sections(fid, args.out)
     atomic.write_text(args.out / "report.md", report(fid, reg, args, profile, prompt_ids, minutes, runs,
-                                                     first_predictions(args, runs)))
+                                                     notes + sections[:1]) + "\n".join(sections[1:]))
     spec = fid[fid["method"] != BASELINE]
     print(f"closed form |error| median {100 * spec['rel_error'].abs().median():.1f}% worst "
           f"{100 * spec['rel_error'].abs().max():.1f}%; flips {int(spec['verdict_flip'].sum())}; "
@@ -169,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv
     args.sim_tokens = args.max_new_tokens if args.sim_tokens is None else args.sim_tokens
+    batches = int_list(args.batch, "batch", 1) if args.batch is not None else None
+    if args.sim_repeats is None:
+        args.sim_repeats = BATCH_SIM_REPEATS if batches else SIM_REPEATS
     for name in ("repeats", "max_new_tokens", "threads", "sim_tokens", "sim_repeats", "per_setup"):
         if getattr(args, name) < 1:
             raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -182,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.pool:
             runs = pool_runs(runs, {str(folder): read_measured(folder, "--pool")[1] for folder in args.pool})
         if args.repredict:
+            if "batch" in runs:
+                raise InputError("--repredict judges runs of one prompt at a time; a --batch run is judged as measured")
             check_held_out(profile, prompt_ids)
             pred = repredict(args, profile, pred)
         write_results(args, profile, pred, runs, prompt_ids, minutes)
@@ -196,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     said = check_machine(profile.machine, this_machine(args.threads), str(args.profile), args.other_machine)
     if said:
         log(said)
+    if batches:
+        return run_batches(args, profile, chosen, datasets, given, batches, log)
     start_run(args.out, "experiments.fidelity", argv, args.overwrite)
     bench = Bench(args.target, profile.drafters, args.drafters, args.threads, args.seed, engine=args.engine)
     check_target(profile, bench)
@@ -226,6 +251,41 @@ def main(argv: list[str] | None = None) -> int:
     atomic.write_csv(args.out / "runs.csv", runs)
     atomic.write_json(args.out / "run.json", {"minutes": minutes, "argv": sys.argv[1:] if argv is None else argv})
     write_results(args, profile, pred, runs, [p.prompt_id for p in chosen], minutes)
+    return 0
+
+
+def run_batches(args, profile, chosen, datasets: dict[str, str], given, batches: tuple[int, ...], log) -> int:
+    """`--batch`: predictions per (configuration, batch) written first, then the batch runs measured."""
+    if len(datasets) != 1:
+        raise InputError(f"--batch decodes the prompts as one request mix of one dataset; --prompts names "
+                         f"{', '.join(datasets)}")
+    if args.engine != "specsim":
+        raise InputError("--batch measures this project's continuous-batching engine: --engine specsim")
+    (dataset,) = datasets.values()
+    bench = Bench(args.target, profile.drafters, args.drafters, args.threads, args.seed)
+    check_target(profile, bench)
+    prompts = bench.encode(chosen)
+    lengths = [len(ids) for _, _, ids in prompts]
+    cands = given or default_candidates(profile, dataset, float(np.mean(lengths)) + args.max_new_tokens / 2,
+                                        args.per_setup, args.sim_tokens, args.select)
+    check_cache_budget(bench, cands, batches, max(lengths) + args.max_new_tokens)     # before anything is written
+    start_run(args.out, "experiments.fidelity", args.argv, args.overwrite)
+    args.out.mkdir(parents=True, exist_ok=True)
+    pred = predict_batches(profile, cands, dataset, lengths, batches, args.max_new_tokens, args.seed, args.sim_repeats)
+    atomic.write_csv(args.out / "predictions.csv", pred)
+    log(f"wrote {args.out / 'predictions.csv'} ({len(pred)} predictions) before measuring")
+    started = time.perf_counter()
+    log(f"measuring {len(cands)} configurations x batches {','.join(map(str, batches))} x {len(prompts)} prompts x "
+        f"{args.repeats} repeats on {dataset}")
+    runs, steps = bench.measure_batches(cands, [(dataset, pid, ids) for _, pid, ids in prompts], batches,
+                                        repeats=args.repeats, max_new_tokens=args.max_new_tokens, log=log)
+    atomic.write_parquet(args.out / f"steps_{dataset}.parquet", steps.drop(columns=["accept_mask", "confidences"]))
+    minutes = (time.perf_counter() - started) / 60
+    atomic.write_csv(args.out / "runs.csv", runs)
+    prompt_ids = [p.prompt_id for p in chosen]
+    atomic.write_json(args.out / "run.json", {"minutes": minutes, "argv": sys.argv[1:] if args.argv is None else args.argv,
+                                              "prompts": prompt_ids, "max_new_tokens": args.max_new_tokens})
+    write_results(args, profile, pred, runs, prompt_ids, minutes)
     return 0
 
 

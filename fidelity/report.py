@@ -25,6 +25,9 @@ def pool_runs(runs: pd.DataFrame, others: dict[str, pd.DataFrame]) -> pd.DataFra
     repeats stay apart and every generation keeps its own plain-decoding partner. Another run must
     have measured the same configurations on the same prompts for as many tokens."""
     def key(frame: pd.DataFrame) -> tuple:
+        if "batch" in frame:        # batch runs (`Bench.measure_batches`): each decodes its batch's prompts at once
+            return (set(zip(frame["dataset"], frame["candidate"], frame["batch"])),
+                    set(zip(frame["batch"], frame["prompts"])), int(frame["tokens"].max()))
         return (set(zip(frame["dataset"], frame["candidate"])), set(frame["prompt_id"]), int(frame["tokens"].max()))
 
     mine = key(runs)
@@ -42,22 +45,30 @@ def pool_runs(runs: pd.DataFrame, others: dict[str, pd.DataFrame]) -> pd.DataFra
     return pd.concat(pooled, ignore_index=True)
 
 
-def run_spread(per: pd.DataFrame) -> pd.Series:
-    """Per (dataset, candidate): half the range of the runs' own median speedups, relative to their
-    mean (0 for a single run): how far the same command measured apart from one run to the next."""
-    medians = per.groupby(["dataset", "candidate", "run"])["speedup"].median().groupby(level=[0, 1])
+def run_spread(per: pd.DataFrame, by: list[str] | None = None) -> pd.Series:
+    """Per (dataset, candidate) (`by`): half the range of the runs' own median speedups, relative to
+    their mean (0 for a single run): how far the same command measured apart from one run to the next."""
+    by = by or ["dataset", "candidate"]
+    medians = per.groupby([*by, "run"])["speedup"].median().groupby(level=list(range(len(by))))
     return ((medians.max() - medians.min()) / 2 / medians.mean()).rename("run_spread")
 
 
 def compare(pred: pd.DataFrame, runs: pd.DataFrame, error: float) -> pd.DataFrame:
-    """fidelity.csv: predictions beside the medians of the measured repeats (of every pooled run)."""
+    """fidelity.csv: predictions beside the medians of the measured repeats (of every pooled run); per
+    batch too where the runs were batches (`campaigns.measure.Bench.measure_batches`: a run decodes every
+    prompt at once, so its noise is the spread over repeats, and tokens per step are per row)."""
     runs = runs if "run" in runs else runs.assign(run=0)
-    keys = ["dataset", "candidate", "repeat"]          # a repeat belongs to one run (`pool_runs`)
+    by = ["dataset", "candidate", *(["batch"] if "batch" in runs else [])]
+    keys = [*by, "repeat"]          # a repeat belongs to one run (`pool_runs`)
     per = rates(runs).merge(runs[keys + ["run"]].drop_duplicates(), on=keys, how="left")
-    per_prompt = runs.groupby(["dataset", "candidate", "prompt_id"]).agg(tokens=("tokens", "sum"), steps=("steps", "sum"))
-    tps = (per_prompt["tokens"] / per_prompt["steps"]).groupby(level=[0, 1])
-    accept_se = (tps.std(ddof=1) / np.sqrt(tps.count()) / tps.mean()).rename("acceptance_se")
-    m = per.groupby(["dataset", "candidate"]).agg(
+    if "prompt_id" in runs:
+        per_prompt = runs.groupby(["dataset", "candidate", "prompt_id"]).agg(tokens=("tokens", "sum"),
+                                                                             steps=("steps", "sum"))
+        tps = (per_prompt["tokens"] / per_prompt["steps"]).groupby(level=[0, 1])
+        accept_se = (tps.std(ddof=1) / np.sqrt(tps.count()) / tps.mean()).rename("acceptance_se").reset_index()
+    else:
+        accept_se = per[by].drop_duplicates().assign(acceptance_se=0.0)
+    m = per.groupby(by).agg(
         measured_speedup=("speedup", "median"), lo=("speedup", "min"), hi=("speedup", "max"),
         measured_tokens_per_s=("tokens_per_s", "median"), measured_e2e_tokens_per_s=("e2e_tokens_per_s", "median"),
         measured_tokens_per_step=("tokens_per_step", "median"),
@@ -65,9 +76,9 @@ def compare(pred: pd.DataFrame, runs: pd.DataFrame, error: float) -> pd.DataFram
         runs=("run", "nunique")).reset_index()
     m["measured_step_s"] = m["seconds"] / m["steps"]
     m["spread"] = (m["hi"] - m["lo"]) / 2 / m["measured_speedup"]
-    m = m.merge(accept_se.reset_index(), on=["dataset", "candidate"], how="left")
-    m = m.merge(run_spread(per).reset_index(), on=["dataset", "candidate"], how="left")
-    out = pred.merge(m, on=["dataset", "candidate"], how="inner")
+    m = m.merge(accept_se, on=[c for c in by if c in accept_se], how="left")
+    m = m.merge(run_spread(per, by).reset_index(), on=by, how="left")
+    out = pred.merge(m, on=by, how="inner")
     out["acceptance_se"] = out["acceptance_se"].fillna(0.0)
     out["rel_error"] = out["predicted_speedup"] / out["measured_speedup"] - 1.0
     out["sim_rel_error"] = out["simulated_speedup"] / out["measured_speedup"] - 1.0
@@ -77,8 +88,10 @@ def compare(pred: pd.DataFrame, runs: pd.DataFrame, error: float) -> pd.DataFram
     out["acceptance_error"] = out["predicted_tokens_per_step"] / out["measured_tokens_per_step"] - 1.0
     # the speedup the Profile predicts with the measured tokens per step: its latency error alone
     # (measured: plain step over this step, as the speedup measured it, i.e. against the partners)
-    ar_pred = out.loc[out["method"] == BASELINE].set_index("dataset")["predicted_step_s"]
-    out["latency_error"] = ((out["dataset"].map(ar_pred) / out["predicted_step_s"])
+    place = [c for c in by if c != "candidate"]
+    ar_pred = out.loc[out["method"] == BASELINE].set_index(place)["predicted_step_s"]
+    ar_step = ar_pred.reindex(pd.MultiIndex.from_frame(out[place]) if len(place) > 1 else out[place[0]]).to_numpy()
+    out["latency_error"] = ((ar_step / out["predicted_step_s"])
                             / (out["measured_speedup"] / out["measured_tokens_per_step"]) - 1.0)
     out["noise"] = np.hypot(out["spread"], out["acceptance_se"])
     out["within_2x_noise"] = out["rel_error"].abs() <= 2 * out["noise"]
@@ -88,7 +101,7 @@ def compare(pred: pd.DataFrame, runs: pd.DataFrame, error: float) -> pd.DataFram
     out.loc[out["method"] == BASELINE, ["predicted_verdict", "measured_verdict"]] = "baseline"
     out["verdict_flip"] = ((out["predicted_verdict"] != "tie") & (out["predicted_verdict"] != "baseline")
                            & (out["predicted_verdict"] != out["measured_verdict"]))
-    keep = ["dataset", "method", "candidate", "predicted_speedup", "simulated_speedup", "measured_speedup",
+    keep = ["dataset", "method", "candidate", *(["batch"] if "batch" in by else []), "predicted_speedup", "simulated_speedup", "measured_speedup",
             "rel_error", "sim_rel_error", "sim_vs_closed", "sim_se", "spread", "run_spread", "acceptance_se", "noise",
             "within_2x_noise", "n", "runs",
             "predicted_tokens_per_step", "measured_tokens_per_step", "acceptance_error", "predicted_step_s",
@@ -98,16 +111,19 @@ def compare(pred: pd.DataFrame, runs: pd.DataFrame, error: float) -> pd.DataFram
 
 
 def regret(fid: pd.DataFrame) -> pd.DataFrame:
-    """Per dataset: the configuration the Profile picks (highest predicted speedup, ar included)
+    """Per dataset (and batch, where measured in batches): the configuration the Profile picks (highest predicted speedup, ar included)
     against the best measured one; and the pick that follows the verdicts (the highest predicted
     among those called "speculate", else plain decoding: a tie does not speculate)."""
     rows = []
-    for dataset, g in fid.groupby("dataset"):
+    by = ["dataset", *(["batch"] if "batch" in fid else [])]
+    for key, g in fid.groupby(by):
+        dataset, *batch = key if isinstance(key, tuple) else (key,)
         pick = g.loc[g["predicted_speedup"].idxmax()]
         best = g.loc[g["measured_speedup"].idxmax()]
         sure = g[(g["predicted_verdict"] == "speculate") | (g["method"] == BASELINE)]
         by_verdict = sure.loc[sure["predicted_speedup"].idxmax()]
-        rows.append({"dataset": dataset, "picked": pick["candidate"], "picked_measured": pick["measured_speedup"],
+        rows.append({"dataset": dataset, **({"batch": int(batch[0])} if batch else {}),
+                     "picked": pick["candidate"], "picked_measured": pick["measured_speedup"],
                      "best": best["candidate"], "best_measured": best["measured_speedup"],
                      "regret": 1 - pick["measured_speedup"] / best["measured_speedup"],
                      "verdict_pick": by_verdict["candidate"],
@@ -144,6 +160,8 @@ def drift(fid: pd.DataFrame, profile, runs: pd.DataFrame | None = None) -> list[
     machine's drift within this run (from the plain decoding paired with each generation)."""
     reference = profile.engine.reference
     lines = []
+    if runs is not None and "prompt_id" not in runs and "batch" in runs:    # a batch run decodes every prompt
+        runs = runs.assign(prompt_id="batch " + runs["batch"].astype(str))
     factors = run_factors(runs) if runs is not None and "decode_s" in runs else pd.Series(dtype=float)
     if not factors.empty:
         lines.append(f"- within this run, the plain decoding beside each generation ran at {factors.quantile(0.1):.2f}-"
@@ -152,7 +170,14 @@ def drift(fid: pd.DataFrame, profile, runs: pd.DataFrame | None = None) -> list[
                      "by its own pair's")
     for r in fid[fid["method"] == BASELINE].itertuples():
         ref = reference.get(r.dataset)
-        if ref:
+        batch = getattr(r, "batch", None)
+        if ref and batch is not None:         # a batch calibration keeps its plain step per batch
+            window = ref.get("by_batch", {}).get(str(int(batch)))
+            if window:
+                lines.append(f"- {r.dataset}, batch {int(batch)}: plain step {1e3 * window:.1f} ms in the calibration "
+                             f"window (its prompts); here {1e3 * r.measured_step_s:.1f} ms measured, "
+                             f"{1e3 * r.predicted_step_s:.1f} ms predicted at context {r.ctx_len:.0f}")
+        elif ref:
             lines.append(f"- {r.dataset}: plain step {1e3 * ref['ar_step_s']:.1f} ms at context {ref['ctx_len']:.0f} in the "
                          f"calibration window; here {1e3 * r.measured_step_s:.1f} ms measured, "
                          f"{1e3 * r.predicted_step_s:.1f} ms predicted at context {r.ctx_len:.0f}")
@@ -238,8 +263,13 @@ def report(fid: pd.DataFrame, reg: pd.DataFrame, args, profile, prompts: list[st
         f"- Profile: `{args.profile}` ({profile.name}); calibration prompts (not used here): "
         f"{', '.join(profile.provenance.calibration_prompts)}",
         f"- Validation prompts (held out): {', '.join(prompts)}; {args.max_new_tokens} new tokens each, greedy",
-        f"- {len(spec)} speculative configurations + ar, {args.repeats} interleaved repeats"
-        + (", every generation paired with plain decoding of its prompt" if "pair" in runs and (runs["pair"] >= 0).any() else "")
+        (f"- {spec['candidate'].nunique()} speculative configurations + ar at batches "
+         f"{', '.join(str(int(b)) for b in sorted(fid['batch'].unique()))}" if "batch" in fid
+         else f"- {len(spec)} speculative configurations + ar")
+        + f", {args.repeats} interleaved repeats"
+        + ((", every batch run paired with plain decoding of the same prompts at the same batch" if "batch" in runs
+            else ", every generation paired with plain decoding of its prompt")
+           if "pair" in runs and (runs["pair"] >= 0).any() else "")
         + ", "
         f"{args.threads} threads; measured in "
         + (f"{minutes:.1f} min" if minutes == minutes else "(time not recorded by this run)"),

@@ -25,7 +25,7 @@ it, so every layer above may import it.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
@@ -251,7 +251,9 @@ class MethodSpec:
     def priced_shape(self, setup: Setup, frame: pd.DataFrame):
         """`step_shape` as the engine runs it: the Profile's engine calibration of this method
         folded in (`costmodel.step.StepCalibration`). Every consumer that prices a step uses this."""
-        return setup.profile.step_calibration(self.name).apply(self.step_shape(setup, frame))
+        shape = setup.profile.step_calibration(self.name).apply(self.step_shape(setup, frame))
+        batching = setup.profile.engine.batching
+        return replace(shape, batching=batching) if batching else shape
 
     def sampler(self, setup: Setup, config: MethodConfig, **options: Any):
         """The simulator's acceptance draws for one configuration (methods.draws.Sampler)."""

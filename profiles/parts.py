@@ -11,7 +11,7 @@ from typing import Any
 
 import methods
 from common.errors import InputError
-from costmodel.step import StepCalibration
+from costmodel.step import BATCHINGS, StepCalibration
 from profiles.record import Record
 
 
@@ -187,11 +187,15 @@ class Workload:
 class EngineTerms:
     """What a real step costs beyond the isolated forwards (`calibrate.engine` fits it from
     StepTraces): a `StepCalibration` per method, one pooled over every method for methods without
-    traces, and the fit's record (its held-out error, reference plain step, structure)."""
+    traces, the fit's record (its held-out error, reference plain step, structure), and how the
+    engine batches rows (`batching`, `costmodel.step.BATCHINGS`: "padded" for an engine that runs
+    every row at the widest tree and the longest context, with host work per row; "" where the
+    traces were of one request at a time and nothing is said about batches)."""
 
     methods: Record = field(default_factory=Record)     # method -> StepCalibration
     pooled: StepCalibration | None = None
     fit: Record = field(default_factory=Record)
+    batching: str = ""
 
     @classmethod
     def of(cls, raw: Any, where: str = "engine") -> "EngineTerms":
@@ -211,7 +215,10 @@ class EngineTerms:
         error = heldout.get("speedup_error_p90")
         if error is not None:
             _number(error, f"{where}.fit.heldout.speedup_error_p90", 0.0, "(a fraction)")
-        return cls(Record(calibrations), pooled, Record(fit))
+        batching = raw.get("batching", "")
+        if batching not in ("", *BATCHINGS):
+            raise InputError(f"{where}.batching must be one of {', '.join(BATCHINGS)} (or absent), got {batching!r}")
+        return cls(Record(calibrations), pooled, Record(fit), batching)
 
     def calibration(self, method: str) -> StepCalibration:
         """`method`'s own calibration, else the pooled one, else none (the identity)."""
@@ -230,12 +237,14 @@ class EngineTerms:
         return self.fit.get("reference", Record())
 
     def __bool__(self) -> bool:
-        return bool(self.methods) or self.pooled is not None or bool(self.fit)
+        return bool(self.methods) or self.pooled is not None or bool(self.fit) or bool(self.batching)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"methods": {m: c.to_dict() for m, c in self.methods.items()}}
         if self.pooled is not None:
             out["pooled"] = self.pooled.to_dict()
+        if self.batching:
+            out["batching"] = self.batching
         return {**out, "fit": self.fit.to_json()}
 
 

@@ -173,21 +173,27 @@ class StepCosts:
         return np.reshape(seconds, np.broadcast(np.asarray(ctx), tokens).shape)
 
     # ---- memoised scalar pricing for the serving loop ------------------------------------------
-    def step_seconds(self, ctx: float, drafted: int, verify_tokens: int, batch: int, quantum: int = 16) -> tuple[float, float]:
-        """(draft, verify) seconds of one batched step, contexts rounded to `quantum` tokens so
-        that repeated shapes hit a cache instead of the latency model."""
+    def step_seconds(self, ctx: float, drafted: int, verify_tokens: int, batch: int,
+                     quantum: int = 16) -> tuple[float, float, float]:
+        """(draft, verify, overhead) seconds of one batched step, contexts rounded to `quantum` tokens
+        so that repeated shapes hit a cache instead of the latency model."""
         c = int(round(ctx / quantum)) * quantum
         key = (c, drafted, verify_tokens, batch)
         hit = self._cache.get(key)
         if hit is None:
             priced = self.cost(c, drafted, verify_tokens, batch)
-            hit = (float(priced.draft_s.reshape(-1)[0]), float(priced.verify_s.reshape(-1)[0]))
+            hit = tuple(float(part.reshape(-1)[0]) for part in (priced.draft_s, priced.verify_s, priced.overhead_s))
             self._cache[key] = hit
         return hit
 
     def prefill_seconds(self, prompt_len, batch=1) -> float:
         """Prompt forward of the target, plus the drafter's own when it keeps a cache and the engine
-        calibration did not measure it in the first decode step instead (`catch_up_seconds`)."""
+        calibration did not measure it in the first decode step instead (`catch_up_seconds`); for an
+        engine whose prefills were fitted (a padded batch prefills each request alone), `batch` of
+        them (`costmodel.step.prefill_seconds`)."""
+        fitted = step_cost.prefill_seconds(self.shape, prompt_len)
+        if fitted is not None:
+            return float(np.sum(fitted)) * (batch if np.ndim(prompt_len) == 0 else 1)
         seconds = float(np.sum(self.forward(self.step.target, np.asarray(prompt_len), 0, batch)))
         if self.step.draft_kv_model and not self.catches_up:
             seconds += float(np.sum(self.forward(self.step.draft_kv_model, np.asarray(prompt_len), 0, batch)))

@@ -75,8 +75,12 @@ class StepModel:
 
     @property
     def reserve_tokens(self) -> int:
-        """KV slots a step reserves per sequence: its tree's nodes, else its drafts, plus the pending token."""
-        return int(getattr(self.sampler, "nodes", self.max_drafted)) + 1
+        """KV slots a step reserves per sequence: its tree's nodes, else its drafts, plus the pending token;
+        at least the widest tree it may verify (prompt lookup proposes without draft forwards, and vLLM
+        reserves its lookahead slots all the same)."""
+        dist = self.shape.verify_dist
+        widest = np.max(dist[0][dist[1] > 0]) if dist is not None else np.max(self.shape.verify_tokens)
+        return max(int(getattr(self.sampler, "nodes", self.max_drafted)) + 1, int(np.ceil(widest)))
 
     def describe(self) -> dict[str, Any]:
         """The step as summary fields: the config's label and the setup it ran on."""

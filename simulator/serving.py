@@ -10,6 +10,13 @@ tokens (`simulator.memory`): admission needs the prompt plus a step's reservatio
 its query tokens and keeps only the accepted ones; when a step does not fit, the most recently
 admitted request is preempted (its cache dropped, re-queued at the front); a request that cannot
 fit alone fails as out-of-memory.
+
+An engine whose Profile says it pads its rows (`costmodel.step.PADDED`, `runtime.engine.batch`) is served
+as it runs: a step attends over its longest row (the context it is priced at), each admitted request is
+prefilled alone (the engine calibration's fitted prefill) in the step that then decodes every row (no other
+admission between the two), its first token comes from that decode step, and every running row reserves
+its widest tree's slots before a step (vLLM's lookahead slots). `Cluster.kv_tokens` sets a replica's KV
+budget in tokens directly (a serving loop's own budget) instead of deriving it from the GPU's memory.
 """
 from __future__ import annotations
 
@@ -27,6 +34,7 @@ from simulator.methods import build_step_model, load_profile
 from simulator.stream import step_costs_for
 from simulator.workload import Workload, make_requests
 from common.errors import InputError
+from costmodel.step import PADDED
 
 ROUTING = ("round_robin", "least_loaded")
 
@@ -42,8 +50,11 @@ class Cluster:
     gpu_mem_gb: float | None = None
     reserve_fraction: float = 0.1
     routing: str = "least_loaded"
+    kv_tokens: int | None = None        # a replica's KV budget in tokens (None: from its GPUs' memory)
 
     def __post_init__(self):
+        if self.kv_tokens is not None and (isinstance(self.kv_tokens, bool) or int(self.kv_tokens) < 1):
+            raise InputError(f"kv_tokens must be an integer >= 1, got {self.kv_tokens!r}")
         if int(self.replicas) < 1:
             raise InputError(f"replicas must be >= 1, got {self.replicas}")
         if int(self.max_batch) < 1:
@@ -81,6 +92,9 @@ class _Sim:
         self.costs = step_costs_for(profile, self.step, latencies, cluster.parallel)
         self.memory = replica_memory(profile, self.step, cluster.parallel, cluster.gpu_mem_gb,
                                      cluster.reserve_fraction)
+        if cluster.kv_tokens is not None:
+            self.memory.capacity_tokens = int(cluster.kv_tokens)
+        self.padded = self.step.shape.batching == PADDED
         self.cluster, self.per_step = cluster, per_step
         self.rng = np.random.default_rng(seed)
         n = len(requests)
@@ -147,13 +161,14 @@ class _Sim:
                 continue
             if admit:
                 lengths = self.prompt[admit] + self.generated[admit]
-                seconds = costs.prefill_seconds(int(round(lengths.mean())), len(admit))
+                seconds = (costs.prefill_seconds(lengths, 1) if self.padded       # padded: each prefilled alone
+                           else costs.prefill_seconds(int(round(lengths.mean())), len(admit)))
                 seconds += costs.catch_up_seconds(self.prompt[admit])    # each drafter's first forward, paid here
                 yield env.timeout(seconds)
                 self.busy[rep.index] += seconds
                 self._log(rep, "prefill", len(admit), int(lengths.mean()), 0, int(lengths.sum()), seconds, len(admit))
                 for r in admit:
-                    if np.isnan(self.first_token[r]):
+                    if np.isnan(self.first_token[r]) and not self.padded:   # padded: from its first decode step
                         self.first_token[r] = env.now
                         self.generated[r] += 1
                         self.ctx[r] += 1
@@ -164,7 +179,8 @@ class _Sim:
                         self._done(r, "done", rep)
                     else:
                         running.append(r)
-                continue
+                if not (self.padded and running):   # padded: the step that prefilled them decodes right after
+                    continue
             yield from self._decode(rep, running)
 
     def _admit(self, rep: _Replica, running: list[int], cap: int) -> list[int]:
@@ -193,14 +209,14 @@ class _Sim:
         accepted, drafted, verify = draws.accepted, draws.drafted, draws.verify_tokens
         shape = self.fixed_shape   # (drafted, verify tokens) when every sequence has the same
         # reserve the step's query tokens; preempt the newest requests while they do not fit
-        reserve = ids.size * shape[1] if shape else int(verify.sum())
+        reserve = ids.size * shape[1] if shape else ids.size * self.reserve if self.padded else int(verify.sum())
         while rep.used + reserve > rep.capacity and ids.size > 1:
             r = running.pop()
             rep.used -= int(self.ctx[r])
             self.ctx[r] = 0
             self.preemptions[r] += 1
             rep.waiting.appendleft(r)
-            reserve -= int(verify[-1])
+            reserve -= shape[1] if shape else self.reserve if self.padded else int(verify[-1])
             ids, accepted, drafted, verify = ids[:-1], accepted[:-1], drafted[:-1], verify[:-1]
             if new_state is not None:
                 new_state = new_state[:-1]
@@ -212,14 +228,16 @@ class _Sim:
             return
         batch = ids.size
         ctx = self.ctx[ids]
-        mean_ctx = int(ctx.sum()) / batch
+        mean_ctx = int(ctx.max()) if self.padded else int(ctx.sum()) / batch   # padded: its longest row
         max_drafted, max_verify = shape if shape else (int(drafted.max()), int(verify.max()))
-        draft, verify_s = self.costs.step_seconds(mean_ctx, max_drafted, max_verify, batch)
-        seconds = draft + verify_s + self.step.overhead_s
+        draft, verify_s, overhead = self.costs.step_seconds(mean_ctx, max_drafted, max_verify, batch)
+        seconds = draft + verify_s + overhead
         yield env.timeout(seconds)
         self.busy[rep.index] += seconds
         left = self.output[ids] - self.generated[ids]
         accepted = np.minimum(accepted, left)
+        first = ids[np.isnan(self.first_token[ids]) & (accepted > 0)]
+        self.first_token[first] = env.now
         self.generated[ids] += accepted
         self.ctx[ids] = ctx + accepted
         gained = int(accepted.sum())

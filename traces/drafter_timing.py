@@ -6,6 +6,9 @@ Which drafters exist at an architecture is the methods' (`MethodSpec.drafters(ar
 drafter entries, each naming its latency rows `model`); how one draft forward of a kind runs is its
 runtime drafter class's (`DRAFTER.timed_draft(entry, bench)`, runtime.drafters). This module builds
 the random-weight layers they need, fills their caches at each context and times the forwards.
+With `rows` (`drafter_rows(..., batches, rows=True)`) a drafter that batches (GLIDE) is timed as the
+continuous-batching engine runs it: `batch` rows of the engine's caches (`runtime.ragged.BatchKVCache`),
+every row at the context, with the engine's masks.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from runtime.models import random_architecture, tiny_model
 from traces import schema
 from common.rundir import git_commit
 from traces.timer import Timer, hardware_name
-from traces.timing import filled_cache
+from traces.timing import filled_cache, filled_rows
 
 
 def drafter_entries(arch: str) -> dict[str, dict[str, Any]]:
@@ -44,6 +47,8 @@ class Bench:
     seed: int
     mode: str
     runner: GraphRunner | None
+    batch: int = 1
+    rows: bool = False        # fill_rows: the batch engine's caches (module docstring)
 
     def __post_init__(self):
         self.build = lru_cache(maxsize=None)(self._build)
@@ -61,32 +66,43 @@ class Bench:
                                                               device=self.device)
         return filled_cache(model, 1, ctx, 1, self.seed, self.mode, self.runner)
 
+    def fill_rows(self, module, ctx: int):
+        """The batch engine's cache of `module`: `batch` rows, each holding `ctx` random entries."""
+        return filled_rows(module, self.batch, ctx, 1, self.seed)
+
 
 def drafter_rows(arch: str, ctxs: Sequence[int], timer: Timer, device, dtype, seed: int = 0,
-                 mode: str = "eager", entries: dict[str, dict[str, Any]] | None = None) -> list[dict]:
+                 mode: str = "eager", entries: dict[str, dict[str, Any]] | None = None,
+                 batches: Sequence[int] = (1,), rows: bool = False) -> list[dict]:
     """Latency rows of one decode-step draft forward of every drafter entry (default: all of
-    `drafter_entries(arch)`) at each context, in runtime `mode` (graph: each drafter's forward
-    captured in the warm-up, replayed when timed)."""
-    bench = Bench(arch, device, dtype, seed, mode, GraphRunner(device) if mode == "graph" else None)
-    rows = []
+    `drafter_entries(arch)`) at each context and batch, in runtime `mode` (graph: each drafter's
+    forward captured in the warm-up, replayed when timed); `rows`: in the batch engine's caches."""
+    out = []
     with torch.inference_mode():
-        for entry in (drafter_entries(arch) if entries is None else entries).values():
-            forward_at = drafter_class(entry["kind"]).timed_draft(entry, bench)
-            for ctx in ctxs:
-                run, reset = forward_at(ctx)
-                seconds, repeats = timer.median(run, reset)
-                rows.append(dict(model=entry["model"], role="draft", n_tokens=1, ctx_len=ctx, batch=1,
-                                 seconds=seconds, repeats=repeats, mode=mode))
-    return rows
+        for batch in batches:
+            bench = Bench(arch, device, dtype, seed, mode, GraphRunner(device) if mode == "graph" else None,
+                          batch, rows)
+            for entry in (drafter_entries(arch) if entries is None else entries).values():
+                forward_at = drafter_class(entry["kind"]).timed_draft(entry, bench)
+                for ctx in ctxs:
+                    run, reset = forward_at(ctx)
+                    seconds, repeats = timer.median(run, reset)
+                    out.append(dict(model=entry["model"], role="draft", n_tokens=1, ctx_len=ctx, batch=batch,
+                                    seconds=seconds, repeats=repeats, mode=mode))
+    return out
 
 
 def write_drafter_latency(path: Path, archs: Sequence[str], ctxs: Sequence[int], timer: Timer, device, dtype,
-                          seed: int = 0, mode: str = "eager") -> pd.DataFrame:
+                          seed: int = 0, mode: str = "eager", entries: dict[str, dict[str, Any]] | None = None,
+                          batches: Sequence[int] = (1,), rows: bool = False) -> pd.DataFrame:
     """`drafter_rows` of every architecture, written as one LatencyTrace (role `draft`) at `path`."""
-    rows = [r for arch in archs for r in drafter_rows(arch, ctxs, timer, device, dtype, seed, mode)]
+    found = [r for arch in archs for r in drafter_rows(arch, ctxs, timer, device, dtype, seed, mode, entries,
+                                                       batches, rows)]
     dtype_name = "bf16" if dtype == torch.bfloat16 else "fp16" if dtype == torch.float16 else "fp32"
-    frame = pd.DataFrame(rows).assign(hardware=hardware_name(device), dtype=dtype_name)[
+    frame = pd.DataFrame(found).assign(hardware=hardware_name(device), dtype=dtype_name)[
         [*schema.LATENCY_COLUMNS, "mode"]]
     schema.write_trace(path, frame, schema.RunMetadata(kind="latency", hardware=hardware_name(device), dtype=dtype_name,
-                                                       seed=seed, commit=git_commit(), extra={"stage": "drafter shapes"}))
+                                                       seed=seed, commit=git_commit(), extra={"stage": "drafter shapes",
+                                                                                            "cache": "batch" if rows else "kv",
+                                                                                            "threads": torch.get_num_threads()}))
     return frame

@@ -26,7 +26,11 @@ each point's median of the passes' medians (`traces.timer.across_rounds`): on a 
 whose speed drifts for minutes at a time, a point's samples then come from R spells, not one.
 `--mode` (default graph on a GPU, eager on a CPU) picks the runtime mode of the cache forwards
 (runtime.cache): in graph mode each point's forward is captured in its warm-up and replayed when
-timed; every row says its mode (heads are plain eager ops). `--linear plain` times the
+timed; every row says its mode (heads are plain eager ops). `--cache batch` times each forward as the
+continuous-batching engine runs it (`runtime.engine.batch`): every row of a `runtime.ragged.BatchKVCache`
+holding the context, the ids, positions and per-row mask its `inputs` builds (built once per point,
+outside the timing: that host work is the engine's, which its calibration fits per row); the file's
+metadata says which cache. `--linear plain` times the
 projections as `F.linear` instead of `runtime.linear`'s few-row CPU path. `--engine transformers`
 times transformers' own modules instead of this project's (`traces.timing_transformers`), for a
 peer engine that runs them; the file's metadata says which engine and path.
@@ -51,6 +55,7 @@ from runtime.cache import MODES, default_mode, KVCache
 from runtime.graph import GraphRunner
 from runtime.linear import use_skinny
 from runtime.llama import Llama
+from runtime.ragged import BatchKVCache, RowInput
 from runtime.engine.__main__ import load_drafter
 from runtime.models import load_model
 from traces.timing_transformers import load_units
@@ -62,6 +67,7 @@ DTYPE_NAMES = {**{v: k for k, v in DTYPES.items()}, torch.float64: "fp64"}
 GPU_GRID = {"tokens": (1, 2, 4, 8, 16, 32, 64, 128, 256), "ctx": (0, 512, 1024, 2048, 4096), "batch": (1, 2, 4, 8)}
 CPU_GRID = {"tokens": (1, 4, 16, 64, 256), "ctx": (0, 1024, 4096), "batch": (1, 2)}
 LINEAR_PATHS = ("few-row", "plain")   # runtime.linear on or off (--linear)
+CACHES = ("kv", "batch")              # runtime.cache.KVCache, or the batch engine's runtime.ragged.BatchKVCache (--cache)
 ENGINES = ("specsim", "transformers")  # whose forwards are timed (--engine)
 
 
@@ -108,6 +114,19 @@ def filled_cache(model: Llama, batch: int, ctx_len: int, extra: int, seed: int, 
     return cache
 
 
+def filled_rows(model: Llama, batch: int, ctx_len: int, extra: int, seed: int) -> BatchKVCache:
+    """A batch engine's cache (`runtime.ragged.BatchKVCache`) of `batch` rows, each holding `ctx_len`
+    random entries, with room for `extra` more. A forward does not move its row lengths (the engine
+    counts them after), so it needs no crop between timed runs."""
+    cache = BatchKVCache(model.config, batch, ctx_len + extra, model.dtype, model.device)
+    gen = torch.Generator(device=model.device).manual_seed(seed)
+    for store in (cache.keys, cache.values):
+        for buffer in store:
+            buffer[:, :, :ctx_len].normal_(generator=gen)
+    cache.row_lengths = [ctx_len] * batch
+    return cache
+
+
 @dataclass
 class Grid:
     tokens: tuple[int, ...]
@@ -143,19 +162,32 @@ class Finished:
 
 
 def profile_model(model: Llama, grid: Grid, timer: Timer, seed: int, progress=None,
-                  done: Finished | None = None, mode: str = "eager") -> list[dict]:
+                  done: Finished | None = None, mode: str = "eager", cache_kind: str = "kv") -> list[dict]:
     """Rows (n_tokens, ctx_len, batch, seconds) for full forwards of `model` over the grid; points
     that stand out from their context neighbours are timed again (`retime_outliers`). Points in
     `done` are taken from it, new ones added to it. `mode` (runtime.cache.MODES): graph forwards
-    are captured during the warm-up runs and replayed in the timed ones."""
+    are captured during the warm-up runs and replayed in the timed ones. `cache_kind` "batch": the
+    batch engine's cache and masks (module docstring)."""
+    if cache_kind not in CACHES:
+        raise InputError(f"unknown cache '{cache_kind}' (known: {', '.join(CACHES)})")
+    if cache_kind == "batch" and mode != "eager":
+        raise InputError(f"--cache batch times the batch engine's forwards, which run eager only; got mode {mode!r}")
     done = done if done is not None else Finished()
     rows = []
     gen = torch.Generator().manual_seed(seed)
     runner = None
 
+    def fill(batch: int, ctx_len: int, extra: int):
+        if cache_kind == "batch":
+            return filled_rows(model, batch, ctx_len, extra, seed)
+        return filled_cache(model, batch, ctx_len, extra, seed, mode, runner)
+
     def point(n: int, ctx_len: int, batch: int, cache=None) -> tuple[float, int]:
-        cache = cache if cache is not None else filled_cache(model, batch, ctx_len, n, seed, mode, runner)
+        cache = cache if cache is not None else fill(batch, ctx_len, n)
         ids = torch.randint(0, model.config.vocab_size, (batch, n), generator=gen).to(model.device)
+        if cache_kind == "batch":
+            ids, positions, mask = cache.inputs([RowInput(row.tolist()) for row in ids.cpu()])
+            return timer.median(lambda: model(ids, cache, position_ids=positions, mask=mask), lambda: None)
         return timer.median(lambda: model(ids, cache), lambda: cache.crop(ctx_len))
 
     with torch.inference_mode():
@@ -165,7 +197,7 @@ def profile_model(model: Llama, grid: Grid, timer: Timer, seed: int, progress=No
                 runner = GraphRunner(model.device) if mode == "graph" else None  # graphs of this cache only
                 for n in grid.tokens:
                     if (n, ctx_len, batch) not in done and cache is None:
-                        cache = filled_cache(model, batch, ctx_len, max(grid.tokens), seed, mode, runner)
+                        cache = fill(batch, ctx_len, max(grid.tokens))
                     seconds, repeats = done.timed((n, ctx_len, batch), lambda: point(n, ctx_len, batch, cache))
                     rows.append({"n_tokens": n, "ctx_len": ctx_len, "batch": batch, "seconds": seconds,
                                  "repeats": repeats})
@@ -252,6 +284,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="how projections multiply: few-row (runtime.linear's CPU path for 1-8 rows, as this "
                              "project's engine runs) or plain (F.linear throughout, as transformers' own modules run) "
                              "(default few-row)")
+    parser.add_argument("--cache", choices=CACHES, default="kv",
+                        help="kv: one KV cache of equal rows (runtime.cache); batch: the continuous-batching engine's "
+                             "cache and per-row masks (runtime.ragged; eager, this project's engine) (default %(default)s)")
     parser.add_argument("--engine", choices=ENGINES, default="specsim",
                         help="whose forwards: this project's (specsim) or transformers' own modules and DynamicCache "
                              "(transformers: eager, no --router; for a peer engine that runs transformers) "
@@ -301,6 +336,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                       "hardware": hardware, "mode": mode},
                            args.overwrite, args.resume)
     units: list[tuple[str, str, Llama | LMHeadRouter | None, bool]] = []  # name, role, module, is_head
+    if args.cache == "batch" and (args.engine != "specsim" or mode != "eager"):
+        raise InputError("--cache batch times this project's batch engine, which runs eager: --engine specsim, --mode eager")
     if args.engine == "transformers":
         if routers or mode != "eager":
             raise InputError("--engine transformers times eager forwards only: no --router, --mode eager")
@@ -338,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 progress.set_postfix_str(f"{role} {name}")
                 done = Finished(log, f"{role}/{name}" + (f"#{round_}" if args.rounds > 1 else ""))
                 found = (profile_head(model, module, grid, timer, args.seed, progress, done) if is_head
-                         else profile_model(module, grid, timer, args.seed, progress, done, mode))
+                         else profile_model(module, grid, timer, args.seed, progress, done, mode, args.cache))
                 rows += [{"model": name, "hardware": hardware, "dtype": dtype_name, "role": role,
                           "mode": "eager" if is_head else mode, **r} for r in found]
     frame = across_rounds(pd.DataFrame(rows, columns=[*schema.LATENCY_COLUMNS, "mode"]))
@@ -349,7 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                "point_seconds": None if point_seconds == float("inf") else point_seconds,
                "tokens": list(grid.tokens), "ctx": list(grid.ctx), "batch": list(grid.batch),
                "routers": [f"{g}:{n}" for g, n in routers], "torch": torch.__version__, "linear": args.linear,
-               "engine": args.engine, "rounds": args.rounds},
+               "engine": args.engine, "rounds": args.rounds, "cache": args.cache},
     )
     schema.write_trace(args.out, frame, metadata)
     log.remove()

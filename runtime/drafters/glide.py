@@ -31,7 +31,7 @@ from runtime.engine.sd import SD
 from runtime.graph import static_forward
 from runtime.linear import Linear
 from runtime.llama import ForwardOutput, Llama, LlamaConfig, RMSNorm, rotate_half
-from runtime.ragged import BatchKVCache
+from runtime.ragged import BatchKVCache, RowInput
 
 
 @dataclass
@@ -158,6 +158,13 @@ class GlideDrafter(nn.Module):
         ids = torch.zeros(1, 1, dtype=torch.long, device=one.device)
 
         def at(ctx: int):
+            if getattr(bench, "rows", False):       # the batch engine's caches, as its DrafterState runs them
+                target_cache, glide_cache = bench.fill_rows(one, ctx), bench.fill_rows(glide.base, ctx)
+                rows_ids, positions, mask = glide_cache.inputs([RowInput([0])] * bench.batch)
+                cross = causal_cross_mask(positions, target_cache.width) & target_cache.filled()
+                run = lambda: glide(rows_ids, glide.target_kv(target_cache), one.rope, cache=glide_cache,  # noqa: E731
+                                    position_ids=positions, mask=mask, cross_mask=cross)
+                return run, lambda: None
             pos = torch.tensor([ctx], device=one.device)
             target_cache, glide_cache = bench.fill(one, ctx), bench.fill(glide.base, ctx)
             if bench.mode == "eager":

@@ -133,6 +133,18 @@ def kv_bytes_per_token(module) -> int:
     return sum(t.numel() * t.element_size() for t in (*cache.keys, *cache.values))
 
 
+def check_cache_budget(batch: int, context: int, modules, budget: int | None = None) -> int:
+    """The bytes the batch's KV caches take at `batch` rows of `context` tokens in every module of
+    `modules` (the target, the drafter); InputError in one line past `budget` (default: the memory
+    available)."""
+    needed = batch * context * sum(kv_bytes_per_token(m) for m in modules)
+    budget = memory_available(next(iter(modules)).device) if budget is None else budget
+    if needed > budget:
+        raise InputError(f"batch {batch} at a context of {context} tokens needs {needed / 2**20:,.1f} MiB of "
+                         f"KV cache, over the cache budget of {budget / 2**20:,.1f} MiB")
+    return needed
+
+
 class BatchEngine:
     """Decodes up to `batch` requests of one method at once, requests joining and leaving between steps.
 
@@ -157,11 +169,7 @@ class BatchEngine:
         self.method, self.target, self.sampling, self.seed, self.config = method, target, sampling, seed, config
         self.batch, self.context, self.eos = batch, context, eos_token_id
         modules = [target] + ([self.template.drafter] if self.template.drafter is not None else [])
-        needed = batch * context * sum(kv_bytes_per_token(m) for m in modules)
-        budget = memory_available(target.device) if cache_budget is None else cache_budget
-        if needed > budget:
-            raise InputError(f"batch {batch} at a context of {context} tokens needs {needed / 2**20:,.1f} MiB of "
-                             f"KV cache, over the cache budget of {budget / 2**20:,.1f} MiB")
+        check_cache_budget(batch, context, modules, cache_budget)
         self.target_cache = BatchKVCache(target.config, batch, FIRST_CAPACITY, target.dtype, target.device)
         self.draft_cache: BatchKVCache | None = None      # shaped like the first row's drafter cache
         self.queue: deque[Request] = deque()
@@ -219,6 +227,26 @@ class BatchEngine:
         self.steps += 1
         return BatchStepRecord(self.steps - 1, records, seconds["draft"], seconds["verify"], overhead,
                                seconds["prefill"], finished)
+
+    def preempt(self, request_id: Any) -> list[int]:
+        """Take a request out (vLLM's preemption by recompute): its row, or its place in the queue, is
+        freed and the tokens it generated so far are returned; `add` it again with its prompt and those
+        tokens to resume it (greedy, it continues as it would have)."""
+        for i, row in enumerate(self.rows):
+            if row.request.request_id == request_id:
+                generated = list(row.output)
+                self._remove(i)
+                return generated
+        for request in self.queue:
+            if request.request_id == request_id:
+                self.queue.remove(request)
+                return []
+        raise InputError(f"request id {request_id!r} is neither queued nor decoding")
+
+    def cache_bytes(self) -> int:
+        """Bytes the batch's KV caches hold allocated now (every row at the caches' capacity: padded)."""
+        caches = [c for c in (self.target_cache, self.draft_cache) if c is not None]
+        return sum(t.numel() * t.element_size() for c in caches for t in (*c.keys, *c.values))
 
     def _admit(self) -> list[Any]:
         """Queued requests into free rows: each prefilled alone, then copied into its row."""

@@ -25,6 +25,7 @@ CLIS = [
     ("calibrate.fit", []), ("calibrate.ingest.__main__", []), ("experiments.paper_profiles", []), ("calibrate.transfer", []),
     ("calibrate.vllm.__main__", []), ("experiments.vllm_h100", []),
     ("profiles.migrate", []), ("traces.batch_bench", []), ("calibrate.quick", []),
+    ("experiments.serve_load", []), ("experiments.smollm2_batch", []),
     ("traces.record", []), ("traces.check_replay", []), ("traces.timing", []),
     ("runtime.engine.__main__", []), ("training.__main__", []), ("experiments.examples", []),
 ]

@@ -1,0 +1,197 @@
+"""The SmolLM2 CPU campaign in batches (the library of `python -m experiments.smollm2_batch`): what the
+continuous-batching engine (`runtime.engine.batch`) costs on this CPU at batch 1-32, recorded and
+calibrated into a Profile whose step price follows the batch, each row's tree and context as that
+engine runs them (`batching` "padded": `costmodel.step.PADDED`).
+
+The base campaign (`campaigns.smollm2`) priced batches from forwards timed at batch 1 and 2 and
+never ran one; here, on one pinned core and one thread:
+1. `latency`: `traces.timing --cache batch` (the batch engine's own cache and masks) of the target
+   over every verify width the recorded configurations run, the contexts of the lib-edit prompts and
+   batch 1-32; the trained vanilla drafter's forwards over its tree widths; GLIDE's decode-step draft
+   forward (`traces.drafter_timing`, in the engine's caches) -> `latency.parquet`, `drafter_latency.parquet`;
+2. `steps`: BatchStepTraces of the batched methods (`RUNS`) on calibration prompts (`--prompts`, lib-edit
+   prompts the TokenTraces of the base campaign already use), every configuration decoding them at
+   each batch beside plain decoding of the same prompts at the same batch (`campaigns.measure`);
+3. `profile`: latency tables from 1., the engine terms fitted from 2. (`calibrate.batch_engine`,
+   per-row host work and per-request prefill included), the acceptance entries, drafters and workload
+   carried from the base Profile (`--base-profile`: the same drafters and data), this machine
+   (`profiles.machine.this_machine`) -> `--profile`.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import methods
+from campaigns.measure import Bench, Candidate
+from campaigns.smollm2 import DRAFTERS, TARGET_ARCH, drafter_file, run_module, slug
+from common.errors import InputError
+
+STAGES = ("latency", "steps", "profile")
+BATCHES = "1,2,4,8,16,32"
+PROMPTS = "libedit:1-32"          # calibration prompts (the base campaign's TokenTraces hold libedit 1-48)
+MIN_PROMPTS = 8                   # a batch of B decodes max(B, MIN_PROMPTS) of them
+# every verify width the recorded configurations run (1 to 9 tokens per row) and a little past it
+TARGET_TOKENS = "1,2,3,4,5,6,7,8,9,10,12"
+DRAFT_TOKENS = "1,2,4,8"          # the vanilla drafter's chains (1) and tree levels (2-8 per row)
+CONTEXTS = "128,256,384,512"      # lib-edit prompts hold 136-459 tokens, the longest row of a batch up to ~500
+# the calibration configurations: each batched method, two sizes where it has them (a part's scale and
+# its fixed and per-row costs can be told apart), on its Profile drafter
+RUNS = [Candidate(methods.parse_label(label), drafter) for label, drafter in (
+    ("ar", None), ("sd g1", "vanilla"), ("sd g3", "vanilla"), ("prompt_lookup g2 nmin2 nmax3", None),
+    ("prompt_lookup g5 nmin2 nmax3", None), ("prompt_lookup g8 nmin2 nmax3", None),
+    ("mcsd k2x2 norepl", "vanilla"), ("cape g1 S44442222111", "vanilla"), ("glide g1", "glide"),
+    ("glide g3", "glide"))]
+BATCHED_DRAFTERS = ("vanilla", "glide")       # the drafters the batch engine runs (CORAL and Kangaroo do not batch)
+
+
+def step_path(args, cand: Candidate) -> Path:
+    return args.out / f"steps_{slug(cand.label)}.parquet"
+
+
+# ------------------------------------------------------------------------------------ recording
+
+def stage_latency(args, log) -> None:
+    out = args.out / "latency.parquet"
+    common = ["--ctx", CONTEXTS, "--batch", args.batches, "--cache", "batch", "--threads", str(args.threads),
+              "--rounds", str(args.rounds), "--quiet"]
+    if not out.exists():
+        run_module("traces.timing", ["--model", "smollm2", "--tokens", TARGET_TOKENS, *common, "--out", str(out)], log)
+    out = args.out / "vanilla_latency.parquet"
+    if not out.exists():
+        run_module("traces.timing", ["--model", "smollm2", "--no-target", "--drafter", drafter_file(args, "vanilla"),
+                                     "--tokens", DRAFT_TOKENS, *common, "--out", str(out)], log)
+    out = args.out / "drafter_latency.parquet"
+    if out.exists():
+        return
+    import torch
+
+    from traces.drafter_timing import drafter_entries, write_drafter_latency
+    from traces.timer import Timer
+    from traces.timing import int_list
+
+    torch.set_num_threads(args.threads)
+    device = torch.device("cpu")
+    entries = {k: v for k, v in drafter_entries(TARGET_ARCH).items() if k == "glide"}
+    frame = write_drafter_latency(out, (TARGET_ARCH,), int_list(CONTEXTS, "ctx", 0), Timer(device, 1, 5, 3, 2.0),
+                                  device, torch.float32, entries=entries, batches=int_list(args.batches, "batch", 1),
+                                  rows=True)
+    log(f"wrote {len(frame)} GLIDE latency rows to {out}")
+
+
+def stage_steps(args, log) -> None:
+    """BatchStepTraces of RUNS on `--prompts` at every batch (`Bench.measure_batches`), one file per
+    configuration (plain decoding's file holds every configuration's partners)."""
+    from runtime.prompts import load_prompt_mix
+    from traces.timing import int_list
+
+    plain = RUNS[0]
+    todo = [c for c in RUNS[1:] if not step_path(args, c).exists()]
+    if not todo:
+        return
+    if step_path(args, plain).exists():
+        raise InputError(f"{step_path(args, plain)} holds the partners of an earlier recording: record every "
+                         "configuration afresh (remove the folder's steps_*.parquet)")
+    bench = Bench("smollm2", DRAFTERS, args.drafters, args.threads)
+    prompts = bench.encode(load_prompt_mix(args.prompts))
+    _, steps = bench.measure_batches([plain, *todo], prompts, int_list(args.batches, "batch", 1),
+                                     repeats=args.repeats, max_new_tokens=args.max_new_tokens, log=log,
+                                     prompts_at=lambda batch: max(batch, args.min_prompts))
+    for cand in [plain, *todo]:
+        write_batch_steps(args, cand, steps[steps["candidate"] == cand.label].drop(columns=["candidate"]))
+    log(f"wrote {len(todo) + 1} batch step traces to {args.out}")
+
+
+def write_batch_steps(args, cand: Candidate, rows: pd.DataFrame) -> None:
+    from common.rundir import git_commit
+    from traces import schema
+
+    meta = schema.RunMetadata(kind="batch_step", models={"target": "smollm2", **({"drafter": cand.drafter}
+                                                                                  if cand.drafter else {})},
+                              hardware="CPU", dtype="fp32", temperature=0.0, dataset=args.prompts, seed=0,
+                              commit=git_commit(), extra={"label": cand.label, "threads": args.threads,
+                                                          "repeats": args.repeats, "batches": args.batches,
+                                                          "measured_by": "campaigns.measure.Bench.measure_batches"})
+    schema.write_trace(step_path(args, cand), rows, meta)
+
+
+# ------------------------------------------------------------------------------------ calibration
+
+def latency_tables(args) -> dict[str, dict]:
+    """Profile latency models (measured tables) of the target, the vanilla drafter and GLIDE."""
+    from calibrate.latency import fit_latency
+    from traces.schema import read_trace
+
+    names = {"smollm2": TARGET_ARCH, drafter_file(args, "vanilla"): DRAFTERS["vanilla"].model}
+    frames = [read_trace(args.out / f, kind="latency")[0]
+              for f in ("latency.parquet", "vanilla_latency.parquet", "drafter_latency.parquet")]
+    rows = pd.concat(frames, ignore_index=True)
+    rows["model"] = rows["model"].replace(names)
+    out = {}
+    for model, group in rows[rows["role"].isin(["target", "draft"])].groupby("model"):
+        fitted = fit_latency(group, "table", arch=None, hardware="CPU", dtype="fp32", name=model).to_dict()
+        fitted["fit"] = {k: v for k, v in fitted["fit"].items() if not (isinstance(v, float) and np.isnan(v))}
+        out[model] = fitted
+    return out
+
+
+def carried(base) -> tuple[dict, dict, list[str]]:
+    """(acceptance entries, drafter entries, their keys) of the base Profile that the batch engine runs:
+    prompt lookup's and the batched drafters' (`BATCHED_DRAFTERS`)."""
+    drafters = {name: base.drafter(name).to_dict() for name in BATCHED_DRAFTERS}
+    drafters["prompt_lookup"] = base.drafter("prompt_lookup").to_dict()
+    keys = [k for k, a in base.acceptance.items() if a.drafter in drafters or k.split("/")[0] in drafters]
+    return {k: base.acceptance[k].to_dict() for k in keys}, drafters, keys
+
+
+def stage_profile(args, log) -> None:
+    from calibrate.batch_engine import batch_steps, fit_batch_engine
+    from calibrate.engine import StepRun
+    from common.rundir import git_commit
+    from profiles.machine import this_machine
+    from profiles.parts import EngineTerms
+    from profiles.profile import Profile
+    from runtime.prompts import load_prompt_mix
+    from traces.schema import read_trace
+
+    base = Profile.load(args.base_profile)
+    acceptance, drafters, keys = carried(base)
+    runs = []
+    for cand in RUNS:
+        frame, meta = read_trace(step_path(args, cand), kind="batch_step")
+        recorded_as = str(frame["dataset"].iloc[0])
+        dataset = base.dataset_named(recorded_as)          # the Profile's name of the prompt set: 'libedit' -> 'lib-edit'
+        if dataset is None:
+            raise InputError(f"{step_path(args, cand)}: dataset '{recorded_as}' is none of the base Profile's "
+                             f"({', '.join(base.datasets())})")
+        runs.append(StepRun(batch_steps(frame).assign(dataset=dataset), cand.drafter, dataset))
+    recorded = [p.prompt_id for p in load_prompt_mix(args.prompts)]
+    profile = Profile.build(
+        name="smollm2-135m on this CPU, continuous batching (project recordings)", hardware="CPU", dtype="fp32",
+        target=TARGET_ARCH, models={TARGET_ARCH: base.arch().to_dict()}, latency=latency_tables(args),
+        acceptance=acceptance, drafters=drafters, workload={d: w.to_dict() for d, w in base.workload.items()},
+        machine=this_machine(args.threads).to_dict(),
+        provenance={"built_by": "python -m experiments.smollm2_batch", "commit": git_commit(),
+                    "created": dt.datetime.now(dt.timezone.utc).isoformat(),
+                    "sources": [str(p) for p in sorted(args.out.glob("*.parquet"))],
+                    "carried": {"from": str(args.base_profile), "acceptance": keys, "workload": sorted(base.workload),
+                                "why": "the same trained drafters on the same datasets: acceptance belongs to "
+                                       "(target, drafter, data), not to the batch (each row decodes as it does alone)"},
+                    "assumptions": [f"greedy decoding; the batch engine (runtime.engine.batch) at batch {args.batches} "
+                                    f"on {args.prompts} (max(B, {args.min_prompts}) prompts per run), "
+                                    f"{args.max_new_tokens} new tokens", f"latency: measured tables in the batch engine's "
+                                    f"caches (traces.timing --cache batch), fp32, {args.threads} thread(s) pinned to one core",
+                                    "engine: padded rows (widest tree, longest context), per-row host terms and per-request "
+                                    "prefill fitted from the BatchStepTraces (calibrate.batch_engine)"],
+                    "calibration_prompts": sorted(set(base.provenance.calibration_prompts) | set(recorded))})
+    engine = fit_batch_engine(profile, runs)
+    profile = replace(profile, engine=EngineTerms.of(engine))
+    heldout = engine["fit"]["heldout"]
+    log(f"batch engine calibration: held-out speedup error median {100 * heldout['speedup_error_median']:.1f}%, "
+        f"p90 {100 * heldout['speedup_error_p90']:.1f}%; terms on a bound: {engine['fit']['warnings'] or 'none'}")
+    profile.save(args.profile)
+    log(f"wrote {args.profile}")

@@ -1,0 +1,118 @@
+"""`python -m experiments.serve_load`: a served load priced by the simulator, then served by the engine.
+
+    taskset -c 1 python -m experiments.serve_load --profile data/profiles/smollm2-135m-cpu.json \\
+        --target smollm2 --prompts libedit:59-99 --configs configs.txt --threads 1 --out out/served
+
+(configs.txt: a configuration a line, e.g. "prompt_lookup g5 nmin2 nmax3"; a Profile whose engine pads its
+rows, written by `python -m experiments.smollm2_batch`, prices the batches as this engine runs them.)
+
+A fixed request mix (`--requests` held-out prompts of `--prompts` with output lengths of `--output-lens`,
+seeded) arrives as a Poisson process at each of `--rates` (requests/s, or xM: M times the capacity the
+simulator predicts for plain decoding; or at the times of `--arrival-trace`). Each configuration of
+`--configs` (plain decoding always among them) is priced by the simulator first (predictions.csv,
+written before anything is served), then served by `traces.serve` on the continuous-batching engine
+with `--max-batch` rows, FCFS admission and a KV budget of `--kv-tokens` (each running row reserving
+its widest tree's slots, as vLLM reserves lookahead slots). Writes served.csv (per rate and
+configuration: throughput, p50/p90 TTFT, TPOT and end-to-end, predicted, measured and the relative
+error, and the KV memory each method held), requests.csv and steps.csv (measured), report.md.
+What it all means is `fidelity.served`.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from campaigns.measure import Bench
+from common import atomic
+from common.cli import CliParser, cli_entry, require_positive
+from common.errors import InputError
+from common.rundir import add_overwrite_option, start_run
+from fidelity.run import check_held_out, check_target, read_candidates
+from fidelity.served import (MULTIPLES, capacity, check_requests, compare_loads, make_loads, parse_rates,
+                             predict_load, read_arrival_trace, request_mix, serve_loads)
+from fidelity.served_report import served_report
+from profiles.profile import Profile
+from runtime.prompts import load_prompt_mix
+from traces.timing import int_list
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = CliParser(prog="python -m experiments.serve_load", description=__doc__.splitlines()[0])
+    p.add_argument("--profile", required=True, type=Path, help="Profile JSON of the batch engine (batching padded)")
+    p.add_argument("--target", required=True, help="target model spec the Profile describes (e.g. smollm2)")
+    p.add_argument("--prompts", required=True, help="held-out prompts the requests draw from, one dataset (set:A-B)")
+    p.add_argument("--configs", required=True, type=Path, help="file of configurations, one 'label [@drafter]' a line")
+    p.add_argument("--out", required=True, type=Path, help="output folder")
+    add_overwrite_option(p)
+    p.add_argument("--drafters", type=Path, default=Path("artifacts/drafters"), help="trained drafters' folder")
+    p.add_argument("--rates", default=",".join(f"x{m:g}" for m in MULTIPLES),
+                   help="arrival rates, requests/s, or xM for M times plain decoding's predicted capacity "
+                        "(default %(default)s: light, near capacity, overload)")
+    p.add_argument("--arrival-trace", type=Path, default=None,
+                   help="a CSV whose column arrival_s gives the arrival times instead of --rates (default: none)")
+    p.add_argument("--requests", type=int, default=40, help="requests per load (default %(default)s)")
+    p.add_argument("--output-lens", default="32,48,64", help="output lengths the mix draws from (default %(default)s)")
+    p.add_argument("--max-batch", type=int, default=8, help="rows decoded at once (default %(default)s)")
+    p.add_argument("--kv-tokens", type=int, default=3200, help="KV budget in tokens (default %(default)s)")
+    p.add_argument("--context", type=int, default=1024, help="the most tokens a request holds (default %(default)s)")
+    p.add_argument("--sim-repeats", type=int, default=10, help="simulated seeds per load (default %(default)s)")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the mix, the arrivals and the simulator (default 0)")
+    return p
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else list(argv)
+    require_positive(args, ("requests", "max_batch", "kv_tokens", "context", "sim_repeats", "threads"))
+    output_lens = list(int_list(args.output_lens, "output-lens", 1))
+    if args.arrival_trace is None:
+        parse_rates(args.rates)
+    else:
+        read_arrival_trace(args.arrival_trace)
+    profile = Profile.load(args.profile)
+    chosen = load_prompt_mix(args.prompts)
+    check_held_out(profile, [p.prompt_id for p in chosen])
+    if len({p.dataset for p in chosen}) != 1:
+        raise InputError("--prompts: a served mix draws from one dataset (its acceptance prices every request)")
+    cands = read_candidates(args.configs)
+    bench = Bench(args.target, profile.drafters, args.drafters, args.threads, args.seed)
+    check_target(profile, bench)
+    encoded = {pid: ids for _, pid, ids in bench.encode(chosen)}
+    check_requests(bench, cands, encoded, output_lens, args.max_batch, args.context)
+    mix = request_mix(list(encoded.items()), args.requests, output_lens, args.seed)
+    plain_capacity = capacity(profile, mix, args.max_batch, args.kv_tokens, args.seed)
+    runs = make_loads(mix, plain_capacity, args.rates, args.arrival_trace, args.seed)
+    start_run(args.out, "experiments.serve_load", argv, args.overwrite)
+    log = lambda m: print(m, flush=True)
+
+    predicted = pd.DataFrame([{"load": name, "rate": rate, "candidate": cand.label,
+                               **predict_load(profile, cand, load, args.max_batch, args.kv_tokens, args.seed,
+                                              args.sim_repeats)}
+                              for name, rate, load in runs for cand in cands])
+    atomic.write_csv(args.out / "predictions.csv", predicted.assign(plain_capacity_req_s=plain_capacity))
+    log(f"wrote {args.out / 'predictions.csv'} before serving (plain decoding's predicted capacity "
+        f"{plain_capacity:.3f} requests/s)")
+    started = time.perf_counter()
+    measured, requests, steps = serve_loads(bench, cands, runs, encoded, profile, args.max_batch, args.kv_tokens,
+                                            args.context, log)
+    atomic.write_csv(args.out / "requests.csv", requests)
+    atomic.write_csv(args.out / "steps.csv", steps)
+    table = compare_loads(predicted, measured)
+    atomic.write_csv(args.out / "served.csv", table)
+    minutes = (time.perf_counter() - started) / 60
+    atomic.write_text(args.out / "report.md", served_report(table, args, profile, plain_capacity, minutes))
+    errors = table[[c for c in table.columns if c.endswith("_rel_error")]].abs().to_numpy()
+    print(f"served {len(runs)} loads x {len(cands)} configurations in {minutes:.1f} min; |error| median "
+          f"{100 * np.nanmedian(errors):.1f}%, worst {100 * np.nanmax(errors):.1f}%; wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""A served load, priced by the simulator before the engine serves it (`python -m experiments.serve_load`).
+
+A fixed request mix (seeded: each request a held-out prompt and an output length) arrives as a Poisson
+process (or at the times of an arrival trace) at a few rates, set as multiples of the capacity the
+simulator predicts for plain decoding (`capacity`: the mix served all at once, requests per second).
+For each rate and configuration the simulator (`simulator.serving`, the Profile's padded batch engine,
+the loop's max batch and KV budget) predicts per request TTFT, TPOT and end-to-end (`predict_load`,
+written first); then `traces.serve` serves the same arrivals on the continuous-batching engine
+(`measure_load`). Both tables are summarised the same way (`summarise`) and set side by side
+(`compare_loads`), with the KV memory each method held.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+import methods
+from campaigns.measure import Bench, Candidate
+from common.errors import InputError
+from common.seeds import derive_seed
+from fidelity.batch import check_cache_budget
+from methods import BASELINE
+from runtime.engine.batch import kv_bytes_per_token
+from simulator import Cluster, Workload, simulate_serving
+from simulator.methods import build_step_model
+from simulator.workload import make_requests
+from traces.serve import Arrival, Limits, serve
+
+MULTIPLES = (0.3, 0.9, 1.5)          # light, near capacity, overload: of plain decoding's predicted capacity
+QUANTILES = {"p50": 0.5, "p90": 0.9}
+METRICS = ("throughput_tok_s", "ttft_s_p50", "ttft_s_p90", "tpot_s_p50", "tpot_s_p90", "e2e_s_p50", "e2e_s_p90")
+
+
+def parse_rates(text: str) -> list[tuple[str, float]]:
+    """'x0.3,x0.9,x1.5' (multiples of plain decoding's predicted capacity) or '0.2,0.5' (requests/s)
+    -> [(kind, value)]: kind 'x' or 'rate'; every value > 0, else one line."""
+    out = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        kind, number = ("x", item[1:]) if item.startswith("x") else ("rate", item)
+        try:
+            value = float(number)
+        except ValueError:
+            raise InputError(f"--rates: '{item}' is not a number of requests/s or xMULTIPLE") from None
+        if not (np.isfinite(value) and value > 0):
+            raise InputError(f"--rates: arrival rates must be > 0, got '{item}'")
+        out.append((kind, value))
+    if not out:
+        raise InputError(f"--rates names no rate: '{text}'")
+    return out
+
+
+def read_arrival_trace(path) -> np.ndarray:
+    """Arrival times (seconds, column arrival_s) of a CSV, in its order; refused where they go backwards."""
+    if not Path(path).is_file():
+        raise InputError(f"--arrival-trace not found: {path}")
+    frame = pd.read_csv(path)
+    if "arrival_s" not in frame:
+        raise InputError(f"--arrival-trace {path} has no column arrival_s")
+    times = pd.to_numeric(frame["arrival_s"], errors="coerce").to_numpy(float)
+    if np.isnan(times).any() or (times < 0).any():
+        raise InputError(f"--arrival-trace {path}: arrival_s must hold numbers >= 0")
+    back = np.flatnonzero(np.diff(times) < 0)
+    if back.size:
+        raise InputError(f"--arrival-trace {path}: arrival times go backwards at row {int(back[0]) + 1} "
+                         f"({times[back[0] + 1]:g} s after {times[back[0]]:g} s)")
+    return times
+
+
+def request_mix(prompts: list[tuple[str, list[int]]], n: int, output_lens: list[int], seed: int) -> pd.DataFrame:
+    """`n` requests, each a prompt of `prompts` (prompt id, token ids) and an output length of
+    `output_lens`, drawn with a seeded generator: one fixed mix for every rate and configuration."""
+    rng = np.random.default_rng(derive_seed(seed, "request mix"))
+    pick = rng.integers(0, len(prompts), n)
+    return pd.DataFrame({"request_id": [f"r{i}" for i in range(n)], "prompt_id": [prompts[i][0] for i in pick],
+                         "prompt_len": [len(prompts[i][1]) for i in pick],
+                         "output_len": rng.choice(np.asarray(output_lens, np.int64), n)})
+
+
+def poisson_arrivals(n: int, rate: float, seed: int) -> np.ndarray:
+    """`n` Poisson arrival times at `rate` requests/s (`simulator.workload`, seeded)."""
+    return make_requests(Workload(rate=rate, n_requests=n, arrival="poisson"), derive_seed(seed, "arrivals", rate))[
+        "arrival_s"].to_numpy(float)
+
+
+def sim_config(cand: Candidate) -> dict:
+    """The simulator's configuration of `cand`: its method's settings and its drafter."""
+    return {**cand.config.to_dict(), **({"drafter": cand.drafter} if cand.drafter else {})}
+
+
+def _simulate(profile, cand: Candidate, load: pd.DataFrame, max_batch: int, kv_tokens: int, seed: int) -> pd.DataFrame:
+    result = simulate_serving(profile, cand.method, sim_config(cand),
+                              Workload(arrival="trace", trace=load[["arrival_s", "prompt_len", "output_len"]]),
+                              Cluster(max_batch=max_batch, kv_tokens=kv_tokens), seed)
+    return result.requests
+
+
+def capacity(profile, mix: pd.DataFrame, max_batch: int, kv_tokens: int, seed: int) -> float:
+    """Requests/s plain decoding serves when the whole mix arrives at once (the simulator's)."""
+    plain = Candidate(methods.get(BASELINE).config())
+    served = _simulate(profile, plain, mix.assign(arrival_s=0.0), max_batch, kv_tokens, seed)
+    return float((served["status"] == "done").sum() / served["finish_s"].max())
+
+
+def summarise(requests: pd.DataFrame) -> dict[str, float]:
+    """Throughput (tokens of completed requests over the first arrival to the last finish) and the
+    p50 / p90 of TTFT, TPOT and end-to-end over completed requests; counts of oom and preemptions.
+    One definition for the simulator's requests and the loop's (`traces.serve`)."""
+    done = requests[requests["status"] == "done"]
+    span = float(requests["finish_s"].max() - requests["arrival_s"].min())
+    out = {"requests": len(requests), "completed": len(done), "oom": int((requests["status"] == "oom").sum()),
+           "preemptions": int(requests["preemptions"].sum()), "throughput_tok_s": float(done["generated"].sum()) / span}
+    for metric in ("ttft_s", "tpot_s", "e2e_s"):
+        for name, q in QUANTILES.items():
+            out[f"{metric}_{name}"] = float(np.quantile(done[metric], q)) if len(done) else float("nan")
+    return out
+
+
+def predict_load(profile, cand: Candidate, load: pd.DataFrame, max_batch: int, kv_tokens: int, seed: int,
+                 repeats: int) -> dict[str, float]:
+    """The simulator's summary of `load`: its requests over `repeats` seeds pooled for the quantiles,
+    the throughput their mean."""
+    runs = [_simulate(profile, cand, load, max_batch, kv_tokens, derive_seed(seed, "serve", cand.label, r))
+            for r in range(repeats)]
+    pooled = summarise(pd.concat(runs, ignore_index=True))
+    pooled["throughput_tok_s"] = float(np.mean([summarise(r)["throughput_tok_s"] for r in runs]))
+    for key in ("requests", "completed", "oom", "preemptions"):
+        pooled[key] = float(np.mean([summarise(r)[key] for r in runs]))
+    return pooled
+
+
+def measure_load(bench: Bench, cand: Candidate, load: pd.DataFrame, ids: dict[str, list[int]], max_batch: int,
+                 kv_tokens: int, reserve: int, context: int):
+    """`traces.serve` of `load` (its prompts' token ids in `ids`) on the engine of `cand` (a `Served`)."""
+    arrivals = [Arrival(r.request_id, float(r.arrival_s), tuple(ids[r.prompt_id]), int(r.output_len))
+                for r in load.itertuples()]
+    return serve(bench.batch_engine(cand, max_batch, context), arrivals, Limits(kv_tokens, reserve))
+
+
+def compare_loads(predicted: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
+    """Per (rate, configuration): each metric predicted and measured and the relative error."""
+    keys = ["load", "rate", "candidate"]
+    both = predicted.merge(measured, on=keys, suffixes=("_predicted", "_measured"))
+    for metric in METRICS:
+        both[f"{metric}_rel_error"] = both[f"{metric}_predicted"] / both[f"{metric}_measured"] - 1.0
+    order = keys + [f"{m}_{s}" for m in METRICS for s in ("predicted", "measured", "rel_error")]
+    return both[order + [c for c in both.columns if c not in order]]
+
+
+def kv_held(bench: Bench, cand: Candidate, steps: pd.DataFrame) -> dict[str, float]:
+    """The KV memory a served run held: vLLM's accounting (every running row's context plus its reserved
+    slots, target and drafter bytes per token) at its mean and peak, and what the engine's padded
+    caches allocated at their peak, in MiB."""
+    modules = [bench.target.model]
+    drafter = bench._drafter_argument(cand)
+    if drafter is not None and not isinstance(drafter, str):
+        modules.append(drafter)
+    per_token = sum(kv_bytes_per_token(m) for m in modules)
+    return {"kv_bytes_per_token": per_token, "kv_held_tokens_mean": float(steps["held_tokens"].mean()),
+            "kv_held_tokens_max": float(steps["held_tokens"].max()),
+            "kv_held_mib_max": float(steps["held_tokens"].max() * per_token / 2 ** 20),
+            "kv_allocated_mib_max": float(steps["allocated_bytes"].max() / 2 ** 20)}
+
+
+def make_loads(mix: pd.DataFrame, plain_capacity: float, rates: str, arrival_trace: Path | None,
+               seed: int) -> list[tuple[str, float, pd.DataFrame]]:
+    """(name, rate, the mix with its arrival times) per load: Poisson arrivals at each of `rates`
+    (`parse_rates`; xM: M times `plain_capacity`), or the times of `arrival_trace` (one load)."""
+    if arrival_trace is not None:
+        times = read_arrival_trace(arrival_trace)
+        if len(times) < len(mix):
+            raise InputError(f"--arrival-trace holds {len(times)} arrivals for {len(mix)} requests")
+        return [("trace", len(mix) / max(float(times[len(mix) - 1]), 1e-9), mix.assign(arrival_s=times[: len(mix)]))]
+    out = []
+    for kind, value in parse_rates(rates):
+        rate = value * plain_capacity if kind == "x" else value
+        name = f"x{value:g}" if kind == "x" else f"{value:g}/s"
+        out.append((name, rate, mix.assign(arrival_s=poisson_arrivals(len(mix), rate, seed))))
+    return out
+
+
+def check_requests(bench: Bench, cands: list[Candidate], encoded: dict[str, list[int]], output_lens: list[int],
+                   max_batch: int, context: int) -> None:
+    """Refuse, before anything is written, a prompt that with the longest output passes `context`, and
+    a max batch whose KV caches at `context` tokens a row exceed the memory available."""
+    too_long = [pid for pid, ids in encoded.items() if len(ids) + max(output_lens) > context]
+    if too_long:
+        raise InputError(f"prompt {too_long[0]} ({len(encoded[too_long[0]])} tokens) and {max(output_lens)} new tokens "
+                         f"exceed --context {context}")
+    check_cache_budget(bench, cands, [max_batch], context)
+
+
+def serve_loads(bench: Bench, cands: list[Candidate], runs: list[tuple[str, float, pd.DataFrame]],
+                encoded: dict[str, list[int]], profile, max_batch: int, kv_tokens: int, context: int,
+                log: Callable[[str], None]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Every load served by every configuration on the engine (the order alternating from load to load,
+    each engine warmed up once, untimed, first): (per load and configuration its `summarise` and
+    `kv_held`; every request; every step)."""
+    first = list(encoded.values())[:2]
+    for cand in cands:                                          # warm-up, untimed
+        bench.batch_engine(cand, min(2, max_batch), context).generate(first, 4)
+    measured, requests, steps = [], [], []
+    for i, (name, rate, load) in enumerate(runs):
+        for cand in cands if i % 2 == 0 else cands[::-1]:
+            reserve = build_step_model(profile, cand.method, sim_config(cand)).reserve_tokens
+            served = measure_load(bench, cand, load, encoded, max_batch, kv_tokens, reserve, context)
+            tag = {"load": name, "rate": rate, "candidate": cand.label}
+            measured.append({**tag, **summarise(served.requests), **kv_held(bench, cand, served.steps)})
+            requests.append(served.requests.assign(**tag))
+            steps.append(served.steps.assign(**tag))
+            log(f"{name} ({rate:.3f}/s) {cand.label}: {measured[-1]['throughput_tok_s']:.1f} tok/s, "
+                f"TTFT p50 {measured[-1]['ttft_s_p50']:.2f} s, TPOT p50 {1e3 * measured[-1]['tpot_s_p50']:.1f} ms")
+    return pd.DataFrame(measured), pd.concat(requests, ignore_index=True), pd.concat(steps, ignore_index=True)

@@ -1,0 +1,105 @@
+"""experiments.serve_load: bad loads refused in one line before anything is written; the request mix and
+its arrivals seeded; one summary for the simulator's requests and the loop's."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import runtime.engine.batch as batch_engine
+from common.bundled import bundled
+from common.errors import InputError
+from experiments import serve_load
+from fidelity import served
+
+
+def _argv(tmp_path, *extra):
+    configs = tmp_path / "configs.txt"
+    configs.write_text("ar\nprompt_lookup g5 nmin2 nmax3\n")
+    return ["--profile", str(bundled("profiles", "smollm2-135m-cpu.json")), "--target", "smollm2",
+            "--prompts", "libedit:59-62", "--configs", str(configs), "--out", str(tmp_path / "o"), *extra]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (("--rates", "x0.3,0"), "error: --rates: arrival rates must be > 0, got '0'"),
+    (("--rates", "-2"), "error: --rates: arrival rates must be > 0, got '-2'"),
+    (("--max-batch", "0"), "error: --max-batch must be >= 1, got 0"),
+])
+def test_bad_loads_are_refused_before_anything_is_written(tmp_path, capsys, extra, message):
+    assert serve_load.main(_argv(tmp_path, *extra)) == 2
+    assert capsys.readouterr().err.strip() == message
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_arrival_trace_whose_times_go_backwards_is_refused(tmp_path, capsys):
+    trace = tmp_path / "arrivals.csv"
+    pd.DataFrame({"arrival_s": [0.0, 1.5, 1.2]}).to_csv(trace, index=False)
+    assert serve_load.main(_argv(tmp_path, "--arrival-trace", str(trace))) == 2
+    assert capsys.readouterr().err.strip() == (f"error: --arrival-trace {trace}: arrival times go backwards at row 2 "
+                                               "(1.2 s after 1.5 s)")
+    assert not (tmp_path / "o").exists()
+
+
+def _error_line(capsys) -> str:
+    """The one error line (loading the model may print its progress on stderr before it)."""
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, errors
+    return errors[0]
+
+
+@pytest.mark.slow
+def test_a_prompt_longer_than_the_context_or_a_batch_over_the_cache_budget_is_refused(tmp_path, capsys, monkeypatch):
+    assert serve_load.main(_argv(tmp_path, "--context", "100")) == 2
+    err = _error_line(capsys)
+    assert err.startswith("error: prompt libedit/58 (") and err.endswith(" tokens) and 64 new tokens exceed --context 100")
+    assert not (tmp_path / "o").exists()
+    monkeypatch.setattr(batch_engine, "memory_available", lambda device: 8 * 2 ** 20)
+    assert serve_load.main(_argv(tmp_path, "--max-batch", "64")) == 2
+    err = _error_line(capsys)
+    assert err.startswith("error: batch 64 at a context of 1024 tokens needs ") and err.endswith("over the cache budget of 8.0 MiB")
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+def test_a_small_load_is_predicted_first_then_served(tmp_path, capsys):
+    argv = _argv(tmp_path, "--rates", "0.5,x1", "--requests", "3", "--output-lens", "4,6", "--max-batch", "2",
+                 "--sim-repeats", "2", "--context", "512")
+    assert serve_load.main(argv) == 0, capsys.readouterr().err
+    out = tmp_path / "o"
+    predicted, table = pd.read_csv(out / "predictions.csv"), pd.read_csv(out / "served.csv")
+    requests, steps = pd.read_csv(out / "requests.csv"), pd.read_csv(out / "steps.csv")
+    assert predicted["plain_capacity_req_s"].gt(0).all() and set(predicted["load"]) == {"0.5/s", "x1"}
+    assert (out / "predictions.csv").stat().st_mtime <= (out / "requests.csv").stat().st_mtime   # written first
+    assert set(zip(table["load"], table["candidate"])) == {(load, c) for load in ("0.5/s", "x1")
+                                                           for c in ("ar", "prompt_lookup g5 nmin2 nmax3")}
+    assert (table["completed_measured"] == 3).all() and table["throughput_tok_s_measured"].gt(0).all()
+    assert np.isfinite(table[[c for c in table if c.endswith("_rel_error")]].to_numpy(float)).all()
+    assert len(requests) == 2 * 2 * 3 and (requests["status"] == "done").all()
+    assert (requests["generated"] <= requests["output_len"]).all() and (requests["ttft_s"] > 0).all()
+    assert (steps["rows"] <= 2).all() and (steps["held_tokens"] <= 3200).all()
+    assert table["kv_allocated_mib_max"].gt(0).all()
+    text = (out / "report.md").read_text()
+    assert "## Against the targets" in text and "## KV memory each method held" in text
+
+
+def test_the_mix_and_its_arrivals_are_seeded():
+    prompts = [("a", [1] * 10), ("b", [2] * 20), ("c", [3] * 30)]
+    one, two = served.request_mix(prompts, 12, [8, 16], 0), served.request_mix(prompts, 12, [8, 16], 0)
+    pd.testing.assert_frame_equal(one, two)
+    assert set(one["prompt_id"]) <= {"a", "b", "c"} and set(one["output_len"]) <= {8, 16}
+    assert dict(zip(one["prompt_id"], one["prompt_len"])) == {k: len(v) for k, v in prompts if k in set(one["prompt_id"])}
+    times = served.poisson_arrivals(200, 2.0, 0)
+    assert (np.diff(times) >= 0).all() and 200 / times[-1] == pytest.approx(2.0, rel=0.2)
+    assert (served.poisson_arrivals(200, 2.0, 0) == times).all()
+    with pytest.raises(InputError, match="arrival rates must be > 0"):
+        served.parse_rates("x1,0.0")
+    assert served.parse_rates("x0.5,2") == [("x", 0.5), ("rate", 2.0)]
+
+
+def test_one_summary_for_predicted_and_measured_requests():
+    requests = pd.DataFrame({"arrival_s": [0.0, 1.0, 2.0], "finish_s": [3.0, 4.0, 10.0], "generated": [10, 20, 0],
+                             "status": ["done", "done", "oom"], "preemptions": [0, 1, 0],
+                             "ttft_s": [1.0, 2.0, np.nan], "tpot_s": [0.1, 0.3, np.nan], "e2e_s": [3.0, 3.0, np.nan]})
+    s = served.summarise(requests)
+    assert s["throughput_tok_s"] == pytest.approx(30 / 10) and s["completed"] == 2 and s["oom"] == 1
+    assert s["tpot_s_p50"] == pytest.approx(0.2) and s["ttft_s_p90"] == pytest.approx(1.9) and s["preemptions"] == 1
