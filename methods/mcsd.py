@@ -3,6 +3,7 @@ candidates, verified level by level by MCSS with or without replacement."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -146,21 +147,10 @@ class MCSD(MethodSpec):
     def space(self, setup, budget: int = DEFAULT_BUDGET, max_depth: int = MAX_DEPTH, choices=K_CHOICES):
         """k-configurations up to `budget` x replacement modes the acceptance entry records.
         Columns: k (tuple), replacement, gamma (depth), budget (prod k), tree_tokens, monotone,
-        k1..k<max_depth> (levels, 0 past the depth)."""
+        k1..k<max_depth> (levels, 0 past the depth). The same options give the same space, built once
+        (a sweep asks for it once per acceptance entry); each caller gets its own copy."""
         modes = (True, False) if setup.acceptance.alpha_at_k_without_replacement else (True,)
-        ks = k_configurations(budget, choices=choices, max_depth=max_depth)
-        gamma = np.fromiter(map(len, ks), dtype=np.int64, count=len(ks))
-        kmat = k_matrix(ks, gamma)
-        used = np.arange(kmat.shape[1])[None, :] < gamma[:, None]
-        running = np.cumprod(kmat, axis=1)
-        levels = {f"k{i + 1}": np.where(used[:, i], kmat[:, i], 0) for i in range(kmat.shape[1])}
-        frames = [pd.DataFrame({"k": ks, "replacement": repl, "gamma": gamma, "budget": running[:, -1],
-                                "tree_tokens": (running * used).sum(axis=1),
-                                "monotone": np.all(np.diff(kmat, axis=1) <= 0, axis=1), **levels})
-                  for repl in modes]
-        frame = pd.concat(frames, ignore_index=True)
-        frame["config"] = self.config.labels(frame)
-        return frame
+        return _space(budget, max_depth, tuple(choices), modes).copy()
 
     def space_size(self, setup, budget: int = DEFAULT_BUDGET, max_depth: int = MAX_DEPTH, choices=K_CHOICES) -> int:
         """Rows of `space` with the same options, counted without building it."""
@@ -214,3 +204,21 @@ class MCSD(MethodSpec):
 
 SPEC = MCSD()
 ORDER = 2
+
+
+@lru_cache(maxsize=8)
+def _space(budget: int, max_depth: int, choices: tuple[int, ...], modes: tuple[bool, ...]) -> pd.DataFrame:
+    """`MCSDSpec.space`'s frame for one set of options."""
+    ks = k_configurations(budget, choices=choices, max_depth=max_depth)
+    gamma = np.fromiter(map(len, ks), dtype=np.int64, count=len(ks))
+    kmat = k_matrix(ks, gamma)
+    used = np.arange(kmat.shape[1])[None, :] < gamma[:, None]
+    running = np.cumprod(kmat, axis=1)
+    levels = {f"k{i + 1}": np.where(used[:, i], kmat[:, i], 0) for i in range(kmat.shape[1])}
+    frames = [pd.DataFrame({"k": ks, "replacement": repl, "gamma": gamma, "budget": running[:, -1],
+                            "tree_tokens": (running * used).sum(axis=1),
+                            "monotone": np.all(np.diff(kmat, axis=1) <= 0, axis=1), **levels})
+              for repl in modes]
+    frame = pd.concat(frames, ignore_index=True)
+    frame["config"] = MCSDConfig.labels(frame)
+    return frame
