@@ -4,11 +4,12 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-stamp
 OUT    ?= out/sweep
-# pytest workers (pytest-xdist): one per core, at most four (the suite is single-threaded work;
-# two workers on 2 cores take it from ~13 to ~8 minutes). WORKERS= runs it in one process.
+# pytest workers (pytest-xdist): one per core, at most four (the suite is single-threaded work).
+# WORKERS= runs it in one process. `test` leaves out the tests marked slow (they load SmolLM2 and
+# decode, or re-run a campaign's stages: minutes each); `test-all` runs them too.
 WORKERS ?= -n auto --maxprocesses 4
 
-.PHONY: setup sweep test test-fast bench reproduce verify examples clean
+.PHONY: setup sweep test test-all bench reproduce verify examples clean
 
 setup: $(STAMP)
 
@@ -28,10 +29,10 @@ sweep: setup
 	$(PY) -m experiments.sweep --out $(OUT) --overwrite
 
 test: setup
-	$(PY) -m pytest -q $(WORKERS)
-
-test-fast: setup
 	$(PY) -m pytest -q $(WORKERS) -m "not slow"
+
+test-all: setup
+	$(PY) -m pytest -q $(WORKERS)
 
 bench: setup
 	$(PY) -m experiments.bench.costmodel

@@ -53,6 +53,7 @@ FIT_REL = 1e-4       # what the rebuilt fits are held to: far below any figure r
 
 
 @pytest.mark.skipif(not BUNDLED_PROFILE.exists(), reason="no bundled SmolLM2 recording")
+@pytest.mark.slow      # re-runs the campaign's profile and tables stages (minutes)
 def test_bundled_profile_and_tables_follow_from_the_bundled_traces(tmp_path):
     """Re-running the profile and tables stages on the committed traces gives the committed Profile
     (provenance aside) and the committed measured/predicted tables."""
