@@ -132,6 +132,8 @@ ROWS = [
     ("experiments.sweep", ["--max-hours", "0", *SMALL_SWEEP, "--out", "{out}"], "--max-hours must be a number of hours"),
     ("experiments.sweep", ["--max-hours", "nan", *SMALL_SWEEP, "--out", "{out}"], "--max-hours must be a number"),
     ("experiments.sweep", ["--methods", "", "--out", "{out}"], "no method named in ''"),
+    ("experiments.sweep", ["--batch-sizes", "100000", *SMALL_SWEEP, "--out", "{out}"],
+     "--batch-sizes: 100,000 sequences at once fit in no profile's KV memory (glide-vicuna-7b-h800: at most 289"),
     # a CAPE bin outside 1..35 is refused by every layer that runs one (not run as S=1)
     ("experiments.simulate", ["stream", "--profile", P, "--out", "{out}", "--method", "cape", "--config",
                               "cape g4 S88886666440"], "1..35"),
