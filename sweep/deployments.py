@@ -211,8 +211,9 @@ def _answer(group: pd.DataFrame) -> dict[str, Any]:
     notes = [f"{_named(r)} {_refusal(r['not_served'])}" for _, r in refused.iterrows()] if "not_served" in spec else []
     out: dict[str, Any] = {"best_speculative": "", "best_speculative_ratio": np.nan, "tied_with": ""}
     if not _served(group[group["method"] == BASELINE]).iat[0]:
-        why = (f"plain decoding {_refusal(plain.get('not_served', ''))}; no configuration runs "
-               f"{int(plain['batch'])} sequences at once on one GPU")
+        refusal = _refusal(plain.get('not_served', ''))
+        why = (f"plain decoding {refusal}; no configuration runs "
+               + ("on one GPU" if refusal.startswith("does not fit") else f"batch {int(plain['batch'])} on one GPU"))
         return {**out, "answer": NOTHING_FITS, "method": "", "drafter": "", "config": "", "why": why,
                 **{k: np.nan for k in ("throughput_tok_s", "ar_throughput_tok_s", "throughput_ratio")},
                 "serving_verdict": scoring.DOES_NOT_FIT}
