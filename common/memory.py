@@ -23,18 +23,20 @@ def available() -> int:
 
 
 def gb(n: float) -> str:
-    """Bytes as a one-line message states them: "640 MB", "2.15 GB", "1.2e+04 GB"."""
+    """Bytes as a one-line message states them: "12 kB", "640 MB", "2.15 GB", "1.2e+04 GB"."""
+    if n < 1e6:
+        return f"{n / 1e3:.0f} kB"
     if n < 1e8:
         return f"{n / 1e6:.0f} MB"
     return f"{n / 1e9:.2f} GB" if n < 1e13 else f"{n / 1e9:.2g} GB"
 
 
 def check_fits(estimate: float, what: str, limit: float | None = None, lower: str = "") -> None:
-    """InputError "<what> would need ~X of memory, more than Y (...); <lower>" when `estimate` bytes
+    """InputError "<what> would need ~X of memory, more than Y; <lower>" when `estimate` bytes
     exceed the memory available, or `limit` where that is smaller."""
     free = available()
     cap = free if limit is None else min(float(limit), free)
     if estimate > cap:
-        which = "the memory available" if limit is None or free <= limit else f"the limit of {gb(limit)}"
-        raise InputError(f"{what} would need ~{gb(estimate)} of memory, more than {which} ({gb(cap)})"
+        which = f"the memory available ({gb(free)})" if limit is None or free <= limit else f"the limit of {gb(limit)}"
+        raise InputError(f"{what} would need ~{gb(estimate)} of memory, more than {which}"
                          + (f"; {lower}" if lower else ""))

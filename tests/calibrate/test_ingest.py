@@ -240,6 +240,19 @@ def test_sglang_without_draft_length_asks_for_gamma(tmp_path, capsys):
 
 
 # ---- spec-bench -----------------------------------------------------------------------------------
+def test_spec_bench_answers_too_large_to_read_are_refused_before_they_are_read(tmp_path, capsys, monkeypatch):
+    """~130 bytes of memory per byte of answers: a 20 MB file took 2.5 GB; past the reader's limit
+    it is refused with the estimate, nothing written."""
+    from calibrate.ingest import spec_bench
+
+    monkeypatch.setattr(spec_bench, "READ_LIMIT", 100_000)
+    src = EXAMPLES["spec-bench"][0]
+    out = tmp_path / "steps.parquet"
+    line = refused(capsys, "spec-bench", src, "--temperature", "0", "--drafter", "x", "--out", out)
+    assert line == (f"error: spec-bench {src} (2 kB of answers) would need ~250 kB of memory, more than the limit "
+                    "of 100 kB; give fewer questions (a shorter answer file)") and not out.exists()
+
+
 def test_spec_bench_steps_keep_every_accept_length_and_turn_time(tmp_path, capsys):
     lines = [json.loads(line) for line in (EX / "spec_bench_answers.jsonl").read_text().splitlines()]
     out = tmp_path / "steps.parquet"

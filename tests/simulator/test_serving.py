@@ -219,7 +219,7 @@ def test_a_load_too_large_to_simulate_is_refused_before_any_request_is_drawn():
 def test_a_trace_too_large_to_read_is_refused_before_it_is_read(tmp_path):
     path = tmp_path / "big.csv"
     path.write_text("arrival_s\n" + "".join(f"{i}\n" for i in range(100_000)))
-    with pytest.raises(InputError, match=rf"arrival trace {re.escape(str(path))} \(1 MB, ~[\d,]+ rows\) would need ~\d+ MB "
-                                         r"of memory, more than the limit of 1 MB \(1 MB\); give a shorter trace"):
+    with pytest.raises(InputError, match=rf"arrival trace {re.escape(str(path))} \(\d+ kB, ~[\d,]+ rows\) would need ~\d+ MB "
+                                         r"of memory, more than the limit of 1 MB; give a shorter trace"):
         read_trace(path, limit=1e6)
     assert len(read_trace(path).arrival_s) == 100_000
