@@ -30,11 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from calibrate.terms import HARDWARE_FIT, HARDWARE_TERMS, model_latency
+from profiles.acceptance import AcceptanceModel
 from profiles.latency import RooflineLatency
 from profiles.parts import Drafter
 from profiles.profile import Profile
 from common.cli import CliParser, cli_entry
 from common.errors import InputError
+from common.rundir import claim_file
 from costmodel import workloads
 from costmodel.params import Arch, arch_dict, drafter_arch, get_arch
 
@@ -193,14 +195,22 @@ def main(argv: list[str] | None = None) -> int:
                              "costmodel.workloads (cnn, xsum, mt-bench, ...); repeatable (default: the "
                              "source's contexts)")
     parser.add_argument("--name", default=None, help="name of the new Profile (default: derived from target and source)")
-    parser.add_argument("--out", required=True, type=Path, help="where to write the new Profile (JSON)")
+    parser.add_argument("--out", required=True, type=Path, help="where to write the new Profile (JSON); an existing "
+                                                                  "file is replaced only with --overwrite")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out when it exists (default: refuse)")
     args = parser.parse_args(argv)
+    claim_file(args.out, args.overwrite)
     source = Profile.load(args.profile)
     acceptance = None
     if args.acceptance is not None:
         acceptance = read_json(args.acceptance, "--acceptance file")
         if not isinstance(acceptance, dict):
             raise InputError(f"{args.acceptance}: must be a JSON object of acceptance entries")
+        for key, entry in acceptance.items():      # each entry checked here, so its error names this file
+            try:
+                AcceptanceModel.from_dict(entry, name=key)
+            except InputError as exc:
+                raise InputError(f"{args.acceptance}: {exc}") from None
     profile = transfer_profile(source, args.target, drafter=args.drafter, acceptance=acceptance,
                                workloads=dict(parse_workload(w) for w in args.workload), name=args.name)
     for key in profile.acceptance:

@@ -32,9 +32,9 @@ from sweep import scoring
 from sweep.run import BUNDLED_PROFILES, SweepOptions, run_sweep
 from common.errors import InputError
 from costmodel.step import step_seconds
-from simulator.workload import OUTPUT_LEN, PROMPT_LEN, sample_lengths
+from simulator.workload import OUTPUT_LEN, PROMPT_LEN, ArrivalTrace, Workload, realised_rate
 from methods.spec import plain_shape
-from simulator import Cluster, Workload, simulate_serving
+from simulator import Cluster, simulate_serving
 from simulator.report import batch_crossover
 
 DEFAULT_PROFILE = BUNDLED_PROFILES / "glide-vicuna-7b-h800.json"
@@ -73,9 +73,14 @@ class LoadSpec:
     output_len: str = OUTPUT_LEN
     arrival: str = "poisson"
     cv: float = 1.0
-    trace: str | None = None
+    trace: ArrivalTrace | None = None
     duration_s: float = 60.0
     max_batch: int = 32
+
+    def workload(self, rate: float) -> Workload:
+        """This shape at `rate` requests/s (a trace's shape at that rate: `simulator.workload.Workload`)."""
+        return Workload(rate=rate, duration_s=self.duration_s, arrival=self.arrival, cv=self.cv,
+                        prompt_len=self.prompt_len, output_len=self.output_len, trace=self.trace)
 
 
 @dataclass
@@ -110,20 +115,11 @@ class RunTask:
 
 def _serve(profile: Profile, method: str, config: dict, load: LoadSpec, rate: float, seed: int,
            replicas: int = 1) -> dict[str, Any]:
-    workload = Workload(rate=rate, duration_s=load.duration_s, arrival=load.arrival, cv=load.cv,
-                        prompt_len=load.prompt_len, output_len=load.output_len, trace=load.trace)
-    result = simulate_serving(profile, method, config, workload, Cluster(replicas=replicas, max_batch=load.max_batch),
-                              seed)
+    result = simulate_serving(profile, method, config, load.workload(rate),
+                              Cluster(replicas=replicas, max_batch=load.max_batch), seed)
     summary = result.summary
     summary["kept_up"] = summary["throughput_req_s"] >= KEEP_UP * realised_rate(result.requests)
     return summary
-
-
-def realised_rate(requests: pd.DataFrame) -> float:
-    """Arrivals per second actually drawn (Poisson noise on a short window is tens of per cent)."""
-    arrivals = requests["arrival_s"].to_numpy()
-    span = float(arrivals.max() - arrivals.min()) if len(arrivals) > 1 else 0.0
-    return (len(arrivals) - 1) / span if span > 0 else 0.0
 
 
 def _passes(slo: Slo, summary: dict[str, Any]) -> bool:
@@ -193,11 +189,6 @@ class CapacityOptions:
     batches: tuple[int, ...] = (1, 4, 16, 64)
 
 
-def mean_length(spec: str, seed: int = 0) -> float:
-    """Mean of a length distribution spec (simulator.workload's sampler, 4096 draws)."""
-    return float(sample_lengths(spec, 4096, np.random.default_rng(seed), "length").mean())
-
-
 def candidates(profile: Profile, opts: CapacityOptions, executor) -> list[tuple[str, str, dict[str, Any], float]]:
     """(label, method, simulator config, first rate to try) for plain decoding and the closed-form
     best `opts.candidates` configurations of each method at a quarter of the batch limit. The first
@@ -205,7 +196,7 @@ def candidates(profile: Profile, opts: CapacityOptions, executor) -> list[tuple[
     batch = max(1, opts.load.max_batch // 4)
     sweep_opts = SweepOptions(methods=opts.methods, temperature=opts.temperature, batch=batch, rescore=0)
     result = run_sweep([profile], sweep_opts, executor)
-    per_request = mean_length(opts.load.output_len, opts.seed)
+    per_request = opts.load.workload(1.0).mean_output(opts.seed)
     ar_tok_s = batch / float(step_seconds(profile.seconds, plain_shape(profile), scoring.Setting().ctx_len, batch)[0])
     found = [("no speculation", BASELINE, {}, ar_tok_s / per_request)]
     for method, table in result.tables.items():

@@ -53,9 +53,9 @@ def write_report(result: dict[str, Any], opts: CapacityOptions, out: Path, comma
     lines = [
         f"# Capacity plan: {result['profile']}", "",
         f"Regenerate with `{command}`.", "",
-        f"Hardware {result['hardware']}; workload {opts.load.arrival} arrivals, prompt {opts.load.prompt_len}, "
-        f"output {opts.load.output_len} tokens, batch limit {opts.load.max_batch}, {opts.load.duration_s:g} s of "
-        f"arrivals per simulated run, seed {opts.seed}. SLO: {opts.slo.describe()}. Target load **{opts.target_rate:g} req/s**.", "",
+        f"Hardware {result['hardware']}; workload: {opts.load.workload(opts.target_rate).describe('each rate tried')}; batch limit "
+        f"{opts.load.max_batch}, {opts.load.duration_s:g} s of arrivals per simulated run, seed {opts.seed}. SLO: "
+        f"{opts.slo.describe()}. Target load **{opts.target_rate:g} req/s**.", "",
         "## Per method: best configuration, highest load one GPU sustains, GPUs for the target", "",
         "| method | configuration | max req/s per GPU | tok/s at max | TPOT p50 / p99 ms | TTFT p99 ms | "
         "GPUs for target | vs no speculation |",

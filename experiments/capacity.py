@@ -20,7 +20,7 @@ import numpy as np
 from profiles.profile import Profile
 from sweep import scoring
 from sweep.executor import EXECUTORS, make_executor
-from simulator.workload import add_workload_options, sample_lengths
+from simulator.workload import add_workload_options, check_load, sample_lengths, trace_option
 from common.errors import InputError
 from common.cli import CliParser, cli_entry
 from common.progress import add_progress_option, progress_enabled
@@ -79,12 +79,17 @@ def options_from_args(args) -> CapacityOptions:
         scoring.check_hardware(args.hardware)
     for what, spec in (("--prompt-len", args.prompt_len), ("--output-len", args.output_len)):
         sample_lengths(spec, 1, np.random.default_rng(0), what)      # checked before any serving
-    return CapacityOptions(
+    opts = CapacityOptions(
         methods=parse_methods(args.methods), hardware=args.hardware, temperature=args.temperature,
         target_rate=args.target_rate, slo=Slo(**{k: (v / 1000 if v else None) for k, v in limits.items()}),
         load=LoadSpec(prompt_len=args.prompt_len, output_len=args.output_len, arrival=args.arrival, cv=args.cv,
-                      trace=args.arrival_trace, duration_s=args.duration, max_batch=args.max_batch),
+                      trace=trace_option(args), duration_s=args.duration, max_batch=args.max_batch),
         candidates=args.candidates, seed=args.seed)
+    runs = 2 * (len(opts.methods) + 1)         # GPUs for the target: each method's best and ar, two replica counts
+    check_load([opts.load.workload(opts.target_rate)] * runs, args.max_hours, what=f"--target-rate "
+               f"{opts.target_rate:g} req/s for --duration {opts.load.duration_s:g} s ({runs} runs count GPUs for it)",
+               lower="lower --target-rate or --duration")
+    return opts
 
 
 @cli_entry

@@ -26,7 +26,7 @@ import methods
 from simulator import Cluster, Parallelism, Workload, simulate_serving, simulate_stream
 from simulator.methods import SETUP_OPTIONS, build_step_model, load_profile
 from simulator.replay import prompt_ids, replay_draws
-from simulator.workload import add_workload_options
+from simulator.workload import add_workload_options, check_load, realised_rate, trace_option
 from simulator.report import batch_crossover, write_crossover_report, write_run
 from common import atomic
 from common.bundled import bundled
@@ -118,8 +118,10 @@ def _parser() -> argparse.ArgumentParser:
     v = sub.add_parser("serve", help="a serving cluster under load")
     _common(v)
     _method(v)
-    v.add_argument("--rates", default="1", help="offered loads in requests/s, comma-separated (default 1)")
-    v.add_argument("--duration", type=float, default=300.0, help="seconds of arrivals (default 300)")
+    v.add_argument("--rates", default=None,
+                   help="offered loads in requests/s, comma-separated; with --arrival trace each replays the "
+                        "trace's shape at that rate (default: 1, or the trace as recorded)")
+    v.add_argument("--duration", type=float, default=300.0, help="seconds of arrivals (default 300; a trace replayed as recorded keeps its own)")
     add_workload_options(v)
     v.add_argument("--replicas", type=int, default=1, help="replicas (default 1)")
     v.add_argument("--max-batch", type=int, default=32, help="batch limit per replica (default 32)")
@@ -188,21 +190,25 @@ def run_serve(args) -> None:
     for option, value in (("--cv", args.cv), ("--duration", args.duration)):
         if not (value > 0 and math.isfinite(value)):  # refuses nan and inf (--cv even when arrivals are poisson)
             raise InputError(f"{option} must be a finite number > 0, got {value}")
+    trace = trace_option(args)
     profile = load_profile(args.profile)
     build_step_model(profile, args.method, args.config)      # refuses a bad config before any run
     cluster = Cluster(replicas=args.replicas, max_batch=args.max_batch, gpu_mem_gb=args.gpu_mem_gb,
                       parallel=Parallelism(tp=args.tp, pp=args.pp, lp=args.lp, draft_on_own_gpu=args.draft_own_gpu))
+    rates = _rates(args.rates) if args.rates is not None else [None if trace is not None else 1.0]
+    workloads = [Workload(rate=rate, duration_s=args.duration, arrival=args.arrival, cv=args.cv,
+                          prompt_len=args.prompt_len, output_len=args.output_len, trace=trace) for rate in rates]
+    check_load(workloads, args.max_hours, args.per_step, "the offered loads",
+               "lower --rates or --duration" if trace is None or args.rates else "give a shorter --arrival-trace")
     requests, summaries, iterations = [], [], []
-    rates = [1.0] if args.arrival == "trace" else _rates(args.rates)
     start_run(args.out, "experiments.simulate", args.argv, args.overwrite)
     bar = progress_bar(len(rates), "offered loads", progress_enabled(args.progress), unit="load")
-    for rate in rates:
-        workload = Workload(rate=rate, duration_s=args.duration, arrival=args.arrival, cv=args.cv,
-                            prompt_len=args.prompt_len, output_len=args.output_len, trace=args.arrival_trace)
+    for workload in workloads:
         res = simulate_serving(profile, args.method, args.config, workload, cluster, args.seed, per_step=args.per_step)
-        label = f"{rate:g} req/s"
+        rate = workload.rate if workload.rate is not None else realised_rate(res.requests)
+        label = f"{rate:g} req/s" + (" (trace as recorded)" if workload.rate is None else "")
         requests.append(res.requests.assign(label=label, offered_rate=rate))
-        summaries.append(dict(res.summary, label=label))
+        summaries.append(dict(res.summary, label=label, offered_rate=rate))
         if res.iterations is not None:
             iterations.append(res.iterations.assign(label=label))
         bar.update()

@@ -163,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     if opts.token_trace:        # a trace of another target, drafter or dataset is refused, not relabelled
         opts.dataset = scoring.check_token_trace(opts.token_trace, profiles, opts.dataset)
     scoring.check_recorded(profiles, opts.temperature, opts.dataset)
+    if opts.batch_sizes:
+        deployments.check_batch_sizes(profiles, opts.batch_sizes, {p.name: setting_of(p, opts).ctx_len for p in profiles},
+                                      opts.sim_tokens)
     progress = progress_enabled(args.progress)
     workers = worker_count(args.workers) if args.executor == "local" or not args.scheduler else 1
     cost = estimate(profiles, opts, setting_of, workers)   # before any space is built (.estimate)

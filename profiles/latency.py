@@ -9,6 +9,10 @@ Two kinds, both frozen, with `.predict(n_tokens, ctx_len, batch=1) -> np.ndarray
   hardware (`moved_to`).
 - "table" (`TableLatency`): the measured grid itself, interpolated linearly in (log2 n_tokens,
   ctx_len, log2 batch) on log seconds, extrapolated linearly past its edges. Exact where measured.
+  Inside the grid a prediction cannot fall below the cheapest forward measured; an extrapolation
+  that prices a forward below FLOOR_FRACTION of it (a slope that heads for 0 s: a free drafter, a
+  free verify) is refused at the point it is asked for, naming the model, the point and the axis
+  it left, so no consumer (closed form, simulator, capacity) prices a forward the machine never ran.
 - "linear" (`LinearLatency`): seconds = fixed_s + per_token_s x query tokens + per_kv_token_s x cached
   tokens, summed over the batch: a step-time fit of that form (SpecDecode-Bench's predictor), kept as
   a second calibration beside a roofline.
@@ -34,6 +38,7 @@ from costmodel.params import Arch, as_arch
 from profiles.record import Record
 
 AXES = ("n_tokens", "ctx_len", "batch")
+FLOOR_FRACTION = 0.5       # a table's prediction below this share of its cheapest measured forward is refused
 
 
 def _is_number(value: Any) -> bool:
@@ -178,7 +183,19 @@ class TableLatency:
         if np.any(n < 1) or np.any(b < 1) or np.any(c < 0):
             raise InputError(f"latency model '{self.name}': n_tokens and batch must be >= 1, ctx_len >= 0")
         points = [np.log2(n), c, np.log2(b)]
-        return np.exp(_multilinear(self._coords, self._log_seconds, points))
+        seconds = np.exp(_multilinear(self._coords, self._log_seconds, points))
+        floor = FLOOR_FRACTION * float(self.seconds.min())
+        if np.any(seconds < floor):      # only an extrapolation goes there: inside the grid it stays above the least
+            i = int(np.argmin(seconds.ravel()))
+            at = dict(zip(AXES, (float(v.ravel()[i]) for v in (n, c, b))))
+            past = [f"{a} {at[a]:g} (measured {min(getattr(self, a)):g}-{max(getattr(self, a)):g})" for a in AXES
+                    if not min(getattr(self, a)) <= at[a] <= max(getattr(self, a))]
+            raise InputError(f"latency model '{self.name}' (a measured table) predicts {seconds.ravel()[i]:.3g} s at "
+                             f"n_tokens {at['n_tokens']:g}, ctx_len {at['ctx_len']:g}, batch {at['batch']:g}, below "
+                             f"{FLOOR_FRACTION:g} x its cheapest measured forward ({self.seconds.min():.3g} s): its "
+                             f"extrapolation past {', '.join(past)} is not a forward this machine runs; measure that "
+                             "range")
+        return seconds
 
     def predict_rows(self, sums: RowSums) -> np.ndarray:
         raise InputError(f"latency model '{self.name}' is a measured table of uniform batches: it cannot price a "

@@ -304,10 +304,12 @@ def load_prompt_mix(spec: str, field: str = "prompt") -> list[Prompt]:
     """The prompts of `spec` (parse_prompt_mix), in its order; a range past a set's end is refused."""
     prompts: list[Prompt] = []
     for name, lo, hi in parse_prompt_mix(spec):
-        chosen = load_prompts(name, limit=hi, field=field)[lo - 1:]
-        if hi is not None and len(chosen) < hi - lo + 1:
-            raise InputError(f"prompt spec '{name}:{lo}-{hi}': set '{name}' has only {lo - 1 + len(chosen)} prompts")
-        prompts += chosen
+        available = load_prompts(name, limit=hi, field=field)
+        if hi is not None and len(available) < hi:      # the set ends before the range does
+            asked = f"{lo}-{hi}" if lo > 1 else f"the first {hi}"
+            raise InputError(f"prompt spec '{name}:{f'{lo}-{hi}' if lo > 1 else hi}': set '{name}' has "
+                             f"{len(available)} prompts, asked for {asked}")
+        prompts += available[lo - 1:]
     if not prompts:
         raise InputError(f"no prompts in '{spec}'")
     return prompts

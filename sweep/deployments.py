@@ -12,9 +12,11 @@ arrive together at t = 0 with batch limit B, so B sequences decode at once and t
 a slot. Each served row keeps its throughput and latencies: TPOT; TTFT and end-to-end latency
 under that load (the wait included); the wait itself (`queue_s_p50`), a request's own latency
 once admitted (`latency_s_p50`, no queueing) and the latency of one request served alone at batch 1
-(`alone_s`: no queueing, no batch; at batch 1 the median request's own latency). A row that
-cannot be served says why in words (`not_served`: the memory arithmetic when the weights leave no
-KV memory).
+(`alone_s`: no queueing, no batch; at batch 1 the median request's own latency) and the largest
+batch it ran (`reached`). A row that cannot be served says why in words (`not_served`: the memory
+arithmetic when the weights leave no KV memory, or the batch its KV memory reached when that is
+below B: such a row is never an answer at B). A batch size no profile's KV memory could hold is
+refused before the sweep (`check_batch_sizes`).
 
 `best_per_batch` gives the answer per (deployment, batch): the fastest speculative configuration
 served where it beats plain decoding, else ar, each with its own numbers and a `why`; candidates
@@ -36,14 +38,15 @@ from common.seeds import derive_seed
 from sweep import ranking, scoring
 from profiles import Profile
 from profiles.latency import TableLatency
+from simulator.memory import memory_of
 from simulator.serving import Cluster, simulate_serving
 from simulator.workload import Workload
 
 DEPLOYMENT = ["profile", "target", "hardware", "dataset", "temperature"]
 WAVES = 3                  # requests served per batch slot (B running, WAVES x B in all)
 SERVED = ["throughput_tok_s", "tpot_ms", "ttft_ms", "e2e_s_p50", "e2e_s_p99", "queue_s_p50", "latency_s_p50",
-          "alone_s", "oom", "not_served"]
-NOTHING_FITS = "nothing fits"      # the answer where plain decoding itself does not fit
+          "alone_s", "oom", "reached", "not_served"]
+NOTHING_FITS = "nothing fits"      # the answer where plain decoding itself does not fit, or not the batch
 LATENCIES = ["tpot_ms", "ttft_ms", "e2e_s_p50", "queue_s_p50", "latency_s_p50", "alone_s"]
 ANSWER_COLUMNS = ["answer", "method", "drafter", "config", "throughput_tok_s", "ar_throughput_tok_s",
                   "throughput_ratio", "serving_verdict", *LATENCIES, "best_speculative", "best_speculative_ratio",
@@ -106,29 +109,61 @@ def serve_tasks(cands: pd.DataFrame, profiles: dict[str, Profile], batch: int, c
         name = str(row["profile"].iat[0])
         method = str(row["method"].iat[0])
         config = {} if method == BASELINE else scoring.sim_config(row)
-        prompt = max(1, int(round(ctx_len[name])) - output_len // 2)   # centred on the scored context
+        prompt = served_prompt(ctx_len[name], output_len)
         own = derive_seed(seed, "serve", name, method, sorted(config.items()), int(batch), prompt, output_len)
         tasks.append(ServeTask(profiles[name], method, config, int(batch), prompt, output_len, own))
     return tasks, rows
 
 
 def serve_task(task: ServeTask) -> dict[str, float]:
-    """Executor entry point: throughput and latency of one configuration served at `task.batch`."""
-    def serve(requests: int, batch: int) -> dict[str, Any]:
+    """Executor entry point: throughput and latency of one configuration served at `task.batch`, and
+    the largest batch it reached (`reached`): KV memory may hold fewer sequences than the batch limit,
+    and a row that never ran `task.batch` at once is not served at that batch (`not_served` says so)."""
+    def serve(requests: int, batch: int):
         workload = Workload(rate=1e9, n_requests=requests, prompt_len=f"fixed:{task.prompt_len}",
                             output_len=f"fixed:{task.output_len}")
         return simulate_serving(task.profile, task.method, task.config or None, workload, Cluster(max_batch=batch),
-                                task.seed).summary
+                                task.seed, per_step=True)
 
     try:
-        s = serve(WAVES * task.batch, task.batch)
+        run = serve(WAVES * task.batch, task.batch)
     except InputError as exc:       # e.g. the weights leave no KV memory on one GPU: not served, said why
         return {**{k: np.nan for k in SERVED if k != "not_served"}, "not_served": str(exc)}
-    alone = s["service_s_p50"] if task.batch == 1 else serve(1, 1)["e2e_s_p50"]
+    s, steps = run.summary, run.iterations
+    reached = int(steps.loc[steps["kind"] == "decode", "batch"].max()) if (steps["kind"] == "decode").any() else 0
+    alone = s["service_s_p50"] if task.batch == 1 else serve(1, 1).summary["e2e_s_p50"]
+    if s["oom"]:
+        why = f"{s['oom']} of {s['requests']} requests ran out of KV memory"
+    elif reached < task.batch:
+        why = (f"reaches batch {reached} only: its KV memory holds {s['kv_capacity_tokens']:,} tokens, "
+               f"{task.batch} sequences of {task.prompt_len} + {task.output_len} tokens do not fit at once")
+    else:
+        why = ""
     return {"throughput_tok_s": s["throughput_tok_s"], "tpot_ms": 1000 * s["tpot_s_mean"],
             "ttft_ms": 1000 * s["ttft_s_mean"], "e2e_s_p50": s["e2e_s_p50"], "e2e_s_p99": s["e2e_s_p99"],
             "queue_s_p50": s["queue_s_p50"], "latency_s_p50": s["service_s_p50"], "alone_s": alone, "oom": s["oom"],
-            "not_served": "" if s["oom"] == 0 else f"{s['oom']} of {s['requests']} requests ran out of KV memory"}
+            "reached": reached, "not_served": why}
+
+
+def served_prompt(ctx_len: float, output_len: int) -> int:
+    """The prompt of a served request: its context centred on the scored one."""
+    return max(1, int(round(ctx_len)) - output_len // 2)
+
+
+def check_batch_sizes(profiles: list[Profile], sizes: list[int], ctx_len: dict[str, float], output_len: int) -> None:
+    """InputError when a batch size exceeds what plain decoding's KV memory admits at once on every
+    profile (each sequence holds its prompt and a token at least): the simulator would serve fewer
+    sequences and call it that batch. A batch some profile reaches is served; rows that do not reach
+    it say so (`serve_task`)."""
+    most = {}
+    for profile in profiles:
+        prompt = served_prompt(ctx_len[profile.name], output_len)
+        most[profile.name] = (memory_of(profile).capacity_tokens // (prompt + 1), prompt)
+    beyond = [b for b in sizes if all(b > m for m, _ in most.values())]
+    if beyond:
+        held = "; ".join(f"{name}: at most {m:,} sequences of a {p}-token prompt and one token" for name, (m, p) in most.items())
+        raise InputError(f"--batch-sizes: {beyond[0]:,} sequences at once fit in no profile's KV memory ({held}); "
+                         f"give batch sizes up to {max(m for m, _ in most.values()):,}")
 
 
 def measured_batch(profile) -> float | None:
@@ -176,7 +211,9 @@ def _answer(group: pd.DataFrame) -> dict[str, Any]:
     notes = [f"{_named(r)} {_refusal(r['not_served'])}" for _, r in refused.iterrows()] if "not_served" in spec else []
     out: dict[str, Any] = {"best_speculative": "", "best_speculative_ratio": np.nan, "tied_with": ""}
     if not _served(group[group["method"] == BASELINE]).iat[0]:
-        why = f"plain decoding {_refusal(plain.get('not_served', ''))}; no configuration runs on one GPU"
+        refusal = _refusal(plain.get('not_served', ''))
+        why = (f"plain decoding {refusal}; no configuration runs "
+               + ("on one GPU" if refusal.startswith("does not fit") else f"batch {int(plain['batch'])} on one GPU"))
         return {**out, "answer": NOTHING_FITS, "method": "", "drafter": "", "config": "", "why": why,
                 **{k: np.nan for k in ("throughput_tok_s", "ar_throughput_tok_s", "throughput_ratio")},
                 "serving_verdict": scoring.DOES_NOT_FIT}

@@ -34,6 +34,7 @@ import psutil
 
 import methods
 from common.errors import InputError, duration
+from common.memory import available as available_memory, gb
 from profiles.profile import Profile
 from sweep import deployments, scoring
 
@@ -94,9 +95,9 @@ class Estimate:
     def describe(self) -> str:
         """Per (profile, method) lines and the total, for stderr."""
         lines = [f"  {r.profile} / {r.method}: {r.configurations:,} configurations on {r.setups} setup(s), "
-                 f"~{_gb(r.bytes + r.work_bytes)}, ~{duration(r.seconds)} of work" for r in self.table.itertuples()]
+                 f"~{gb(r.bytes + r.work_bytes)}, ~{duration(r.seconds)} of work" for r in self.table.itertuples()]
         return "\n".join(["estimate before building:", *lines,
-                          f"  total: {self.configurations:,} configurations, ~{_gb(self.bytes)} at the peak, "
+                          f"  total: {self.configurations:,} configurations, ~{gb(self.bytes)} at the peak, "
                           f"~{duration(self.seconds)} on {self.workers} worker(s)"])
 
 
@@ -136,11 +137,6 @@ def estimate(profiles: list[Profile], opts, setting: Callable, workers: int = 1)
                                         "score_s", "simulate_s", "serve_s", "chunk_s", "repeats_s"])
     table["seconds"] = table[["score_s", "simulate_s", "serve_s"]].sum(axis=1)
     return Estimate(table=table, base_bytes=int(psutil.Process().memory_info().rss), workers=max(1, int(workers)))
-
-
-def available_memory() -> int:
-    """Bytes the system can still give this process (free and reclaimable page cache)."""
-    return int(psutil.virtual_memory().available)
 
 
 @functools.lru_cache(maxsize=1)
@@ -206,10 +202,6 @@ def _timed(work: Callable) -> tuple[object, float]:
     return out, time.process_time() - start
 
 
-def _gb(n: float) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.0f} MB"
-
-
 def check_fits(est: Estimate, opts, available: int | None = None, max_hours: float = MAX_HOURS) -> None:
     """InputError (one line: the estimate, the limit and the options to lower) when the sweep will
     not fit in memory or would run past `max_hours`."""
@@ -222,12 +214,12 @@ def check_fits(est: Estimate, opts, available: int | None = None, max_hours: flo
                 worst = est.table.sort_values("bytes", ascending=False).iloc[0]
                 where = f"; largest: {worst.profile} / {worst.method} {int(worst.configurations):,} configurations"
             raise InputError(f"{_given(opts.space)}: the sweep would hold {est.configurations:,} configurations, "
-                             f"~{_gb(est.bytes)} at its peak, but {_gb(limit)} of memory is available{where}; "
+                             f"~{gb(est.bytes)} at its peak, but {gb(limit)} of memory is available{where}; "
                              f"lower {_names(opts.space)}, or pass fewer --methods / --profile")
         worst = est.table.sort_values("work_bytes", ascending=False).iloc[0]
         raise InputError(f"{_given({'sim_tokens': opts.sim_tokens})}: each of {est.workers} worker(s) would hold "
-                         f"~{_gb(worst.work_bytes)} at once ({worst.profile} / {worst.method}: {worst.work} that many "
-                         f"tokens), ~{_gb(est.bytes)} in all, but {_gb(limit)} of memory is available; lower --sim-tokens")
+                         f"~{gb(worst.work_bytes)} at once ({worst.profile} / {worst.method}: {worst.work} that many "
+                         f"tokens), ~{gb(est.bytes)} in all, but {gb(limit)} of memory is available; lower --sim-tokens")
     if est.seconds > max_hours * 3600:
         taken = {k: v for m in est.table["method"].unique() for k, v in space_options(methods.get(m), opts).items()}
         options = {"the closed forms": {**taken, "sim_tokens": opts.sim_tokens},

@@ -111,7 +111,8 @@ def what_to_run(result: Any) -> list[str]:
             f"Per deployment at batch {batch}: the configuration to run, its simulated tokens/s and its gain over "
             f"plain decoding (x plain), the latency of a {int(result.options['sim_tokens'])}-token answer to one "
             f"request served alone (no queue, batch 1), and why. A run named `ar` is plain decoding; "
-            f"`{NOTHING_FITS}` means not even plain decoding has KV memory on one GPU.", "",
+            f"`{NOTHING_FITS}` means not even plain decoding runs that batch's sequences at once in one GPU's KV "
+            "memory (none at all, or fewer than the batch: `why` says which).", "",
             md_table(pd.DataFrame(rows), ["deployment", "batch", "run", "tok/s", "x plain",
                                           "latency s, one request alone", "why"]), ""]
 

@@ -19,6 +19,7 @@ markdown report in `--out`; a short table on stdout.
 from __future__ import annotations
 
 import functools
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -80,13 +81,35 @@ def bundled_profile_paths() -> list[Path]:
 
 
 def load_profiles(paths: list[str] | None) -> list[Profile]:
-    """The user's profile files, or every bundled one; InputError when there are none."""
-    if paths:
-        return [Profile.load(p) for p in paths]
-    found = bundled_profile_paths()
-    if not found:
-        raise InputError(f"no bundled profiles in {BUNDLED_PROFILES}; pass --profile FILE")
-    return [Profile.load(p) for p in found]
+    """The user's profile files, or every bundled one; InputError when there are none. A file named
+    twice (by any path) is loaded once, with a note on stderr: swept twice, its rows would count twice
+    (ties, tables); two files whose Profiles share a name are refused naming both, since every table
+    keys its rows by that name."""
+    if not paths:
+        paths = bundled_profile_paths()
+        if not paths:
+            raise InputError(f"no bundled profiles in {BUNDLED_PROFILES}; pass --profile FILE")
+    unique: dict[Path, str] = {}
+    repeated = []
+    for path in map(str, paths):
+        key = Path(path).resolve()
+        if key in unique:
+            first = unique[key]
+            repeated.append(path if path == first else f"{path} (= {first})")
+        else:
+            unique[key] = path
+    if repeated:
+        print(f"note: --profile {', '.join(repeated)} named a file already given: each file is swept once",
+              file=sys.stderr)
+    profiles, files = [], {}
+    for path in unique.values():
+        profile = Profile.load(path)
+        if profile.name in files:
+            raise InputError(f"--profile {path} and {files[profile.name]} both hold a profile named "
+                             f"'{profile.name}' (the sweep's tables key rows by it): rename one (its \"name\" field)")
+        files[profile.name] = path
+        profiles.append(profile)
+    return profiles
 
 
 def _chunks(frame: pd.DataFrame, rows: int) -> list[pd.DataFrame]:

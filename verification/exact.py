@@ -12,7 +12,8 @@ probability is an exact `Fraction`, so the law and its TV distance to the target
     exact_check(sampler, case, target, max_paths=..., memo=False, floats="convert", max_seconds=...)
         -> ExactResult (law, tv, paths, passed = law == target, error: what the sampler raised on
         some path, notes: floats converted, estimate: the path count estimated before enumerating,
-        seconds: the run time estimated before enumerating)
+        seconds: the run time estimated before enumerating); a case whose laws differ in length
+        and a token outside a vector target's vocabulary are InputErrors (`verification.inputs`)
     tv_distance(a, b) -> Fraction (half the L1 distance of two laws given as dicts)
 
 Before enumerating (`verification.inputs`): the sampler's signature and the target are checked,
@@ -48,8 +49,9 @@ from typing import Any, Callable, Hashable, Mapping, Sequence
 import numpy as np
 
 from common.errors import InputError, duration
-from verification.inputs import (ExactConversionWarning, GlobalRandomness, check_outcome_kinds, check_sampler,
-                                 exact_case, exact_target)
+from verification.inputs import (ExactConversionWarning, GlobalRandomness, SamplerError, call_sampler,
+                                 check_case_laws, check_outcome_kinds, check_sampler, check_vocabulary, exact_case,
+                                 exact_target)
 from verification.memo import BYPASS, Memo
 
 Sampler = Callable[[Any, Any], Hashable]
@@ -57,10 +59,6 @@ Sampler = Callable[[Any, Any], Hashable]
 DEFAULT_MAX_PATHS = 2_000_000
 DEFAULT_PROBES = 16
 DEFAULT_MAX_SECONDS = 600.0     # 10 minutes per check; None: no limit
-
-
-class SamplerError(Exception):
-    """The sampler under test raised on one of its paths (the original error is the cause)."""
 
 
 class _Cut(BaseException):
@@ -233,15 +231,12 @@ class SymbolicUniform:
 
 
 def _run(sampler: Sampler, case: Any, source: ExactSource) -> tuple[Any, Hashable | None]:
-    """(outcome, None) or (None, memo key) when the path was cut; SamplerError when the sampler raised."""
+    """(outcome, None) or (None, memo key) when the path was cut; SamplerError when the sampler raised
+    (the sampler's own failure is a verdict, not a crash of the verifier)."""
     try:
-        return sampler(case, source), None
+        return call_sampler(sampler, (case, source), "exact"), None
     except _Cut as cut:
         return None, cut.key
-    except Exception as exc:  # the sampler's own failure is a verdict, not a crash of the verifier
-        if isinstance(exc, InputError) and str(exc).startswith("exact mode:"):
-            raise
-        raise SamplerError(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -366,8 +361,9 @@ def _enumerate(sampler: Sampler, case: Any, max_paths: int, memo: bool, probes: 
     return _Enumeration(law, paths, estimate, notes, seconds)
 
 
-def _prepare(sampler: Sampler, case: Any, floats: str) -> tuple[Any, list]:
+def _prepare(sampler: Sampler, case: Any, floats: str, target: Any = None) -> tuple[Any, list]:
     check_sampler(sampler, (case, None), "exact")
+    check_case_laws(case, target, "exact")
     case, notes = exact_case(case, floats)
     return case, notes
 
@@ -408,8 +404,9 @@ def exact_check(sampler: Sampler, case: Any, target: Any, max_paths: int = DEFAU
                 memo: bool = False, floats: str = "convert", probes: int = DEFAULT_PROBES,
                 seed: int = 0, max_seconds: float | None = DEFAULT_MAX_SECONDS) -> ExactResult:
     """Enumerate `sampler` on `case` and compare its law with `target` ({outcome: p} or a vector over token ids)."""
+    vector_target = target
     target, target_notes = exact_target(target, floats)
-    case, notes = _prepare(sampler, case, floats)
+    case, notes = _prepare(sampler, case, floats, vector_target)
     notes += target_notes
     try:
         result = _enumerate(sampler, case, max_paths, memo, probes, seed, max_seconds)
@@ -419,6 +416,7 @@ def exact_check(sampler: Sampler, case: Any, target: Any, max_paths: int = DEFAU
     notes += result.notes
     _warn(notes)
     check_outcome_kinds(result.law, target)
+    check_vocabulary(result.law, vector_target, "exact")
     tv = tv_distance(result.law, target)
     return ExactResult(law=result.law, tv=tv, paths=result.paths, passed=tv == 0, notes=notes,
                        estimate=result.estimate, seconds=result.seconds)

@@ -19,6 +19,13 @@ mistake a verdict, so:
         instead of rng (numpy's global state, Python's `random`, torch's generator once torch is
         loaded); `.check()` raises InputError naming the ones a sampler moved, in both modes.
     check_count(n, name, mode)  a positive integer count (draws, probes), or a one-line InputError.
+    check_case_laws(case, target, mode)  InputError when the probability vectors of a case given as a
+        tuple or list ((p, q), as the README's sampler takes it) and a target vector differ in length:
+        a rule zips them and would be judged on the shorter ("lossy, TV 1"), not on the case.
+    check_vocabulary(outcomes, target, mode)  InputError naming the first token id outside a target
+        given as a vector over token ids 0..V-1 (a sampler's indexing mistake, not a law to compare).
+    call_sampler(sampler, args, mode, where)  the sampler's return, or SamplerError naming what it
+        raised: the sampler's own failure is a verdict (a failed check naming it), in both modes.
 Conversions are reported in the result's `notes` and as an `ExactConversionWarning`.
 """
 from __future__ import annotations
@@ -42,6 +49,68 @@ FLOAT_POLICIES = ("convert", "refuse")
 
 class ExactConversionWarning(UserWarning):
     """Float probabilities were converted to exact Fractions before exact enumeration."""
+
+
+class SamplerError(Exception):
+    """The sampler under test raised (the original error is the cause): a verdict, not bad input."""
+
+
+def call_sampler(sampler: Any, args: tuple, mode: str, where: str = "") -> Any:
+    """`sampler(*args)`; SamplerError "<Type>: <first line> (<where>)" when the sampler itself raises.
+    The verifier's own refusals (`<mode> mode: ...`) pass through, and so does a BaseException (a
+    Ctrl-C, exact mode's memo cut)."""
+    try:
+        return sampler(*args)
+    except Exception as exc:
+        if isinstance(exc, InputError) and str(exc).startswith(f"{mode} mode:"):
+            raise
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise SamplerError(f"{type(exc).__name__}: {text}" + (f" ({where})" if where else "")) from exc
+
+
+def _probability_vector(value: Any) -> list | None:
+    """`value` as a list when it is a flat vector of probabilities (entries >= 0 summing to 1), else None."""
+    values = value.tolist() if isinstance(value, np.ndarray) and value.ndim == 1 else value
+    if not isinstance(values, (list, tuple)) or hasattr(values, "_fields") or not _is_numbers(list(values)):
+        return None
+    try:
+        total = float(sum(values))
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return list(values) if all(v >= 0 for v in values) and abs(total - 1) <= SUM_TOLERANCE else None
+
+
+def check_case_laws(case: Any, target: Any, mode: str) -> None:
+    """InputError naming the two lengths (module docstring)."""
+    laws = []
+    if isinstance(case, (list, tuple)) and not hasattr(case, "_fields"):
+        laws = [(f"case[{i}]", law) for i, item in enumerate(case) if (law := _probability_vector(item)) is not None]
+    if not isinstance(target, Mapping) and (law := _probability_vector(target)) is not None and laws:
+        laws.append(("the target", law))
+    sizes = {len(law) for _, law in laws}
+    if len(sizes) > 1:
+        (a, first), (b, other) = laws[0], next((n, law) for n, law in laws if len(law) != len(laws[0][1]))
+        raise InputError(f"{mode} mode: {a} has {len(first)} probabilities and {b} {len(other)}: the laws of a case "
+                         "cover one vocabulary (a rule that zips them would be judged on the shorter)")
+
+
+def vocabulary(target: Any) -> int | None:
+    """V of a target given as a vector over token ids 0..V-1; None for {outcome: probability}."""
+    if isinstance(target, Mapping) or not isinstance(target, (list, tuple, np.ndarray)):
+        return None
+    return len(target)
+
+
+def check_vocabulary(outcomes: Any, target: Any, mode: str) -> None:
+    """InputError naming the first token id outside a vector target's vocabulary (module docstring)."""
+    size = vocabulary(target)
+    if size is None:
+        return
+    for outcome in outcomes:
+        if isinstance(outcome, (int, np.integer)) and not isinstance(outcome, (bool, np.bool_)) \
+                and not 0 <= outcome < size:
+            raise InputError(f"{mode} mode: the sampler returned token {int(outcome)}, outside the target's vocabulary "
+                             f"of {size} token ids (0..{size - 1})")
 
 
 def check_sampler(sampler: Any, args: tuple, mode: str) -> None:

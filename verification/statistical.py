@@ -23,8 +23,10 @@ A sampler is `(case, rng) -> outcome` (a token id) called n times with `rng = ru
 same protocol as exact mode), or, with `batched=True`, `(case, rng: np.random.Generator, n) ->
 outcomes` (an int array), or `(outcomes, accepted)` when an acceptance rate is tested. The
 signature and the outcomes are checked: a wrong signature, outcomes that are not token ids (a
-tuple without accept_rate, a float), a target that is not a finite probability vector, or an n
-that is not a positive integer raise one-line InputErrors.
+tuple without accept_rate, a float, None), a token id outside a target vector's vocabulary, a case
+whose laws differ in length (`verification.inputs.check_case_laws`), a target that is not a finite
+probability vector, or an n that is not a positive integer raise one-line InputErrors. A sampler
+that raises is a failed check whose reason names its exception and draw, as exact mode's `error`.
 
 Before the n draws, a probe of PROBE_DRAWS draws is run with the same seed as the check (twice for
 a batched sampler): its time per draw estimates the run, refused above `max_seconds`
@@ -45,7 +47,8 @@ from scipy import optimize, stats
 
 from verification import rules
 from common.errors import InputError, duration
-from verification.inputs import GlobalRandomness, check_count, check_sampler
+from verification.inputs import (GlobalRandomness, SamplerError, call_sampler, check_case_laws, check_count,
+                                 check_sampler, check_vocabulary)
 from verification.memo import BYPASS
 
 MIN_EXPECTED = 5.0
@@ -131,12 +134,14 @@ class StatResult:
 
 
 def _token_ids(outcomes: Any, n: int, accept_hint: bool) -> np.ndarray:
-    """Outcomes as an int array of n token ids; InputError naming the first outcome that is not one."""
+    """Outcomes as an int array of n token ids; InputError naming the first outcome that is not one
+    (None included: the sampler forgot to return)."""
     if isinstance(outcomes, np.ndarray) and outcomes.dtype.kind in "iu" and outcomes.shape == (n,):
         return outcomes
     values = list(outcomes) if isinstance(outcomes, (list, tuple, np.ndarray)) else [outcomes]
-    bad = next((v for v in values if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer))), None)
-    if bad is not None:
+    wrong = [v for v in values if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer))]
+    if wrong:
+        bad = wrong[0]
         hint = (" (return (token, accepted) pairs only together with accept_rate=...)"
                 if accept_hint and isinstance(bad, tuple) else "")
         raise InputError(f"statistical mode: the sampler returned {bad!r} ({type(bad).__name__}); outcomes must be "
@@ -152,12 +157,16 @@ def _draw(sampler: Callable, case: Any, n: int, seed: int, batched: bool, want_a
     compared by its caller, batch against batch)."""
     if batched:
         check_sampler(sampler, (case, None, n), "statistical")
-        out = sampler(case, np.random.default_rng(seed), n)
+        out = call_sampler(sampler, (case, np.random.default_rng(seed), n), "statistical", f"a batch of {n}")
         outcomes, accepted = out if isinstance(out, tuple) else (out, None)
+        if outcomes is None:
+            raise InputError(f"statistical mode: the batched sampler returned None; it must return {n} token ids "
+                             "(an int array)")
         return _token_ids(np.asarray(outcomes), n, True), (None if accepted is None else np.asarray(accepted, dtype=bool))
     check_sampler(sampler, (case, None), "statistical")
     source = rules.NumpySource(seed)
-    draws = [_twice(sampler, case, source, i) if twice else sampler(case, source) for i in range(n)]
+    draws = [_twice(sampler, case, source, i) if twice else call_sampler(sampler, (case, source), "statistical",
+                                                                          f"draw {i}") for i in range(n)]
     if want_accept:
         bad = next((d for d in draws if not (isinstance(d, tuple) and len(d) == 2)), None)
         if bad is not None:
@@ -169,9 +178,9 @@ def _draw(sampler: Callable, case: Any, n: int, seed: int, batched: bool, want_a
 
 def _twice(sampler: Callable, case: Any, source: rules.NumpySource, i: int) -> Any:
     state = source.rng.bit_generator.state
-    first = sampler(case, source)
+    first = call_sampler(sampler, (case, source), "statistical", f"draw {i}")
     after, source.rng.bit_generator.state = source.rng.bit_generator.state, state
-    again = sampler(case, source)
+    again = call_sampler(sampler, (case, source), "statistical", f"draw {i}")
     if repr(first) != repr(again) or source.rng.bit_generator.state != after:
         raise InputError(f"statistical mode: {BYPASS} (draw {i} run twice from the same rng state: {first!r}, then "
                          f"{again!r})")
@@ -279,8 +288,20 @@ def statistical_check(sampler: Callable, case: Any, target: Mapping | np.ndarray
     if max_seconds is not None and not (isinstance(max_seconds, (int, float)) and max_seconds > 0):
         raise InputError(f"max_seconds is {max_seconds!r}, must be a number of seconds > 0 (or None: no limit)")
     n = sample_size(target, alpha=alpha, beta=beta, delta=delta, n=n, tests=tests)
+    check_case_laws(case, target, "statistical")
     level = alpha / tests
     start = time.perf_counter()
+    try:
+        return _checked(sampler, case, target, reference, n, level, seed, batched, accept_rate, min_expected,
+                        max_seconds, start)
+    except SamplerError as exc:        # the sampler's own failure is a verdict, as in exact mode
+        return StatResult(False, f"the sampler raised {exc}", n, 0, math.inf, 0.0, 1.0, 0.0, level,
+                          seconds=time.perf_counter() - start)
+
+
+def _checked(sampler: Callable, case: Any, target, reference, n: int, level: float, seed: int, batched: bool,
+             accept_rate: float | None, min_expected: float, max_seconds: float | None, start: float) -> StatResult:
+    """statistical_check once its arguments are checked (SamplerError when a sampler raises)."""
     want = accept_rate is not None
     probes = [_probe(sampler, case, n, seed, batched, want)]
     if reference is not None:
@@ -300,6 +321,7 @@ def statistical_check(sampler: Callable, case: Any, target: Mapping | np.ndarray
         guard.check()
         if not batched:
             _same_draws((probes[0].outcomes, probes[0].accepted), (outcomes, accepted), min(n, PROBE_DRAWS))
+        check_vocabulary(outcomes, target, "statistical")
         outside = (outcomes < 0) | (outcomes >= len(law))
         bad = outcomes[outside] if outside.any() else outcomes[law[np.clip(outcomes, 0, len(law) - 1)] == 0]
         if bad.size:

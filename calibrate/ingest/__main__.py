@@ -21,7 +21,7 @@ from pathlib import Path
 from calibrate.ingest import FORMATS, IngestOptions, Ingested, ingest
 from calibrate.ingest.result import merge_into_profile
 from calibrate.ingest.sglang_bench import ACCEPT_LENGTH
-from common.rundir import git_commit
+from common.rundir import claim_file, git_commit
 from profiles.profile import Profile
 from common import atomic
 from common.errors import InputError
@@ -166,8 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         raise InputError(f"--gamma must be >= 1, got {args.gamma}")
     if args.profile is not None and args.out is None:
         raise InputError("--profile needs --out FILE.json (the merged Profile)")
-    if args.out is not None and args.out.exists() and not args.overwrite:
-        raise InputError(f"--out {args.out}: the file exists; pass --overwrite to replace it")
+    if args.out is not None:      # refused when it is a folder or another run's file; a killed run leaves no temp
+        claim_file(args.out, args.overwrite)
     windows = None if args.ngram_windows is None else tuple(w for w in args.ngram_windows if w is not None)
     options = IngestOptions(drafter=args.drafter, target=args.target, dataset=args.dataset,
                             temperature=args.temperature, gamma=args.gamma, method=args.method,

@@ -21,6 +21,8 @@ What the file cannot give, and how it is filled (also in the trace's metadata, `
   `model_id` is kept in the metadata;
 - the sampling temperature: Spec-Bench's scripts end `model_id` with `-temperature-<T>`, which is
   read (checked against `--temperature`); without it `--temperature` is asked for, never assumed.
+Its memory is estimated from the files' sizes before they are read (`ANSWER_BYTES` per byte of
+answers) and a read past `common.memory.READ_LIMIT` is refused in one line with the estimate.
 A run without speculation (Spec-Bench's baseline: every step commits one token) is refused: it
 has nothing to calibrate, and its accept lengths would read as alpha 0. So is a file another
 importer reads (a `vllm bench serve` result, SGLang bench output).
@@ -28,15 +30,18 @@ importer reads (a `vllm bench serve` result, SGLang bench output).
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pandas as pd
 
 from calibrate.ingest.result import (IngestOptions, Ingested, chain_config, chain_mask, from_steps, json_records,
                                      need, refuse_other, run_temperature, stated_dataset)
 from common.errors import InputError
+from common.memory import READ_LIMIT, check_fits, gb
 from traces.schema import RunMetadata, validate
 
 TEMPERATURE = re.compile(r"-temperature-(\d+(?:\.\d+)?)$")
+ANSWER_BYTES = 150         # peak bytes per byte of answers read (1.45 GB for a 10 MB file, the process included)
 
 
 def _numbers(choice: dict, key: str, where: str, integer: bool, minimum: float) -> list:
@@ -111,6 +116,10 @@ def model_temperature(model_ids: set[str], paths: list[str]) -> float | None:
 
 def ingest(paths: list[str], options: IngestOptions) -> Ingested:
     result = Ingested("spec-bench", [str(p) for p in paths])
+    size = sum(Path(p).stat().st_size for p in paths if Path(p).is_file())
+    named = ", ".join(map(str, paths[:2])) + (f" and {len(paths) - 2} more" if len(paths) > 2 else "")
+    check_fits(size * ANSWER_BYTES, f"spec-bench {named} ({gb(size)} of answers)", READ_LIMIT,
+               "give fewer questions (a shorter answer file)")
     turns, model_ids = [], set()
     for path in paths:
         t, m = read_answers(path)

@@ -14,6 +14,8 @@ Read with prometheus_client's parsers (OpenMetrics when the scrape ends with `# 
   `vllm:inter_token_latency_seconds`, `vllm:e2e_request_latency_seconds`, queue, prefill, decode
   and inference times): count, mean and p50/p90/p99 interpolated within the buckets;
 - the `_created` sample of each series (its process start), to see restarts.
+A scrape holds each series (a metric and its labels) once: one written twice in a file (a block
+pasted twice, two scrapes concatenated) is refused naming it and its second line, never summed.
 Two files are two scrapes of one server: the result is the traffic between them, series by series.
 A series whose `_created` time changed was restarted between the scrapes: its count since the
 restart is the second scrape's value (what ran before the restart is lost, and the result says
@@ -81,9 +83,21 @@ def _vllm_name(name: str) -> str:
     return "vllm:" + name[5:] if name.startswith("vllm_") else name
 
 
-def _line_of(lines: list[str], name: str) -> int:
+def _line_of(lines: list[str], name: str, labels: tuple = (), occurrence: int = 1) -> int:
+    """The line (1-based; 0 when not found) of the `occurrence`-th sample of `name` with these labels."""
     forms = (name, "vllm_" + name[5:]) if name.startswith("vllm:") else (name,)
-    return next((i for i, line in enumerate(lines, 1) if line.startswith(forms)), 0)
+    pairs = [f'{k}="{v}"' for k, v in labels]
+    found = 0
+    for number, line in enumerate(lines, 1):
+        if line.startswith(forms) and line[len(name):len(name) + 1] in ("{", " ") and all(p in line for p in pairs):
+            found += 1
+            if found == occurrence:
+                return number
+    return 0
+
+
+def _shown(name: str, labels: tuple) -> str:
+    return name + "{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}"
 
 
 def _samples(path: Path, text: str) -> list:
@@ -122,6 +136,7 @@ def read_scrape(path: str | Path) -> dict:
     created: dict = {}
     unknown: dict = defaultdict(float)
     models: set[str] = set()
+    seen: set[tuple] = set()
     legacy = False
     for sample in _samples(p, text):
         name = _vllm_name(sample.name)
@@ -129,6 +144,12 @@ def read_scrape(path: str | Path) -> dict:
         if base not in COUNTERS and base not in HISTOGRAMS and not base.startswith("vllm:spec_decode"):
             continue
         labels = tuple(sorted(sample.labels.items()))
+        if (name, labels) in seen:            # summed, it would count a block written twice twice over
+            line = _line_of(lines, sample.name, labels, occurrence=2)
+            raise InputError(f"{p}{f':{line}' if line else ''}: series {_shown(name, labels)} appears twice in one "
+                             "scrape (a block written twice, or two scrapes in one file?); give each scrape a file "
+                             "of its own")
+        seen.add((name, labels))
         if not math.isfinite(sample.value):
             raise InputError(f"{p}:{_line_of(lines, sample.name)}: {name} is {sample.value!r}, not a finite value")
         if name.endswith("_created"):
@@ -178,8 +199,7 @@ def difference(before: dict, after: dict) -> dict:
             restarts.add(now)
             values[(name, labels)] = value          # counted from zero since the restart
         elif value < previous:
-            shown = name + "{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}"
-            raise InputError(f"{after['path']}: counter {shown} fell from {previous:g} to {value:g} since "
+            raise InputError(f"{after['path']}: counter {_shown(name, labels)} fell from {previous:g} to {value:g} since "
                              f"{before['path']} and no _created sample shows a restart (another server's scrape?); "
                              "the second scrape alone gives the traffic since that server started")
         else:

@@ -108,6 +108,25 @@ def test_vllm_scrape_without_spec_counters_says_why(tmp_path, capsys):
     assert "vllm:spec_decode_num_accepted_tokens_total is missing" in refused(capsys, "vllm-metrics", path)
 
 
+@pytest.mark.parametrize("how", ["block", "line", "file"])
+def test_vllm_series_written_twice_in_one_scrape_is_refused_not_summed(tmp_path, capsys, how):
+    """The spec-decode block pasted twice, one sample line repeated, or the whole scrape concatenated
+    with itself: summed, drafts 27,000 and accepted 43,660 would stand for 12,000 and 19,400."""
+    after = (EX / "vllm_metrics_after.prom").read_text()
+    extra = {"block": "".join(l + "\n" for l in after.splitlines() if "spec_decode" in l),
+             "line": next(l for l in after.splitlines() if l.startswith("vllm:spec_decode_num_drafts_total{")) + "\n",
+             "file": after}[how]
+    path = tmp_path / "after.prom"
+    path.write_text(after + extra)
+    first = after.splitlines().index(next(l for l in after.splitlines()
+                                          if l.startswith("vllm:spec_decode_num_drafts_total{")))
+    second = len(after.splitlines()) + extra.splitlines().index(after.splitlines()[first]) + 1
+    assert refused(capsys, "vllm-metrics", SCRAPES[0], path) == (
+        f'error: {path}:{second}: series vllm:spec_decode_num_drafts_total{{engine="0",model_name="vicuna-7b"}} '
+        "appears twice in one scrape (a block written twice, or two scrapes in one file?); give each scrape a file "
+        "of its own")
+
+
 # ---- vllm-bench -----------------------------------------------------------------------------------
 def test_vllm_bench_latency_in_seconds_and_acceptance_as_vllm_reports_it():
     raw = json.loads((EX / "vllm_bench_serve.json").read_text())
@@ -126,6 +145,68 @@ def test_vllm_bench_missing_spec_field_names_the_field(tmp_path, capsys):
     path = tmp_path / "bench.json"
     path.write_text(json.dumps(raw))
     assert f"{path}:1: missing field 'spec_decode_accepted_tokens'" in refused(capsys, "vllm-bench", path)
+
+
+def _bench(tmp_path, **fields) -> Path:
+    """The committed vllm-bench example with its spec_decode_* fields replaced by `fields`."""
+    raw = {k: v for k, v in json.loads((EX / "vllm_bench_serve.json").read_text()).items()
+           if not k.startswith("spec_decode_")}
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({**raw, **fields}))
+    return path
+
+
+def test_vllm_bench_spec_fields_nested_or_as_means_are_read_never_dropped(tmp_path):
+    """Nested under `spec_decode` (with or without the prefix) the counts give the top-level answer;
+    vLLM's means alone give alpha at the draft length (--gamma, or length - 1 over rate), and without
+    one no entry, saying so, rather than "no spec_decode_* fields"."""
+    raw = json.loads((EX / "vllm_bench_serve.json").read_text())
+    spec = {k: v for k, v in raw.items() if k.startswith("spec_decode_")}
+    flat = ingest("vllm-bench", EXAMPLES["vllm-bench"], IngestOptions(temperature=0.0)).acceptance
+    for nested in (spec, {k[len("spec_decode_"):]: v for k, v in spec.items()}):
+        got = ingest("vllm-bench", [str(_bench(tmp_path, spec_decode=nested))], IngestOptions(temperature=0.0))
+        assert got.acceptance["alpha"] == flat["alpha"] and got.acceptance["alpha_by_position"] == flat["alpha_by_position"]
+    length, rate = spec["spec_decode_acceptance_length"], spec["spec_decode_acceptance_rate"]
+    for fields, gamma in (({"spec_decode_acceptance_length": length, "spec_decode_acceptance_rate": rate}, None),
+                          ({"spec_decode_acceptance_rate": rate}, 3), ({"spec_decode_acceptance_length": length}, 3)):
+        got = ingest("vllm-bench", [str(_bench(tmp_path, **fields))], IngestOptions(temperature=0.0, gamma=gamma))
+        assert expected_tokens(got.acceptance["alpha"], 3) == pytest.approx(length, abs=1e-3)
+        assert any("only vLLM's means" in line for line in got.not_provided)
+    alone = ingest("vllm-bench", [str(_bench(tmp_path, spec_decode_acceptance_length=length))],
+                   IngestOptions(temperature=0.0))
+    assert alone.acceptance is None and alone.summary["mean_accepted_tokens"] == length
+    assert "pass --gamma" in alone.missing and not any("no spec_decode_* fields" in l for l in alone.not_provided)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"spec_decode_acceptance_rate": 0.518}, "field 'spec_decode_acceptance_rate' is 0.518: vLLM writes a percentage"),
+    ({"spec_decode_foo": 3}, "spec-decode fields without counts or means (spec_decode_foo = 3)"),
+    ({"spec_decode": [1, 2]}, "field 'spec_decode' must be an object of spec-decode fields, got [1, 2]"),
+    ({"spec_decode_num_drafts": 52000, "spec_decode": {"num_drafts": 50000}},
+     "'spec_decode_num_drafts' is 52000 but 'spec_decode.num_drafts' is 50000"),
+    ({"spec_decode_num_drafts": 52000, "spec_decode_draft_tokens": 156000, "spec_decode_accepted_tokens": 80865,
+      "spec_decode_per_position_acceptance_rates": [0.7312, 0.5018, 0.3221], "spec_decode_acceptance_length": 2.9},
+     "field 'spec_decode_acceptance_length' is 2.9 but the counts give 2.555"),
+    ({"spec_decode_acceptance_length": 2.5551, "spec_decode_acceptance_rate": 30.0},
+     "spec_decode_acceptance_length 2.5551 and spec_decode_acceptance_rate 30% disagree at draft length 3"),
+])
+def test_vllm_bench_spec_fields_that_disagree_or_cannot_be_read_are_refused(tmp_path, capsys, fields, message):
+    extra = ("--gamma", "3") if "disagree at" in message else ()
+    line = refused(capsys, "vllm-bench", _bench(tmp_path, **fields), "--temperature", "0", *extra)
+    assert line.startswith(f"error: {tmp_path / 'bench.json'}:1: ") and message in line
+
+
+def test_ingest_out_that_is_a_folder_is_refused_and_a_killed_runs_temp_file_removed(tmp_path, capsys):
+    folder = tmp_path / "x.json"
+    folder.mkdir()
+    args = ("vllm-bench", *EXAMPLES["vllm-bench"], "--temperature", "0", "--drafter", "glide", "--profile",
+            PROFILES / "glide-vicuna-7b-h800.json", "--overwrite", "--out")
+    assert refused(capsys, *args, folder) == f"error: --out {folder} is a directory; give a file name"
+    out = tmp_path / "merged.json"
+    stale = tmp_path / ".merged.json.ab12cd34.tmp"
+    stale.write_text("{")
+    code, _, _ = run_cli(capsys, *args, out)
+    assert code == 0 and Profile.load(out).acceptance and not stale.exists()
 
 
 # ---- sglang-bench ---------------------------------------------------------------------------------
@@ -159,6 +240,19 @@ def test_sglang_without_draft_length_asks_for_gamma(tmp_path, capsys):
 
 
 # ---- spec-bench -----------------------------------------------------------------------------------
+def test_spec_bench_answers_too_large_to_read_are_refused_before_they_are_read(tmp_path, capsys, monkeypatch):
+    """~130 bytes of memory per byte of answers: a 20 MB file took 2.5 GB; past the reader's limit
+    it is refused with the estimate, nothing written."""
+    from calibrate.ingest import spec_bench
+
+    monkeypatch.setattr(spec_bench, "READ_LIMIT", 100_000)
+    src = EXAMPLES["spec-bench"][0]
+    out = tmp_path / "steps.parquet"
+    line = refused(capsys, "spec-bench", src, "--temperature", "0", "--drafter", "x", "--out", out)
+    assert line == (f"error: spec-bench {src} (2 kB of answers) would need ~250 kB of memory, more than the limit "
+                    "of 100 kB; give fewer questions (a shorter answer file)") and not out.exists()
+
+
 def test_spec_bench_steps_keep_every_accept_length_and_turn_time(tmp_path, capsys):
     lines = [json.loads(line) for line in (EX / "spec_bench_answers.jsonl").read_text().splitlines()]
     out = tmp_path / "steps.parquet"

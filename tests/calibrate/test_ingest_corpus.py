@@ -245,7 +245,7 @@ def test_out_is_replaced_only_with_overwrite(tmp_path, capsys):
     out.write_text("mine\n")
     assert "--out" in refused(capsys, *argv, "--out", out) and out.read_text() == "mine\n"
     before = base.read_text()
-    assert "pass --overwrite" in refused(capsys, *argv, "--out", base) and base.read_text() == before
+    assert "use --overwrite to replace it" in refused(capsys, *argv, "--out", base) and base.read_text() == before
     assert run_cli(capsys, *argv, "--out", out, "--overwrite")[0] == 0
     assert "llama-68m/data/T0/vllm-metrics" in Profile.load(out).acceptance
     assert sorted(p.name for p in tmp_path.iterdir()) == ["base.json", "p.json"]      # no temp file beside them

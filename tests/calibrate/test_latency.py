@@ -90,6 +90,20 @@ def test_table_kind_exact_on_grid_and_interpolates():
     assert lo < mid < hi
 
 
+def test_a_table_extrapolating_towards_free_forwards_is_refused_where_asked():
+    """A drafter measured at contexts 512 and 1024 whose cost quadruples between them extrapolates
+    to a quarter of its cheapest forward at context 0: refused, naming the point and the axis it
+    left; inside the grid, and mild extrapolation, are served as before."""
+    table = TableLatency(n_tokens=(1.0,), ctx_len=(512.0, 1024.0), batch=(1.0,),
+                         seconds=np.array([[[0.010], [0.040]]]), name="drafter")
+    assert table.predict(1, 768) == pytest.approx(0.020) and table.predict(1, 2048) == pytest.approx(0.64)
+    assert table.predict(1, 300) > 0.005
+    with pytest.raises(InputError, match=r"latency model 'drafter' \(a measured table\) predicts 0.0025 s at "
+                                         r"n_tokens 1, ctx_len 0, batch 1, below 0.5 x its cheapest measured forward "
+                                         r"\(0.01 s\): its extrapolation past ctx_len 0 \(measured 512-1024\)"):
+        table.predict(1, [768, 0])
+
+
 def test_table_needs_full_grid_and_kinds_are_checked():
     frame, _ = synthetic_latency_trace(_truth(), seed=0)
     with pytest.raises(InputError, match="missing point"):

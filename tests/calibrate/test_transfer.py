@@ -87,6 +87,28 @@ def test_bad_input_is_one_line(args, message, tmp_path, capsys):
     assert code == 2 and message in err and err.count("\n") == 1
 
 
+def test_out_and_acceptance_files_are_checked_before_anything_is_written(tmp_path, capsys):
+    """An existing --out is replaced only with --overwrite; a folder is refused; a bad entry of the
+    --acceptance file is named with the file (no temperature is not greedy)."""
+    base = ["--profile", str(PROFILES / "mcsd-llama-33b-a6000.json"), "--target", "llama-13b"]
+    mine = tmp_path / "mine.json"
+    mine.write_text("mine\n")
+    folder = tmp_path / "x.json"
+    folder.mkdir()
+    bad = tmp_path / "acc.json"
+    bad.write_text(json.dumps({"llama-68m/cnn/T0": {"drafter": "llama-68m", "alpha": 0.8}}))
+    for args, message in (
+            (["--out", str(mine)], f"--out {mine} already exists (another run's output); use --overwrite"),
+            (["--out", str(folder), "--overwrite"], f"--out {folder} is a directory; give a file name"),
+            (["--out", str(tmp_path / "o.json"), "--acceptance", str(bad)],
+             f"{bad}: acceptance model 'llama-68m/cnn/T0' states no temperature")):
+        code = transfer.main(base + args)
+        err = capsys.readouterr().err
+        assert code == 2 and err.startswith(f"error: {message}") and err.count("\n") == 1, err
+    assert mine.read_text() == "mine\n" and not (tmp_path / "o.json").exists()
+    assert transfer.main(base + ["--out", str(mine), "--overwrite"]) == 0 and Profile.load(mine)
+
+
 def test_a_measured_table_cannot_be_moved_to_another_architecture():
     with pytest.raises(InputError, match="measured 'table'"):
         transfer.transfer_profile(_load("smollm2-135m-cpu"), "llama-13b")

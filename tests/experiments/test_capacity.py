@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from experiments import capacity as capacity_cli
 from capacity import plan as capacity
 from capacity import report as capacity_report
+from simulator.workload import read_trace
 from sweep.executor import LocalExecutor
 from tests.experiments.test_sweep import toy_profile
 
@@ -87,3 +89,24 @@ def test_curves_name_each_configuration_once_and_draw_every_slo(tmp_path, monkey
     for ax, limit in zip(fig.axes, (20, 30, 1000)):
         low, high = ax.get_ylim()
         assert low < limit < high                    # the limit is in view, not off the axes
+
+
+def test_a_trace_load_is_searched_at_its_shape_not_its_recorded_rate(tmp_path):
+    """One shape recorded at 2 and at 300 req/s plans alike, near what Poisson arrivals give: replayed
+    as recorded at every rate tried, the slow trace passed every rate and the fast one none; the
+    report's header names the trace and where the lengths come from."""
+    gaps = np.random.default_rng(0).exponential(1.0, 400)
+    found = {}
+    for name, mean_gap in (("slow", 0.5), ("fast", 1 / 300)):
+        path = tmp_path / f"{name}.csv"
+        pd.DataFrame({"arrival_s": np.cumsum(gaps * mean_gap)}).to_csv(path, index=False)
+        load = capacity.LoadSpec(prompt_len="fixed:128", output_len="fixed:64", arrival="trace",
+                                 trace=read_trace(path), duration_s=6.0, max_batch=16)
+        opts = capacity.CapacityOptions(methods=["sd"], target_rate=6.0, slo=capacity.Slo(tpot_p99=0.05), load=load,
+                                        batches=(1,))
+        found[name] = capacity.plan(toy_profile(), opts, LocalExecutor(workers=1, progress=False))["best"]
+        header = load.workload(6.0).describe("each rate tried")
+        assert header.startswith(f"arrivals of {path}: 400 requests over") and "gaps scaled to each rate tried" in header
+        assert "prompt fixed:128, output fixed:64 tokens" in header
+    slow, fast = (found[k].set_index("method")["max_rate"] for k in ("slow", "fast"))
+    assert slow.to_dict() == pytest.approx(fast.to_dict(), rel=1e-6) and 0 < slow["ar"] < slow["sd"] < 100

@@ -335,3 +335,17 @@ def test_token_trace_switches_to_exact_replay(tmp_path, toy):
     hot = sweep.SweepOptions(methods=["sd"], rescore=0, temperature=1.0, token_trace=str(path))
     with pytest.raises(Exception, match="greedy only"):
         sweep.run_sweep([Profile.from_dict(raw)], hot, LocalExecutor(workers=1, progress=False))
+
+
+def test_a_profile_named_twice_is_swept_once_and_two_files_of_one_name_are_refused(tmp_path, monkeypatch, capsys):
+    """`--profile P --profile P` (or ./P and P) would sweep P twice: its rows and ties counted twice."""
+    path = "data/profiles/glide-vicuna-7b-h800.json"
+    got = sweep.load_profiles([path, path, f"./{path}"])
+    assert [p.name for p in got] == ["glide-vicuna-7b-h800"]
+    assert capsys.readouterr().err == (f"note: --profile {path}, ./{path} (= {path}) named a file already given: "
+                                       "each file is swept once\n")
+    copy_of = tmp_path / "copy.json"
+    copy_of.write_text(open(path).read())
+    with pytest.raises(InputError, match=rf"--profile {copy_of} and {path} both hold a profile named "
+                                         r"'glide-vicuna-7b-h800' \(the sweep's tables key rows by it\)"):
+        sweep.load_profiles([path, str(copy_of)])

@@ -296,3 +296,25 @@ def test_the_hf_snippet_applied_drafts_what_was_exported(toy, tmp_path, label, m
     steps = recorder.frame()
     room = 8 + 20 - 1 - steps["ctx_len"].to_numpy()          # what the length limit leaves a step to draft
     assert len(steps) >= 4 and (steps["draft_forwards"].to_numpy() == np.minimum(gamma, room)).all()
+
+
+def test_a_batch_kv_memory_cannot_hold_is_refused_or_never_served_as_that_batch():
+    """The simulator admits what KV memory holds: at a batch beyond it a row ran fewer sequences, so
+    it says so (`reached`, `not_served`) rather than stand for that batch; a batch no profile's KV
+    memory admits at once is refused before the sweep."""
+    from profiles.profile import Profile
+    from simulator.memory import memory_of
+
+    profile = Profile.load("data/profiles/glide-vicuna-7b-h800.json")
+    ctx, output = 448.0, 128
+    prompt = deployments.served_prompt(ctx, output)
+    most = memory_of(profile).capacity_tokens // (prompt + 1)
+    deployments.check_batch_sizes([profile], [1, most], {profile.name: ctx}, output)
+    with pytest.raises(InputError, match=rf"--batch-sizes: {most + 1:,} sequences at once fit in no profile's KV "
+                                         rf"memory \(glide-vicuna-7b-h800: at most {most:,} sequences of a "
+                                         rf"{prompt}-token prompt and one token\); give batch sizes up to {most:,}"):
+        deployments.check_batch_sizes([profile], [1, most + 1, 100_000], {profile.name: ctx}, output)
+    beyond = deployments.serve_task(deployments.ServeTask(profile, "ar", {}, most + 20, prompt, output, 0))
+    assert beyond["reached"] < most + 20 and beyond["not_served"].startswith(f"reaches batch {beyond['reached']} only")
+    fits = deployments.serve_task(deployments.ServeTask(profile, "ar", {}, 8, prompt, output, 0))
+    assert fits["reached"] == 8 and fits["not_served"] == ""

@@ -107,7 +107,9 @@ def test_prompt_mix_takes_counts_per_set(tmp_path):
         load_prompt_mix("mtbench:abc")
     # ranges: the A-th to the B-th, 1-based
     assert [p.prompt_id for p in load_prompt_mix(f"mtbench:2-3,{path}:3")] == ["mtbench/82", "mtbench/83", "m/1", "m/2", "m/3"]
-    for bad, message in (("mtbench:3-2", "1 <= A <= B"), ("mtbench:0-2", "1 <= A <= B"), (f"{path}:2-5", "has only 3 prompts")):
+    for bad, message in (("mtbench:3-2", "1 <= A <= B"), ("mtbench:0-2", "1 <= A <= B"), (f"{path}:2-5", "has 3 prompts, asked for 2-5"),
+                         (f"{path}:5-6", "has 3 prompts, asked for 5-6"),   # a range wholly past the end
+                         (f"{path}:4", "has 3 prompts, asked for the first 4")):
         with pytest.raises(InputError, match=message):
             load_prompt_mix(bad)
     with pytest.raises(InputError, match="prompt file not found: missing.jsonl"):

@@ -1,4 +1,6 @@
 """Serving simulator: Little's law, memory (preemption, OOM, GLIDE Table 4 shapes), arrivals, bad input."""
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -6,7 +8,7 @@ import pytest
 from simulator import Cluster, Parallelism, Workload, simulate_serving
 from simulator.memory import replica_memory, static_batch_fits
 from simulator.methods import build_step_model, load_profile
-from simulator.workload import make_requests
+from simulator.workload import check_load, make_requests, read_trace, realised_rate
 from tests.simulator.fixtures import LINEAR, profile_dict, roofline_profile
 from common.errors import InputError
 from costmodel.params import arch_dict
@@ -169,3 +171,55 @@ def test_lookahead_parallel_needs_branches_to_spread(method, config):
     with pytest.raises(InputError, match="lp > 1") as info:
         _serve(method, config, Workload(rate=1, n_requests=2), Cluster(replicas=1, parallel=Parallelism(lp=2)))
     assert "\n" not in str(info.value)
+
+
+def test_a_trace_served_at_a_rate_keeps_its_shape_and_takes_the_rate(tmp_path):
+    """A 2 req/s trace (a burst of three, then a lull) asked for at 20 req/s: its gaps scaled by a
+    tenth, copies back to back one mean gap apart, its lengths with their rows; without a rate it is
+    replayed as recorded. Replayed as recorded at every rate, a load search saw every rate pass."""
+    path = tmp_path / "arrivals.csv"
+    pd.DataFrame({"arrival_s": [0.0, 0.1, 0.2, 1.5], "output_len": [5, 6, 7, 8]}).to_csv(path, index=False)
+    reqs = make_requests(Workload(rate=20, duration_s=1.0, arrival="trace", trace=path))
+    assert reqs["arrival_s"].to_numpy()[:8] == pytest.approx([0, 0.01, 0.02, 0.15, 0.2, 0.21, 0.22, 0.35])
+    assert reqs["arrival_s"].max() < 1.0 and realised_rate(reqs) == pytest.approx(20, rel=0.1)
+    assert list(reqs["output_len"][:8]) == [5, 6, 7, 8, 5, 6, 7, 8]
+    fast = make_requests(Workload(rate=2000, duration_s=1.0, arrival="trace", trace=path))
+    assert realised_rate(fast) == pytest.approx(2000, rel=0.01)
+    recorded = make_requests(Workload(arrival="trace", trace=path))
+    assert list(recorded["arrival_s"]) == [0.0, 0.1, 0.2, 1.5]
+    assert "its gaps scaled to each rate tried" in Workload(rate=20, arrival="trace", trace=path).describe(
+        "each rate tried") and "output lognormal" not in Workload(rate=20, arrival="trace", trace=path).describe()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "arrival trace {path}: empty file (expected a CSV with a header line naming arrival_s)"),
+    ("arrival_s\n", "{path}: no requests (a header and no rows)"),
+    ("arrival_s\n0\n1\n2\n0.5\n1.5\n", "{path}: row 4 (line 5): arrival_s 0.5 comes before the previous row's 2: "
+                                       "timestamps must not go backwards"),
+    ("arrival_s,output_len\n0,5\n1,7.5\n", "{path}: row 2 (line 3): output_len is 7.5, not a whole number of tokens"),
+    ("arrival_s\n0\nsoon\n", "{path}: row 2 (line 3): arrival_s is 'soon', not a number of seconds >= 0"),
+    ("time\n0\n", "{path}: missing column(s) arrival_s (has: time)"),
+])
+def test_a_trace_is_checked_row_by_row_never_sorted_or_guessed(tmp_path, text, message):
+    path = tmp_path / "arrivals.csv"
+    path.write_text(text)
+    with pytest.raises(InputError, match=re.escape(message.format(path=path))):
+        Workload(rate=5, arrival="trace", trace=path)
+
+
+def test_a_load_too_large_to_simulate_is_refused_before_any_request_is_drawn():
+    check_load([Workload(rate=10, duration_s=60)])
+    with pytest.raises(InputError, match=r"the simulated load: ~6e\+07 requests, ~[\d.e+]+ output tokens would "
+                                         r"take ~.* of CPU to simulate, beyond --max-hours 6; lower the rate"):
+        check_load([Workload(rate=1e6, duration_s=60, output_len="fixed:128")])
+    with pytest.raises(InputError, match=r"would need ~[\d.e+]+ GB of memory, more than the memory available"):
+        check_load([Workload(rate=1e12, duration_s=60)], max_hours=1e12)
+
+
+def test_a_trace_too_large_to_read_is_refused_before_it_is_read(tmp_path):
+    path = tmp_path / "big.csv"
+    path.write_text("arrival_s\n" + "".join(f"{i}\n" for i in range(100_000)))
+    with pytest.raises(InputError, match=rf"arrival trace {re.escape(str(path))} \(\d+ kB, ~[\d,]+ rows\) would need ~\d+ MB "
+                                         r"of memory, more than the limit of 1 MB; give a shorter trace"):
+        read_trace(path, limit=1e6)
+    assert len(read_trace(path).arrival_s) == 100_000

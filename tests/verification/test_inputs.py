@@ -249,3 +249,32 @@ def test_a_top8_draft_over_a_large_vocabulary_is_refused_by_its_time_not_its_pat
         exact.exact_check(RULES["one_hot"].sampler, case, case.target(), probes=4, max_seconds=60)
     assert time.perf_counter() - start < 30
     assert exact.estimate_paths(RULES["one_hot"].sampler, case, probes=4)[0] < exact.DEFAULT_MAX_PATHS
+
+
+def _raises(case, rng):
+    raise ValueError("index 7 out of range")
+
+
+def test_a_sampler_that_fails_is_named_in_both_modes_never_a_traceback_or_a_tv():
+    """None returned is an InputError naming it; a sampler that raises is a failed check naming its
+    exception (and, statistically, the draw); laws of one case with two lengths, and a token outside
+    a vector target's vocabulary, are InputErrors rather than "lossy, TV 1" or "TV 0.6"."""
+    with pytest.raises(InputError, match=r"statistical mode: the sampler returned None \(NoneType\)"):
+        statistical.statistical_check(lambda c, rng: None, None, [0.5, 0.5], n=100)
+    with pytest.raises(InputError, match="the batched sampler returned None; it must return 100 token ids"):
+        statistical.statistical_check(lambda c, rng, n: None, None, [0.5, 0.5], n=100, batched=True)
+    stat = statistical.statistical_check(_raises, None, [0.5, 0.5], n=100)
+    assert not stat.passed and stat.reason == "the sampler raised ValueError: index 7 out of range (draw 0)"
+    ex = exact.exact_check(_raises, None, {0: 1})
+    assert not ex.passed and ex.error == "ValueError: index 7 out of range"
+    short = ([F(1, 2), F(1, 4), F(1, 4)], [F(1, 2), F(1, 2)])
+    for mode, check in (("exact", lambda: exact.exact_check(my_sd, short, short[0])),
+                        ("statistical", lambda: statistical.statistical_check(my_sd, short, short[0], n=100))):
+        with pytest.raises(InputError, match=rf"{mode} mode: case\[0\] has 3 probabilities and case\[1\] 2"):
+            check()
+    with pytest.raises(InputError, match=r"exact mode: the sampler returned token 2, outside the target's "
+                                         r"vocabulary of 2 token ids \(0..1\)"):
+        exact.exact_check(lambda c, rng: rng.categorical([1, 1]) + 2, None, [F(1, 2), F(1, 2)])
+    with pytest.raises(InputError, match=r"statistical mode: the sampler returned token \d, outside the target's "
+                                         r"vocabulary of 2 token ids"):
+        statistical.statistical_check(lambda c, rng: int(rng.categorical([1, 1])) + 2, None, [0.5, 0.5], n=100)
