@@ -49,6 +49,25 @@ RUNS = [Candidate(methods.parse_label(label), drafter) for label, drafter in (
 BATCHED_DRAFTERS = ("vanilla", "glide")       # the drafters the batch engine runs (CORAL and Kangaroo do not batch)
 
 
+def selected_runs(labels: str) -> list[Candidate]:
+    """The RUNS a `--runs` value names ("all", or labels such as "prompt_lookup g5 nmin2 nmax3",
+    "sd g1 @vanilla", comma-separated), plain decoding always first: a campaign on a machine without
+    the trained drafters records what it can run."""
+    if labels.strip() == "all":
+        return list(RUNS)
+    by_label = {cand.label: cand for cand in RUNS}
+    asked = [label.strip() for label in labels.split(",") if label.strip()]
+    unknown = [label for label in asked if label not in by_label]
+    if unknown or not asked:
+        raise InputError(f"--runs: '{unknown[0] if unknown else labels}' is none of the campaign's configurations "
+                         f"({', '.join(by_label)})")
+    return [RUNS[0], *(by_label[label] for label in dict.fromkeys(asked) if label != RUNS[0].label)]
+
+
+def drafters_used(args) -> set[str]:
+    return {cand.drafter for cand in selected_runs(args.runs) if cand.drafter}
+
+
 def step_path(args, cand: Candidate) -> Path:
     return args.out / f"steps_{slug(cand.label)}.parquet"
 
@@ -62,11 +81,11 @@ def stage_latency(args, log) -> None:
     if not out.exists():
         run_module("traces.timing", ["--model", "smollm2", "--tokens", TARGET_TOKENS, *common, "--out", str(out)], log)
     out = args.out / "vanilla_latency.parquet"
-    if not out.exists():
+    if not out.exists() and "vanilla" in drafters_used(args):
         run_module("traces.timing", ["--model", "smollm2", "--no-target", "--drafter", drafter_file(args, "vanilla"),
                                      "--tokens", DRAFT_TOKENS, *common, "--out", str(out)], log)
     out = args.out / "drafter_latency.parquet"
-    if out.exists():
+    if out.exists() or "glide" not in drafters_used(args):
         return
     import torch
 
@@ -89,8 +108,8 @@ def stage_steps(args, log) -> None:
     from runtime.prompts import load_prompt_mix
     from traces.timing import int_list
 
-    plain = RUNS[0]
-    todo = [c for c in RUNS[1:] if not step_path(args, c).exists()]
+    plain, *runs = selected_runs(args.runs)
+    todo = [c for c in runs if not step_path(args, c).exists()]
     if not todo:
         return
     if step_path(args, plain).exists():
@@ -127,8 +146,9 @@ def latency_tables(args) -> dict[str, dict]:
     from traces.schema import read_trace
 
     names = {"smollm2": TARGET_ARCH, drafter_file(args, "vanilla"): DRAFTERS["vanilla"].model}
-    frames = [read_trace(args.out / f, kind="latency")[0]
-              for f in ("latency.parquet", "vanilla_latency.parquet", "drafter_latency.parquet")]
+    files = ["latency.parquet", *(["vanilla_latency.parquet"] if "vanilla" in drafters_used(args) else []),
+             *(["drafter_latency.parquet"] if "glide" in drafters_used(args) else [])]
+    frames = [read_trace(args.out / f, kind="latency")[0] for f in files]
     rows = pd.concat(frames, ignore_index=True)
     rows["model"] = rows["model"].replace(names)
     out = {}
@@ -139,10 +159,10 @@ def latency_tables(args) -> dict[str, dict]:
     return out
 
 
-def carried(base) -> tuple[dict, dict, list[str]]:
+def carried(base, used: frozenset[str] | set[str] = frozenset(BATCHED_DRAFTERS)) -> tuple[dict, dict, list[str]]:
     """(acceptance entries, drafter entries, their keys) of the base Profile that the batch engine runs:
-    prompt lookup's and the batched drafters' (`BATCHED_DRAFTERS`)."""
-    drafters = {name: base.drafter(name).to_dict() for name in BATCHED_DRAFTERS}
+    prompt lookup's and the batched drafters' (`BATCHED_DRAFTERS`) the recorded runs `used`."""
+    drafters = {name: base.drafter(name).to_dict() for name in BATCHED_DRAFTERS if name in used}
     drafters["prompt_lookup"] = base.drafter("prompt_lookup").to_dict()
     keys = [k for k, a in base.acceptance.items() if a.drafter in drafters or k.split("/")[0] in drafters]
     return {k: base.acceptance[k].to_dict() for k in keys}, drafters, keys
@@ -159,9 +179,9 @@ def stage_profile(args, log) -> None:
     from traces.schema import read_trace
 
     base = Profile.load(args.base_profile)
-    acceptance, drafters, keys = carried(base)
+    acceptance, drafters, keys = carried(base, drafters_used(args))
     runs = []
-    for cand in RUNS:
+    for cand in selected_runs(args.runs):
         frame, meta = read_trace(step_path(args, cand), kind="batch_step")
         recorded_as = str(frame["dataset"].iloc[0])
         dataset = base.dataset_named(recorded_as)          # the Profile's name of the prompt set: 'libedit' -> 'lib-edit'

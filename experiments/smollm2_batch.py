@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from campaigns.smollm2_batch import (BATCHES, MIN_PROMPTS, PROMPTS, STAGES, stage_latency, stage_profile,
-                                     stage_steps)
+from campaigns.smollm2_batch import (BATCHES, MIN_PROMPTS, PROMPTS, RUNS, STAGES, selected_runs, stage_latency,
+                                     stage_profile, stage_steps)
 from common.cli import CliParser, cli_entry, parse_stages, require_positive
 from traces.timing import int_list
 
@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=1, help="interleaved repeats of the step recordings (default %(default)s)")
     p.add_argument("--rounds", type=int, default=2,
                    help="passes over the latency grid, each point the median of its passes (default %(default)s)")
+    p.add_argument("--runs", default="all",
+                   help="the configurations to record, comma-separated labels (default: all of "
+                        + "; ".join(c.label for c in RUNS) + "); plain decoding is always recorded")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default %(default)s)")
     return p
 
@@ -49,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     stages = parse_stages(args.stages, STAGES)
     require_positive(args, ("min_prompts", "max_new_tokens", "repeats", "rounds", "threads"))
     int_list(args.batches, "batches", 1)
+    selected_runs(args.runs)
     args.out.mkdir(parents=True, exist_ok=True)
     log = lambda m: print(m, flush=True)
     for stage in STAGES:
