@@ -145,9 +145,11 @@ def latency_tables(args) -> dict[str, dict]:
     from calibrate.latency import fit_latency
     from traces.schema import read_trace
 
-    names = {"smollm2": TARGET_ARCH, drafter_file(args, "vanilla"): DRAFTERS["vanilla"].model}
-    files = ["latency.parquet", *(["vanilla_latency.parquet"] if "vanilla" in drafters_used(args) else []),
-             *(["drafter_latency.parquet"] if "glide" in drafters_used(args) else [])]
+    used = drafters_used(args)
+    names = {"smollm2": TARGET_ARCH, **({drafter_file(args, "vanilla"): DRAFTERS["vanilla"].model}
+                                        if "vanilla" in used else {})}
+    files = ["latency.parquet", *(["vanilla_latency.parquet"] if "vanilla" in used else []),
+             *(["drafter_latency.parquet"] if "glide" in used else [])]
     frames = [read_trace(args.out / f, kind="latency")[0] for f in files]
     rows = pd.concat(frames, ignore_index=True)
     rows["model"] = rows["model"].replace(names)

@@ -137,6 +137,7 @@ def test_bundled_profiles_match_their_builder(tmp_path):
         _predictions_agree(paper, mine, [paper_profiles.DEFAULT_OUT / p.name for p in mine])
 
 
+@pytest.mark.slow          # two full MCSD fits (minutes)
 def test_the_builder_comparison_holds_where_the_fit_lands_elsewhere():
     """The comparison above is about what a fit resolves: started 2% away from its priors, MCSD's fit
     lands on other parameters (they move by more than `_same` allows) and the same predictions."""
