@@ -211,8 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="exact mode reuses the law below identical sub-states (the samplers' rng.memo keys: "
                              "rejections so far, committed tokens); much faster on larger cases")
     parser.add_argument("--threads", type=int, default=1, help="torch threads in statistical mode (default 1)")
-    parser.add_argument("--workers", type=int, default=2,
-                        help="processes for exact mode, at most the CPU cores (default 2)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="processes for exact mode, at most the CPU cores (default: one per CPU core)")
     parser.add_argument("--max-minutes", type=float, default=60.0,
                         help="refuse, before running, a statistical run estimated to take longer, and an exact case "
                              "whose enumeration is (default 60)")
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     for option, value, least in (("--cases", args.cases, 1), ("--vocab", args.vocab, 2), ("--workers", args.workers, 1),
                                  ("--threads", args.threads, 1)):
-        if value < least:
+        if value is not None and value < least:
             raise InputError(f"{option} is {value}, must be >= {least}")
     if args.max_length is not None and args.max_length < 1:
         raise InputError(f"--max-length is {args.max_length}, must be >= 1")
