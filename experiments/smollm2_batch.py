@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 from campaigns.smollm2_batch import (BATCHES, MIN_PROMPTS, PROMPTS, RUNS, STAGES, selected_runs, stage_latency,
                                      stage_profile, stage_steps)
-from common.cli import CliParser, cli_entry, parse_stages, require_positive
+from common.cli import CliParser, cli_entry, parse_stages, require_positive, run_stages
 from traces.timing import int_list
 
 STAGE_FUNCTIONS = {"latency": stage_latency, "steps": stage_steps, "profile": stage_profile}
@@ -55,11 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     selected_runs(args.runs)
     args.out.mkdir(parents=True, exist_ok=True)
     log = lambda m: print(m, flush=True)
-    for stage in STAGES:
-        if stage in stages:
-            started = time.perf_counter()
-            STAGE_FUNCTIONS[stage](args, log)
-            log(f"stage {stage}: {time.perf_counter() - started:.0f} s")
+    run_stages(stages, STAGE_FUNCTIONS, args, log)
     return 0
 
 

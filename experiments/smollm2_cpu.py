@@ -28,11 +28,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 
-from common.cli import CliParser, cli_entry, parse_stages, require_positive
+from common.cli import CliParser, cli_entry, parse_stages, require_positive, run_stages
 
 from campaigns.smollm2 import (DATASETS, PLAIN_RUN, STAGES, Run, best_partners_path, best_run,
                                           best_runs_path, measure_beside_plain, stage_chains, stage_latency,
@@ -104,11 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     require_positive(args, ("limit", "max_new_tokens", "threads", "sim_tokens", "step_limit", "repeats"))
     args.out.mkdir(parents=True, exist_ok=True)
     log = lambda m: print(m, flush=True)
-    for stage in STAGES:
-        if stage in stages:
-            started = time.perf_counter()
-            STAGE_FUNCTIONS[stage](args, log)
-            log(f"stage {stage}: {time.perf_counter() - started:.0f} s")
+    run_stages(stages, STAGE_FUNCTIONS, args, log)
     return 0
 
 

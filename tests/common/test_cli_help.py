@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from common.cli import CliParser
+from common.cli import CliParser, parse_stages, run_stages
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -191,3 +191,12 @@ def test_sweep_top_says_what_the_report_shows():
 
     top = next(a for a in build_parser()._actions if "--top" in a.option_strings)
     assert f"the report lists the first {REPORT_ROWS}" in top.help
+
+
+def test_a_campaigns_stages_run_in_its_own_order_each_timed():
+    """`--stages profile,latency` runs latency first (the campaign's order), skips the rest, logs each."""
+    ran, logged = [], []
+    functions = {name: (lambda args, log, name=name: ran.append(name)) for name in ("latency", "steps", "profile")}
+    run_stages(parse_stages("profile,latency", functions), functions, None, logged.append)
+    assert ran == ["latency", "profile"]
+    assert [line.split(":")[0] for line in logged] == ["stage latency", "stage profile"]
