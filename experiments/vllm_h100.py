@@ -1,7 +1,7 @@
 """`python -m experiments.vllm_h100`: vLLM on one H100, EAGLE-3 and n-gram speculation over the study's
 request streams at batch 1-128, predicted (ours, the study's step-time fit, the study's simulator).
 
-    python -m experiments.vllm_h100 --data /work/external/specdecode-bench --out examples/vllm_h100_llama8b
+    python -m experiments.vllm_h100 --data SPECDECODE_DATA --out examples/vllm_h100_llama8b
 
 --data holds SpecDecode-Bench's combined_<dataset>.jsonl files (repository SpecDecode-Bench/simulator,
 data/llama3.1-8B/); --profile the vLLM Profile (`python -m calibrate.vllm`). Writes predictions.csv,

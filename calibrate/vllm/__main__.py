@@ -1,6 +1,6 @@
 """`python -m calibrate.vllm --data FOLDER --out PROFILE.json`: the vLLM H100 deployment Profile.
 
-    python -m calibrate.vllm --data /work/external/specdecode-bench \
+    python -m calibrate.vllm --data SPECDECODE_DATA \
         --out data/profiles/llama-3.1-8b-h100-vllm.json
 
 FOLDER holds the study's four files (combined_<dataset>.jsonl); --grid the project's H100 graph grid.

@@ -1,5 +1,5 @@
 """The roofline's efficiencies on the H100, fitted on the project's own forwards replayed as CUDA graphs
-(`graph_grid.jsonl` of /work/shared/measurements/h100-2026-11-23: tokens 1-256 x context 0-4096 x
+(`graph_grid.jsonl` of ../shared/measurements/h100-2026-11-23: tokens 1-256 x context 0-4096 x
 batch 1-8, seven architectures, median of 5 replays).
 
 The project's forward and vLLM's share the matmuls (bf16 `F.linear`, cuBLAS) and differ around them:
@@ -35,7 +35,8 @@ from costmodel.hardware import get_hardware
 from costmodel.params import forward_params, get_arch, kv_bytes_per_token
 from profiles.latency import RooflineLatency
 
-GRID = Path("/work/shared/measurements/h100-2026-11-23/graph_grid.jsonl")
+# the project's H100 measurements sit beside the checkout (../shared/measurements/), not inside it
+GRID = Path(__file__).resolve().parents[3] / "shared" / "measurements" / "h100-2026-11-23" / "graph_grid.jsonl"
 TARGET_ARCH = "llama-3-8b"
 CORNER_MAX = 50.0                  # a corner this sharp is the max
 DTYPE = "bf16"
