@@ -4,7 +4,6 @@ its own greedy output; bad loads are refused in one line."""
 import itertools
 
 import pytest
-import torch
 
 from common.errors import InputError
 from runtime.engine import make_decoder
@@ -16,12 +15,7 @@ PROMPTS = [[3, 7, 1, 9, 12, 5, 3, 7], [5, 2], [1, 2, 3, 4, 5, 6], [9, 8, 7, 6, 5
 NEW = [12, 6, 9, 14, 7]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
