@@ -135,11 +135,12 @@ def write_parquet(path: str | os.PathLike, frame, metadata: dict[str, str] | Non
     return Path(path)
 
 
-def save_figure(path: str | os.PathLike, fig) -> Path:
-    """Save a matplotlib figure atomically (format from the suffix)."""
+def save_figure(path: str | os.PathLike, fig, tight: bool = True) -> Path:
+    """Save a matplotlib figure atomically (format from the suffix); `tight` crops it to what is
+    drawn (one more drawing of the figure: a figure laid out to its edges saves without it)."""
     target = Path(path)
     with atomic_path(target) as tmp:
-        fig.savefig(tmp, format=target.suffix.lstrip(".") or "png", dpi=120, bbox_inches="tight")
+        fig.savefig(tmp, format=target.suffix.lstrip(".") or "png", dpi=120, bbox_inches="tight" if tight else None)
     return target
 
 

@@ -81,19 +81,27 @@ def generation_tokens(reach, new_tokens=None):
     steps = np.ones(flat.shape[0])
     live = np.arange(flat.shape[0])              # rows still in the loop
     done = np.zeros(live.size, bool)             # of those, the ones settled (summed; dropped in bulk)
+    near = np.zeros(live.size, np.int64)         # of those, how many u(n) in a row lie within 1e-13 of the limit
+    term = np.empty(live.size)
     for n in range(1, total):
-        u = np.zeros(live.size)
-        for j in range(1, width + 1):
-            u += p[j - 1] * history[(n - j) % width]
-        history[n % width] = u
-        steps[live] += np.where(done, 0.0, u)
+        u = history[n % width]                   # u(n - width) is not needed after this step: reused
+        np.multiply(p[0], history[(n - 1) % width], out=term)
+        u_n = term.copy()
+        for j in range(2, width + 1):
+            np.multiply(p[j - 1], history[(n - j) % width], out=term)
+            u_n += term
+        u[:] = u_n
+        steps[live] += np.where(done, 0.0, u_n)
+        near = np.where(np.abs(u_n - limit) < 1e-13, near + 1, 0)
         if n >= width:
-            settled = ~done & (np.max(np.abs(history - limit), axis=0) < 1e-13)
+            settled = ~done & (near >= width)     # the whole ring, u(n - width + 1..n), at the limit
             steps[live[settled]] += (total - 1 - n) * limit[settled]     # the rest of a settled row, closed form
             done |= settled
             if done.sum() * 8 > live.size:       # drop the settled rows once they are an eighth
                 keep = ~done
-                live, p, history, limit, done = live[keep], p[:, keep], history[:, keep], limit[keep], done[keep]
+                live, p, history, limit, done, near = (live[keep], p[:, keep], history[:, keep], limit[keep],
+                                                       done[keep], near[keep])
+                term = np.empty(live.size)
                 if not live.size:
                     break
     return (total / steps).reshape(mean.shape)

@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         with make_executor(args.executor, workers=workers if not args.scheduler else None, address=args.scheduler,
                            progress=progress, deadline=Deadline(args.max_hours)) as executor:
             result = run_sweep(profiles, opts, executor, choices=paper_choices.compare)
-        written = write_outputs(result, Path(args.out), progress=progress)
+        written = write_outputs(result, Path(args.out), progress=progress, workers=workers)
     n = sum(len(f) for f in result.tables.values())
     print(stdout_table(result))
     if result.skipped:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterable, Mapping
 
 import numpy as np
+import pandas as pd
 
 from common.errors import InputError
 
@@ -223,21 +224,14 @@ class MethodConfig:
         """The label of every row of a frame of configurations (a column per field; a missing
         column takes the field's default), written by the same `Param`s as `label`: a space's
         labels cannot drift from its configurations'. Each distinct value is checked and written
-        once, so a space of 10^5 rows is labelled in milliseconds."""
-        n = len(frame)
-        columns = []
+        once and the tokens are joined column by column, so a space of 10^5 rows is labelled in
+        milliseconds."""
+        labels = np.full(len(frame), cls.method, dtype=object)
         for f in dataclasses.fields(cls):
-            values = frame[f.name] if f.name in frame else [f.default] * n
-            written: dict[Any, str] = {}
-            column = []
-            for value in values:
-                key = value if type(value) in _PLAIN_TYPES else _hashable(value)
-                token = written.get(key)
-                if token is None:
-                    token = written[key] = _token(f, f.metadata["param"].check(f.name, _plain(value)))
-                column.append(token)
-            columns.append(column)
-        return [" ".join([cls.method] + [t for t in row if t]) for row in zip(*columns)] if columns else [cls.method] * n
+            codes, distinct = _distinct(frame[f.name]) if f.name in frame else (np.zeros(len(frame), int), [f.default])
+            tokens = [_token(f, f.metadata["param"].check(f.name, _plain(value))) for value in distinct]
+            labels = labels + np.asarray([" " + t if t else "" for t in tokens], dtype=object)[codes]
+        return labels.tolist()
 
     @classmethod
     def from_label(cls, text: str) -> "MethodConfig":
@@ -275,11 +269,28 @@ def _plain(value: Any) -> Any:
     return value
 
 
-_PLAIN_TYPES = {int, float, str, bool, tuple}     # cells a frame holds as they are: their own key
-
-
 def _hashable(value: Any) -> Any:
     return tuple(np.asarray(value).tolist()) if isinstance(value, (np.ndarray, list)) else value
+
+
+def _distinct(column) -> tuple[np.ndarray, list]:
+    """(per row the index of its value, the distinct values); cells that are arrays or lists are
+    compared as tuples, and a missing cell (None, NaN) is kept as it is, not made NaN."""
+    cells = column.to_numpy() if isinstance(column, pd.Series) else np.asarray(column)
+    try:
+        codes, distinct = pd.factorize(cells)
+    except TypeError:                   # unhashable cells
+        keys = np.empty(len(cells), dtype=object)
+        keys[:] = [_hashable(v) for v in cells]
+        codes, distinct = pd.factorize(keys)
+    distinct, missing = list(distinct), {}
+    for i in np.flatnonzero(codes < 0):
+        kind = type(cells[i])
+        if kind not in missing:
+            missing[kind] = len(distinct)
+            distinct.append(cells[i])
+        codes[i] = missing[kind]
+    return codes, distinct
 
 
 def as_mapping(raw: Mapping[str, Any] | str | None, what: str) -> dict[str, Any]:

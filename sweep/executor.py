@@ -14,13 +14,15 @@ It is the optional extra `cluster`; it is imported only when `--executor dask` i
 """
 from __future__ import annotations
 
+import contextlib
 import logging
+import multiprocessing
 import os
 import sys
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from common.errors import InputError
 from common.progress import progress_bar
@@ -59,6 +61,35 @@ def die_with_parent(parent: int) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
+
+
+_FORKED_JOBS: dict[str, tuple[Callable, tuple]] = {}     # what `forked`'s workers run, inherited by fork
+
+
+def _run_forked(key: str) -> Any:
+    fn, args = _FORKED_JOBS[key]
+    return fn(*args)
+
+
+@contextlib.contextmanager
+def forked(jobs: dict[str, tuple[Callable, tuple]], workers: int) -> Iterator[Callable[[], dict[str, Any]]]:
+    """Run `jobs` ({key: (fn, args)}) in `workers` forked processes while the caller goes on; the
+    context yields a function that waits for them and returns {key: result}. The arguments reach
+    the workers by fork, not by pickling (the sweep's figures read tables of 10^6 rows). With one
+    worker, one job or no fork on this platform, the jobs run in this process when their results
+    are asked for."""
+    global _FORKED_JOBS
+    if workers <= 1 or len(jobs) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        yield lambda: {key: fn(*args) for key, (fn, args) in jobs.items()}
+        return
+    _FORKED_JOBS = jobs
+    try:
+        with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=multiprocessing.get_context("fork"),
+                                 initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
+            futures = {key: pool.submit(_run_forked, key) for key in jobs}
+            yield lambda: {key: future.result() for key, future in futures.items()}
+    finally:
+        _FORKED_JOBS = {}
 
 
 class LocalExecutor:

@@ -33,6 +33,7 @@ from sweep.deployments import DEPLOYMENT
 from sweep.markdown import markdown_report
 from sweep.plots import plot_deployments, plot_method
 from common.progress import progress_bar
+from sweep.executor import forked, worker_count
 from sweep.export import plan, write_exports
 
 
@@ -75,34 +76,36 @@ def _joined(value):
     return "x".join(map(str, value)) if isinstance(value, tuple) else value
 
 
-def write_outputs(result: Any, out_dir: Path, progress: bool = False) -> dict[str, Path]:
+def write_outputs(result: Any, out_dir: Path, progress: bool = False, workers: int | None = None) -> dict[str, Path]:
     """Write every table, plot and the report of a SweepResult into `out_dir`; return the paths
-    (a progress bar over the tables and plots when `progress` and it takes over a second)."""
+    (a progress bar over the tables and plots when `progress` and it takes over a second). The
+    figures are drawn in `workers` processes (default one per core) while the tables are written."""
     out_dir = Path(out_dir)
     written: dict[str, Path] = {}
     started = time.perf_counter()
     top = int(result.options.get("top", 50))
-    bar = progress_bar(3 * len(result.tables), "writing tables and plots", progress, unit="file")
-    for method, frame in result.tables.items():
-        plain = _plain_columns(frame)
-        written[f"parquet:{method}"] = _write_parquet(out_dir / "tables" / f"{method}.parquet", plain,
-                                                      {"specsim": json.dumps(result.options)})
+    figures = {method: (plot_method, (methods.get(method), frame, out_dir / "plots" / f"{method}.png"))
+               for method, frame in sorted(result.tables.items(), key=lambda item: -len(item[1]))}
+    if len(result.deployments):
+        figures["deployments"] = (plot_deployments, (result.deployments, out_dir / "plots" / "deployments.png"))
+    with forked(figures, worker_count(workers)) as drawn:
+        bar = progress_bar(2 * len(result.tables) + 1, "writing tables and plots", progress, unit="file")
+        for method, frame in result.tables.items():
+            plain = _plain_columns(frame)
+            written[f"parquet:{method}"] = _write_parquet(out_dir / "tables" / f"{method}.parquet", plain,
+                                                          {"specsim": json.dumps(result.options)})
+            bar.update()
+            written[f"csv:{method}"] = _write_csv(out_dir / "tables" / f"{method}_top{top}.csv",
+                                                  plain[plain["rank"] <= top])
+            bar.update()
+        written.update({f"plot:{key}": path for key, path in drawn().items() if path is not None})
         bar.update()
-        written[f"csv:{method}"] = _write_csv(out_dir / "tables" / f"{method}_top{top}.csv", plain[plain["rank"] <= top])
-        bar.update()
-        plot = plot_method(methods.get(method), frame, out_dir / "plots" / f"{method}.png")
-        if plot is not None:
-            written[f"plot:{method}"] = plot
-        bar.update()
-    bar.close()
+        bar.close()
     written["best"] = _write_csv(out_dir / "best.csv", _plain_columns(result.best))
     if not result.deployments.empty:
         answers = result.deployments.merge(result.stops_paying, on=DEPLOYMENT, how="left")
         written["deployments"] = _write_csv(out_dir / "deployments.csv", answers)
         written["served"] = _write_csv(out_dir / "deployments_served.csv", result.served)
-        plot = plot_deployments(result.deployments, out_dir / "plots" / "deployments.png")
-        if plot is not None:
-            written["plot:deployments"] = plot
     if result.options.get("export"):
         written.update(write_exports(plan(result.served, result.profiles, result.options["export"]), out_dir))
     if result.paper_choices is not None and not result.paper_choices.empty:

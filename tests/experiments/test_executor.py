@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sweep.executor import DaskExecutor, LocalExecutor, cpu_cores, make_executor
+from sweep.executor import DaskExecutor, LocalExecutor, cpu_cores, forked, make_executor
 from common.errors import InputError
 
 
@@ -21,6 +21,25 @@ def test_local_inline_and_processes_keep_order():
     assert LocalExecutor(workers=1, progress=False).map(_seeded_sum, TASKS) == EXPECTED
     with LocalExecutor(workers=2, progress=False) as ex:
         assert ex.map(_seeded_sum, TASKS) == EXPECTED
+
+
+def _fails(message):
+    raise ValueError(message)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_forked_jobs_return_by_key_while_the_caller_goes_on(workers):
+    """`forked` hands each job's result back under its key, the same in forked workers as in this
+    process, and a job's error reaches the caller."""
+    big = np.arange(10 ** 6)          # reaches the workers by fork, not by pickling
+    jobs = {f"job{i}": (_seeded_sum, ((seed, n),)) for i, (seed, n) in enumerate(TASKS)}
+    jobs["sum"] = (np.sum, (big,))
+    with forked(jobs, workers) as results:
+        answers = results()
+    assert [answers[f"job{i}"] for i in range(len(TASKS))] == EXPECTED and answers["sum"] == big.sum()
+    with pytest.raises(ValueError, match="a job failed"):
+        with forked({"ok": (_seeded_sum, ((1, 10),)), "bad": (_fails, ("a job failed",))}, workers) as results:
+            results()
 
 
 def test_unknown_executor_is_one_line_input_error():
