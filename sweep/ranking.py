@@ -34,18 +34,57 @@ def _merit(values: pd.Series) -> np.ndarray:
 
 def ranked(frame: pd.DataFrame, key: str = "speedup", by: Sequence[str] = ()) -> pd.DataFrame:
     """`frame` sorted by `by` (groups, ascending), those that fit first, then `key` descending, then
-    the tie-break rule."""
+    the tie-break rule; rows equal in all of these keep their order (a stable sort)."""
     if frame.empty:
         return frame
-    merit = "__merit"
     fit = ["fits"] if "fits" in frame else []
-    cols, ascending = list(by) + fit + [merit], [True] * len(by) + [False] * len(fit) + [False]
+    cols, ascending = list(by) + fit, [True] * len(by) + [False] * len(fit)
     for col, asc in TIE_BREAK:
         if col in frame and col != key:
             cols.append(col)
             ascending.append(asc)
-    order = frame.assign(**{merit: _merit(frame[key])})
-    return order.sort_values(cols, ascending=ascending, kind="stable", na_position="last").drop(columns=merit)
+    columns = [frame[c] for c in cols]
+    columns.insert(len(by) + len(fit), pd.Series(_merit(frame[key])))
+    ascending.insert(len(by) + len(fit), False)
+    return frame.iloc[_stable_order(columns, ascending)]
+
+
+def _stable_order(columns: list[pd.Series], ascending: list[bool]) -> np.ndarray:
+    """The stable lexicographic order of rows over `columns` (NaN last), as `DataFrame.sort_values`
+    gives it. A text column that comes last (a configuration's label: one per row) is compared only
+    among the rows tied on every column before it: sorting 10^6 labels is most of a sort."""
+    last_text = columns[-1].dtype.kind not in "biuf"
+    head = [k for col, asc in zip(columns[:-1] if last_text else columns, ascending) for k in _sort_keys(col, asc)]
+    n = len(columns[0])
+    order = np.lexsort(head[::-1]) if head else np.arange(n)
+    if not last_text:
+        return order
+    tied = np.zeros(n, bool)                      # in sorted position: equal to the row before on every key
+    if head and n > 1:
+        tied[1:] = np.logical_and.reduce([k[order][1:] == k[order][:-1] for k in head])
+    elif n > 1:
+        tied[1:] = True
+    run = np.cumsum(~tied)                        # the run of equal keys each sorted position belongs to
+    in_tie = tied | np.append(tied[1:], False)
+    if in_tie.any():
+        at = np.flatnonzero(in_tie)
+        text = columns[-1].iloc[order[at]].reset_index(drop=True)
+        within = np.lexsort(_sort_keys(text, ascending[-1])[::-1] + [run[at]])
+        order[at] = order[at][within]
+    return order
+
+
+def _sort_keys(values: pd.Series, ascending: bool) -> list[np.ndarray]:
+    """Arrays whose lexicographic order is `values`' sort order (missing values last either way)."""
+    if values.dtype.kind in "biuf":
+        v = values.to_numpy(dtype=float)
+        missing = np.isnan(v)
+        v = np.where(missing, 0.0, v)
+        return [missing, v if ascending else -v]
+    codes, distinct = pd.factorize(values, sort=True)
+    missing = codes < 0
+    codes = codes if ascending else len(distinct) - 1 - codes
+    return [missing, np.where(missing, 0, codes)]
 
 
 def best_of(frame: pd.DataFrame, by: Sequence[str], key: str = "speedup", n: int = 1) -> pd.DataFrame:
