@@ -124,7 +124,8 @@ def compare(tables: dict[str, pd.DataFrame], best: pd.DataFrame) -> pd.DataFrame
     profiles = {}
     for frame in tables.values():
         if "target" in frame:
-            profiles.update(dict(zip(frame.profile, frame.target)))
+            pairs = frame[["profile", "target"]].drop_duplicates()
+            profiles.update(dict(zip(pairs.profile, pairs.target)))
     rows: list[dict] = []
     for method, fn in (("mcsd", _mcsd), ("lookahead", _lookahead), ("coral", _coral)):
         if method in tables and not tables[method].empty:

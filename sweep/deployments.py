@@ -88,11 +88,12 @@ def candidates(tables: dict[str, pd.DataFrame], hardware: dict[str, str], top: i
     """The closed form's best `top` configurations per (deployment, method, drafter) of scored
     tables, in the sweep's one order (those that fit in memory first)."""
     rows = []
+    by = [c for c in DEPLOYMENT if c != "hardware"] + ["method", "drafter"]     # a profile has one hardware
     for frame in tables.values():
         if frame.empty:
             continue
-        frame = frame.assign(hardware=frame["profile"].map(hardware))
-        rows.append(ranking.best_of(frame, DEPLOYMENT + ["method", "drafter"], "speedup", top))
+        best = ranking.best_of_table(frame, by, top)
+        rows.append(best.assign(hardware=best["profile"].map(hardware)))
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
 

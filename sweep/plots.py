@@ -189,12 +189,8 @@ def _grid(n: int, width: float = PANEL[0], height: float = PANEL[1], gap: float 
 
 
 def _best_of(panel: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    """The first row of each group of `by` in the sweep's order (`ranking.best_of`). A scored
-    table's `rank` already is that order within its profile (`sweep.run` ranks once), and a panel is
-    one profile, so the lowest rank comes first without sorting 10^5 rows again."""
-    if "rank" not in panel:
-        return ranking.best_of(panel, by)
-    return panel.sort_values("rank", kind="stable").groupby(by, sort=False, dropna=False).head(1)
+    """The best configuration per value of `by` in the panel (one profile's deployment)."""
+    return ranking.best_of_table(panel, by) if "rank" in panel else ranking.best_of(panel, by)
 
 
 def _best(panel: pd.DataFrame) -> pd.Series:

@@ -94,6 +94,16 @@ def best_of(frame: pd.DataFrame, by: Sequence[str], key: str = "speedup", n: int
     return ranked(frame, key, by).groupby(list(by), sort=False, dropna=False).head(n)
 
 
+def best_of_table(table: pd.DataFrame, by: Sequence[str], n: int = 1) -> pd.DataFrame:
+    """`best_of(table, by, "speedup", n)` for a scored table, whose `rank` is already this order
+    within each profile (`sweep.run` ranks once); `by` holds the profile, or the table is one
+    profile's. The first `n` per group are read by rank instead of sorting 10^6 rows again."""
+    if table.empty:
+        return table
+    by_rank = table.iloc[np.argsort(table["rank"].to_numpy(), kind="stable")]
+    return ranked(by_rank.groupby(list(by), sort=False, dropna=False).head(n), "speedup", by)
+
+
 def within_error(value: np.ndarray | float, best: np.ndarray | float, error: np.ndarray | float | None):
     """Whether `value` ties with `best`: best / value - 1 <= error (no error known: equal only)."""
     err = np.nan_to_num(np.asarray(0.0 if error is None else error, dtype=float), nan=0.0)

@@ -63,9 +63,10 @@ def _write_csv(path: Path, frame: pd.DataFrame) -> Path:
 def _plain_columns(frame: pd.DataFrame) -> pd.DataFrame:
     """Tuples (k-configurations, bin arrays) become 'x'-joined text so CSV and parquet agree
     (each distinct tuple joined once: a k column holds few distinct values in many rows)."""
-    out = frame.copy()
+    out = frame.copy(deep=False)        # copy-on-write: the columns replaced below are new, the rest shared
     for col in out.columns:
-        if out[col].dtype == object and any(isinstance(v, tuple) for v in out[col].dropna().iloc[:1]):
+        first = out[col].first_valid_index() if out[col].dtype == object else None
+        if first is not None and isinstance(out[col].at[first], tuple):
             codes, uniques = pd.factorize(out[col])
             texts = np.asarray([_joined(v) for v in uniques] + [None], dtype=object)
             out[col] = texts[codes]     # code -1 (missing) -> None
