@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from scipy import special
 
 from costmodel.leviathan import check_positive_int, latency_at
 from costmodel.multiseq import expected_tokens_multiseq
@@ -88,16 +89,28 @@ def fit_alpha_f(measured_s, n, w, g, alpha_grid: int = 400, f_grid: int = 400, f
 # E[min(G, Poisson(pool))] candidates of N - 1 tokens (Eq. 7 Profiles that carry a fill; Profiles
 # fitted on the engine's steps use the pool's growth below, which prices the candidates itself).
 
+def _poisson_pmf(k, mu) -> np.ndarray:
+    """P(X = k), X ~ Poisson(mu), by scipy.stats.poisson's own formula (scipy.special only: importing
+    scipy.stats costs each sweep worker about a second)."""
+    k = np.asarray(k)
+    kept = np.maximum(k, 0)
+    return np.where(k >= 0, np.exp(special.xlogy(kept, mu) - special.gammaln(kept + 1) - mu), 0.0)
+
+
+def _poisson_sf(k, mu) -> np.ndarray:
+    """P(X > k), X ~ Poisson(mu), as scipy.stats.poisson.sf computes it (1 below the support)."""
+    k = np.asarray(k)
+    return np.where(k >= 0, special.pdtrc(np.floor(np.maximum(k, 0)), mu), 1.0)
+
+
 def expected_candidates(g, pool) -> np.ndarray:
     """E[min(G, X)], X ~ Poisson(pool): the candidate n-grams one step verifies."""
-    from scipy.stats import poisson
-
     g_arr = check_positive_int("G", g)
     pool = float(pool)
     if not np.isfinite(pool) or pool < 0:
         raise ValueError(f"pool (mean matching n-grams) must be a finite number >= 0; got {pool!r}")
     j = np.arange(1, int(np.max(g_arr)) + 1)
-    tail = poisson.sf(j - 1, pool)                                     # P(X >= j)
+    tail = _poisson_sf(j - 1, pool)                                    # P(X >= j)
     return np.cumsum(tail)[g_arr - 1]
 
 
@@ -134,12 +147,10 @@ def hit_probability(hit, fill, collected) -> np.ndarray:
 
 def candidate_pmf(g, pool) -> np.ndarray:
     """P(K = k | hit) for k = 1..max(G), K = min(G, 1 + Poisson(pool)): one row per G."""
-    from scipy.stats import poisson
-
     g_arr = np.atleast_1d(check_positive_int("G", g))
     k = np.arange(1, int(g_arr.max()) + 1)
-    pmf = np.where(k[None, :] < g_arr[:, None], poisson.pmf(k - 1, pool)[None, :], 0.0)
-    pmf[np.arange(g_arr.size), g_arr - 1] = poisson.sf(g_arr - 2, pool)      # K = G: X >= G - 1
+    pmf = np.where(k[None, :] < g_arr[:, None], _poisson_pmf(k - 1, pool)[None, :], 0.0)
+    pmf[np.arange(g_arr.size), g_arr - 1] = _poisson_sf(g_arr - 2, pool)     # K = G: X >= G - 1
     return pmf
 
 

@@ -32,6 +32,7 @@ from common import atomic
 from sweep.deployments import DEPLOYMENT
 from sweep.markdown import markdown_report
 from sweep.plots import plot_deployments, plot_method
+from common.plotting import pyplot
 from common.progress import progress_bar
 from sweep.executor import forked, worker_count
 from sweep.export import plan, write_exports
@@ -89,6 +90,7 @@ def write_outputs(result: Any, out_dir: Path, progress: bool = False, workers: i
                for method, frame in sorted(result.tables.items(), key=lambda item: -len(item[1]))}
     if len(result.deployments):
         figures["deployments"] = (plot_deployments, (result.deployments, out_dir / "plots" / "deployments.png"))
+    pyplot()            # the plotting libraries imported once, before the figures' workers fork
     with forked(figures, worker_count(workers)) as drawn:
         bar = progress_bar(2 * len(result.tables) + 1, "writing tables and plots", progress, unit="file")
         for method, frame in result.tables.items():

@@ -97,3 +97,14 @@ def test_goodput_matches_a_simulated_batch_of_chains():
     assert goodput.baseline_goodput(4, table) == pytest.approx(4 / target(4))
     assert goodput.speedup_at_batch(1, 4, 3.0, draft, target) == pytest.approx(
         leviathan.speedup_from_latency(3.0, 4, draft, target))
+
+
+@pytest.mark.parametrize("mu", [0.0, 1e-9, 0.37, 3.0, 17.5, 60.0])
+def test_lookaheads_poisson_is_scipys_to_the_last_digit(mu):
+    """The candidate count's Poisson pmf and tail are scipy.stats.poisson's, computed without
+    importing scipy.stats (a second per sweep worker): identical floats, 1 below the support."""
+    from scipy.stats import poisson
+
+    k = np.arange(-3, 150)
+    assert np.array_equal(lookahead._poisson_pmf(k, mu), poisson.pmf(k, mu))
+    assert np.array_equal(lookahead._poisson_sf(k, mu), poisson.sf(k, mu))
