@@ -135,6 +135,30 @@ def test_gamma_arrivals_are_burstier_than_poisson():
     assert rate_p == pytest.approx(50, rel=0.1) and rate_g == pytest.approx(50, rel=0.25)
 
 
+def test_fixed_arrivals_are_evenly_spaced_at_the_rate():
+    reqs = make_requests(Workload(rate=4, duration_s=10, arrival="fixed"), 0)
+    assert np.diff(reqs["arrival_s"].to_numpy()) == pytest.approx(np.full(len(reqs) - 1, 0.25))
+    assert len(reqs) == 39 and realised_rate(reqs) == pytest.approx(4)
+    assert Workload(rate=4, arrival="fixed").describe().startswith("Fixed-rate (evenly spaced) arrivals")
+
+
+@pytest.mark.parametrize("method,config", [("ar", {}), ("sd", {"gamma": 4})])
+def test_itl_is_the_gap_between_output_chunks(method, config):
+    """A chunk is the first token or what one step accepts: a request's ITLs add up to its time from
+    first token to finish, one fewer than its chunks; plain decoding emits a token a chunk (ITL mean
+    = token-weighted TPOT), speculation several (ITL above TPOT)."""
+    res = _serve(method, config, Workload(rate=10, duration_s=10, output_len="uniform:20:80"))
+    r, s = res.requests, res.summary
+    gaps = int((r["chunks"] - 1).sum())
+    assert s["itl_s_mean"] * gaps == pytest.approx((r["finish_s"] - r["first_token_s"]).sum(), rel=1e-9)
+    assert (r["chunks"] <= r["generated"]).all() and s["peak_batch"] <= 16
+    per_token = (r["finish_s"] - r["first_token_s"]).sum() / (r["generated"] - 1).sum()
+    if method == "ar":
+        assert (r["chunks"] == r["generated"]).all() and s["itl_s_mean"] == pytest.approx(per_token, rel=1e-9)
+    else:
+        assert s["itl_s_mean"] > 1.5 * per_token and s["itl_s_p50"] > s["tpot_s_p50"]
+
+
 def test_replayed_timestamps(tmp_path):
     path = tmp_path / "arrivals.csv"
     pd.DataFrame({"arrival_s": [0.0, 0.5, 0.5, 2.0], "prompt_len": [10, 20, 30, 40],
