@@ -22,6 +22,7 @@ from common.bundled import bundled
 from common.cli import CliParser, cli_entry
 from common.errors import InputError
 from common.rundir import add_overwrite_option, start_run
+from costmodel.price import DEFAULT_GPU_HOUR_PRICE
 from papers.specdecode import run
 from papers.specdecode.deploy import DeployOptions, best_per_batch, capacity
 from papers.specdecode.report import write_report
@@ -59,7 +60,8 @@ def build_parser() -> CliParser:
                    help="vLLM's token budget a step (8192: vllm serve on an H100; 16384: the offline LLM class)")
     p.add_argument("--slo-tpot-ms", type=float, default=20.0, help="median TPOT the deployment answer keeps within")
     p.add_argument("--target-rate", type=float, default=10.0, help="requests/s to plan GPUs for")
-    p.add_argument("--gpu-hour-price", type=float, default=2.50, help="USD per GPU-hour, for the cost per million tokens")
+    p.add_argument("--gpu-hour-price", type=float, default=DEFAULT_GPU_HOUR_PRICE,
+                   help=f"USD per GPU-hour, for the cost per million tokens (default {DEFAULT_GPU_HOUR_PRICE:.2f})")
     p.add_argument("--proposals-cache", default=str(CACHE),
                    help="folder keeping vLLM's n-gram proposals replayed per input file ('none': replay anew)")
     p.add_argument("--workers", type=int, default=None, help="processes (default: the cores this process may use)")
