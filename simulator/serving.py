@@ -89,6 +89,7 @@ class _Sim:
     def __init__(self, profile, method, config, requests, cluster, seed, latencies, per_step):
         self.env = simpy.Environment()
         self.step = build_step_model(profile, method, config)
+        cluster.parallel.check_heads(profile.arch(), profile.target)
         self.costs = step_costs_for(profile, self.step, latencies, cluster.parallel)
         self.memory = replica_memory(profile, self.step, cluster.parallel, cluster.gpu_mem_gb,
                                      cluster.reserve_fraction)

@@ -107,6 +107,15 @@ def test_tensor_parallel_speeds_up_and_adds_memory():
     assert two["kv_capacity_tokens"] > 2 * one["kv_capacity_tokens"]
 
 
+def test_tensor_parallelism_must_divide_the_heads():
+    prof = roofline_profile()
+    arch = load_profile(prof).arch()
+    assert arch.n_heads % 3                          # vicuna-7b: 32 heads
+    with pytest.raises(InputError, match=rf"^tensor parallelism 3 does not divide the attention heads of "
+                                         rf"\S+ \({arch.n_heads} query heads, {arch.n_kv_heads} KV heads\)$"):
+        simulate_serving(prof, "ar", {}, Workload(rate=1, duration_s=2), Cluster(parallel=Parallelism(tp=3)), 0)
+
+
 def test_pipeline_parallel_and_lookahead_parallel_run():
     pp = _serve(cluster=Cluster(replicas=1, max_batch=8, parallel=Parallelism(pp=2)))
     assert pp.summary["completed"] == pp.summary["requests"]
