@@ -19,7 +19,7 @@ import pandas as pd
 from calibrate.vllm import facts
 from calibrate.vllm.streams import CACHE, DATASETS, read_streams
 from common.bundled import bundled
-from common.cli import CliParser, cli_entry
+from common.cli import CliParser, cli_entry, counts
 from common.errors import InputError
 from common.rundir import add_overwrite_option, start_run
 from costmodel.price import DEFAULT_GPU_HOUR_PRICE
@@ -29,22 +29,6 @@ from papers.specdecode.report import write_report
 from profiles.profile import Profile
 
 PROFILE = bundled("profiles", "llama-3.1-8b-h100-vllm.json")
-
-
-def counts(text: str, what: str) -> tuple[int, ...]:
-    """A comma-separated list of whole numbers >= 1; one line naming the bad one."""
-    values = []
-    for item in text.split(","):
-        try:
-            value = int(item)
-        except ValueError:
-            raise InputError(f"{what} must be whole numbers >= 1, got {item.strip()!r}") from None
-        if value < 1:
-            raise InputError(f"{what} must be whole numbers >= 1, got {value}")
-        values.append(value)
-    if not values:
-        raise InputError(f"{what}: none given")
-    return tuple(sorted(set(values)))
 
 
 def build_parser() -> CliParser:
