@@ -127,6 +127,12 @@ class Workload:
         return float(np.maximum(sample_lengths(self.output_len, 4096, np.random.default_rng(seed), "output length"),
                                 2).mean())
 
+    def mean_prompt(self, seed: int = 0) -> float:
+        """The mean prompt length of its requests (as `mean_output`)."""
+        if self.arrival == "trace" and self.trace.prompt_len is not None:
+            return float(np.mean(self.trace.prompt_len))
+        return float(sample_lengths(self.prompt_len, 4096, np.random.default_rng(seed), "prompt length").mean())
+
     def describe(self, rate: str | None = None) -> str:
         """The arrivals and lengths in words (a report's header); `rate` words the rate where it varies
         ("each rate tried")."""
