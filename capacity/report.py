@@ -67,6 +67,14 @@ def deployment_table(best: pd.DataFrame) -> list[str]:
     return lines
 
 
+def cap_note(best: pd.DataFrame) -> str:
+    """One line naming the rows whose running batch reached its cap at max load ('' for none)."""
+    reached = [f"{row.method} ({int(row.batch_cap)}, {row.cap_source})" for row in best.itertuples()
+               if row.peak_batch == row.peak_batch and row.peak_batch >= row.batch_cap]
+    return ("Batch cap reached at max load by " + ", ".join(reached) + ": the cap may have bounded that load "
+            "(a larger --max-batch, where memory allows, would show whether it did)." if reached else "")
+
+
 def served_table(best: pd.DataFrame) -> list[str]:
     """At the target load on the planned GPUs, in `vllm bench serve`'s terms."""
     lines = ["| method | request throughput (req/s) | output token throughput (tok/s) | TTFT mean / median / p99 (ms) | "
@@ -113,8 +121,10 @@ def write_report(result: dict[str, Any], opts: CapacityOptions, out: Path, comma
         "A replica is TP GPUs (tensor parallel, `simulator.costs.Parallelism`); GPUs = TP x replicas, the fewest over "
         "the TPs tried (ties: the smaller TP). USD per million output tokens at the target: GPUs x price over the "
         "target's output tokens in an hour (target req/s x mean output length); at max load: one replica's GPUs at its "
-        "highest rate within the SLO. Plain decoding is the `ar` row (no speculation). Batch cap: where a row's peak "
-        "running batch at max load reached its cap, that cap bounded its max load; below it, the SLO did.", "",
+        "highest rate within the SLO. Plain decoding is the `ar` row (no speculation). Batch cap (peak): the running "
+        "sequences a replica admits, where that cap comes from, and the most that ran at once at max load; a peak "
+        "below the cap means the SLO, not the cap, bounded the load.", "",
+        *([cap_note(best), ""] if cap_note(best) else []),
         "## At the target load, as `vllm bench serve` reports it", "",
         *served_table(best), "",
         "Each row's planned cluster at the target rate, one simulated run. Request and output token throughput: "

@@ -32,7 +32,7 @@ from methods import names as method_names, parse_methods
 
 from capacity.deploy import check_tp
 from capacity.plan import (DEFAULT_PROFILE, SLO_KEYS, CapacityOptions, LoadSpec, Slo, plan)
-from capacity.report import write_report
+from capacity.report import cap_note, write_report
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -125,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     view = view[["method", "label", "tp", "replicas", "gpus", "rate_per_gpu", "usd_per_m_tok", "saving"]].rename(
         columns={"rate_per_gpu": "max req/s/GPU", "usd_per_m_tok": "USD/M out tok", "saving": "saving vs ar"})
     print(view.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    if cap_note(result["best"]):
+        print("\n" + cap_note(result["best"]))
     print(f"\ntarget {opts.target_rate:g} req/s at {opts.gpu_hour_price:.2f} USD per GPU-hour (GPUs = TP x replicas); "
           f"report {report} ({time.perf_counter() - started:.0f} s)")
     return 0

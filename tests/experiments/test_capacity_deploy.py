@@ -113,4 +113,7 @@ def test_plain_decoding_that_never_meets_the_slo_is_named_and_still_the_crossove
     assert list(result["best"]["method"]) == ["sd"] and result["best"]["saving"].isna().all()
     assert "no speculation" in set(result["crossover"]["label"])
     text = capacity_report.write_report(result, opts, tmp_path, "python -m experiments.capacity ...").read_text()
-    assert "ar: no rate met the SLO at any TP tried" in text and "--max-batch)" in text
+    assert "ar: no rate met the SLO at any TP tried" in text and "--max-batch" in text
+    reached = result["best"].assign(peak_batch=16)
+    assert capacity_report.cap_note(reached).startswith("Batch cap reached at max load by sd (16, --max-batch)")
+    assert capacity_report.cap_note(reached.assign(peak_batch=15)) == ""
