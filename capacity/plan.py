@@ -1,17 +1,20 @@
-"""Capacity planning (the library of `python -m experiments.capacity`): how much load one GPU sustains within an SLO, with and without speculation.
+"""Capacity planning (the library of `python -m experiments.capacity`): how much load a replica sustains
+within an SLO, with and without speculation, and the GPUs and money a target load takes.
 
-For one Profile (a model pair), hardware, workload (Poisson/Gamma arrivals or a timestamp trace;
-prompt and output length distributions) and SLO (p50/p99 TPOT, p50/p99 TTFT, in ms):
+For one Profile (a model pair), hardware, workload (Poisson, Gamma or fixed-rate arrivals, or a
+timestamp trace; prompt and output length distributions) and SLO (p50/p99 TPOT, p50/p99 TTFT, in ms):
 
 1. candidates: per method, the best configurations of the closed-form sweep (`experiments.sweep`
-   scoring at a quarter of the batch limit);
-2. per candidate, the highest arrival rate one GPU serves within the SLO, found by bracketing from
-   the closed form's estimate then bisection on `simulator.simulate_serving` runs of a fixed
-   arrival window (each run seeded);
-   a rate passes when no request runs out of memory, the SLO holds and the served rate keeps up
-   with the offered one; the best candidate per method is the one with the highest such rate;
-3. GPUs for `--target-rate`: the smallest replica count whose simulated cluster meets the SLO;
-4. throughput-latency curves of every method's best and of plain decoding;
+   scoring at a quarter of plain decoding's batch cap);
+2. per candidate and tensor-parallel degree (`capacity.deploy`: a replica of tp GPUs, its batch cap
+   what fits in its KV memory unless `--max-batch` is given), the highest arrival rate one replica
+   serves within the SLO, found by bracketing from the closed form's estimate then bisection on
+   `simulator.simulate_serving` runs of a fixed arrival window (each run seeded); a rate passes when
+   no request runs out of memory, the SLO holds and the served rate keeps up with the offered one;
+3. per method and TP, the best candidate's replicas for `--target-rate`: the smallest count whose
+   simulated cluster meets the SLO; per method, the TP and replicas of fewest GPUs, its cost per
+   million output tokens at `--gpu-hour-price`, and its served latency at the target;
+4. throughput-latency curves of every method's choice;
 5. the batch size where speculative decoding stops paying (`simulator.report.batch_crossover`).
 
 Every simulation is an executor task (local processes or Dask, `sweep.executor`).
@@ -20,12 +23,14 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from capacity.deploy import add_costs, batch_cap, check_tp, cheapest, fits_nowhere
+from costmodel.price import DEFAULT_GPU_HOUR_PRICE
 from methods import BASELINE, names as method_names
 from profiles.profile import Profile
 from sweep import scoring
@@ -34,13 +39,15 @@ from common.errors import InputError
 from costmodel.step import step_seconds
 from simulator.workload import OUTPUT_LEN, PROMPT_LEN, ArrivalTrace, Workload, realised_rate
 from methods.spec import plain_shape
-from simulator import Cluster, simulate_serving
+from simulator import Cluster, Parallelism, simulate_serving
 from simulator.report import batch_crossover
 
 DEFAULT_PROFILE = BUNDLED_PROFILES / "glide-vicuna-7b-h800.json"
 EXAMPLE_DIR = "examples/capacity_vicuna7b_h100"
-EXAMPLE_ARGS = ["--hardware", "H100", "--target-rate", "20", "--out", EXAMPLE_DIR]   # the committed example
+EXAMPLE_ARGS = ["--hardware", "H100", "--target-rate", "20", "--tp", "1,2", "--out", EXAMPLE_DIR]   # the committed example
 SLO_KEYS = {"tpot_p50": "tpot_s_p50", "tpot_p99": "tpot_s_p99", "ttft_p50": "ttft_s_p50", "ttft_p99": "ttft_s_p99"}
+SERVED = ("throughput_req_s", "throughput_tok_s") + tuple(f"{m}_s_{q}" for m in ("ttft", "tpot", "itl")
+                                                         for q in ("mean", "p50", "p99"))
 MIN_REQUESTS = 10      # the lowest rate probed still brings this many arrivals
 KEEP_UP = 0.85         # served / arrived request rate below this over a run: the queue grows, the rate fails
 
@@ -67,7 +74,8 @@ class Slo:
 
 @dataclass(frozen=True)
 class LoadSpec:
-    """The workload shape (everything but the rate) and the cluster shape of one GPU."""
+    """The workload shape (everything but the rate) and a replica's batch cap (None: what fits in its
+    KV memory, `capacity.deploy.batch_cap`; a task's load always carries a number)."""
 
     prompt_len: str = PROMPT_LEN
     output_len: str = OUTPUT_LEN
@@ -75,7 +83,7 @@ class LoadSpec:
     cv: float = 1.0
     trace: ArrivalTrace | None = None
     duration_s: float = 60.0
-    max_batch: int = 32
+    max_batch: int | None = None
 
     def workload(self, rate: float) -> Workload:
         """This shape at `rate` requests/s (a trace's shape at that rate: `simulator.workload.Workload`)."""
@@ -97,6 +105,8 @@ class LoadTask:
     start_rate: float = 0.5
     bisections: int = 4
     replicas: int = 1
+    tp: int = 1
+    cap_source: str = ""
 
 
 @dataclass
@@ -111,12 +121,13 @@ class RunTask:
     rate: float
     seed: int
     replicas: int = 1
+    tp: int = 1
 
 
 def _serve(profile: Profile, method: str, config: dict, load: LoadSpec, rate: float, seed: int,
-           replicas: int = 1) -> dict[str, Any]:
-    result = simulate_serving(profile, method, config, load.workload(rate),
-                              Cluster(replicas=replicas, max_batch=load.max_batch), seed)
+           replicas: int = 1, tp: int = 1) -> dict[str, Any]:
+    cluster = Cluster(replicas=replicas, max_batch=load.max_batch, parallel=Parallelism(tp=tp))
+    result = simulate_serving(profile, method, config, load.workload(rate), cluster, seed)
     summary = result.summary
     summary["kept_up"] = summary["throughput_req_s"] >= KEEP_UP * realised_rate(result.requests)
     return summary
@@ -128,13 +139,13 @@ def _passes(slo: Slo, summary: dict[str, Any]) -> bool:
 
 def run_task(task: RunTask) -> dict[str, Any]:
     profile = task.profile
-    s = _serve(profile, task.method, task.config, task.load, task.rate, task.seed, task.replicas)
-    return {"label": task.label, "method": task.method, "rate": task.rate, "replicas": task.replicas, **_row(s)}
+    s = _serve(profile, task.method, task.config, task.load, task.rate, task.seed, task.replicas, task.tp)
+    return {"label": task.label, "method": task.method, "rate": task.rate, "replicas": task.replicas, "tp": task.tp,
+            **_row(s)}
 
 
 def _row(s: dict[str, Any]) -> dict[str, Any]:
-    keys = ("completed", "throughput_req_s", "throughput_tok_s", "tpot_s_p50", "tpot_s_p99", "ttft_s_p50", "ttft_s_p99",
-            "oom", "preemptions", "kept_up", "utilisation")
+    keys = ("completed", *SERVED, "oom", "preemptions", "kept_up", "utilisation", "peak_batch")   # SERVED holds the SLO's
     return {k: s.get(k) for k in keys}
 
 
@@ -144,11 +155,12 @@ def max_load_task(task: LoadTask) -> dict[str, Any]:
     profile = task.profile
 
     def check(rate: float) -> tuple[bool, dict[str, Any]]:
-        s = _serve(profile, task.method, task.config, task.load, rate, task.seed, task.replicas)
+        s = _serve(profile, task.method, task.config, task.load, rate, task.seed, task.replicas, task.tp)
         return _passes(task.slo, s), s
 
     ok, first = check(task.start_rate)
-    out = {"label": task.label, "method": task.method, "config": task.config}
+    out = {"label": task.label, "method": task.method, "config": task.config, "tp": task.tp,
+           "batch_cap": task.load.max_batch, "cap_source": task.cap_source}
     lo, hi, at = (task.start_rate, None, first) if ok else (None, task.start_rate, None)
     closest = first
     for _ in range(6):                       # bracket the largest passing rate
@@ -187,13 +199,19 @@ class CapacityOptions:
     candidates: int = 1
     seed: int = 0
     batches: tuple[int, ...] = (1, 4, 16, 64)
+    tp: tuple[int, ...] = (1,)
+    gpu_hour_price: float = DEFAULT_GPU_HOUR_PRICE
 
 
 def candidates(profile: Profile, opts: CapacityOptions, executor) -> list[tuple[str, str, dict[str, Any], float]]:
     """(label, method, simulator config, first rate to try) for plain decoding and the closed-form
-    best `opts.candidates` configurations of each method at a quarter of the batch limit. The first
-    rate is the closed form's request rate at that batch (tokens/s over the mean output length)."""
-    batch = max(1, opts.load.max_batch // 4)
+    best `opts.candidates` configurations of each method at a quarter of plain decoding's batch cap
+    on the smallest TP it fits. The first rate is the closed form's request rate at that batch
+    (tokens/s over the mean output length)."""
+    caps = [batch_cap(profile, BASELINE, {}, opts.load, tp, opts.seed)[0] for tp in opts.tp]
+    if not any(caps):
+        raise InputError(f"does not fit at --tp {max(opts.tp)}: {fits_nowhere(profile, opts.tp)}")
+    batch = max(1, next(c for c in caps if c) // 4)
     sweep_opts = SweepOptions(methods=opts.methods, temperature=opts.temperature, batch=batch, rescore=0)
     result = run_sweep([profile], sweep_opts, executor)
     per_request = opts.load.workload(1.0).mean_output(opts.seed)
@@ -208,43 +226,70 @@ def candidates(profile: Profile, opts: CapacityOptions, executor) -> list[tuple[
     return found
 
 
+def load_tasks(profile: Profile, opts: CapacityOptions, cands) -> tuple[list[LoadTask], list[dict[str, Any]]]:
+    """A max-load search per candidate and TP whose replica fits, its load at that replica's batch cap;
+    and the (candidate, TP) pairs that do not fit."""
+    tasks, unfit = [], []
+    for tp in opts.tp:
+        for label, method, config, rate in cands:
+            cap, source = batch_cap(profile, method, config, opts.load, tp, opts.seed)
+            if not cap:
+                unfit.append({"label": label, "method": method, "config": config, "tp": tp, "max_rate": 0.0,
+                              "violation": math.inf, "cap_source": "does not fit"})
+                continue
+            tasks.append(LoadTask(profile, label, method, config, replace(opts.load, max_batch=cap), opts.slo,
+                                  opts.seed, start_rate=rate * tp, tp=tp, cap_source=source))
+    return tasks, unfit
+
+
 def plan(profile: Profile, opts: CapacityOptions, executor) -> dict[str, Any]:
     """Everything the report shows (see the module docstring)."""
     timings = {}
     t = time.perf_counter()
     if opts.hardware:
         profile = profile.on_hardware(opts.hardware)
+    check_tp(profile, opts.tp)
     cands = candidates(profile, opts, executor)
-    loads = executor.map(max_load_task, [LoadTask(profile, lab, m, c, opts.load, opts.slo, opts.seed, start_rate=r)
-                                         for lab, m, c, r in cands], desc="max load within the SLO")
-    table = pd.DataFrame([{**{k: v for k, v in r.items() if k != "at"}, **r["at"]} for r in loads])
+    tasks, unfit = load_tasks(profile, opts, cands)
+    loads = executor.map(max_load_task, tasks, desc="max load within the SLO")
+    table = pd.DataFrame([{**{k: v for k, v in r.items() if k != "at"}, **r["at"]} for r in loads] + unfit)
     timings["max_load"] = time.perf_counter() - t
     if (table["max_rate"] <= 0).all():
-        closest = table.sort_values("violation").iloc[0]
+        closest = table[table["violation"] < math.inf].sort_values("violation")
+        if closest.empty:
+            raise InputError(f"no configuration meets the SLO ({opts.slo.describe()}): every request ran out of memory")
+        closest = closest.iloc[0]
         raise InputError(
             f"no configuration meets the SLO ({opts.slo.describe()}) even at {closest['probe_rate']:g} req/s; "
-            f"closest: {closest['label']} at {slo_line(closest)}")
+            f"closest: {closest['label']} (TP {int(closest['tp'])}) at {slo_line(closest)}")
+    table["rate_per_gpu"] = table["max_rate"] / table["tp"]
     table["gpus_estimate"] = [math.ceil(opts.target_rate / r) if r > 0 else np.nan for r in table["max_rate"]]
-    best = (table[table.max_rate > 0].sort_values("max_rate", ascending=False)
-            .groupby("method", sort=False).head(1).reset_index(drop=True))
+    per_tp = (table[table.max_rate > 0].sort_values("max_rate", ascending=False)
+              .groupby(["method", "tp"], sort=False).head(1).reset_index(drop=True))
 
     t = time.perf_counter()
-    best["gpus"] = _gpus_for_target(profile, best, opts, executor)
+    replicas, served = _replicas_for_target(profile, per_tp, opts, executor)
+    per_tp["replicas"] = replicas
+    per_tp["gpus"] = per_tp["replicas"] * per_tp["tp"]
+    per_tp = pd.concat([per_tp, pd.DataFrame(served)], axis=1)
+    mean_output = opts.load.workload(1.0).mean_output(opts.seed)
+    best = add_costs(cheapest(per_tp), opts.target_rate, mean_output, opts.gpu_hour_price)
     timings["gpus"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    top = float(best.max_rate.max())
-    rates = np.round(top * np.array([0.1, 0.4, 0.7, 1.0, 1.3]), 4)
-    curve_tasks = [RunTask(profile, row.label, row.method, row.config, opts.load, float(r), opts.seed)
-                   for row in best.itertuples() for r in rates]
+    top = float(best.rate_per_gpu.max())
+    fractions = np.array([0.1, 0.4, 0.7, 1.0, 1.3])
+    curve_tasks = [RunTask(profile, row.label, row.method, row.config, replace(opts.load, max_batch=int(row.batch_cap)),
+                           float(np.round(top * f * row.tp, 4)), opts.seed, tp=int(row.tp))
+                   for row in best.itertuples() for f in fractions]
     curves = pd.DataFrame(executor.map(run_task, curve_tasks, desc="throughput-latency curves"))
     timings["curves"] = time.perf_counter() - t
 
     t = time.perf_counter()
     crossover = _crossover(profile, best, opts)
     timings["crossover"] = time.perf_counter() - t
-    return {"profile": profile.name, "hardware": profile.hardware, "all": table, "best": best, "curves": curves,
-            "crossover": crossover, "timings": timings}
+    return {"profile": profile.name, "hardware": profile.hardware, "all": table, "per_tp": per_tp, "best": best,
+            "curves": curves, "crossover": crossover, "timings": timings}
 
 
 def slo_line(row) -> str:
@@ -252,21 +297,28 @@ def slo_line(row) -> str:
             f"TTFT p50 {1000 * row['ttft_s_p50']:.0f} ms, p99 {1000 * row['ttft_s_p99']:.0f} ms, OOM {int(row['oom'])}")
 
 
-def _gpus_for_target(profile: Profile, best: pd.DataFrame, opts: CapacityOptions, executor, extra: int = 1) -> list:
-    """Per best configuration: the smallest replica count from the estimate on that meets the SLO."""
-    tries = [RunTask(profile, row.label, row.method, row.config, opts.load, opts.target_rate, opts.seed, int(n))
-             for row in best.itertuples() for n in range(int(row.gpus_estimate), int(row.gpus_estimate) + extra + 1)]
+def _replicas_for_target(profile: Profile, per_tp: pd.DataFrame, opts: CapacityOptions, executor,
+                         extra: int = 1) -> tuple[list, list[dict[str, Any]]]:
+    """Per row (a method's best at one TP): the smallest replica count from the estimate on that meets
+    the SLO at the target (nan: none tried), and that cluster's served numbers (`target_*`)."""
+    tries = [RunTask(profile, row.label, row.method, row.config, replace(opts.load, max_batch=int(row.batch_cap)),
+                     opts.target_rate, opts.seed, int(n), int(row.tp))
+             for row in per_tp.itertuples() for n in range(int(row.gpus_estimate), int(row.gpus_estimate) + extra + 1)]
     runs = executor.map(run_task, tries, desc="GPUs for the target load")
-    out = []
-    for row in best.itertuples():
-        passing = [r["replicas"] for r, t in zip(runs, tries) if t.label == row.label and _passes(opts.slo, r)]
-        out.append(min(passing) if passing else np.nan)
-    return out
+    replicas, served = [], []
+    for row in per_tp.itertuples():
+        passing = [r for r, t in zip(runs, tries) if (t.label, t.tp) == (row.label, row.tp) and _passes(opts.slo, r)]
+        first = min(passing, key=lambda r: r["replicas"]) if passing else {}
+        replicas.append(first.get("replicas", np.nan))
+        served.append({f"target_{k}": first.get(k, np.nan) for k in (*SERVED, "peak_batch")})
+    return replicas, served
 
 
 def _crossover(profile: Profile, best: pd.DataFrame, opts: CapacityOptions) -> pd.DataFrame:
+    """On a replica of the largest TP chosen (every chosen configuration fits there); plain decoding
+    is the baseline even where it met the SLO at no rate."""
     specs = [(row.label, row.method, row.config) for row in best.itertuples()]
-    return batch_crossover(profile, specs, list(opts.batches), prompt_len=256, output_len=128, waves=2, seed=opts.seed)
-
-
-# ---- report --------------------------------------------------------------------------------------
+    if BASELINE not in set(best["method"]):
+        specs.append(("no speculation", BASELINE, {}))
+    return batch_crossover(profile, specs, list(opts.batches), prompt_len=256, output_len=128, waves=2, seed=opts.seed,
+                           parallel=Parallelism(tp=int(best["tp"].max())))

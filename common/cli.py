@@ -73,6 +73,22 @@ def cli_entry(main: Callable[..., int | None]) -> Callable[..., int]:
     return wrapped
 
 
+def counts(text: str, what: str) -> tuple[int, ...]:
+    """A comma-separated list of whole numbers >= 1; one line naming the bad one."""
+    values = []
+    for item in text.split(","):
+        try:
+            value = int(item)
+        except ValueError:
+            raise InputError(f"{what} must be whole numbers >= 1, got {item.strip()!r}") from None
+        if value < 1:
+            raise InputError(f"{what} must be whole numbers >= 1, got {value}")
+        values.append(value)
+    if not values:
+        raise InputError(f"{what}: none given")
+    return tuple(sorted(set(values)))
+
+
 def parse_stages(text: str, known) -> list[str]:
     """A campaign's `--stages` list (comma-separated), each one of `known`; else one line naming it."""
     stages = [s.strip() for s in text.split(",") if s.strip()]

@@ -28,7 +28,8 @@ EXAMPLES: dict[str, tuple[str, list[str]]] = {
         "--batches", "1,4,16,32,64,128,256,384,512", "--prompt-len", "128", "--output-len", "128",
         "--out", "examples/batch_crossover", "--overwrite"]),
     "capacity_vicuna7b_h100": ("experiments.capacity", [
-        "--hardware", "H100", "--target-rate", "20", "--out", "examples/capacity_vicuna7b_h100", "--overwrite"]),
+        "--hardware", "H100", "--target-rate", "20", "--tp", "1,2", "--out", "examples/capacity_vicuna7b_h100",
+        "--overwrite"]),
     "smollm2_cpu": ("experiments.smollm2_cpu", ["--stages", "tables", "--report", "examples/smollm2_cpu"]),
 }
 

@@ -19,31 +19,16 @@ import pandas as pd
 from calibrate.vllm import facts
 from calibrate.vllm.streams import CACHE, DATASETS, read_streams
 from common.bundled import bundled
-from common.cli import CliParser, cli_entry
+from common.cli import CliParser, cli_entry, counts
 from common.errors import InputError
 from common.rundir import add_overwrite_option, start_run
+from costmodel.price import DEFAULT_GPU_HOUR_PRICE
 from papers.specdecode import run
 from papers.specdecode.deploy import DeployOptions, best_per_batch, capacity
 from papers.specdecode.report import write_report
 from profiles.profile import Profile
 
 PROFILE = bundled("profiles", "llama-3.1-8b-h100-vllm.json")
-
-
-def counts(text: str, what: str) -> tuple[int, ...]:
-    """A comma-separated list of whole numbers >= 1; one line naming the bad one."""
-    values = []
-    for item in text.split(","):
-        try:
-            value = int(item)
-        except ValueError:
-            raise InputError(f"{what} must be whole numbers >= 1, got {item.strip()!r}") from None
-        if value < 1:
-            raise InputError(f"{what} must be whole numbers >= 1, got {value}")
-        values.append(value)
-    if not values:
-        raise InputError(f"{what}: none given")
-    return tuple(sorted(set(values)))
 
 
 def build_parser() -> CliParser:
@@ -59,7 +44,8 @@ def build_parser() -> CliParser:
                    help="vLLM's token budget a step (8192: vllm serve on an H100; 16384: the offline LLM class)")
     p.add_argument("--slo-tpot-ms", type=float, default=20.0, help="median TPOT the deployment answer keeps within")
     p.add_argument("--target-rate", type=float, default=10.0, help="requests/s to plan GPUs for")
-    p.add_argument("--gpu-hour-price", type=float, default=2.50, help="USD per GPU-hour, for the cost per million tokens")
+    p.add_argument("--gpu-hour-price", type=float, default=DEFAULT_GPU_HOUR_PRICE,
+                   help=f"USD per GPU-hour, for the cost per million tokens (default {DEFAULT_GPU_HOUR_PRICE:.2f})")
     p.add_argument("--proposals-cache", default=str(CACHE),
                    help="folder keeping vLLM's n-gram proposals replayed per input file ('none': replay anew)")
     p.add_argument("--workers", type=int, default=None, help="processes (default: the cores this process may use)")

@@ -91,6 +91,13 @@ class Parallelism:
     def gpus(self) -> int:
         return self.tp * self.pp * self.lp
 
+    def check_heads(self, arch, model: str, what: str = "tensor parallelism") -> None:
+        """InputError unless tp divides the model's query and KV heads: each GPU holds whole heads
+        (the latency split tp-way and the KV cache spread over tp GPUs assume it)."""
+        if arch.n_heads % self.tp or arch.n_kv_heads % self.tp:
+            raise InputError(f"{what} {self.tp} does not divide the attention heads of {model} "
+                             f"({arch.n_heads} query heads, {arch.n_kv_heads} KV heads)")
+
     def wrap(self, latency: Latency, target: str, hidden: int, n_layers: int, act_bytes: int = 2) -> Latency:
         """`latency` with the target's forward split tp-way (two all-reduces of the activations per
         layer) and handed through pp stages; other models run on one GPU as they are."""

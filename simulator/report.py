@@ -11,6 +11,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from simulator.costs import Parallelism
 from simulator.serving import Cluster, simulate_serving
 from simulator.workload import Workload
 from common import atomic
@@ -93,15 +94,16 @@ def write_run(out: Path, requests: pd.DataFrame, summaries: list[dict[str, Any]]
 # ---- batch-size crossover ------------------------------------------------------------------------
 def batch_crossover(profile, methods: Sequence[tuple[str, str, dict]], batches: Sequence[int], *,
                     prompt_len: int = 256, output_len: int = 256, waves: int = 3, seed: int = 0,
-                    progress: bool = False) -> pd.DataFrame:
+                    progress: bool = False, parallel: Parallelism | None = None) -> pd.DataFrame:
     """For each batch limit B: `waves * B` requests arrive at once and are served with batch limit B
-    (continuous batching keeps B running); throughput and TPOT for every (label, method, config)."""
+    (continuous batching keeps B running) on one replica spread as `parallel` (default one GPU);
+    throughput and TPOT for every (label, method, config)."""
     rows = []
     with progress_bar(len(batches) * len(methods), "batch sizes", progress, unit="run") as bar:
         for b in batches:
             workload = Workload(rate=1e9, n_requests=waves * int(b), prompt_len=prompt_len, output_len=output_len)
             for label, method, config in methods:
-                s = simulate_serving(profile, method, config, workload, Cluster(max_batch=int(b)), seed,
+                s = simulate_serving(profile, method, config, workload, Cluster(max_batch=int(b), parallel=parallel or Parallelism()), seed,
                                      per_step=True).summary
                 rows.append({"label": label, "batch": int(b), "throughput_tok_s": s["throughput_tok_s"],
                              "tpot_ms": 1000 * s["tpot_s_mean"], "tpot_p99_ms": 1000 * s["tpot_s_p99"],

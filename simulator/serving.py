@@ -89,6 +89,7 @@ class _Sim:
     def __init__(self, profile, method, config, requests, cluster, seed, latencies, per_step):
         self.env = simpy.Environment()
         self.step = build_step_model(profile, method, config)
+        cluster.parallel.check_heads(profile.arch(), profile.target)
         self.costs = step_costs_for(profile, self.step, latencies, cluster.parallel)
         self.memory = replica_memory(profile, self.step, cluster.parallel, cluster.gpu_mem_gb,
                                      cluster.reserve_fraction)
@@ -105,6 +106,9 @@ class _Sim:
         self.ctx = np.zeros(n, np.int64)         # KV tokens held now (0 when not resident)
         self.admitted = np.full(n, np.nan)       # first admission: the end of the request's wait in the queue
         self.first_token = np.full(n, np.nan)
+        self.last_chunk = np.full(n, np.nan)     # when the request's latest output chunk came out
+        self.chunks = np.zeros(n, np.int64)      # output chunks: the first token, then one per step that emits
+        self.gaps: list[tuple[np.ndarray, np.ndarray]] = []   # (requests, seconds since their previous chunk)
         self.finish = np.full(n, np.nan)
         self.status = np.array(["pending"] * n, dtype=object)
         self.preemptions = np.zeros(n, np.int64)
@@ -116,6 +120,7 @@ class _Sim:
         self.in_system, self.area, self.last_change = 0, 0.0, 0.0
         self.iter_rows: list[tuple] = []
         self.busy = np.zeros(cluster.replicas)
+        self.peak_batch = 0
 
     # ---- bookkeeping for Little's law: time-integral of requests in the system ---------------
     def _count(self, delta: int):
@@ -169,7 +174,8 @@ class _Sim:
                 self._log(rep, "prefill", len(admit), int(lengths.mean()), 0, int(lengths.sum()), seconds, len(admit))
                 for r in admit:
                     if np.isnan(self.first_token[r]) and not self.padded:   # padded: from its first decode step
-                        self.first_token[r] = env.now
+                        self.first_token[r] = self.last_chunk[r] = env.now
+                        self.chunks[r] += 1
                         self.generated[r] += 1
                         self.ctx[r] += 1
                         rep.used += 1
@@ -227,6 +233,7 @@ class _Sim:
             self._done(r, "oom", rep)
             return
         batch = ids.size
+        self.peak_batch = max(self.peak_batch, batch)
         ctx = self.ctx[ids]
         mean_ctx = int(ctx.max()) if self.padded else int(ctx.sum()) / batch   # padded: its longest row
         max_drafted, max_verify = shape if shape else (int(drafted.max()), int(verify.max()))
@@ -238,6 +245,11 @@ class _Sim:
         accepted = np.minimum(accepted, left)
         first = ids[np.isnan(self.first_token[ids]) & (accepted > 0)]
         self.first_token[first] = env.now
+        emitted = ids[accepted > 0]
+        later = emitted[~np.isnan(self.last_chunk[emitted])]
+        self.gaps.append((later, env.now - self.last_chunk[later]))
+        self.last_chunk[emitted] = env.now
+        self.chunks[emitted] += 1
         self.generated[ids] += accepted
         self.ctx[ids] = ctx + accepted
         gained = int(accepted.sum())
@@ -297,6 +309,10 @@ def simulate_serving(profile, method: str, config: Mapping | str | None = None,
     replica), a summary (throughput, latency means and tails, OOM count, preemptions, Little's law
     terms) and, with per_step, one row per iteration. TTFT and end-to-end latency include the wait
     in the queue; service_s is a request's own latency once running (with its batch, without the wait).
+    Output comes in chunks, as a stream would deliver it: the first token, then whatever each step
+    accepts at once. ITL (`itl_s_*`, as `vllm bench serve` counts it) is the gap between successive
+    chunks over every completed request's gaps, a step that emits several tokens counting once;
+    TPOT is per token, (finish - first token) / (generated - 1) per request; `chunks` per request.
     """
     profile = load_profile(profile)
     workload = workload or Workload()
@@ -306,7 +322,7 @@ def simulate_serving(profile, method: str, config: Mapping | str | None = None,
     sim.run()
     out = requests.assign(
         admitted_s=sim.admitted, first_token_s=sim.first_token, finish_s=sim.finish, status=sim.status.astype(str),
-        preemptions=sim.preemptions, replica=sim.replica_of, generated=sim.generated,
+        preemptions=sim.preemptions, replica=sim.replica_of, generated=sim.generated, chunks=sim.chunks,
     )
     out["ttft_s"] = out["first_token_s"] - out["arrival_s"]
     out["e2e_s"] = out["finish_s"] - out["arrival_s"]
@@ -316,6 +332,9 @@ def simulate_serving(profile, method: str, config: Mapping | str | None = None,
     done = out[out["status"] == "done"]
     span = float(np.nanmax(sim.finish) - requests["arrival_s"].min())
     horizon = float(np.nanmax(sim.finish))
+    whose = np.concatenate([ids for ids, _ in sim.gaps] or [np.zeros(0, np.int64)])
+    gaps = np.concatenate([g for _, g in sim.gaps] or [np.zeros(0)])
+    itl = gaps[out["status"].to_numpy()[whose] == "done"]
     summary = {
         "method": method, **sim.step.describe(), "seed": seed, "replicas": cluster.replicas,
         "max_batch": cluster.max_batch, "tp": cluster.parallel.tp, "pp": cluster.parallel.pp,
@@ -326,6 +345,7 @@ def simulate_serving(profile, method: str, config: Mapping | str | None = None,
         "throughput_req_s": len(done) / span,
         "utilisation": float(sim.busy.sum() / (horizon * cluster.replicas * cluster.parallel.pp)),
         **_quantiles(done["ttft_s"].to_numpy(), "ttft_s"), **_quantiles(done["tpot_s"].to_numpy(), "tpot_s"),
+        **_quantiles(itl, "itl_s"), "peak_batch": sim.peak_batch,
         **_quantiles(done["e2e_s"].to_numpy(), "e2e_s"), **_quantiles(done["queue_s"].to_numpy(), "queue_s"),
         **_quantiles(done["service_s"].to_numpy(), "service_s"),
         # Little's law: time-average number in system (integrated by the simulator) vs lambda * W

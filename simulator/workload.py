@@ -19,7 +19,7 @@ import pandas as pd
 from common.errors import InputError, duration
 from common.memory import READ_LIMIT, check_fits, gb
 
-ARRIVALS = ("poisson", "gamma", "trace")
+ARRIVALS = ("poisson", "gamma", "fixed", "trace")
 TRACE_COLUMNS = ("arrival_s",)
 LENGTH_COLUMNS = ("prompt_len", "output_len")   # optional: they replace the length distributions
 TRACE_ROW_BYTES = 150      # bytes per row while pandas reads a trace (three float columns, the parser's buffers)
@@ -35,7 +35,8 @@ def add_workload_options(parser) -> None:
     """The arrival process and lengths, one set of names and defaults for every command that serves
     a workload (`python -m experiments.capacity`, `python -m experiments.simulate serve`)."""
     parser.add_argument("--arrival", choices=ARRIVALS, default="poisson",
-                        help="arrival process (default poisson); 'trace' replays --arrival-trace")
+                        help="arrival process (default poisson); 'fixed': evenly spaced at the rate; "
+                             "'trace' replays --arrival-trace")
     parser.add_argument("--cv", type=float, default=1.0,
                         help="coefficient of variation of gamma inter-arrivals (default 1)")
     parser.add_argument("--arrival-trace", default=None, metavar="CSV",
@@ -69,15 +70,16 @@ def trace_option(args) -> ArrivalTrace | None:
 @dataclass
 class Workload:
     """What arrives: `rate` requests/s for `duration_s` (or `n_requests` of them); arrival "poisson",
-    "gamma" (inter-arrival CV `cv`) or "trace" (`trace`: a CSV path, a frame or an `ArrivalTrace`);
+    "gamma" (inter-arrival CV `cv`), "fixed" (one every 1 / `rate` s, Gamma's limit as its CV goes to 0)
+    or "trace" (`trace`: a CSV path, a frame or an `ArrivalTrace`);
     lengths as "fixed:N", "uniform:LO:HI" or "lognormal:MEDIAN:SIGMA:MAX".
 
     A trace keeps its shape and takes the rate asked for: its inter-arrival gaps are scaled by (the
     trace's own rate / `rate`), so its bursts and lulls stay and its mean rate is `rate`, and it is
     replayed back to back (one mean gap between copies) until `duration_s` (or `n_requests`); its
     prompt_len and output_len columns, where it has them, go with their rows. Without a rate (None,
-    the default) a trace is replayed once as recorded (its own timestamps and rate), and Poisson or
-    Gamma arrivals come at 1 request/s."""
+    the default) a trace is replayed once as recorded (its own timestamps and rate), and Poisson,
+    Gamma or fixed arrivals come at 1 request/s."""
 
     rate: float | None = None
     duration_s: float = 60.0
@@ -125,6 +127,12 @@ class Workload:
         return float(np.maximum(sample_lengths(self.output_len, 4096, np.random.default_rng(seed), "output length"),
                                 2).mean())
 
+    def mean_prompt(self, seed: int = 0) -> float:
+        """The mean prompt length of its requests (as `mean_output`)."""
+        if self.arrival == "trace" and self.trace.prompt_len is not None:
+            return float(np.mean(self.trace.prompt_len))
+        return float(sample_lengths(self.prompt_len, 4096, np.random.default_rng(seed), "prompt length").mean())
+
     def describe(self, rate: str | None = None) -> str:
         """The arrivals and lengths in words (a report's header); `rate` words the rate where it varies
         ("each rate tried")."""
@@ -137,7 +145,7 @@ class Workload:
                        f", output {self.output_len}" if self.trace.prompt_len is not None else
                        f", prompt {self.prompt_len}, output {self.output_len} tokens")
             return f"arrivals of {self.trace.describe()}, {how}{lengths}"
-        kind = "Poisson" if self.arrival == "poisson" else f"Gamma (CV {self.cv:g})"
+        kind = {"poisson": "Poisson", "fixed": "Fixed-rate (evenly spaced)"}.get(self.arrival, f"Gamma (CV {self.cv:g})")
         return f"{kind} arrivals, prompt {self.prompt_len}, output {self.output_len} tokens"
 
 
@@ -281,6 +289,8 @@ def make_requests(workload: Workload, seed: int = 0) -> pd.DataFrame:
         n = workload.n_requests or int(np.ceil(workload.rate * workload.duration_s * 1.2 + 10 * np.sqrt(workload.rate * workload.duration_s) + 10))
         if workload.arrival == "poisson":
             gaps = rng.exponential(1.0 / workload.rate, n)
+        elif workload.arrival == "fixed":
+            gaps = np.full(n, 1.0 / workload.rate)
         else:
             shape = 1.0 / workload.cv ** 2
             gaps = rng.gamma(shape, 1.0 / (workload.rate * shape), n)

@@ -22,6 +22,7 @@ import pandas as pd
 
 from calibrate.vllm import facts
 from common.errors import InputError
+from costmodel.price import DEFAULT_GPU_HOUR_PRICE, check_gpu_hour_price, usd_per_million_tokens
 from sweep.export import vllm_schedule
 from methods.engines import VLLM_SCHEDULE
 
@@ -30,11 +31,10 @@ from methods.engines import VLLM_SCHEDULE
 class DeployOptions:
     slo_tpot_p50_ms: float = 20.0
     target_rate: float = 10.0            # requests/s
-    gpu_hour_price: float = 2.50         # USD
+    gpu_hour_price: float = DEFAULT_GPU_HOUR_PRICE      # USD
 
     def __post_init__(self):
-        if not self.gpu_hour_price > 0:
-            raise InputError(f"--gpu-hour-price must be > 0 USD per GPU-hour, got {self.gpu_hour_price!r}")
+        check_gpu_hour_price(self.gpu_hour_price)
         if not self.slo_tpot_p50_ms > 0:
             raise InputError(f"--slo-tpot-ms must be > 0, got {self.slo_tpot_p50_ms!r}")
         if not self.target_rate > 0:
@@ -96,5 +96,5 @@ def capacity(loops: pd.DataFrame, best: pd.DataFrame, options: DeployOptions) ->
                          "config": "plain" if point["proposer"] == "plain" else f"{point['method']} k={int(point['k'])}",
                          "tpot_p50_ms": float(point["tpot_loaded_p50_ms"]), "requests_per_s": rate,
                          "gpus_for_target": math.ceil(options.target_rate / rate) if rate > 0 else None,
-                         "usd_per_million_tokens": options.gpu_hour_price / (token_rate * 3600.0) * 1e6})
+                         "usd_per_million_tokens": usd_per_million_tokens(1, token_rate, options.gpu_hour_price)})
     return pd.DataFrame(rows)

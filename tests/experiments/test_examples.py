@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -13,6 +14,7 @@ import pytest
 from profiles.profile import Profile
 from experiments import examples
 from experiments import capacity as capacity_cli
+from capacity import deploy
 from capacity import plan as capacity
 from sweep import scoring
 from sweep.executor import LocalExecutor
@@ -62,10 +64,12 @@ def capacity_run():
 
 
 def test_capacity_example_names_the_candidates_the_command_finds(capacity_run):
-    """Its candidates (the closed forms' best per method) and their configurations."""
+    """Its candidates (the closed forms' best per method) and their configurations, tried at every TP."""
     opts, profile, bundled = capacity_run
     found = capacity.candidates(profile, opts, LocalExecutor(workers=1))
     table = pd.read_csv(bundled / "candidates.csv")
+    assert sorted(set(table["tp"])) == list(opts.tp)
+    table = table[table["tp"] == min(opts.tp)]                  # each candidate once per TP tried
     assert [label for label, *_ in found] == list(table["label"])
     assert [config for _, _, config, _ in found] == [json.loads(c) for c in table["config"]]
 
@@ -81,12 +85,16 @@ def test_capacity_example_crossover_and_plain_load_are_what_the_command_prints(c
                                   check_exact=False, rtol=1e-9, check_dtype=False)
     label, method, config, start = capacity.candidates(profile, opts, LocalExecutor(workers=1))[0]
     assert method == "ar"
-    plain = capacity.max_load_task(capacity.LoadTask(profile.to_dict(), label, method, config, opts.load, opts.slo,
-                                                     opts.seed, start_rate=start))
     row = best.set_index("method").loc["ar"]
+    tp = int(row["tp"])
+    cap, _ = deploy.batch_cap(profile, method, config, opts.load, tp, opts.seed)
+    assert cap == row["batch_cap"]
+    plain = capacity.max_load_task(capacity.LoadTask(profile.to_dict(), label, method, config,
+                                                     replace(opts.load, max_batch=cap), opts.slo, opts.seed,
+                                                     start_rate=start * tp, tp=tp))
     assert plain["max_rate"] == pytest.approx(row["max_rate"], rel=1e-9)
     text = (bundled / "README.md").read_text()
     assert examples.command("capacity_vicuna7b_h100") in text
     for r in best.itertuples():
-        assert re.search(rf"\| {r.method} \| {re.escape(r.label)} \| {r.max_rate:.2f} \| {r.throughput_tok_s:.0f} \|",
-                         text), r.label
+        assert re.search(rf"\| {r.method} \| {re.escape(r.label)} \| {r.tp} \| {r.replicas:.0f} \| {r.gpus:.0f} \| "
+                         rf"{r.max_rate:.2f} \({r.rate_per_gpu:.2f}\) \| {r.usd_per_m_tok:.3f} \|", text), r.label

@@ -69,6 +69,7 @@ def test_the_schedule_exports_the_winning_method_with_k_0_where_it_loses():
     (["--ks", "1,0"], "--ks must be whole numbers >= 1, got 0"),
     (["--gpu-hour-price", "0"], "--gpu-hour-price must be > 0 USD per GPU-hour"),
     (["--gpu-hour-price", "-2.5"], "--gpu-hour-price must be > 0 USD per GPU-hour"),
+    (["--gpu-hour-price", "nan"], "--gpu-hour-price must be > 0 USD per GPU-hour"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
     code = main(["--data", str(write_files(tmp_path)), "--out", str(tmp_path / "out"), *argv])

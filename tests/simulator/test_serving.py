@@ -107,6 +107,15 @@ def test_tensor_parallel_speeds_up_and_adds_memory():
     assert two["kv_capacity_tokens"] > 2 * one["kv_capacity_tokens"]
 
 
+def test_tensor_parallelism_must_divide_the_heads():
+    prof = roofline_profile()
+    arch = load_profile(prof).arch()
+    assert arch.n_heads % 3                          # vicuna-7b: 32 heads
+    with pytest.raises(InputError, match=rf"^tensor parallelism 3 does not divide the attention heads of "
+                                         rf"\S+ \({arch.n_heads} query heads, {arch.n_kv_heads} KV heads\)$"):
+        simulate_serving(prof, "ar", {}, Workload(rate=1, duration_s=2), Cluster(parallel=Parallelism(tp=3)), 0)
+
+
 def test_pipeline_parallel_and_lookahead_parallel_run():
     pp = _serve(cluster=Cluster(replicas=1, max_batch=8, parallel=Parallelism(pp=2)))
     assert pp.summary["completed"] == pp.summary["requests"]
@@ -133,6 +142,30 @@ def test_gamma_arrivals_are_burstier_than_poisson():
     cv_g, rate_g = cv("gamma", cv=3.0)
     assert abs(cv_p - 1) < 0.1 and abs(cv_g - 3) < 0.5
     assert rate_p == pytest.approx(50, rel=0.1) and rate_g == pytest.approx(50, rel=0.25)
+
+
+def test_fixed_arrivals_are_evenly_spaced_at_the_rate():
+    reqs = make_requests(Workload(rate=4, duration_s=10, arrival="fixed"), 0)
+    assert np.diff(reqs["arrival_s"].to_numpy()) == pytest.approx(np.full(len(reqs) - 1, 0.25))
+    assert len(reqs) == 39 and realised_rate(reqs) == pytest.approx(4)
+    assert Workload(rate=4, arrival="fixed").describe().startswith("Fixed-rate (evenly spaced) arrivals")
+
+
+@pytest.mark.parametrize("method,config", [("ar", {}), ("sd", {"gamma": 4})])
+def test_itl_is_the_gap_between_output_chunks(method, config):
+    """A chunk is the first token or what one step accepts: a request's ITLs add up to its time from
+    first token to finish, one fewer than its chunks; plain decoding emits a token a chunk (ITL mean
+    = token-weighted TPOT), speculation several (ITL above TPOT)."""
+    res = _serve(method, config, Workload(rate=10, duration_s=10, output_len="uniform:20:80"))
+    r, s = res.requests, res.summary
+    gaps = int((r["chunks"] - 1).sum())
+    assert s["itl_s_mean"] * gaps == pytest.approx((r["finish_s"] - r["first_token_s"]).sum(), rel=1e-9)
+    assert (r["chunks"] <= r["generated"]).all() and s["peak_batch"] <= 16
+    per_token = (r["finish_s"] - r["first_token_s"]).sum() / (r["generated"] - 1).sum()
+    if method == "ar":
+        assert (r["chunks"] == r["generated"]).all() and s["itl_s_mean"] == pytest.approx(per_token, rel=1e-9)
+    else:
+        assert s["itl_s_mean"] > 1.5 * per_token and s["itl_s_p50"] > s["tpot_s_p50"]
 
 
 def test_replayed_timestamps(tmp_path):
