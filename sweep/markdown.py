@@ -150,6 +150,9 @@ def deployment_section(result: Any, written: dict[str, Path], out_dir: Path) -> 
                       "(tensor parallelism over several GPUs, or a smaller dtype).", ""]
         elif pd.notna(stop["stops_paying_at"]):
             lines += [f"Speculation stops paying at batch **{int(stop['stops_paying_at'])}**.", ""]
+        elif group["batch"].nunique() == 1:
+            lines += [f"Served at batch {int(stop['largest_batch'])} only: where speculation stops paying is not "
+                      "known (`--batch-sizes 1,8,32,128` serves each).", ""]
         else:
             lines += [f"Speculation pays at every batch simulated (up to {int(stop['largest_batch'])}).", ""]
     return lines

@@ -149,3 +149,13 @@ def test_batches_beyond_the_measured_latency_tables_are_flagged():
     assert "extrapolated" not in why[1]
     assert "measured up to batch 1 only, so every number at batch 16 is extrapolated" in why[16]
     assert result.served.loc[result.served["batch"] == 16, "measured_up_to_batch"].eq(1).all()
+
+
+def test_a_report_served_at_one_batch_does_not_claim_speculation_pays_at_every_batch(tmp_path):
+    """Served at batch 1 alone, the answer says where speculation stops paying is not known and how
+    to find it, not that it 'pays at every batch simulated (up to 1)'."""
+    from sweep.markdown import deployment_section
+
+    text = "\n".join(deployment_section(_sweep([CORAL], batch_sizes=None), {}, tmp_path))
+    assert "Served at batch 1 only" in text and "--batch-sizes" in text
+    assert "pays at every batch" not in text
