@@ -20,7 +20,7 @@ from common.cli import CliParser, cli_entry
 from common.errors import InputError
 from common.rundir import add_overwrite_option, open_run
 from costmodel.hardware import hardware_names
-from calibrate.assumed import MODES as ASSUMED_MODES
+from calibrate.assumed import ASSUMED, MODES as ASSUMED_MODES
 from papers import choices as paper_choices
 from sweep import deployments, scoring
 from sweep.estimate import MAX_HOURS, Deadline, check_fits, estimate
@@ -197,6 +197,10 @@ def main(argv: list[str] | None = None) -> int:
         written = write_outputs(result, Path(args.out), progress=progress)
     n = sum(len(f) for f in result.tables.values())
     print(stdout_table(result))
+    assumed = result.best[result.best["acceptance_source"] == ASSUMED] if "acceptance_source" in result.best else []
+    if len(assumed):
+        print(f"ASSUMED acceptance (not measured on the profile's target; the report says from where): "
+              + ", ".join(f"{r.profile[:40]} {r.method} ({r.drafter})" for r in assumed.itertuples()))
     if result.skipped:
         print(f"{len(result.skipped)} (profile, method) pairs not scored (the profile lacks what the method needs); "
               f"listed in the report", file=sys.stderr)

@@ -41,6 +41,9 @@ def test_the_sweep_of_a_paper_profile_scores_every_offered_method_and_says_which
                      "--out", str(out), "--workers", "1", "--no-progress"]) == 0
     best = pd.read_csv(out / "best.csv")
     assert set(OFFERED) <= set(best["method"])
+    printed = capsys.readouterr().out
+    assert all(f"{r.method} ({r.drafter})" in printed.split("ASSUMED acceptance")[-1]
+               for r in best[best["acceptance_source"] == ASSUMED].itertuples())
     sources = dict(zip(best["method"], best["acceptance_source"]))
     assert {sources[m] for m in OFFERED} == {ASSUMED, "recorded"}     # its own method measured, the others not
     report = (out / "report.md").read_text()
