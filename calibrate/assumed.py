@@ -29,7 +29,7 @@ from profiles.acceptance import AcceptanceModel
 from profiles.profile import ASSUMED_FOR, Profile
 
 ASSUMED = "ASSUMED"           # how an assumed entry's source begins, and the sweep's acceptance_source
-MODES = ("missing", "all", "none")   # assume for methods without a setup / also drafters of a shape the Profile lacks / never
+MODES = ("missing", "all", "none")   # methods without a setup / also a shape the Profile lacks / nothing
 
 
 def is_assumed(entry: AcceptanceModel) -> bool:
@@ -83,7 +83,8 @@ def _draft_model(spec: str, target: Arch) -> tuple[str, dict]:
     return name, arch
 
 
-def with_assumed(profile: Profile, names: Iterable[str], mode: str = "missing", draft_model: str | None = None) -> Profile:
+def with_assumed(profile: Profile, names: Iterable[str], mode: str = "missing",
+                 draft_model: str | None = None) -> Profile:
     """`profile` with the assumed drafters of every engine-offered method in `names`: those with no
     setup on it ("missing"), or also drafters of a kind and shape it lacks beside measured ones ("all",
     which may move the ranks of a method's measured rows); "none" returns it as it is. `draft_model`
@@ -99,7 +100,7 @@ def with_assumed(profile: Profile, names: Iterable[str], mode: str = "missing", 
     except InputError:          # a measured table prices its own models only
         terms = None
     raw = profile.to_dict()
-    combos = list(dict.fromkeys((a.dataset, a.temperature) for a in profile.acceptance.values()))   # the Profile's order
+    combos = list(dict.fromkeys((a.dataset, a.temperature) for a in profile.acceptance.values()))   # its order
     added = []
     for name in names:
         spec = methods.get(name)

@@ -22,8 +22,8 @@ refused before the sweep (`check_batch_sizes`).
 served where it beats plain decoding, else ar, each with its own numbers and a `why`; candidates
 within the Profile's held-out error of the fastest are named as ties (`tied_with`). Configurations on
 ASSUMED acceptance (`calibrate.assumed`) are answers only where nothing measured was served; a faster
-one is named in the `why` (`preferred`). `stops_paying` gives the smallest batch at which even the best speculative configuration serves
-no more tokens/s than plain decoding.
+one is named in the `why` (`preferred`). `stops_paying` gives the smallest batch at which even the
+best speculative configuration serves no more tokens/s than plain decoding.
 """
 from __future__ import annotations
 
