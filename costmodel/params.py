@@ -205,6 +205,10 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
                          source="Mistral 7B paper Table 1: dim 4096, 32 layers, head_dim 128, hidden_dim 14336, "
                                 "32 heads, 8 kv heads, window 4096, vocab 32000"),
     "llama-3-8b": _llama(32, 4096, 14336, 32, 8, vocab=128256, source="meta-llama/Meta-Llama-3-8B config.json"),
+    "llama-3.2-1b": _llama(16, 2048, 8192, 32, 8, vocab=128256, head_dim=64, tie_embeddings=True,
+                           source="meta-llama/Llama-3.2-1B config.json (tied embeddings; Llama 3's tokenizer)"),
+    "qwen2.5-0.5b": _llama(24, 896, 4864, 14, 2, vocab=151936, qkv_bias=True, tie_embeddings=True,
+                           source="Qwen/Qwen2.5-0.5B config.json (qkv bias, tied embeddings; Qwen2.5's tokenizer)"),
     "qwen2.5-7b": _llama(28, 3584, 18944, 28, 4, vocab=152064, qkv_bias=True,
                          source="Qwen/Qwen2.5-7B config.json (qkv bias, untied head)"),
     "qwen2.5-14b": _llama(48, 5120, 13824, 40, 8, vocab=152064, qkv_bias=True,

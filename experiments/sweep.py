@@ -20,13 +20,14 @@ from common.cli import CliParser, cli_entry
 from common.errors import InputError
 from common.rundir import add_overwrite_option, open_run
 from costmodel.hardware import hardware_names
+from calibrate.assumed import ASSUMED, MODES as ASSUMED_MODES
 from papers import choices as paper_choices
 from sweep import deployments, scoring
 from sweep.estimate import MAX_HOURS, Deadline, check_fits, estimate
 from common.progress import add_progress_option, progress_enabled
 from sweep.executor import EXECUTORS, make_executor, worker_count
 from sweep.run import (BUNDLED_PROFILES, SweepOptions, setting_of, bundled_profile_paths,
-                                   load_profiles, run_sweep)
+                                   load_profiles, run_sweep, with_assumed)
 from methods.engines import parse_engines
 from traces.replay import replayable
 from sweep.report import stdout_table, write_outputs
@@ -107,6 +108,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the recommended configuration as these engines accept it, comma-separated from "
                         "vllm, sglang, hf: vllm_*.json, sglang_*.txt, hf_*.json and exports.md in --out "
                         "(default: none)")
+    p.add_argument("--assumed", choices=ASSUMED_MODES, default="missing",
+                   help=f"methods an engine offers ({', '.join(s.name for s in methods.specs() if s.engine_offered)}) that a profile did not "
+                        "measure: 'missing' prices those with no drafter there from their architecture, their "
+                        "acceptance carried from a bundled profile and marked ASSUMED; 'all' also adds a drafter of a "
+                        "shape the profile lacks (a chain beside a measured tree; it may move measured rows' "
+                        "ranks); 'none' scores what the profiles measured only (default: missing)")
+    p.add_argument("--draft-model", default=None, metavar="MODEL",
+                   help="a draft model to price on every GPU profile beside the measured ones: a costmodel.params "
+                        "registry name or a Hugging Face config.json of the target's tokenizer; its acceptance is "
+                        "ASSUMED as --assumed's (default: the registry's smallest model of the target's tokenizer, "
+                        "where a profile measured no draft model)")
     p.add_argument("--top", type=int, default=50,
                    help="rows per (profile, method) in the CSV tables tables/<method>_top<N>.csv (default 50); the "
                         "report lists the first 5 (fewer when --top is smaller) and the zstd parquet tables keep "
@@ -152,14 +164,15 @@ def options_from_args(args: argparse.Namespace) -> SweepOptions:
                         hardware=args.hardware, space={k: getattr(args, k) for k in methods.space_options()},
                         ctx_len=args.ctx_len, seed=args.seed,
                         rescore=args.rescore, sim_tokens=args.sim_tokens, sim_repeats=args.sim_repeats,
-                        token_trace=args.token_trace, batch_sizes=batch_sizes, top=args.top, export=engines)
+                        token_trace=args.token_trace, batch_sizes=batch_sizes, top=args.top, export=engines,
+                        assumed=args.assumed, draft_model=args.draft_model)
 
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     opts = options_from_args(args)
-    profiles = load_profiles(args.profile)
+    profiles = with_assumed(load_profiles(args.profile), opts)
     if opts.token_trace:        # a trace of another target, drafter or dataset is refused, not relabelled
         opts.dataset = scoring.check_token_trace(opts.token_trace, profiles, opts.dataset)
     scoring.check_recorded(profiles, opts.temperature, opts.dataset)
@@ -184,6 +197,10 @@ def main(argv: list[str] | None = None) -> int:
         written = write_outputs(result, Path(args.out), progress=progress, workers=workers)
     n = sum(len(f) for f in result.tables.values())
     print(stdout_table(result))
+    assumed = result.best[result.best["acceptance_source"] == ASSUMED] if "acceptance_source" in result.best else []
+    if len(assumed):
+        print(f"ASSUMED acceptance (not measured on the profile's target; the report says from where): "
+              + ", ".join(f"{r.profile[:40]} {r.method} ({r.drafter})" for r in assumed.itertuples()))
     if result.skipped:
         print(f"{len(result.skipped)} (profile, method) pairs not scored (the profile lacks what the method needs); "
               f"listed in the report", file=sys.stderr)

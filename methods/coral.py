@@ -22,6 +22,8 @@ from costmodel.step import DraftPart, StepShape, chain_width
 from methods.config import Int, MethodConfig, param
 from methods.engines import EngineConfig, drafter_checkpoint, sglang_requires, verified_tokens
 from methods.sd import MAX_DEPTH, chain_sampler, chain_tokens, drafter_model, sd_vllm
+from costmodel.params import drafter_arch
+from methods.assumed import AssumedDrafter
 from methods.spec import MethodSpec, PlotSpec, verdict
 
 GROUPS = (4, 8, 16, 32, 64)
@@ -29,6 +31,8 @@ ROUTERS = ((16, 2), (32, 4))       # (groups, top-n) of the routed drafters the 
 TOP_N = (1, 2, 3, 4, 6, 8)
 DEPTHS = tuple(range(1, 9))
 ENGINE_METHODS = {"eagle": ("eagle", "EAGLE"), "eagle3": ("eagle3", "EAGLE3"), "mtp": ("mtp", "NEXTN")}
+EAGLE_TREE = {"depth": 6, "candidates": 60}      # EAGLE-2's dynamic tree as the CORAL paper runs it
+EAGLE3_VOCAB = 32000                             # EAGLE-3 checkpoints' draft vocabulary
 
 
 @dataclass(frozen=True)
@@ -152,6 +156,23 @@ class CORAL(MethodSpec):
             recalls.append(((int(groups), int(top_n)), float(value)))
         return RouterRecall(tuple(sorted(recalls)))
     no_counterpart = {"hf": "no EAGLE feature drafter in assisted generation"}
+    engine_offered, aliases = True, tuple(ENGINE_METHODS)     # CORAL without a router is EAGLE; MTP is its format
+
+    def assumed_drafters(self, target, arch):
+        """EAGLE-2's tree (CORAL's Table 2 acceptance of EAGLE-2 on Llama-3-8B) and an EAGLE-3 chain
+        (SpecDecode-Bench's EAGLE-3 on Llama-3.1-8B under vLLM), each head built from the target's
+        dimensions. MTP needs the target's own prediction layers, which the registry's targets lack."""
+        vocab = min(EAGLE3_VOCAB, int(arch.vocab))
+        return {"eagle-tree": AssumedDrafter({"kind": "coral", "model": f"eagle-{target}", "engine_method": "eagle",
+                                              "tree": dict(EAGLE_TREE)}, drafter_arch("coral", arch),
+                                             "coral-llama-3-8b-a6000", "eagle", "mt-bench",
+                                             "the acceptance of EAGLE-2 (depth 6, 60 candidates) on Llama-3-8B, CORAL Table 2"),
+                "eagle3-chain": AssumedDrafter({"kind": "coral", "model": f"eagle3-{target}", "engine_method": "eagle3",
+                                                "draft_vocab": vocab},
+                                               drafter_arch("coral", arch, eagle3=True, draft_vocab=vocab),
+                                               "llama-3.1-8b-h100-vllm", "eagle3", "sharegpt",
+                                               "the acceptance of EAGLE-3 chains on Llama-3.1-8B-Instruct under vLLM "
+                                               "(SpecDecode-Bench)")}
 
     def drafters(self, arch):
         """The EAGLE feature drafter, and the same with each of `ROUTERS` (the first one trained)."""

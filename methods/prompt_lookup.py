@@ -19,6 +19,7 @@ from methods.config import Int, MethodConfig, param
 from methods.engines import HF_PROMPT_LOOKUP, EngineConfig, sglang_requires, vllm_requires
 from methods.match_chain import (PARAMETERS, MatchAcceptance, MatchSampler, at_bound, chain_at, fit_matches,
                                  fitted_to_replay, replay_table, replayed_at)
+from methods.assumed import AssumedDrafter
 from methods.spec import MethodSpec, PlotSpec
 
 GAMMAS = tuple(range(1, 11))          # the sweep's draft lengths
@@ -49,6 +50,17 @@ class PromptLookup(MethodSpec):
                    "prompt_lookup g4 nmin3 nmax5")     # n_min = n_max fixes the match length: hit and first by length
     campaign = ("prompt_lookup g3 nmin1 nmax3", "prompt_lookup g5 nmin2 nmax4")
     plot = PlotSpec(x="gamma", hue="n_max")
+    engine_offered, aliases = True, ("ngram",)      # vLLM's name
+
+    def assumed_drafters(self, target, arch):
+        """No model (a step is one verify of the proposals; the lookup is host work); acceptance depends
+        on how much the data copies: vLLM's n-gram proposer replayed on Llama-3.1-8B-Instruct's outputs
+        (SpecDecode-Bench), per dataset where the study has it, else on ShareGPT (chat); the study's
+        replay of its own window's configurations stays with its target, the fitted chain is carried."""
+        return {self.name: AssumedDrafter({"kind": self.name}, None, "llama-3.1-8b-h100-vllm", self.name, "sharegpt",
+                                          "the acceptance of vLLM's n-gram proposer (window 3-7) replayed on "
+                                          "Llama-3.1-8B-Instruct's outputs (SpecDecode-Bench)",
+                                          drop=(f"{self.name}.replayed", f"{self.name}.replayed_new_tokens"))}
 
     def drafters(self, arch):
         return {self.name: {"kind": self.name}}        # no model: the entry holds its own acceptance

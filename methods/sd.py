@@ -12,6 +12,7 @@ from methods.config import Int, MethodConfig, param
 from methods.draws import ChainSampler, MarkovChainSampler
 from methods.engines import (HF_ASSISTED, EngineConfig, drafter_checkpoint, hf_chain, sglang_requires,
                              verified_tokens, vllm_requires)
+from methods.assumed import AssumedDrafter, draft_model_for
 from methods.spec import MethodSpec, PlotSpec
 
 MAX_DEPTH = 64
@@ -78,6 +79,17 @@ class SD(MethodSpec):
     calibration = ("sd g1", "sd g4", "sd g8")
     campaign = tuple(f"sd g{g}" for g in (1, 2, 3, 4, 5, 6, 8, 10, 12))
     plot = PlotSpec(x="gamma")
+    engine_offered, aliases = True, ("draft_model",)      # vLLM's name
+
+    def assumed_drafters(self, target, arch):
+        """The registry's smallest model of the target's tokenizer; the acceptance of LLaMA-68M drafting
+        LLaMA-13B (MCSD Table 7) stands in for any small draft model."""
+        found = draft_model_for(arch)
+        if found is None:
+            return {}
+        name, model = found
+        return {name: AssumedDrafter({"kind": "draft_model", "model": name}, model, "mcsd-llama-13b-a6000", "llama-68m",
+                                     "alpaca", "the acceptance of LLaMA-68M drafting LLaMA-13B (MCSD Table 7)", any_model=True)}
 
     def space(self, setup, gammas=GAMMAS):
         frame = pd.DataFrame({"gamma": np.asarray(gammas, dtype=np.int64)})

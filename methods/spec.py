@@ -159,6 +159,8 @@ class MethodSpec:
     campaign: tuple[str, ...] = ()             # labels the GPU campaign runs at real sizes
     no_counterpart: dict[str, str] = {}        # engine -> why the method has no counterpart there
     sampler_options: dict[str, tuple[str, float, float]] = {}   # numbers its `sampler` takes: (what, low, high)
+    engine_offered: bool = False               # an engine runs it as it is: priced on every GPU Profile
+    aliases: tuple[str, ...] = ()              # the engines' names of it that `parse_methods` takes
 
     # ---- configurations ------------------------------------------------------------------------
     def parse(self, raw: Any = None) -> MethodConfig:
@@ -213,6 +215,11 @@ class MethodSpec:
         """The validated part `part` (default: the method's own) of a Profile acceptance entry (an
         object with `.to_dict()`, and `.alpha` for the method's own), InputError naming the bad field."""
         raise NotImplementedError(f"{self.name} has no acceptance part of its own")
+
+    def assumed_drafters(self, target: str, arch) -> dict[str, Any]:
+        """{drafter name: `methods.assumed.AssumedDrafter`} it runs with on target `target` (its
+        `costmodel.params.Arch`) where no Profile measured it (`engine_offered` methods state some)."""
+        return {}
 
     def claims(self, evidence: Evidence) -> list[str]:
         """The method's paper's qualitative claims checked on a recording (`Evidence`), one line each
@@ -368,12 +375,13 @@ def plain_shape(profile):
 
 
 def parse_methods(text: str | Sequence[str] | None, sweep_only: bool = True) -> list[str]:
-    """'sd,mcsd' -> ['sd', 'mcsd']; None or 'all' -> every (swept) method; an unknown name or a
-    list that names none: InputError."""
+    """'sd,mcsd' -> ['sd', 'mcsd']; None or 'all' -> every (swept) method; an engine's name of a
+    method (a spec's `aliases`) is that method; an unknown name or a list that names none: InputError."""
     if text is None or (isinstance(text, str) and text.strip().lower() == "all"):
         return names(sweep_only)
     items = text.split(",") if isinstance(text, str) else list(text)
-    chosen = [t.strip().lower() for t in items if t.strip()]
+    alias = {a: s.name for s in specs() for a in s.aliases}
+    chosen = [alias.get(t.strip().lower(), t.strip().lower()) for t in items if t.strip()]
     if not chosen:
         raise InputError(f"no method named in {text!r} (known: {', '.join(names(sweep_only))}, or 'all')")
     for name in chosen:

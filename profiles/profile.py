@@ -31,6 +31,9 @@ from profiles.record import Record
 from costmodel.hardware import get_hardware
 
 
+ASSUMED_FOR = "assumed_for"     # an acceptance entry's method, where the entry is assumed for it alone
+
+
 @dataclass(frozen=True, eq=False)
 class Profile:
     """One deployment, typed (module docstring); two Profiles compare by `to_dict()`."""
@@ -139,7 +142,8 @@ class Profile:
     def setups_for(self, spec, *, temperature: float | None = None, dataset: str | None = None,
                    drafter: str | None = None, acceptance: str | None = None, overhead_s: float = 0.0) -> list[Setup]:
         """Every (drafter, acceptance entry) method `spec` (methods.MethodSpec) can run with here:
-        one per drafter of its kinds, each with its first matching acceptance entry. InputError
+        one per drafter of its kinds, each with its first matching acceptance entry (an entry assumed
+        for another method, `ASSUMED_FOR`, is not this method's). InputError
         saying what is missing when there is none."""
         if not spec.drafter_kinds and not spec.needs:          # plain decoding: the target alone
             return [Setup(self, None, acceptance, overhead_s)]
@@ -156,7 +160,8 @@ class Profile:
             return [Setup(self, d, acceptance, overhead_s) for d in drafters[:1]]
         found = []
         for name in drafters:
-            keys = self.acceptance_for(name, temperature=temperature, dataset=dataset, needs=spec.needs)
+            keys = [k for k in self.acceptance_for(name, temperature=temperature, dataset=dataset, needs=spec.needs)
+                    if self.acceptance[k].extra.get(ASSUMED_FOR, spec.name) == spec.name]
             if keys:
                 found.append(Setup(self, name, keys[0], overhead_s))
         if not found:

@@ -20,9 +20,10 @@ refused before the sweep (`check_batch_sizes`).
 
 `best_per_batch` gives the answer per (deployment, batch): the fastest speculative configuration
 served where it beats plain decoding, else ar, each with its own numbers and a `why`; candidates
-within the Profile's held-out error of the fastest are named as ties (`tied_with`).
-`stops_paying` gives the smallest batch at which even the best speculative configuration serves
-no more tokens/s than plain decoding.
+within the Profile's held-out error of the fastest are named as ties (`tied_with`). Configurations on
+ASSUMED acceptance (`calibrate.assumed`) are answers only where nothing measured was served; a faster
+one is named in the `why` (`preferred`). `stops_paying` gives the smallest batch at which even the
+best speculative configuration serves no more tokens/s than plain decoding.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ from common.errors import InputError
 from common.seeds import derive_seed
 from sweep import ranking, scoring
 from profiles import Profile
+from calibrate.assumed import ASSUMED
 from profiles.latency import TableLatency
 from simulator.memory import memory_of
 from simulator.serving import Cluster, simulate_serving
@@ -191,7 +193,8 @@ def answers(rows: pd.DataFrame, served: list[dict[str, float]], batch: int,
     out["arrivals"] = arrivals(batch)
     limit = out["profile"].map(lambda p: (measured or {}).get(p))
     out["measured_up_to_batch"] = np.where(limit.notna() & (limit < batch), limit, np.nan)
-    keep = DEPLOYMENT + ["batch", "method", "drafter", "config", "acceptance", "speedup", "heldout_error", "verdict"]
+    keep = DEPLOYMENT + ["batch", "method", "drafter", "config", "acceptance", "acceptance_source", "speedup",
+                         "heldout_error", "verdict"]
     return out[[c for c in keep if c in out] + SERVED + ["ar_throughput_tok_s", "throughput_ratio", "serving_verdict",
                                                         "arrivals", "measured_up_to_batch"]]
 
@@ -207,6 +210,8 @@ def _answer(group: pd.DataFrame) -> dict[str, Any]:
     plain = group[group["method"] == BASELINE].iloc[0]
     spec = group[group["method"] != BASELINE]
     ran = ranking.ranked(spec[_served(spec)], "throughput_tok_s")
+    unmeasured = ran[~preferred(ran)].head(1)
+    ran = ran[preferred(ran)]
     refused = spec[~_served(spec)]
     error = float(group["heldout_error"].max()) if "heldout_error" in group else np.nan
     notes = [f"{_named(r)} {_refusal(r['not_served'])}" for _, r in refused.iterrows()] if "not_served" in spec else []
@@ -238,6 +243,12 @@ def _answer(group: pd.DataFrame) -> dict[str, Any]:
                   "don't": ", a loss beyond the model's error" + err}.get(str(ran["serving_verdict"].iat[0]), ""))
     else:
         why = "no speculative configuration runs"
+    if pays and chosen.get("acceptance_source") == ASSUMED:
+        why += "; its acceptance is ASSUMED, carried from another target (the report's Assumed acceptance)"
+    for _, other in unmeasured.iterrows():
+        if other["throughput_tok_s"] > chosen["throughput_tok_s"]:
+            why += (f"; {_named(other)} would serve {other['throughput_ratio']:.2f}x on ASSUMED acceptance, which "
+                    "no one measured on this target: measure it before running it")
     if out["tied_with"]:
         why += f"; tied within the error with {out['tied_with']}"
     if notes:
@@ -252,6 +263,16 @@ def _answer(group: pd.DataFrame) -> dict[str, Any]:
             "throughput_ratio": chosen["throughput_tok_s"] / plain["throughput_tok_s"],
             "serving_verdict": chosen["serving_verdict"] if pays else "-", "why": why,
             **{k: chosen.get(k, np.nan) for k in LATENCIES}}
+
+
+def preferred(spec: pd.DataFrame) -> pd.Series:
+    """Which speculative rows an answer is chosen from: those on recorded acceptance, and the ASSUMED
+    ones (`calibrate.assumed`) of a (deployment, batch) that has nothing recorded."""
+    if "acceptance_source" not in spec or spec.empty:
+        return pd.Series(True, index=spec.index)
+    assumed = spec["acceptance_source"] == ASSUMED
+    recorded = (~assumed).groupby([spec[c] for c in DEPLOYMENT + ["batch"]]).transform("any")
+    return ~assumed | ~recorded
 
 
 def _named(row: pd.Series) -> str:
@@ -280,6 +301,7 @@ def stops_paying(table: pd.DataFrame) -> pd.DataFrame:
     more tokens/s than plain decoding (NaN when it pays at every batch simulated, or when plain
     decoding itself was served at none: `runs` False)."""
     spec = table[(table["method"] != BASELINE) & _served(table)]
+    spec = spec[preferred(spec)]
     best = spec.groupby(DEPLOYMENT + ["batch"])["throughput_ratio"].max().rename("best_ratio").reset_index()
     plain = table[table["method"] == BASELINE]
     batches = plain[_served(plain)][DEPLOYMENT + ["batch"]].merge(best, how="left")

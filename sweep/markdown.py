@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 import methods
+from calibrate.assumed import ASSUMED
 from sweep import scoring
 from sweep.deployments import DEPLOYMENT, NOTHING_FITS, WAVES
 from sweep.plots import no_figure_note, not_drawn
@@ -24,7 +25,8 @@ from sweep.plots import no_figure_note, not_drawn
 REPORT_ROWS = 5            # rows per (profile, method) in a method's section (at most --top)
 SHOWN_COLUMNS = ["profile", "method", "drafter", "dataset", "config", "speedup", "verdict", "tokens_per_step",
                  "verified_per_step", "draft_cost"]
-BEST_COLUMNS = ["profile", "method", "drafter", "dataset", "config", "speedup", "ties", "verdict", "tokens_per_step",
+BEST_COLUMNS = ["profile", "method", "drafter", "dataset", "acceptance_source", "config", "speedup", "ties", "verdict",
+                "tokens_per_step",
                 "verified_per_step", "draft_cost", "ctx_len", "heldout_error", "sim_speedup", "sim_p05", "sim_p95"]
 # the answer table of one deployment: column -> header
 ANSWER_TABLE = {"batch": "batch", "answer": "run", "throughput_tok_s": "tok/s", "ar_throughput_tok_s": "plain tok/s",
@@ -171,10 +173,30 @@ def best_section(result: Any) -> list[str]:
              "rule in every table and plot. `verdict`: speculate only when the predicted gain exceeds the held-out "
              f"error, tie within it, `{scoring.DOES_NOT_FIT}` when its sequences do not fit in one GPU's memory. "
              "`sim_*`: the simulator's speedup over repeated seeded runs (pooled, 5th and 95th percentile of "
-             "per-run speedup).", "",
+             "per-run speedup). `acceptance_source`: ASSUMED where no one measured the method's drafter on this "
+             "target (next section).", "",
              md_table(best, BEST_COLUMNS), ""]
     lines += _memory_notes(result, best)
-    return lines
+    return lines + assumed_section(result)
+
+
+def assumed_section(result: Any) -> list[str]:
+    """One line per (profile, method, drafter) scored on an ASSUMED acceptance entry, with its source."""
+    rows = [frame[frame["acceptance_source"] == ASSUMED].drop_duplicates(["profile", "drafter"])
+            for frame in result.tables.values() if "acceptance_source" in frame]
+    rows = [r for r in rows if len(r)]
+    if not rows:
+        return []
+    lines = ["## Assumed acceptance", "",
+             "These methods are offered by serving engines but the Profile did not measure them: their drafter is "
+             "priced from its architecture on the Profile's hardware terms and their acceptance is carried from "
+             "another target's measurement (`calibrate.assumed`; `--assumed none` leaves them out). Their speedups "
+             "are as good as that assumption; a measurement (`python -m calibrate.ingest ... --profile`) replaces it.", ""]
+    for row in pd.concat(rows, ignore_index=True).itertuples(index=False):
+        source = result.profiles[row.profile].acceptance_model(row.acceptance).source if row.profile in result.profiles \
+            else ASSUMED
+        lines.append(f"- {row.profile}, {row.method} (drafter {row.drafter}): {source}")
+    return lines + [""]
 
 
 def _memory_notes(result: Any, frame: pd.DataFrame) -> list[str]:

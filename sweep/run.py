@@ -28,6 +28,7 @@ from typing import Any, Callable
 import pandas as pd
 
 import methods
+from calibrate import assumed
 from common.bundled import bundled
 from profiles.profile import Profile
 from common.errors import InputError
@@ -59,6 +60,8 @@ class SweepOptions:
     batch_sizes: list[int] | None = None   # per-deployment answers at these batches (None: --batch only)
     top: int = 50             # CSV and markdown rows per (profile, method); parquet keeps all
     export: list[str] = field(default_factory=list)   # engines to write configurations for
+    assumed: str = "missing"  # engine-offered methods a Profile did not measure: priced, acceptance ASSUMED
+    draft_model: str | None = None   # a registry name or config.json priced as a draft model beside the measured
 
 
 @dataclass
@@ -110,6 +113,12 @@ def load_profiles(paths: list[str] | None) -> list[Profile]:
         files[profile.name] = path
         profiles.append(profile)
     return profiles
+
+
+def with_assumed(profiles: list[Profile], opts: SweepOptions) -> list[Profile]:
+    """Each Profile with the engine-offered methods among `opts.methods` it did not measure, priced
+    from their architectures and their acceptance ASSUMED (`calibrate.assumed`, `opts.assumed`)."""
+    return [assumed.with_assumed(p, opts.methods, opts.assumed, opts.draft_model) for p in profiles]
 
 
 def _chunks(frame: pd.DataFrame, rows: int) -> list[pd.DataFrame]:

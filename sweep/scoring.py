@@ -16,7 +16,8 @@ one plain target forward), draft_forwards (expected draft forwards per step), st
 tokens_per_s (all sequences of the batch), scored_by, kv_tokens (KV-cache tokens one GPU holds beside
 the weights of the target and the setup's drafter, `simulator.memory`), fits (the batch's sequences,
 at the end of their generation with a step's query tokens, fit in them), heldout_error and verdict
-(`confidence`; DOES_NOT_FIT where the configuration does not fit).
+(`confidence`; DOES_NOT_FIT where the configuration does not fit). Beside the setup's columns,
+`acceptance_source` says whether its acceptance was recorded or ASSUMED (`calibrate.assumed`).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 import methods
+from calibrate.assumed import ASSUMED, is_assumed
 from profiles.profile import Profile
 from common.errors import InputError
 from common.seeds import derive_seed
@@ -212,7 +214,8 @@ def score(setup: Setup, method: str, configs: pd.DataFrame, setting: Setting) ->
     acceptance = profile.acceptance_model(setup.acceptance_key)
     columns = {"profile": profile.name, "method": method, "target": profile.target, "drafter": setup.drafter or "-",
                "dataset": acceptance.dataset, "temperature": acceptance.temperature,
-               "acceptance": setup.acceptance_key, **{c: configs[c] for c in configs.columns},
+               "acceptance": setup.acceptance_key, "acceptance_source": acceptance_source(acceptance),
+               **{c: configs[c] for c in configs.columns},
                "speedup": tokens * baseline / step_s, "tokens_per_step": tokens,
                "verified_per_step": np.broadcast_to(np.asarray(shape.verify_tokens, dtype=float), tokens.shape),
                "draft_cost": draft_s / baseline, "draft_forwards": shape.drafted, "step_s": step_s,
@@ -225,6 +228,11 @@ def score(setup: Setup, method: str, configs: pd.DataFrame, setting: Setting) ->
     judged["verdict"] = np.where(columns["fits"], judged["verdict"], DOES_NOT_FIT)
     columns.update(judged)
     return pd.DataFrame(columns, index=configs.index)    # built once: no per-column inserts
+
+
+def acceptance_source(entry) -> str:
+    """ASSUMED where the acceptance entry was carried from another target or drafter, else recorded."""
+    return ASSUMED if is_assumed(entry) else "recorded"
 
 
 def kv_tokens(profile: Profile, drafter: str | None) -> float:
