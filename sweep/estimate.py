@@ -239,7 +239,7 @@ class Deadline:
     (nothing has been written by then: the sweep writes its outputs at the end)."""
 
     max_hours: float = MAX_HOURS
-    started: float = dataclasses.field(default_factory=time.monotonic)
+    started: float = dataclasses.field(default_factory=lambda: time.monotonic())    # the clock read when called
 
     def check(self, doing: str = "") -> None:
         spent = time.monotonic() - self.started
