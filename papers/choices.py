@@ -20,6 +20,7 @@ import re
 import pandas as pd
 
 import methods
+from calibrate.assumed import ASSUMED
 from sweep.ranking import ranked
 import papers
 
@@ -120,7 +121,9 @@ def _coral(table: pd.DataFrame, profiles: dict) -> list[dict]:
 
 
 def compare(tables: dict[str, pd.DataFrame], best: pd.DataFrame) -> pd.DataFrame:
-    """One row per (paper choice, profile) the sweep covered (empty frame when none)."""
+    """One row per (paper choice, profile) the sweep covered with recorded acceptance (a Profile whose
+    acceptance for the method is ASSUMED has no measurement to set the paper's choice against);
+    an empty frame when none."""
     profiles = {}
     for frame in tables.values():
         if "target" in frame:
@@ -128,6 +131,9 @@ def compare(tables: dict[str, pd.DataFrame], best: pd.DataFrame) -> pd.DataFrame
             profiles.update(dict(zip(pairs.profile, pairs.target)))
     rows: list[dict] = []
     for method, fn in (("mcsd", _mcsd), ("lookahead", _lookahead), ("coral", _coral)):
-        if method in tables and not tables[method].empty:
-            rows += fn(tables[method], profiles)
+        table = tables.get(method)
+        if table is not None and "acceptance_source" in table:     # a paper's choice against what was measured
+            table = table[table["acceptance_source"] != ASSUMED]
+        if table is not None and not table.empty:
+            rows += fn(table, profiles)
     return pd.DataFrame(rows, columns=COLUMNS)

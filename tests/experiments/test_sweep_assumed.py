@@ -9,7 +9,11 @@ import pytest
 import methods
 from calibrate.assumed import ASSUMED, with_assumed
 from experiments import sweep as cli
-from sweep import scoring
+from common.bundled import bundled
+from papers.choices import compare
+from profiles.profile import Profile
+from sweep import run as sweep_run, scoring
+from sweep.executor import LocalExecutor
 from sweep.run import bundled_profile_paths
 from tests.calibrate.test_assumed import OFFERED, SETTING, gpu_profiles, scored
 
@@ -81,3 +85,14 @@ def test_an_answer_rests_on_measured_acceptance_and_names_a_faster_assumed_one()
     alone = dep.best_per_batch(group[group["drafter"] != "a"]).iloc[0]     # nothing measured: the assumed, said so
     assert alone["config"] == "m g8" and "its acceptance is ASSUMED" in alone["why"]
     assert dep.stops_paying(group)["stops_paying_at"].isna().all()
+
+
+def test_a_papers_choice_is_set_against_measured_acceptance_only():
+    """CORAL's own choice (N=16 top-2) is compared on the Profiles that recorded CORAL, not on a GLIDE
+    Profile where an EAGLE drafter's acceptance is ASSUMED."""
+    opts = sweep_run.SweepOptions(methods=["coral"], rescore=0)
+    names = ("glide-vicuna-7b-h800.json", "coral-llama-2-7b-a6000.json")
+    profiles = sweep_run.with_assumed([Profile.load(bundled("profiles", n)) for n in names], opts)
+    result = sweep_run.run_sweep(profiles, opts, LocalExecutor(workers=1), choices=compare)
+    assert (result.tables["coral"]["acceptance_source"] == "ASSUMED").any()
+    assert list(result.paper_choices["profile"]) == ["coral-llama-2-7b-a6000"]
