@@ -130,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--executor", choices=EXECUTORS, default="local",
                    help="where evaluations run: local processes (default) or a Dask cluster (needs the 'cluster' extra)")
     p.add_argument("--workers", type=int, default=None,
-                   help="worker processes (local) or local Dask workers; default: one per CPU core")
+                   help="worker processes (local) or local Dask workers, and processes drawing the figures; "
+                        "default: one per CPU core")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="with --executor dask: address of a running Dask scheduler (tcp://host:8786); "
                         "default: start a local cluster")
