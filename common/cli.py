@@ -98,6 +98,11 @@ def parse_stages(text: str, known) -> list[str]:
     return stages
 
 
+def log(message: str) -> None:
+    """A campaign's progress line, printed at once (a long run is followed as it goes)."""
+    print(message, flush=True)
+
+
 def run_stages(stages: list[str], functions: dict[str, Callable], args, log: Callable[[str], None]) -> None:
     """A campaign's chosen stages, in the campaign's own order (`functions`'), each timed in one log line."""
     for stage, function in functions.items():

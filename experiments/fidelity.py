@@ -46,7 +46,7 @@ import pandas as pd
 from methods import BASELINE
 from common import atomic
 from common.errors import InputError
-from common.cli import CliParser, cli_entry
+from common.cli import CliParser, cli_entry, log
 from common.rundir import add_overwrite_option, add_to_run, start_run, git_commit
 from fidelity.report import compare, first_predictions, plot, pool_runs, read_run, regret, report
 from fidelity.batch import SIM_REPEATS as BATCH_SIM_REPEATS, batch_sections, check_cache_budget, predict_batches
@@ -215,7 +215,6 @@ def main(argv: list[str] | None = None) -> int:
     check_held_out(profile, [p.prompt_id for p in chosen])
     datasets = {p.dataset: dataset_of(profile, p.dataset) for p in chosen}
     given = read_candidates(args.configs) if args.configs else None
-    log = lambda m: print(m, flush=True)
     said = check_machine(profile.machine, this_machine(args.threads), str(args.profile), args.other_machine)
     if said:
         log(said)

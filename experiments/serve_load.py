@@ -29,7 +29,7 @@ import pandas as pd
 
 from campaigns.measure import Bench
 from common import atomic
-from common.cli import CliParser, cli_entry, require_positive
+from common.cli import CliParser, cli_entry, log, require_positive
 from common.errors import InputError
 from common.rundir import add_overwrite_option, start_run
 from fidelity.run import check_held_out, check_target, read_candidates
@@ -90,7 +90,6 @@ def main(argv: list[str] | None = None) -> int:
     plain_capacity = capacity(profile, mix, args.max_batch, args.kv_tokens, args.seed)
     runs = make_loads(mix, plain_capacity, args.rates, args.arrival_trace, args.seed)
     start_run(args.out, "experiments.serve_load", argv, args.overwrite)
-    log = lambda m: print(m, flush=True)
 
     predicted = pd.DataFrame([{"load": name, "rate": rate, "candidate": cand.label,
                                **predict_load(profile, cand, load, args.max_batch, args.kv_tokens, args.seed,

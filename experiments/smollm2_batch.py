@@ -14,7 +14,7 @@ from pathlib import Path
 
 from campaigns.smollm2_batch import (BATCHES, MIN_PROMPTS, PROMPTS, RUNS, STAGES, selected_runs, stage_latency,
                                      stage_profile, stage_steps)
-from common.cli import CliParser, cli_entry, parse_stages, require_positive, run_stages
+from common.cli import CliParser, cli_entry, log, parse_stages, require_positive, run_stages
 from traces.timing import int_list
 
 STAGE_FUNCTIONS = {"latency": stage_latency, "steps": stage_steps, "profile": stage_profile}
@@ -53,7 +53,6 @@ def main(argv: list[str] | None = None) -> int:
     int_list(args.batches, "batches", 1)
     selected_runs(args.runs)
     args.out.mkdir(parents=True, exist_ok=True)
-    log = lambda m: print(m, flush=True)
     run_stages(stages, STAGE_FUNCTIONS, args, log)
     return 0
 

@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 
 
-from common.cli import CliParser, cli_entry, parse_stages, require_positive, run_stages
+from common.cli import CliParser, cli_entry, log, parse_stages, require_positive, run_stages
 
 from campaigns.smollm2 import (DATASETS, PLAIN_RUN, STAGES, Run, best_partners_path, best_run,
                                           best_runs_path, measure_beside_plain, stage_chains, stage_latency,
@@ -102,7 +102,6 @@ def main(argv: list[str] | None = None) -> int:
     stages = parse_stages(args.stages, STAGES)
     require_positive(args, ("limit", "max_new_tokens", "threads", "sim_tokens", "step_limit", "repeats"))
     args.out.mkdir(parents=True, exist_ok=True)
-    log = lambda m: print(m, flush=True)
     run_stages(stages, STAGE_FUNCTIONS, args, log)
     return 0
 

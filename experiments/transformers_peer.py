@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
-from common.cli import CliParser, cli_entry, parse_stages, require_positive
+from common.cli import CliParser, cli_entry, log, parse_stages, require_positive, run_stages
 from common.errors import InputError
 from campaigns.transformers_peer import (PROFILE, TRACES, stage_latency, stage_profile, stage_steps,
                                                      stage_tokens)
@@ -50,12 +49,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
-    log = lambda m: print(m, flush=True)   # noqa: E731
-    for name, stage in STAGES.items():
-        if name in stages:
-            started = time.perf_counter()
-            stage(args, log)
-            log(f"stage {name}: {time.perf_counter() - started:.0f} s")
+    run_stages(stages, STAGES, args, log)
     return 0
 
 
