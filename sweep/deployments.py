@@ -210,8 +210,8 @@ def _answer(group: pd.DataFrame) -> dict[str, Any]:
     plain = group[group["method"] == BASELINE].iloc[0]
     spec = group[group["method"] != BASELINE]
     ran = ranking.ranked(spec[_served(spec)], "throughput_tok_s")
-    unmeasured = ran[~preferred(ran)].head(1)
-    ran = ran[preferred(ran)]
+    kept = preferred(ran)
+    unmeasured, ran = ran[~kept].head(1), ran[kept]
     refused = spec[~_served(spec)]
     error = float(group["heldout_error"].max()) if "heldout_error" in group else np.nan
     notes = [f"{_named(r)} {_refusal(r['not_served'])}" for _, r in refused.iterrows()] if "not_served" in spec else []

@@ -55,15 +55,11 @@ def _stable_order(columns: list[pd.Series], ascending: list[bool]) -> np.ndarray
     among the rows tied on every column before it: sorting 10^6 labels is most of a sort."""
     last_text = columns[-1].dtype.kind not in "biuf"
     head = [k for col, asc in zip(columns[:-1] if last_text else columns, ascending) for k in _sort_keys(col, asc)]
-    n = len(columns[0])
-    order = np.lexsort(head[::-1]) if head else np.arange(n)
+    order = np.lexsort(head[::-1]) if head else np.arange(len(columns[0]))
     if not last_text:
         return order
-    tied = np.zeros(n, bool)                      # in sorted position: equal to the row before on every key
-    if head and n > 1:
-        tied[1:] = np.logical_and.reduce([k[order][1:] == k[order][:-1] for k in head])
-    elif n > 1:
-        tied[1:] = True
+    tied = np.zeros(len(order), bool)             # in sorted position: equal to the row before on every key
+    tied[1:] = np.logical_and.reduce([k[order][1:] == k[order][:-1] for k in head])      # none: all tied
     run = np.cumsum(~tied)                        # the run of equal keys each sorted position belongs to
     in_tie = tied | np.append(tied[1:], False)
     if in_tie.any():
