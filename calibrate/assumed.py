@@ -83,6 +83,25 @@ def _draft_model(spec: str, target: Arch) -> tuple[str, dict]:
     return name, arch
 
 
+def _entries(target: str, method: str, drafter: str, assumed, combos) -> dict[str, dict]:
+    """The acceptance entries of `drafter` (method `method`'s alone) at each (dataset, temperature)
+    of `combos`, each carried from the donor Profile's nearest entry and its source saying so."""
+    donor = _donor(assumed.donor)
+    entries = {}
+    for dataset, temperature in combos:
+        src = _carried(donor, assumed.donor_drafter, assumed.prefer, dataset, temperature)
+        entry = {**src.to_dict(), "drafter": drafter, "dataset": dataset, "temperature": temperature,
+                 ASSUMED_FOR: method}
+        for key in assumed.drop:
+            part, _, field = key.partition(".")
+            entry[part] = {k: v for k, v in entry[part].items() if k != field}
+        entry["source"] = (f"{ASSUMED}: drafter {drafter} of {target}, {assumed.why}, measured on "
+                           f"{src.dataset} at T={src.temperature:g} (profile '{donor.name}', entry "
+                           f"'{src.name}': {src.source}); carried to {target} on {dataset} at T={temperature:g}")
+        entries[f"{drafter}/{dataset}/T{temperature:g}"] = entry
+    return entries
+
+
 def with_assumed(profile: Profile, names: Iterable[str], mode: str = "missing",
                  draft_model: str | None = None) -> Profile:
     """`profile` with the assumed drafters of every engine-offered method in `names`: those with no
@@ -124,19 +143,7 @@ def with_assumed(profile: Profile, names: Iterable[str], mode: str = "missing",
                 raw["latency"][model] = model_latency(assumed.arch, profile.hardware, terms, model, how,
                                                       profile.latency_model(profile.target).dtype).to_dict()
             raw["drafters"][drafter] = dict(assumed.entry)
-            donor = _donor(assumed.donor)
-            for dataset, temperature in combos:
-                src = _carried(donor, assumed.donor_drafter, assumed.prefer, dataset, temperature)
-                entry = {**src.to_dict(), "drafter": drafter, "dataset": dataset, "temperature": temperature,
-                         ASSUMED_FOR: name}
-                for key in assumed.drop:
-                    part, _, field = key.partition(".")
-                    entry[part] = {k: v for k, v in entry[part].items() if k != field}
-                entry["source"] = (f"{ASSUMED}: drafter {drafter} of {profile.target}, {assumed.why}, measured on "
-                                   f"{src.dataset} at T={src.temperature:g} "
-                                   f"(profile '{donor.name}', entry '{src.name}': {src.source}); carried to "
-                                   f"{profile.target} on {dataset} at T={temperature:g}")
-                raw["acceptance"][f"{drafter}/{dataset}/T{temperature:g}"] = entry
+            raw["acceptance"].update(_entries(profile.target, name, drafter, assumed, combos))
             added.append(f"{name} with drafter {drafter}")
     if not added:
         return profile
