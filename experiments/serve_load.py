@@ -32,7 +32,7 @@ from common import atomic
 from common.cli import CliParser, cli_entry, log, require_positive
 from common.errors import InputError
 from common.rundir import add_overwrite_option, start_run
-from fidelity.run import check_held_out, check_target, read_candidates
+from fidelity.run import check_held_out, check_target, dataset_of, read_candidates
 from fidelity.served import (MULTIPLES, capacity, check_requests, compare_loads, make_loads, parse_rates,
                              predict_load, read_arrival_trace, request_mix, serve_loads)
 from fidelity.served_report import served_report
@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     check_held_out(profile, [p.prompt_id for p in chosen])
     if len({p.dataset for p in chosen}) != 1:
         raise InputError("--prompts: a served mix draws from one dataset (its acceptance prices every request)")
+    dataset = dataset_of(profile, chosen[0].dataset)
     cands = read_candidates(args.configs)
     bench = Bench(args.target, profile.drafters, args.drafters, args.threads, args.seed)
     check_target(profile, bench)
@@ -93,9 +94,9 @@ def main(argv: list[str] | None = None) -> int:
 
     predicted = pd.DataFrame([{"load": name, "rate": rate, "candidate": cand.label,
                                **predict_load(profile, cand, load, args.max_batch, args.kv_tokens, args.seed,
-                                              args.sim_repeats)}
+                                              args.sim_repeats, dataset)}
                               for name, rate, load in runs for cand in cands])
-    atomic.write_csv(args.out / "predictions.csv", predicted.assign(plain_capacity_req_s=plain_capacity))
+    atomic.write_csv(args.out / "predictions.csv", predicted.assign(plain_capacity_req_s=plain_capacity, dataset=dataset))
     log(f"wrote {args.out / 'predictions.csv'} before serving (plain decoding's predicted capacity "
         f"{plain_capacity:.3f} requests/s)")
     started = time.perf_counter()

@@ -85,13 +85,16 @@ def poisson_arrivals(n: int, rate: float, seed: int) -> np.ndarray:
         "arrival_s"].to_numpy(float)
 
 
-def sim_config(cand: Candidate) -> dict:
-    """The simulator's configuration of `cand`: its method's settings and its drafter."""
-    return {**cand.config.to_dict(), **({"drafter": cand.drafter} if cand.drafter else {})}
+def sim_config(cand: Candidate, dataset: str | None = None) -> dict:
+    """The simulator's configuration of `cand`: its method's settings, its drafter and the dataset
+    whose acceptance prices the requests (None: the Profile's first, MT-Bench where it has one)."""
+    return {**cand.config.to_dict(), **({"drafter": cand.drafter} if cand.drafter else {}),
+            **({"dataset": dataset} if dataset else {})}
 
 
-def _simulate(profile, cand: Candidate, load: pd.DataFrame, max_batch: int, kv_tokens: int, seed: int) -> pd.DataFrame:
-    result = simulate_serving(profile, cand.method, sim_config(cand),
+def _simulate(profile, cand: Candidate, load: pd.DataFrame, max_batch: int, kv_tokens: int, seed: int,
+              dataset: str | None = None) -> pd.DataFrame:
+    result = simulate_serving(profile, cand.method, sim_config(cand, dataset),
                               Workload(arrival="trace", trace=load[["arrival_s", "prompt_len", "output_len"]]),
                               Cluster(max_batch=max_batch, kv_tokens=kv_tokens), seed)
     return result.requests
@@ -119,10 +122,10 @@ def summarise(requests: pd.DataFrame) -> dict[str, float]:
 
 
 def predict_load(profile, cand: Candidate, load: pd.DataFrame, max_batch: int, kv_tokens: int, seed: int,
-                 repeats: int) -> dict[str, float]:
-    """The simulator's summary of `load`: its requests over `repeats` seeds pooled for the quantiles,
-    the throughput their mean."""
-    runs = [_simulate(profile, cand, load, max_batch, kv_tokens, derive_seed(seed, "serve", cand.label, r))
+                 repeats: int, dataset: str) -> dict[str, float]:
+    """The simulator's summary of `load` on `dataset`'s acceptance: its requests over `repeats` seeds
+    pooled for the quantiles, the throughput their mean."""
+    runs = [_simulate(profile, cand, load, max_batch, kv_tokens, derive_seed(seed, "serve", cand.label, r), dataset)
             for r in range(repeats)]
     pooled = summarise(pd.concat(runs, ignore_index=True))
     pooled["throughput_tok_s"] = float(np.mean([summarise(r)["throughput_tok_s"] for r in runs]))

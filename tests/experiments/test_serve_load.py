@@ -9,8 +9,10 @@ import pytest
 import runtime.engine.batch as batch_engine
 from common.bundled import bundled
 from common.errors import InputError
+from campaigns.measure import parse_candidate
 from experiments import serve_load
 from fidelity import served
+from profiles.profile import Profile
 
 
 def _argv(tmp_path, *extra):
@@ -69,6 +71,7 @@ def test_a_small_load_is_predicted_first_then_served(tmp_path, capsys):
     predicted, table = pd.read_csv(out / "predictions.csv"), pd.read_csv(out / "served.csv")
     requests, steps = pd.read_csv(out / "requests.csv"), pd.read_csv(out / "steps.csv")
     assert predicted["plain_capacity_req_s"].gt(0).all() and set(predicted["load"]) == {"0.5/s", "x1"}
+    assert set(predicted["dataset"]) == {"lib-edit"}          # the prompts' acceptance prices the requests
     assert (out / "predictions.csv").stat().st_mtime <= (out / "requests.csv").stat().st_mtime   # written first
     assert set(zip(table["load"], table["candidate"])) == {(load, c) for load in ("0.5/s", "x1")
                                                            for c in ("ar", "prompt_lookup g5 nmin2 nmax3")}
@@ -94,6 +97,17 @@ def test_the_mix_and_its_arrivals_are_seeded():
     with pytest.raises(InputError, match="arrival rates must be > 0"):
         served.parse_rates("x1,0.0")
     assert served.parse_rates("x0.5,2") == [("x", 0.5), ("rate", 2.0)]
+
+
+def test_a_load_is_priced_on_its_prompts_dataset():
+    """Prompt lookup copies far more on lib-edit than on MT-Bench (2.6 against 1.2 tokens a step on the
+    bundled Profile): a lib-edit load priced on MT-Bench's acceptance would say it stops paying."""
+    profile = Profile.load(bundled("profiles", "smollm2-135m-cpu.json"))
+    cand = parse_candidate("prompt_lookup g5 nmin2 nmax3")
+    load = pd.DataFrame({"arrival_s": [0.0, 0.5, 1.0, 1.5], "prompt_len": [200] * 4, "output_len": [32] * 4})
+    tpot = {d: served.predict_load(profile, cand, load, 2, 3200, 0, 1, d)["tpot_s_p50"] for d in ("lib-edit", "mt-bench")}
+    assert tpot["lib-edit"] < 0.7 * tpot["mt-bench"]
+    assert served.sim_config(cand, "lib-edit")["dataset"] == "lib-edit"
 
 
 def test_one_summary_for_predicted_and_measured_requests():
