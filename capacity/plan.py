@@ -40,6 +40,7 @@ from costmodel.step import step_seconds
 from simulator.workload import OUTPUT_LEN, PROMPT_LEN, ArrivalTrace, Workload, realised_rate
 from methods.spec import plain_shape
 from simulator import Cluster, Parallelism, simulate_serving
+from simulator.batch_load import BatchLoad
 from simulator.report import batch_crossover
 
 DEFAULT_PROFILE = BUNDLED_PROFILES / "glide-vicuna-7b-h800.json"
@@ -84,6 +85,12 @@ class LoadSpec:
     trace: ArrivalTrace | None = None
     duration_s: float = 60.0
     max_batch: int | None = None
+
+    def batch_load(self, seed: int) -> BatchLoad:
+        """The crossover's load: this shape's mean prompt and output lengths (`seed`'s draws), fixed."""
+        one = self.workload(1.0)
+        return BatchLoad(prompt_len=max(1, int(round(one.mean_prompt(seed)))),
+                         output_len=max(2, int(round(one.mean_output(seed)))))
 
     def workload(self, rate: float) -> Workload:
         """This shape at `rate` requests/s (a trace's shape at that rate: `simulator.workload.Workload`)."""
@@ -286,10 +293,11 @@ def plan(profile: Profile, opts: CapacityOptions, executor) -> dict[str, Any]:
     timings["curves"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    crossover = _crossover(profile, best, opts)
+    crossover_load = opts.load.batch_load(opts.seed)
+    crossover = _crossover(profile, best, opts, crossover_load)
     timings["crossover"] = time.perf_counter() - t
     return {"profile": profile.name, "hardware": profile.hardware, "all": table, "per_tp": per_tp, "best": best,
-            "curves": curves, "crossover": crossover, "timings": timings}
+            "curves": curves, "crossover": crossover, "crossover_load": crossover_load, "timings": timings}
 
 
 def slo_line(row) -> str:
@@ -314,11 +322,13 @@ def _replicas_for_target(profile: Profile, per_tp: pd.DataFrame, opts: CapacityO
     return replicas, served
 
 
-def _crossover(profile: Profile, best: pd.DataFrame, opts: CapacityOptions) -> pd.DataFrame:
-    """On a replica of the largest TP chosen (every chosen configuration fits there); plain decoding
-    is the baseline even where it met the SLO at no rate."""
+def _crossover(profile: Profile, best: pd.DataFrame, opts: CapacityOptions, load: BatchLoad) -> pd.DataFrame:
+    """On a replica of the largest TP chosen (every chosen configuration fits there), under the load
+    every command serves a batch size under (`simulator.batch_load`) at this workload's mean lengths:
+    the sweep's deployments at the same lengths serve the same numbers. Plain decoding is the
+    baseline even where it met the SLO at no rate."""
     specs = [(row.label, row.method, row.config) for row in best.itertuples()]
     if BASELINE not in set(best["method"]):
         specs.append(("no speculation", BASELINE, {}))
-    return batch_crossover(profile, specs, list(opts.batches), prompt_len=256, output_len=128, waves=2, seed=opts.seed,
+    return batch_crossover(profile, specs, list(opts.batches), load, seed=opts.seed,
                            parallel=Parallelism(tp=int(best["tp"].max())))

@@ -103,7 +103,8 @@ def write_report(result: dict[str, Any], opts: CapacityOptions, out: Path, comma
     atomic.write_csv(out / "candidates.csv", result["all"].assign(config=result["all"].config.map(json.dumps)))
     atomic.write_csv(out / "curves.csv", curves)
     curves_plot(curves, opts, result["profile"], out / "curves.png")
-    write_crossover_report(out / "crossover", result["crossover"], "no speculation", result["profile"], command)
+    write_crossover_report(out / "crossover", result["crossover"], "no speculation", result["profile"], command,
+                           result["crossover_load"])
     cap = (f"batch cap {opts.load.max_batch} running sequences per replica (--max-batch)" if opts.load.max_batch else
            "batch cap per replica: the sequences of the workload's mean prompt + mean output (+ a step's reserved "
            "slots) that fit in its KV memory (each row's cap below; --max-batch sets one)")
@@ -142,8 +143,9 @@ def write_report(result: dict[str, Any], opts: CapacityOptions, out: Path, comma
               "arrivals. Replicas: the smallest number (least-loaded routing) whose simulated cluster meets the SLO at "
               "the target load, from ceil(target / max load) to one more.",
               "", "![curves](curves.png)", "", "## Where speculative decoding stops paying", "",
-              f"Not a served load: at each batch limit B, 2 x B requests (prompt 256, output 128 tokens) arrive "
-              f"together at t = 0 on one replica of TP {int(best['tp'].max())}, and only throughput is compared.", "",
+              f"Not the load above: the load every command serves a batch size under (`simulator.batch_load`, as "
+              f"the sweep's deployments), at this workload's mean lengths: {result['crossover_load'].describe()}; "
+              f"one replica of TP {int(best['tp'].max())}, throughput compared.", "",
               "![crossover](crossover/crossover.png)", ""]
     for row in best.itertuples():
         if row.method == BASELINE:

@@ -27,6 +27,7 @@ from simulator import Cluster, Parallelism, Workload, simulate_serving, simulate
 from simulator.methods import SETUP_OPTIONS, build_step_model, load_profile
 from simulator.replay import prompt_ids, replay_draws
 from simulator.workload import add_workload_options, check_load, realised_rate, trace_option
+from simulator.batch_load import BatchLoad
 from simulator.report import batch_crossover, write_crossover_report, write_run
 from common import atomic
 from common.bundled import bundled
@@ -248,10 +249,10 @@ def run_crossover(args) -> None:
         build_step_model(profile, method, config)      # refuses a bad config before any run
     batches = _ints(args.batches, "--batches")
     start_run(args.out, "experiments.simulate", args.argv, args.overwrite)
-    table = batch_crossover(profile, runs, batches, prompt_len=args.prompt_len,
-                            output_len=args.output_len, seed=args.seed, progress=progress_enabled(args.progress))
+    load = BatchLoad(prompt_len=args.prompt_len, output_len=args.output_len)
+    table = batch_crossover(profile, runs, batches, load, seed=args.seed, progress=progress_enabled(args.progress))
     command = "python -m experiments.simulate " + shlex.join(args.argv)
-    write_crossover_report(Path(args.out), table, BASELINE, profile.name, command)
+    write_crossover_report(Path(args.out), table, BASELINE, profile.name, command, load)
     _print(table, ["label", "batch", "throughput_tok_s", "tpot_ms", "oom", "preemptions"])
 
 

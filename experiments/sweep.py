@@ -178,8 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         opts.dataset = scoring.check_token_trace(opts.token_trace, profiles, opts.dataset)
     scoring.check_recorded(profiles, opts.temperature, opts.dataset)
     if opts.batch_sizes:
-        deployments.check_batch_sizes(profiles, opts.batch_sizes, {p.name: setting_of(p, opts).ctx_len for p in profiles},
-                                      opts.sim_tokens)
+        deployments.check_batch_sizes(profiles, opts.batch_sizes, deployments.loads_of(
+            profiles, opts.sim_tokens, lambda p: setting_of(p, opts).ctx_len))
     progress = progress_enabled(args.progress)
     workers = worker_count(args.workers) if args.executor == "local" or not args.scheduler else 1
     cost = estimate(profiles, opts, setting_of, workers)   # before any space is built (.estimate)
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     print(stdout_table(result))
     assumed = result.best[result.best["acceptance_source"] == ASSUMED] if "acceptance_source" in result.best else []
     if len(assumed):
-        print(f"ASSUMED acceptance (not measured on the profile's target; the report says from where): "
+        print("ASSUMED acceptance (not measured on the profile's target; the report says from where): "
               + ", ".join(f"{r.profile[:40]} {r.method} ({r.drafter})" for r in assumed.itertuples()))
     if result.skipped:
         print(f"{len(result.skipped)} (profile, method) pairs not scored (the profile lacks what the method needs); "

@@ -113,7 +113,19 @@ def tree_note(setup, config) -> str:
     return (f"the Profile's drafter drafts a tree ({tree.candidates} candidates over {tree.depth} levels, "
             f"{width} a level) and its acceptance was measured on that tree: this chain verifies "
             f"{config.gamma + 1} tokens a step, not {width * config.gamma + 1}, and accepts fewer per step "
-            "than the tree that was priced")
+            "than the tree; it is priced as a chain on the tree's acceptance, an upper bound")
+
+
+def chain_twin(setup):
+    """The setup of a tree drafter drafting a chain (an engine that runs chains), on the tree's
+    acceptance entry: its chain-equivalent alpha overstates a chain's, so what it prices is an upper
+    bound; None where the drafter states no tree (the chain is what was priced)."""
+    spec = setup.drafter_spec
+    if spec is None or spec.tree is None:
+        return None
+    twin = f"{setup.drafter}-chain"
+    profile = replace(setup.profile, drafters={**setup.profile.drafters, twin: replace(spec, tree=None)})
+    return replace(setup, profile=profile, drafter=twin)
 
 
 class CORAL(MethodSpec):
@@ -229,9 +241,10 @@ class CORAL(MethodSpec):
         vllm_method, sglang_algorithm = engine_method(setup)
         routed = config.groups or setup.drafter_spec.router is not None
         router = "CORAL's LM-head router has no counterpart: the drafter's head runs in full" if routed else ""
-        if engine == "vllm":       # vLLM's EAGLE drafts a chain
+        if engine == "vllm":       # vLLM's EAGLE drafts a chain: priced as one (`chain_twin`)
             notes = "; ".join(n for n in (router, tree_note(setup, config)) if n)
-            return replace(sd_vllm(setup, config, vllm_method), match="approximate" if notes else "exact", differs=notes)
+            return replace(sd_vllm(setup, config, vllm_method), match="approximate" if notes else "exact", differs=notes,
+                           runs_on=chain_twin(setup), unpriced=router)
         model = drafter_checkpoint(setup)     # SGLang's EAGLE drafts the tree: top-k a level, the verified tokens
         return EngineConfig("sglang", {"--speculative-algorithm": sglang_algorithm, "--speculative-draft-model-path": model,
                                        "--speculative-num-steps": config.gamma,

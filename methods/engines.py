@@ -47,6 +47,8 @@ class EngineConfig:
     models: tuple[str, ...] = field(default_factory=tuple)   # Profile model names to replace by checkpoints
     requires: str = ""                # the engine version / option this mapping needs
     generation_config: dict[str, dict[str, Any]] = field(default_factory=dict)  # hf: "assistant"/"target" -> fields
+    runs_on: Any = None               # the Setup the engine runs it on where not the priced one (None: the same)
+    unpriced: str = ""                # what the engine does differently that even runs_on does not price
 
 
 @dataclass(frozen=True)

@@ -280,6 +280,12 @@ class Provenance:
                    details=Record({k: v for k, v in raw.items() if k not in cls.NAMED}))
 
     @property
+    def ingested(self) -> tuple[Record, ...]:
+        """What `calibrate.ingest --profile` merged, oldest first: format, sources, acceptance_key,
+        latency_s (metric -> count, mean, p50, p90, p99 in seconds)."""
+        return tuple(self.details.get("ingested", ()))
+
+    @property
     def warnings(self) -> tuple[str, ...]:
         """The latency fit's warning lines: terms on a bound, held-out errors over target."""
         return tuple(self.latency_fit.get("warnings", ()))

@@ -34,6 +34,18 @@ from costmodel.hardware import get_hardware
 ASSUMED_FOR = "assumed_for"     # an acceptance entry's method, where the entry is assumed for it alone
 
 
+@dataclass(frozen=True)
+class Measured:
+    """An engine file merged into a Profile (`calibrate.ingest --profile`): its acceptance entry and
+    what it observed of latency (metric -> count, mean, p50, p90, p99 in seconds)."""
+
+    key: str
+    entry: AcceptanceModel
+    format: str
+    sources: tuple[str, ...]
+    latency_s: Record
+
+
 @dataclass(frozen=True, eq=False)
 class Profile:
     """One deployment, typed (module docstring); two Profiles compare by `to_dict()`."""
@@ -114,6 +126,16 @@ class Profile:
             raise InputError(f"profile '{self.name}' has no acceptance model '{key}' "
                              f"(has: {', '.join(sorted(self.acceptance)) or 'none'})")
         return self.acceptance[key]
+
+    def measured(self) -> Measured | None:
+        """The deployment an engine file measured (the latest `calibrate.ingest --profile` whose entry
+        is here): the Profile answers for it first (`sweep.run.setting_of`)."""
+        for record in reversed(self.provenance.ingested):
+            key = record.get("acceptance_key")
+            if key in self.acceptance:
+                return Measured(key, self.acceptance[key], str(record.get("format", "")),
+                                tuple(map(str, record.get("sources", ()))), Record(record.get("latency_s", {})))
+        return None
 
     def temperatures(self) -> list[float]:
         """Temperatures with recorded acceptance, ascending."""

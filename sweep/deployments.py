@@ -7,9 +7,10 @@ never across deployments (a 7B on an H800 and a 33B on an A6000 are different qu
 At each batch size B the sweep's closed forms, scored at B, name the best configuration of every
 (method, drafter) of the deployment, those that fit in memory first, in the sweep's one order
 (`candidates`, `sweep.ranking`); each is served by the discrete-event simulator
-(`simulator.serving`) beside plain decoding (ar) under one load (`arrivals`): WAVES x B requests
-arrive together at t = 0 with batch limit B, so B sequences decode at once and the others wait for
-a slot. Each served row keeps its throughput and latencies: TPOT; TTFT and end-to-end latency
+(`simulator.serving`) beside plain decoding (ar) under the one load every command serves a batch
+size under (`simulator.batch_load`): WAVES x B requests of the deployment's prompt and the sweep's
+answer length arrive together at t = 0 with batch limit B, so B sequences decode at once and the
+others wait for a slot. Each served row keeps its throughput and latencies: TPOT; TTFT and end-to-end latency
 under that load (the wait included); the wait itself (`queue_s_p50`), a request's own latency
 once admitted (`latency_s_p50`, no queueing) and the latency of one request served alone at batch 1
 (`alone_s`: no queueing, no batch; at batch 1 the median request's own latency) and the largest
@@ -35,17 +36,14 @@ import pandas as pd
 
 from methods import BASELINE
 from common.errors import InputError
-from common.seeds import derive_seed
 from sweep import ranking, scoring
 from profiles import Profile
 from calibrate.assumed import ASSUMED
 from profiles.latency import TableLatency
+from simulator.batch_load import BatchLoad, serve_at_batch
 from simulator.memory import memory_of
-from simulator.serving import Cluster, simulate_serving
-from simulator.workload import Workload
 
 DEPLOYMENT = ["profile", "target", "hardware", "dataset", "temperature"]
-WAVES = 3                  # requests served per batch slot (B running, WAVES x B in all)
 SERVED = ["throughput_tok_s", "tpot_ms", "ttft_ms", "e2e_s_p50", "e2e_s_p99", "queue_s_p50", "latency_s_p50",
           "alone_s", "oom", "reached", "not_served"]
 NOTHING_FITS = "nothing fits"      # the answer where plain decoding itself does not fit, or not the batch
@@ -53,12 +51,6 @@ LATENCIES = ["tpot_ms", "ttft_ms", "e2e_s_p50", "queue_s_p50", "latency_s_p50", 
 ANSWER_COLUMNS = ["answer", "method", "drafter", "config", "throughput_tok_s", "ar_throughput_tok_s",
                   "throughput_ratio", "serving_verdict", *LATENCIES, "best_speculative", "best_speculative_ratio",
                   "tied_with", "why"]
-
-
-def arrivals(batch: int) -> str:
-    """The load every row of a batch size was served under, in words."""
-    return (f"{WAVES * int(batch)} requests arrive together at t = 0, batch limit {int(batch)}: "
-            f"{int(batch)} decode at once, the others wait for a slot")
 
 
 def parse_batch_sizes(text: str) -> list[int]:
@@ -81,8 +73,7 @@ class ServeTask:
     method: str
     config: dict[str, Any]
     batch: int
-    prompt_len: int
-    output_len: int
+    load: BatchLoad
     seed: int
 
 
@@ -99,8 +90,8 @@ def candidates(tables: dict[str, pd.DataFrame], hardware: dict[str, str], top: i
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
 
-def serve_tasks(cands: pd.DataFrame, profiles: dict[str, Profile], batch: int, ctx_len: dict[str, float],
-                output_len: int, seed: int) -> tuple[list[ServeTask], pd.DataFrame]:
+def serve_tasks(cands: pd.DataFrame, profiles: dict[str, Profile], batch: int, loads: dict[str, BatchLoad],
+                seed: int) -> tuple[list[ServeTask], pd.DataFrame]:
     """Serving tasks for every candidate and, once per deployment, for plain decoding (ar); returns
     the tasks and the rows they belong to (candidates first, then one ar row per deployment)."""
     plain = cands.drop_duplicates(DEPLOYMENT)[DEPLOYMENT].assign(method=BASELINE, drafter="-", config=BASELINE,
@@ -112,9 +103,7 @@ def serve_tasks(cands: pd.DataFrame, profiles: dict[str, Profile], batch: int, c
         name = str(row["profile"].iat[0])
         method = str(row["method"].iat[0])
         config = {} if method == BASELINE else scoring.sim_config(row)
-        prompt = served_prompt(ctx_len[name], output_len)
-        own = derive_seed(seed, "serve", name, method, sorted(config.items()), int(batch), prompt, output_len)
-        tasks.append(ServeTask(profiles[name], method, config, int(batch), prompt, output_len, own))
+        tasks.append(ServeTask(profiles[name], method, config, int(batch), loads[name], seed))
     return tasks, rows
 
 
@@ -122,24 +111,21 @@ def serve_task(task: ServeTask) -> dict[str, float]:
     """Executor entry point: throughput and latency of one configuration served at `task.batch`, and
     the largest batch it reached (`reached`): KV memory may hold fewer sequences than the batch limit,
     and a row that never ran `task.batch` at once is not served at that batch (`not_served` says so)."""
-    def serve(requests: int, batch: int):
-        workload = Workload(rate=1e9, n_requests=requests, prompt_len=f"fixed:{task.prompt_len}",
-                            output_len=f"fixed:{task.output_len}")
-        return simulate_serving(task.profile, task.method, task.config or None, workload, Cluster(max_batch=batch),
-                                task.seed, per_step=True)
+    def serve(batch: int, requests: int | None = None):
+        return serve_at_batch(task.profile, task.method, task.config, batch, task.load, task.seed, requests=requests)
 
     try:
-        run = serve(WAVES * task.batch, task.batch)
+        run = serve(task.batch)
     except InputError as exc:       # e.g. the weights leave no KV memory on one GPU: not served, said why
         return {**{k: np.nan for k in SERVED if k != "not_served"}, "not_served": str(exc)}
     s, steps = run.summary, run.iterations
     reached = int(steps.loc[steps["kind"] == "decode", "batch"].max()) if (steps["kind"] == "decode").any() else 0
-    alone = s["service_s_p50"] if task.batch == 1 else serve(1, 1).summary["e2e_s_p50"]
+    alone = s["service_s_p50"] if task.batch == 1 else serve(1, requests=1).summary["e2e_s_p50"]
     if s["oom"]:
         why = f"{s['oom']} of {s['requests']} requests ran out of KV memory"
     elif reached < task.batch:
         why = (f"reaches batch {reached} only: its KV memory holds {s['kv_capacity_tokens']:,} tokens, "
-               f"{task.batch} sequences of {task.prompt_len} + {task.output_len} tokens do not fit at once")
+               f"{task.batch} sequences of {task.load.prompt_len} + {task.load.output_len} tokens do not fit at once")
     else:
         why = ""
     return {"throughput_tok_s": s["throughput_tok_s"], "tpot_ms": 1000 * s["tpot_s_mean"],
@@ -148,19 +134,25 @@ def serve_task(task: ServeTask) -> dict[str, float]:
             "reached": reached, "not_served": why}
 
 
-def served_prompt(ctx_len: float, output_len: int) -> int:
-    """The prompt of a served request: its context centred on the scored one."""
-    return max(1, int(round(ctx_len)) - output_len // 2)
+def load_of(ctx_len: float, output_len: int) -> BatchLoad:
+    """The load of a deployment: `output_len`-token answers to prompts that centre each request's
+    context on the scored one."""
+    return BatchLoad(prompt_len=scoring.centred_prompt(round(ctx_len), output_len), output_len=int(output_len))
 
 
-def check_batch_sizes(profiles: list[Profile], sizes: list[int], ctx_len: dict[str, float], output_len: int) -> None:
+def loads_of(profiles: list[Profile], output_len: int, ctx_len) -> dict[str, BatchLoad]:
+    """Each profile's load (`load_of`) from its scored context `ctx_len(profile)`."""
+    return {p.name: load_of(ctx_len(p), output_len) for p in profiles}
+
+
+def check_batch_sizes(profiles: list[Profile], sizes: list[int], loads: dict[str, BatchLoad]) -> None:
     """InputError when a batch size exceeds what plain decoding's KV memory admits at once on every
     profile (each sequence holds its prompt and a token at least): the simulator would serve fewer
     sequences and call it that batch. A batch some profile reaches is served; rows that do not reach
     it say so (`serve_task`)."""
     most = {}
     for profile in profiles:
-        prompt = served_prompt(ctx_len[profile.name], output_len)
+        prompt = loads[profile.name].prompt_len
         most[profile.name] = (memory_of(profile).capacity_tokens // (prompt + 1), prompt)
     beyond = [b for b in sizes if all(b > m for m, _ in most.values())]
     if beyond:
@@ -176,7 +168,7 @@ def measured_batch(profile) -> float | None:
     return float(min(max(b) for b in tables)) if tables else None
 
 
-def answers(rows: pd.DataFrame, served: list[dict[str, float]], batch: int,
+def answers(rows: pd.DataFrame, served: list[dict[str, float]], batch: int, loads: dict[str, BatchLoad],
             heldout: dict[str, float | None], measured: dict[str, float | None] | None = None) -> pd.DataFrame:
     """Simulated rows at one batch, each with its throughput against ar of its deployment, the
     verdict that the Profile's held-out error allows (`scoring.confidence`) and, where the batch
@@ -190,7 +182,7 @@ def answers(rows: pd.DataFrame, served: list[dict[str, float]], batch: int,
                 for r, p in zip(out["throughput_ratio"], out["profile"])]
     out["serving_verdict"] = np.where(out["method"] == BASELINE, "-",
                                       np.where(out["not_served"] != "", scoring.DOES_NOT_FIT, verdicts))
-    out["arrivals"] = arrivals(batch)
+    out["arrivals"] = out["profile"].map(lambda p: loads[p].describe(batch))
     limit = out["profile"].map(lambda p: (measured or {}).get(p))
     out["measured_up_to_batch"] = np.where(limit.notna() & (limit < batch), limit, np.nan)
     keep = DEPLOYMENT + ["batch", "method", "drafter", "config", "acceptance", "acceptance_source", "speedup",
@@ -292,7 +284,7 @@ def best_per_batch(table: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for key, group in table.groupby(DEPLOYMENT + ["batch"], sort=True):
         row = dict(zip(DEPLOYMENT + ["batch"], key))
-        rows.append({**row, **_answer(group), "arrivals": arrivals(row["batch"])})
+        rows.append({**row, **_answer(group), "arrivals": group["arrivals"].iloc[0]})
     return pd.DataFrame(rows, columns=DEPLOYMENT + ["batch"] + ANSWER_COLUMNS + ["arrivals"])
 
 

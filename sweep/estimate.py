@@ -36,6 +36,7 @@ import methods
 from common.errors import InputError, duration
 from common.memory import available as available_memory, gb
 from profiles.profile import Profile
+from simulator.batch_load import WAVES
 from sweep import deployments, scoring
 
 SAMPLE_ROWS = 2_000        # rows of a space scored to measure its cost per row
@@ -120,10 +121,10 @@ def estimate(profiles: list[Profile], opts, setting: Callable, workers: int = 1)
             c = costs.get(method) or max(costs.values(), key=lambda cost: cost.score_s)
             rescored, served = min(opts.rescore, count), len(found) * len(batches) + plain
             plain = 0
-            stream_s, serve_s = c.stream_s * opts.sim_tokens, c.serve_s * opts.sim_tokens * deployments.WAVES
+            stream_s, serve_s = c.stream_s * opts.sim_tokens, c.serve_s * opts.sim_tokens * WAVES
             works = {"a chunk of closed forms priced over": min(count, CHUNK_ROWS) * c.work_b,
                      "a simulated generation of": c.stream_b * opts.sim_tokens if rescored else 0.0,
-                     "a served batch of generations of": deployments.WAVES * max(batches) * c.serve_b * opts.sim_tokens}
+                     "a served batch of generations of": WAVES * max(batches) * c.serve_b * opts.sim_tokens}
             what = max(works, key=works.get)
             rows.append({"profile": profile.name, "method": method, "setups": len(found), "configurations": count,
                          "bytes": int(count * (c.space_b + (PEAK_COPIES + extra_batches) * c.scored_b)),
@@ -165,10 +166,9 @@ def measure(profile: Profile, spec, setup, sample: pd.DataFrame, setting) -> Cos
     config = scoring.sim_config(scored.iloc[[0]])
     stream = scoring.SimTask(profile, spec.name, config, setting, 0, STREAM_TOKENS, 1)
     (_, stream_s), stream_b = _traced(lambda: _timed(lambda: scoring.simulate_task(stream)))
-    prompt = scoring.centred_prompt(setting.ctx_len, SERVE_TOKENS)
-    served = deployments.ServeTask(profile, spec.name, config, 1, prompt, SERVE_TOKENS, 0)
+    served = deployments.ServeTask(profile, spec.name, config, 1, deployments.load_of(setting.ctx_len, SERVE_TOKENS), 0)
     (_, serve_s), serve_b = _traced(lambda: _timed(lambda: deployments.serve_task(served)))
-    per_row, per_request = len(sample), SERVE_TOKENS * deployments.WAVES     # a served task: WAVES requests
+    per_row, per_request = len(sample), SERVE_TOKENS * WAVES     # a served task: WAVES requests
     return Cost(space_b=sample.memory_usage(deep=True).sum() / per_row,
                 scored_b=scored.memory_usage(deep=True).sum() / per_row, work_b=work_b / per_row,
                 score_s=score_s / per_row, stream_s=stream_s / STREAM_TOKENS, stream_b=stream_b / STREAM_TOKENS,

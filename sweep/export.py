@@ -29,7 +29,8 @@ import pandas as pd
 
 import methods
 from common import atomic
-from sweep.deployments import DEPLOYMENT
+from simulator.batch_load import BatchLoad
+from sweep.deployments import DEPLOYMENT, ServeTask, serve_task
 from methods.engines import SGLANG_MAX_RUNNING, VLLM_SCHEDULE, EngineConfig, NoCounterpart
 from methods.spec import Setup
 
@@ -88,11 +89,13 @@ output = target.generate(**inputs, **kwargs)
 """
 
 
-def plan(served: pd.DataFrame, profiles: dict[str, Any], engines: list[str]) -> list[dict[str, Any]]:
+def plan(served: pd.DataFrame, profiles: dict[str, Any], engines: list[str], loads: dict[str, BatchLoad],
+         seed: int) -> list[dict[str, Any]]:
     """Per deployment and engine: the fastest served configuration at the smallest batch that the
-    engine runs exactly (else approximately), where it beats plain decoding; the batch sizes
+    engine runs exactly (else approximately, what the price covers first), where it beats plain decoding; the batch sizes
     simulated and where the chosen (method, drafter) pays; with several batch sizes, vLLM's K per
-    batch for it. The others listed as not exported."""
+    batch for it; and the file priced as the engine runs it (`price_as_run`), whose numbers are the
+    ones shown. The others listed as not exported."""
     entries = []
     spec = served[(served["method"] != methods.BASELINE) & (served["oom"] == 0)]
     for key, group in spec.groupby(DEPLOYMENT, sort=False):
@@ -101,7 +104,7 @@ def plan(served: pd.DataFrame, profiles: dict[str, Any], engines: list[str]) -> 
         for engine in engines:
             mapped = [(row, to_engine(engine, _setup(profiles, row), row["config"])) for _, row in first.iterrows()]
             runnable = [(r, m) for r, m in mapped if isinstance(m, EngineConfig) and r["throughput_ratio"] > 1.0]
-            runnable.sort(key=lambda rm: (rm[1].match != "exact", -rm[0]["throughput_tok_s"]))
+            runnable.sort(key=lambda rm: (rm[1].match != "exact", bool(rm[1].unpriced), -rm[0]["throughput_tok_s"]))
             entry = {"deployment": deployment, "slug": _slug(deployment), "engine": engine,
                      "batch": int(first["batch"].iat[0]), "overall_best": first["config"].iat[0],
                      "overall_ratio": float(first["throughput_ratio"].iat[0]),
@@ -115,8 +118,55 @@ def plan(served: pd.DataFrame, profiles: dict[str, Any], engines: list[str]) -> 
                              stops_paying_at=next((b for b, r in paying if r is None), None))
                 if engine == "vllm" and len(paying) > 1:
                     entry["schedule"] = vllm_schedule([(b, _vllm_k(profiles, r)) for b, r in paying])
+                entry["priced"] = price_as_run(_runs(entry, row, paying), engine, served, deployment, profiles,
+                                               loads, seed)
+                if entry["priced"]:
+                    at = entry["priced"][0]
+                    entry.update(batch=at["batch"], throughput_tok_s=at["throughput_tok_s"], ratio=at["ratio"],
+                                 tpot_ms=at["tpot_ms"])
             entries.append(entry)
     return entries
+
+
+def _runs(entry: dict[str, Any], chosen: pd.Series, paying: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
+    """[(batch, served row or None)]: what the exported file runs at each batch simulated from the
+    entry's on (None: plain decoding): vLLM's schedule switches with the batch (K = 0 where the
+    chosen method stops paying); one set of flags or one generation_config runs as exported at every
+    batch; transformers' assisted generation runs batch 1 only."""
+    batches = [b for b, _ in paying if b >= entry["batch"]]
+    if entry["engine"] == "hf":
+        return [(1, chosen)] if 1 in batches else []
+    if entry.get("schedule"):
+        return [(b, r) for b, r in paying if b >= entry["batch"]]
+    return [(b, chosen) for b in batches]
+
+
+def price_as_run(runs: list[tuple[int, Any]], engine: str, served: pd.DataFrame, deployment: dict[str, Any],
+                 profiles: dict[str, Any], loads: dict[str, BatchLoad], seed: int) -> list[dict[str, Any]]:
+    """Each (batch, configuration) the file runs, on the setup the engine runs it on
+    (`EngineConfig.runs_on`: e.g. a tree drafter as vLLM's chain), served under the deployment's load
+    beside plain decoding (`sweep.deployments.serve_task`: the same run, seed and number as a served
+    row where the engine runs what was priced)."""
+    mask = np.logical_and.reduce([served[c] == v for c, v in deployment.items()])
+    plain = served[mask & (served["method"] == methods.BASELINE)].set_index("batch")
+    out = []
+    for batch, row in runs:
+        ar = plain.loc[batch]
+        if row is None:
+            out.append({"batch": batch, "config": methods.BASELINE, "as_run": "", "throughput_tok_s":
+                        float(ar["throughput_tok_s"]), "ratio": 1.0, "tpot_ms": float(ar["tpot_ms"])})
+            continue
+        setup = _setup(profiles, row)
+        mapped = to_engine(engine, setup, row["config"])
+        runs_on = mapped.runs_on or setup
+        config = {**methods.parse_label(row["config"]).to_dict(), "acceptance": runs_on.acceptance_key,
+                  **({"drafter": runs_on.drafter} if runs_on.drafter else {})}
+        task = ServeTask(runs_on.profile, str(row["method"]), config, int(batch), loads[deployment["profile"]], seed)
+        s = serve_task(task)
+        out.append({"batch": batch, "config": row["config"], "as_run": runs_on.drafter if mapped.runs_on else "",
+                    "throughput_tok_s": float(s["throughput_tok_s"]), "tpot_ms": float(s["tpot_ms"]),
+                    "ratio": float(s["throughput_tok_s"]) / float(ar["throughput_tok_s"])})
+    return out
 
 
 def _paying(served: pd.DataFrame, deployment: dict[str, Any], chosen: pd.Series) -> list[tuple[int, Any]]:
@@ -213,6 +263,7 @@ def write_exports(entries: list[dict[str, Any]], out_dir: Path) -> dict[str, Pat
             name, text = engine_file(entry)
             written[f"export:{name}"] = atomic.write_text(out_dir / name, text)
             item.update(file=name, match=entry["mapped"].match, differs=entry["mapped"].differs,
+                        unpriced=entry["mapped"].unpriced,
                         models_to_replace=list(entry["mapped"].models), requires=requirements(entry),
                         outside_range=outside_range(entry))
         index.append(item)
@@ -221,13 +272,20 @@ def write_exports(entries: list[dict[str, Any]], out_dir: Path) -> dict[str, Pat
     return written
 
 
+def _priced(p: dict[str, Any]) -> str:
+    on = f" on {p['as_run']}" if p["as_run"] else ""
+    return f"batch {p['batch']} `{p['config']}`{on} {p['ratio']:.2f}x"
+
+
 def exports_markdown(index: list[dict[str, Any]]) -> str:
     lines = ["# Engine configurations", "",
              "One file per deployment and engine: `vllm_*.json` is the value of `vllm serve ... --speculative-config`, "
              "`sglang_*.txt` the flags of `python -m sglang.launch_server`, `hf_*.json` what transformers' assisted "
              "generation takes (below). Model names are the Profile's: replace each with its checkpoint path. "
-             "\"approximate\": the engine runs a relative of the specsim method (what differs is said); the "
-             "throughput is the simulator's for the specsim method. Configurations are the answer at the smallest "
+             "\"approximate\": the engine runs a relative of the specsim method (what differs is said). Every number "
+             "is the exported file priced as the engine runs it (the simulator serving, under the deployment's load, "
+             "the configuration the file sets at each batch, on the drafter the engine drafts with: a tree drafter "
+             "exported to vLLM drafts a chain). Configurations are the answer at the smallest "
              "batch simulated; \"needs\" is the engine version or option the file relies on, \"outside the priced "
              "range\" what the engine does at batch sizes the sweep did not price.", ""]
     for item in index:
@@ -235,11 +293,16 @@ def exports_markdown(index: list[dict[str, Any]]) -> str:
         head = f"## {item['engine']}: {d['profile']} ({d['hardware']}, {d['dataset']}, T={float(d['temperature']):g})"
         lines += [head, ""]
         if "file" in item:
-            lines.append(f"- [{item['file']}]({item['file']}): `{item['config']}` ({item['match']}), served at batch "
-                         f"{item['batch']}: {item['throughput_tok_s']:.0f} tokens/s, {item['ratio']:.2f}x plain "
-                         f"decoding, TPOT {item['tpot_ms']:.1f} ms.")
+            lines.append(f"- [{item['file']}]({item['file']}): `{item['config']}` ({item['match']}), priced as the "
+                         f"engine runs it at batch {item['batch']}: {item['throughput_tok_s']:.0f} tokens/s, "
+                         f"{item['ratio']:.2f}x plain decoding, TPOT {item['tpot_ms']:.1f} ms.")
+            if len(item.get("priced", ())) > 1 or any(p["as_run"] for p in item.get("priced", ())):
+                lines.append("- as the engine runs it, per batch simulated: " + "; ".join(_priced(p) for p in item["priced"])
+                             + ".")
             if item["differs"]:
                 lines.append(f"- differs: {item['differs']}.")
+            if item.get("unpriced"):
+                lines.append(f"- not in the price (an upper bound): {item['unpriced']}.")
             if item["requires"]:
                 lines.append(f"- needs: {item['requires']}.")
             lines.append(f"- outside the priced range: {item['outside_range']}.")

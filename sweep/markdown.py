@@ -19,7 +19,8 @@ import pandas as pd
 import methods
 from calibrate.assumed import ASSUMED
 from sweep import scoring
-from sweep.deployments import DEPLOYMENT, NOTHING_FITS, WAVES
+from simulator.batch_load import WAVES
+from sweep.deployments import DEPLOYMENT, NOTHING_FITS
 from sweep.plots import no_figure_note, not_drawn
 
 REPORT_ROWS = 5            # rows per (profile, method) in a method's section (at most --top)
@@ -75,6 +76,7 @@ def markdown_report(result: Any, written: dict[str, Path], out_dir: Path) -> str
         f"{', '.join(map(str, opts.get('batch_sizes') or [opts['batch']]))} in {result.timings.get('deployments', 0):.2f} s.",
         "",
     ]
+    lines += measured_section(result)
     lines += what_to_run(result)
     lines += deployment_section(result, written, out_dir)
     if "exports_md" in written:
@@ -88,11 +90,12 @@ def markdown_report(result: Any, written: dict[str, Path], out_dir: Path) -> str
     return "\n".join(lines)
 
 
-def what_to_run(result: Any) -> list[str]:
-    """One row per deployment at its smallest batch: what to run, how fast, and why."""
+def what_to_run_rows(result: Any) -> pd.DataFrame:
+    """One row per deployment at its smallest batch: what to run, how fast, and why (the report's
+    first table and the command's printed answer: one frame, so one number)."""
     answers = result.deployments
     if answers.empty:
-        return []
+        return pd.DataFrame()
     first = answers.sort_values("batch", kind="stable").groupby(DEPLOYMENT, sort=False).head(1)
     stops = result.stops_paying.set_index(DEPLOYMENT) if not result.stops_paying.empty else None
     rows = []
@@ -108,15 +111,103 @@ def what_to_run(result: Any) -> list[str]:
         rows.append({"deployment": _deployment_name(d), "batch": d["batch"], "run": run,
                      "tok/s": d["throughput_tok_s"], "x plain": d["throughput_ratio"],
                      "latency s, one request alone": d["alone_s"], "why": why})
-    batch = int(first["batch"].min())
+    return pd.DataFrame(rows)
+
+
+def what_to_run(result: Any) -> list[str]:
+    rows = what_to_run_rows(result)
+    if rows.empty:
+        return []
+    batch = int(rows["batch"].min())
     return ["## What to run", "",
             f"Per deployment at batch {batch}: the configuration to run, its simulated tokens/s and its gain over "
             f"plain decoding (x plain), the latency of a {int(result.options['sim_tokens'])}-token answer to one "
             f"request served alone (no queue, batch 1), and why. A run named `ar` is plain decoding; "
             f"`{NOTHING_FITS}` means not even plain decoding runs that batch's sequences at once in one GPU's KV "
             "memory (none at all, or fewer than the batch: `why` says which).", "",
-            md_table(pd.DataFrame(rows), ["deployment", "batch", "run", "tok/s", "x plain",
-                                          "latency s, one request alone", "why"]), ""]
+            md_table(rows, ["deployment", "batch", "run", "tok/s", "x plain", "latency s, one request alone", "why"]),
+            ""]
+
+
+def measured_rows(result: Any) -> list[dict[str, Any]]:
+    """Per Profile that merged an engine's measurement (`Profile.measured`): the source, and the
+    Profile's prediction for the configuration it measured (its draft length K where the entry has
+    per-position acceptance, else the best of that entry), beside what the engine observed."""
+    rows = []
+    for name, profile in result.profiles.items():
+        measured = profile.measured()
+        if measured is None:
+            continue
+        entry, k = measured.entry, None if measured.entry.alpha_by_position is None else len(measured.entry.alpha_by_position)
+        found, best_of_entry = pd.DataFrame(), pd.DataFrame()
+        for table in result.tables.values():
+            mine = table[(table["profile"] == name) & (table["acceptance"] == measured.key)]
+            if len(mine) and best_of_entry.empty:
+                best_of_entry = mine.sort_values("rank", kind="stable").head(1)
+            if k is not None and "gamma" in mine:
+                mine = mine[mine["gamma"] == k]
+            if len(mine):
+                found = mine.sort_values("rank", kind="stable").head(1)
+                break
+        observed = {metric: measured.latency_s.get(metric, {}) for metric in ("itl", "tpot", "ttft")}
+        row = {"profile": name, "hardware": profile.hardware, "key": measured.key, "format": measured.format,
+               "sources": ", ".join(Path(s).name for s in measured.sources), "drafter": entry.drafter,
+               "dataset": entry.dataset, "temperature": entry.temperature, "k": k, "batch": int(result.options["batch"]),
+               **{f"measured_{m}_{q}_ms": 1000 * float(v[q]) if q in v else np.nan
+                  for m, v in observed.items() for q in ("p50", "mean")}}
+        if len(best_of_entry):
+            row.update(best_config=best_of_entry["config"].iat[0], best_speedup=float(best_of_entry["speedup"].iat[0]))
+        if len(found):
+            best = found.iloc[0]
+            row.update(config=best["config"], method=best["method"], tokens_per_step=float(best["tokens_per_step"]),
+                       predicted_itl_ms=1000 * float(best["step_s"]),
+                       predicted_tpot_ms=1000 * float(best["step_s"]) / float(best["tokens_per_step"]))
+        rows.append(row)
+    return rows
+
+
+def measured_section(result: Any) -> list[str]:
+    """The measured deployment first: what the engine file was, and predicted beside measured."""
+    lines = []
+    for r in measured_rows(result):
+        lines += [f"## Measured deployment: {r['profile']}", "",
+                  f"This Profile merged `{r['format']}` ({r['sources']}): acceptance entry `{r['key']}` (drafter "
+                  f"{r['drafter']}, dataset {r['dataset']}, T={r['temperature']:g}). Where no `--dataset` or "
+                  "`--temperature` is asked, the sweep answers for this deployment, with this measured acceptance.", ""]
+        if "config" not in r:
+            at = f" at K = {r['k']}" if r["k"] else ""
+            lines += [f"No scored configuration used `{r['key']}`{at}: nothing here predicts the measured deployment.", ""]
+            continue
+        lines += [f"Best with this drafter and acceptance: `{r['best_config']}`, {r['best_speedup']:.2f}x plain decoding "
+                  "(closed form, one request). "
+                  f"Predicted for `{r['config']}` ({r['method']}, the draft length measured) at batch "
+                  f"{r['batch']} on {r['hardware']}: {r['tokens_per_step']:.2f} tokens per step (from "
+                  "this file's acceptance), a step (one output chunk) every "
+                  f"{r['predicted_itl_ms']:.1f} ms, TPOT {r['predicted_tpot_ms']:.1f} ms.", "",
+                  "| | ITL p50 ms | ITL mean ms | TPOT p50 ms | TPOT mean ms |", "| --- | --- | --- | --- | --- |",
+                  f"| measured by the engine | {_ms(r['measured_itl_p50_ms'])} | {_ms(r['measured_itl_mean_ms'])} | "
+                  f"{_ms(r['measured_tpot_p50_ms'])} | {_ms(r['measured_tpot_mean_ms'])} |",
+                  f"| predicted, batch {r['batch']} | {r['predicted_itl_ms']:.1f} | "
+                  f"{r['predicted_itl_ms']:.1f} | {r['predicted_tpot_ms']:.1f} | {r['predicted_tpot_ms']:.1f} |", "",
+                  "The engine's figures are over whatever batch it served and on the machine it ran on; the prediction "
+                  f"is this Profile's {r['hardware']} at the batch above. A gap larger than the Profile's held-out error "
+                  "says one of the two differs from the deployment: re-profile on its machine or sweep at its batch "
+                  "(`--batch-sizes`).", ""]
+    return lines
+
+
+def measured_line(r: dict[str, Any]) -> str:
+    """A measured deployment in one printed line (`measured_rows`)."""
+    line = (f"measured deployment: {r['profile']} answers for {r['drafter']} on {r['dataset']} at "
+            f"T={r['temperature']:g} ({r['format']}: {r['sources']})")
+    if "config" in r:
+        line += (f"; {r['config']}: ITL p50 measured {_ms(r['measured_itl_p50_ms'])} ms, predicted "
+                 f"{r['predicted_itl_ms']:.1f} ms at batch {r['batch']} on {r['hardware']}")
+    return line
+
+
+def _ms(value: float) -> str:
+    return "–" if value is None or not np.isfinite(value) else f"{value:.1f}"
 
 
 def deployment_section(result: Any, written: dict[str, Path], out_dir: Path) -> list[str]:
@@ -134,7 +225,9 @@ def deployment_section(result: Any, written: dict[str, Path], out_dir: Path) -> 
              "decoding), with its own numbers; `verdict`: its gain against the Profile's held-out error (speculate, "
              "tie). All served rows: [deployments_served.csv](deployments_served.csv).", "",
              f"**The load behind the latencies.** At batch B, {WAVES} x B requests arrive together at t = 0 and B "
-             "decode at once; the others wait for a slot. TPOT (time per output token), TTFT and end-to-end latency "
+             "decode at once; the others wait for a slot (the `arrivals` column of the CSVs states each deployment's "
+             "prompt and answer lengths; `simulate crossover` and capacity planning's crossover serve a batch size "
+             "under this same load, `simulator.batch_load`). TPOT (time per output token), TTFT and end-to-end latency "
              "are for that load and include the wait (`wait s`, median). `own latency s` is a request's median time "
              "from admission to its last token, without the wait, B sequences decoding together; `alone s` is the "
              "latency of one request served alone at batch 1, without queueing.", ""]

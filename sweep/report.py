@@ -30,12 +30,12 @@ import pandas as pd
 import methods
 from common import atomic
 from sweep.deployments import DEPLOYMENT
-from sweep.markdown import markdown_report
+from sweep.markdown import markdown_report, measured_line, measured_rows, what_to_run_rows
 from sweep.plots import plot_deployments, plot_method
 from common.plotting import pyplot
 from common.progress import progress_bar
 from sweep.executor import forked, worker_count
-from sweep.export import plan, write_exports
+from sweep.export import write_exports
 
 
 def _write_parquet(path: Path, frame: pd.DataFrame, metadata: dict[str, str]) -> Path:
@@ -110,7 +110,7 @@ def write_outputs(result: Any, out_dir: Path, progress: bool = False, workers: i
         written["deployments"] = _write_csv(out_dir / "deployments.csv", answers)
         written["served"] = _write_csv(out_dir / "deployments_served.csv", result.served)
     if result.options.get("export"):
-        written.update(write_exports(plan(result.served, result.profiles, result.options["export"]), out_dir))
+        written.update(write_exports(result.exports, out_dir))
     if result.paper_choices is not None and not result.paper_choices.empty:
         written["paper_choices"] = atomic.write_csv(out_dir / "paper_choices.csv", result.paper_choices)
     result.timings["write"] = time.perf_counter() - started
@@ -121,10 +121,21 @@ def write_outputs(result: Any, out_dir: Path, progress: bool = False, workers: i
 
 
 def stdout_table(result: Any) -> str:
-    """The short table printed at the end of a sweep: best configuration per method and profile."""
+    """What the command prints: the report's answer per deployment (`what_to_run_rows`, the same
+    numbers), then the best configuration per method and profile, each number named for what made it."""
+    answers = what_to_run_rows(result)
+    lines = [measured_line(r) for r in measured_rows(result)]
+    if not answers.empty:
+        view = answers[["deployment", "batch", "run", "tok/s", "x plain"]].copy()
+        view["deployment"] = view["deployment"].str.slice(0, 60)
+        lines += ["What to run (served by the simulator beside plain decoding; report.md says why):",
+                  view.to_string(index=False, float_format=lambda v: f"{v:.3g}"), ""]
     best = result.best.sort_values(["profile", "speedup"], ascending=[True, False])
     cols = [c for c in ["profile", "method", "drafter", "config", "speedup", "verdict", "tokens_per_step",
                         "sim_speedup"] if c in best]
     view = best[cols].copy()
     view["profile"] = view.profile.str.slice(0, 40)
-    return view.to_string(index=False, float_format=lambda v: f"{v:.2f}")
+    lines += ["Best per method (speedup: the closed form's, one request; sim_speedup: the simulator's check of it, "
+              f"{int(result.options.get('sim_tokens', 0))} tokens x {int(result.options.get('sim_repeats', 0))} seeds):",
+              view.to_string(index=False, float_format=lambda v: f"{v:.2f}")]
+    return "\n".join(lines)

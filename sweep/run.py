@@ -33,7 +33,8 @@ from common.bundled import bundled
 from profiles.profile import Profile
 from common.errors import InputError
 from common.seeds import derive_seed
-from sweep import deployments, ranking, scoring
+from simulator.batch_load import BatchLoad
+from sweep import deployments, export, ranking, scoring
 from sweep.estimate import CHUNK_ROWS, space_options
 from common.progress import progress_bar
 from methods.spec import MethodSpec, Setup
@@ -77,6 +78,7 @@ class SweepResult:
     deployments: pd.DataFrame = field(default_factory=pd.DataFrame)  # best per (deployment, batch)
     stops_paying: pd.DataFrame = field(default_factory=pd.DataFrame)
     profiles: dict[str, Profile] = field(default_factory=dict)
+    exports: list[dict[str, Any]] = field(default_factory=list)      # with --export: sweep.export.plan's entries
 
 
 def bundled_profile_paths() -> list[Path]:
@@ -133,10 +135,15 @@ def space_of(spec: MethodSpec, setup: Setup, opts: SweepOptions) -> pd.DataFrame
 
 def setting_of(profile: Profile, opts: SweepOptions, batch: int | None = None) -> scoring.Setting:
     """The scoring setting of one Profile: its forwards costed at --ctx-len, else at the mean
-    context of the workload its traces saw (prompt + half the new tokens), else DEFAULT_CTX."""
-    ctx = opts.ctx_len if opts.ctx_len is not None else (profile.workload_ctx(opts.dataset) or DEFAULT_CTX)
-    return scoring.Setting(temperature=opts.temperature, batch=opts.batch if batch is None else batch,
-                           ctx_len=int(round(ctx)), dataset=opts.dataset, token_trace=opts.token_trace,
+    context of the workload its traces saw (prompt + half the new tokens), else DEFAULT_CTX. A
+    Profile that merged an engine's measurement answers for that deployment first: its dataset and
+    temperature where none was asked (`Profile.measured`)."""
+    measured = None if opts.token_trace else profile.measured()
+    dataset = opts.dataset if opts.dataset is not None or measured is None else measured.entry.dataset
+    temperature = opts.temperature if opts.temperature is not None or measured is None else measured.entry.temperature
+    ctx = opts.ctx_len if opts.ctx_len is not None else (profile.workload_ctx(dataset) or DEFAULT_CTX)
+    return scoring.Setting(temperature=temperature, batch=opts.batch if batch is None else batch,
+                           ctx_len=int(round(ctx)), dataset=dataset, token_trace=opts.token_trace,
                            new_tokens=opts.sim_tokens)
 
 
@@ -178,13 +185,15 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor, choices: Ca
     paper_choices = choices(tables, best) if choices is not None else None
 
     t2 = time.perf_counter()
-    served = _serve_deployments(profiles, opts, executor, tables)
+    loads = deployments.loads_of(profiles, opts.sim_tokens, lambda p: setting_of(p, opts).ctx_len)
+    served = _serve_deployments(profiles, opts, executor, tables, loads)
+    exports = export.plan(served, by_profile, opts.export, loads, opts.seed) if opts.export else []
     timings["deployments"] = time.perf_counter() - t2
     return SweepResult(tables=tables, best=best_one.reset_index(drop=True), paper_choices=paper_choices,
                        options=asdict(opts), timings=timings, skipped=skipped,
                        profile_names=[p.name for p in profiles], served=served,
                        deployments=deployments.best_per_batch(served), stops_paying=deployments.stops_paying(served),
-                       profiles=by_profile)
+                       profiles=by_profile, exports=exports)
 
 
 def _score_tables(profiles: list[Profile], opts: SweepOptions, executor, batch: int,
@@ -211,22 +220,21 @@ def _score_tables(profiles: list[Profile], opts: SweepOptions, executor, batch: 
     return _rank(executor.map(scoring.score_task, tasks, desc=f"scoring configurations (batch {batch})"))
 
 
-def _serve_deployments(profiles: list[Profile], opts: SweepOptions, executor,
-                       tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+def _serve_deployments(profiles: list[Profile], opts: SweepOptions, executor, tables: dict[str, pd.DataFrame],
+                       loads: dict[str, BatchLoad]) -> pd.DataFrame:
     """At each batch size: the closed forms' best per (deployment, method, drafter), scored at that
-    batch, served by the simulator beside plain decoding (`sweep.deployments`)."""
+    batch, served by the simulator beside plain decoding under each deployment's load (`sweep.deployments`)."""
     by_name = {p.name: p for p in profiles}
     hardware = {p.name: p.hardware for p in profiles}
-    ctx = {p.name: setting_of(p, opts).ctx_len for p in profiles}
     heldout = {p.name: p.heldout_error() for p in profiles}
     measured = {p.name: deployments.measured_batch(p) for p in profiles}
     frames = []
     for batch in opts.batch_sizes or [opts.batch]:
         scored = tables if batch == opts.batch else _score_tables(profiles, opts, executor, batch, [])
         cands = deployments.candidates(scored, hardware)
-        tasks, rows = deployments.serve_tasks(cands, by_name, batch, ctx, opts.sim_tokens, opts.seed)
+        tasks, rows = deployments.serve_tasks(cands, by_name, batch, loads, opts.seed)
         served = executor.map(deployments.serve_task, tasks, desc=f"serving the best (batch {batch})")
-        frames.append(deployments.answers(rows, served, batch, heldout, measured))
+        frames.append(deployments.answers(rows, served, batch, loads, heldout, measured))
     return pd.concat(frames, ignore_index=True)
 
 

@@ -28,6 +28,10 @@ from common.errors import InputError
 import methods
 from calibrate.fit_acceptance import evaluated_positions, fit_step_acceptance
 
+# engines whose files measure a chain of drafts (vLLM's EAGLE / draft model / n-gram, transformers'
+# assisted generation): merged on a drafter that states a tree, the entry goes to its chain twin
+CHAIN_FORMATS = ("vllm-metrics", "vllm-bench", "specdecode-bench", "hf-assisted")
+
 
 @dataclass
 class IngestOptions:
@@ -258,7 +262,8 @@ def profile_drafter(profile: Profile, name: str) -> str:
 
 def merge_into_profile(base: Profile, ingested: Ingested, options: IngestOptions,
                        entry: dict[str, Any], commit: str = "") -> Profile:
-    """A copy of `base` with the ingested acceptance entry and its provenance; refuses other models."""
+    """A copy of `base` with the ingested acceptance entry, first, and its provenance (the Profile's
+    measured subject, `Profile.measured`); refuses other models and an entry no deployment uses."""
     target = options.target or ingested.models.get("target")
     if target and not same_model(target, base.target):
         said = "--target" if options.target else "the source's target"
@@ -276,7 +281,16 @@ def merge_into_profile(base: Profile, ingested: Ingested, options: IngestOptions
     if options.drafter and source_drafter and not same_model(options.drafter, source_drafter):
         raise InputError(f"--drafter '{options.drafter}' differs from the source's drafter '{source_drafter}'")
     key_drafter = profile_drafter(base, drafter)
+    drafters = base.drafters
+    if ingested.format in CHAIN_FORMATS and base.drafter(key_drafter).tree is not None:
+        chain = f"{key_drafter}-chain"        # the engine drafted a chain: priced as one, not as the stated tree
+        drafters = {**base.drafters, chain: replace(base.drafter(key_drafter), tree=None)}
+        key_drafter = chain
     entry = {**entry, "drafter": key_drafter}
+    if not entry.get("dataset"):
+        known = sorted({*base.workload, *base.datasets()})
+        raise InputError(f"the source does not name its dataset, and an entry of no dataset is one no deployment of "
+                         f"profile '{base.name}' uses: pass --dataset (the profile's: {', '.join(known) or 'none'})")
     temperature = float(entry.get("temperature", 0.0))
     key = f"{key_drafter}/{entry.get('dataset') or 'data'}/T{temperature:g}/{ingested.format}"
     where = f"profile '{base.name}' with {ingested.format}"
@@ -288,8 +302,9 @@ def merge_into_profile(base: Profile, ingested: Ingested, options: IngestOptions
     record = {**ingested.provenance(), "acceptance_key": key, "latency_s": ingested.latency,
               "throughput": ingested.throughput, "commit": commit, "created": dt.datetime.now(dt.timezone.utc).isoformat()}
     provenance = replace(base.provenance, details=Record({**details, "ingested": [*details.get("ingested", ()), record]}))
-    merged = replace(base, acceptance={**base.acceptance, key: model}, provenance=provenance)
-    return merged
+    # first of its drafter's entries: the measured deployment is the one the Profile answers for first
+    acceptance = {key: model, **{k: v for k, v in base.acceptance.items() if k != key}}
+    return replace(base, drafters=drafters, acceptance=acceptance, provenance=provenance)
 
 
 # ---- chain StepTraces -----------------------------------------------------------------------------

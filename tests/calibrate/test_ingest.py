@@ -199,8 +199,8 @@ def test_vllm_bench_spec_fields_that_disagree_or_cannot_be_read_are_refused(tmp_
 def test_ingest_out_that_is_a_folder_is_refused_and_a_killed_runs_temp_file_removed(tmp_path, capsys):
     folder = tmp_path / "x.json"
     folder.mkdir()
-    args = ("vllm-bench", *EXAMPLES["vllm-bench"], "--temperature", "0", "--drafter", "glide", "--profile",
-            PROFILES / "glide-vicuna-7b-h800.json", "--overwrite", "--out")
+    args = ("vllm-bench", *EXAMPLES["vllm-bench"], "--temperature", "0", "--drafter", "glide", "--dataset", "gsm8k",
+            "--profile", PROFILES / "glide-vicuna-7b-h800.json", "--overwrite", "--out")
     assert refused(capsys, *args, folder) == f"error: --out {folder} is a directory; give a file name"
     out = tmp_path / "merged.json"
     stale = tmp_path / ".merged.json.ab12cd34.tmp"
@@ -415,6 +415,34 @@ def test_merge_into_a_profile_adds_the_entry_with_provenance(tmp_path, capsys):
     assert set(merged.acceptance) == set(base.acceptance) | {key}
     assert list(merged.provenance.details["ingested"][-1]["sources"]) == SCRAPES
     assert "ttft" in merged.provenance.details["ingested"][-1]["latency_s"]
+
+
+def test_an_entry_of_no_dataset_is_refused_in_one_line(tmp_path, capsys):
+    out = tmp_path / "p.json"
+    line = refused(capsys, "vllm-metrics", *SCRAPES, "--drafter", "llama-68m", "--temperature", "0",
+                   "--profile", PROFILES / "glide-vicuna-7b-h800.json", "--out", out)
+    assert line == ("error: the source does not name its dataset, and an entry of no dataset is one no deployment of "
+                    "profile 'glide-vicuna-7b-h800' uses: pass --dataset (the profile's: code-python, finance-alpaca, "
+                    "gsm8k, spider)")
+    assert not out.exists()
+
+
+def test_a_chain_measured_on_a_tree_drafter_is_the_chain_twins_and_answers_first(tmp_path, capsys):
+    """vLLM drafts EAGLE as a chain: merged on a drafter that states a tree, the entry goes to the
+    drafter's chain twin (priced as a chain), first among its entries, and is the Profile's subject."""
+    out = tmp_path / "p.json"
+    code, _, _ = run_cli(capsys, "vllm-metrics", *SCRAPES, "--drafter", "eagle", "--target", "llama-3-8b",
+                         "--dataset", "mt-bench", "--temperature", "0",
+                         "--profile", PROFILES / "coral-llama-3-8b-a6000.json", "--out", out)
+    assert code == 0
+    merged = Profile.load(out)
+    key = "eagle-chain/mt-bench/T0/vllm-metrics"
+    assert merged.drafter("eagle").tree is not None and merged.drafter("eagle-chain").tree is None
+    assert next(iter(merged.acceptance)) == key
+    measured = merged.measured()
+    assert measured.key == key and measured.format == "vllm-metrics"
+    assert measured.latency_s["itl"]["p50"] == pytest.approx(0.015)
+    assert Profile.load(PROFILES / "coral-llama-3-8b-a6000.json").measured() is None
 
 
 def test_merge_refuses_another_target_or_drafter_naming_both(tmp_path, capsys):

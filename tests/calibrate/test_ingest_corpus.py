@@ -108,7 +108,7 @@ def test_target_overrides_the_scrapes_model_name(tmp_path, capsys):
                    "--profile", VICUNA, "--out", out)
     assert "'llama-3.1-8b'" in line and not out.exists()
     code, _, _ = run_cli(capsys, "vllm-metrics", *scrapes, "--drafter", "llama-68m", "--temperature", "0",
-                         "--target", "vicuna-7b", "--profile", VICUNA, "--out", out)
+                         "--dataset", "mt-bench", "--target", "vicuna-7b", "--profile", VICUNA, "--out", out)
     assert code == 0 and Profile.load(out).provenance.details["ingested"][-1]["models"]["target"] == "vicuna-7b"
 
 
@@ -241,13 +241,13 @@ def test_out_is_replaced_only_with_overwrite(tmp_path, capsys):
     base = tmp_path / "base.json"
     shutil.copy(VICUNA, base)
     argv = ["vllm-metrics", str(EX / "vllm_metrics_before.prom"), str(EX / "vllm_metrics_after.prom"), "--drafter",
-            "llama-68m", "--temperature", "0", "--profile", base]
+            "llama-68m", "--temperature", "0", "--dataset", "mt-bench", "--profile", base]
     out.write_text("mine\n")
     assert "--out" in refused(capsys, *argv, "--out", out) and out.read_text() == "mine\n"
     before = base.read_text()
     assert "use --overwrite to replace it" in refused(capsys, *argv, "--out", base) and base.read_text() == before
     assert run_cli(capsys, *argv, "--out", out, "--overwrite")[0] == 0
-    assert "llama-68m/data/T0/vllm-metrics" in Profile.load(out).acceptance
+    assert "llama-68m/mt-bench/T0/vllm-metrics" in Profile.load(out).acceptance
     assert sorted(p.name for p in tmp_path.iterdir()) == ["base.json", "p.json"]      # no temp file beside them
 
 

@@ -180,7 +180,8 @@ def _served(ratios: dict[int, float]) -> pd.DataFrame:
     rows = []
     for batch, ratio in ratios.items():
         base = {"profile": "p", "target": "t", "hardware": "H", "dataset": "d", "temperature": 0.0, "batch": batch,
-                "oom": 0, "not_served": "", "ar_throughput_tok_s": 100.0, "heldout_error": 0.05}
+                "oom": 0, "not_served": "", "ar_throughput_tok_s": 100.0, "heldout_error": 0.05,
+                "arrivals": deployments.load_of(300, 128).describe(batch)}
         rows.append({**base, "method": "ar", "drafter": "-", "config": "ar", "throughput_tok_s": 100.0,
                      "throughput_ratio": 1.0, "serving_verdict": "-"})
         rows.append({**base, "method": "sd", "drafter": "x", "config": "sd g3", "throughput_tok_s": 100.0 * ratio,
@@ -194,6 +195,8 @@ def test_where_speculation_stops_paying():
     best = deployments.best_per_batch(served)
     assert list(best["answer"]) == ["sd g3", "sd g3", "ar", "ar"]
     assert list(best["throughput_tok_s"]) == [200.0, 130.0, 100.0, 100.0]     # the answer's own numbers
+    assert best["arrivals"].iat[2] == ("48 requests (prompt 236, output 128 tokens) arrive together at t = 0, batch "
+                                       "limit 16: 16 decode at once, the others wait for a slot")
     assert np.isnan(deployments.stops_paying(_served({1: 2.0, 8: 1.1}))["stops_paying_at"].iat[0])
 
 
@@ -307,14 +310,36 @@ def test_a_batch_kv_memory_cannot_hold_is_refused_or_never_served_as_that_batch(
 
     profile = Profile.load("data/profiles/glide-vicuna-7b-h800.json")
     ctx, output = 448.0, 128
-    prompt = deployments.served_prompt(ctx, output)
+    load = deployments.load_of(ctx, output)
+    prompt = load.prompt_len
     most = memory_of(profile).capacity_tokens // (prompt + 1)
-    deployments.check_batch_sizes([profile], [1, most], {profile.name: ctx}, output)
+    deployments.check_batch_sizes([profile], [1, most], {profile.name: load})
     with pytest.raises(InputError, match=rf"--batch-sizes: {most + 1:,} sequences at once fit in no profile's KV "
                                          rf"memory \(glide-vicuna-7b-h800: at most {most:,} sequences of a "
                                          rf"{prompt}-token prompt and one token\); give batch sizes up to {most:,}"):
-        deployments.check_batch_sizes([profile], [1, most + 1, 100_000], {profile.name: ctx}, output)
-    beyond = deployments.serve_task(deployments.ServeTask(profile, "ar", {}, most + 20, prompt, output, 0))
+        deployments.check_batch_sizes([profile], [1, most + 1, 100_000], {profile.name: load})
+    beyond = deployments.serve_task(deployments.ServeTask(profile, "ar", {}, most + 20, load, 0))
     assert beyond["reached"] < most + 20 and beyond["not_served"].startswith(f"reaches batch {beyond['reached']} only")
-    fits = deployments.serve_task(deployments.ServeTask(profile, "ar", {}, 8, prompt, output, 0))
+    fits = deployments.serve_task(deployments.ServeTask(profile, "ar", {}, 8, load, 0))
     assert fits["reached"] == 8 and fits["not_served"] == ""
+
+
+def test_each_exported_file_is_priced_as_the_engine_runs_it(tmp_path):
+    """vLLM drafts EAGLE's tree as a chain: its file is priced as that chain (the drafter's chain twin),
+    not as the tree; SGLang's flags run the batch-1 tree at every batch: priced at each, and where the
+    engine runs what was served, the number is the served row's, to the digit."""
+    out = tmp_path / "out"
+    assert cli.main(["--profile", "data/profiles/coral-llama-3-8b-a6000.json", "--methods", "coral",
+                     "--batch-sizes", "1,8", "--export", "vllm,sglang", "--out", str(out), "--no-progress"]) == 0
+    index = {item["engine"]: item for item in json.loads((out / "exports.json").read_text())}
+    served = pd.read_csv(out / "deployments_served.csv")
+    row = lambda item, batch: served[(served["config"] == item["config"]) & (served["drafter"] == item["drafter"])
+                                     & (served["batch"] == batch)].iloc[0]
+    vllm, sglang = index["vllm"], index["sglang"]
+    assert [p["as_run"] for p in vllm["priced"]] == [f"{vllm['drafter']}-chain"] * len(vllm["priced"])
+    assert vllm["ratio"] == vllm["priced"][0]["ratio"] != pytest.approx(row(vllm, 1)["throughput_ratio"], rel=1e-6)
+    assert [p["batch"] for p in sglang["priced"]] == [1, 8] and sglang["match"] == "exact"
+    assert sglang["ratio"] == pytest.approx(row(sglang, 1)["throughput_ratio"], rel=1e-12)
+    notes = (out / "exports.md").read_text()
+    assert f"`{vllm['config']}` on {vllm['drafter']}-chain" in notes and "priced as the engine runs it" in notes
+    assert "upper bound" in notes

@@ -7,6 +7,7 @@ import pytest
 
 from simulator import Cluster, Workload, simulate_serving
 from simulator import report
+from simulator.batch_load import BatchLoad
 from tests.simulator.fixtures import LINEAR, profile_dict
 
 
@@ -40,7 +41,8 @@ def test_crossover_colours_match_across_panels_and_the_one_line_is_named(drawn, 
     table = pd.DataFrame([{"label": label, "batch": b, "throughput_tok_s": base * b * f, "tpot_ms": 10.0}
                           for b in (1, 4, 16, 64) for label, base, f in (("ar", 50, 1.0), ("sd", 80, 0.9),
                                                                          ("glide", 110, 0.85))])
-    report.write_crossover_report(tmp_path, table, "ar", "toy", "python -m experiments.simulate crossover")
+    report.write_crossover_report(tmp_path, table, "ar", "toy", "python -m experiments.simulate crossover",
+                                  BatchLoad(256, 128))
     left, right = drawn[0].axes[:2]
     colour = {line.get_label(): line.get_color() for line in left.lines if not line.get_label().startswith("_")}
     assert {line.get_label(): line.get_color() for line in right.lines
