@@ -80,7 +80,7 @@ def test_capacity_example_crossover_and_plain_load_are_what_the_command_prints(c
     states capacity.csv's numbers and the command that made them."""
     opts, profile, bundled = capacity_run
     best = pd.read_csv(bundled / "capacity.csv").assign(config=lambda f: f["config"].map(json.loads))
-    crossover = capacity._crossover(profile, best, opts)
+    crossover = capacity._crossover(profile, best, opts, opts.load.batch_load(opts.seed))
     pd.testing.assert_frame_equal(crossover, pd.read_csv(bundled / "crossover" / "crossover.csv"),
                                   check_exact=False, rtol=1e-9, check_dtype=False)
     label, method, config, start = capacity.candidates(profile, opts, LocalExecutor(workers=1))[0]

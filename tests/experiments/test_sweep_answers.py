@@ -108,7 +108,8 @@ def test_latencies_say_which_load_they_were_served_under():
     assert at[8]["latency_s_p50"] > at[8]["alone_s"]                           # B decoding together
     assert result.deployments["alone_s"].notna().all()
     for _, row in served[served["batch"] == 1].iterrows():
-        assert row["arrivals"].startswith("3 requests arrive together at t = 0, batch limit 1")
+        assert row["arrivals"].startswith("3 requests (prompt ")
+        assert "output 128 tokens) arrive together at t = 0, batch limit 1" in row["arrivals"]
         assert row["queue_s_p50"] > 0.5 * row["latency_s_p50"]       # the median request waited for one
         assert row["e2e_s_p50"] > 1.5 * row["latency_s_p50"]
         # one request alone: its prefill, then 127 decode steps of TPOT

@@ -73,7 +73,8 @@ def test_a_draft_model_of_another_tokenizer_is_one_line_exit_2(given, message, c
 def test_an_answer_rests_on_measured_acceptance_and_names_a_faster_assumed_one():
     import sweep.deployments as dep
     row = {"profile": "p", "target": "t", "hardware": "h", "dataset": "d", "temperature": 0.0, "batch": 1,
-           "oom": 0, "not_served": "", "heldout_error": 0.05, "serving_verdict": "speculate", "fits": True}
+           "oom": 0, "not_served": "", "heldout_error": 0.05, "serving_verdict": "speculate", "fits": True,
+           "arrivals": "3 requests (prompt 100, output 128 tokens) arrive together at t = 0, batch limit 1"}
     group = pd.DataFrame([
         {**row, "method": methods.BASELINE, "drafter": "-", "config": methods.BASELINE, "throughput_tok_s": 100.0,
          "acceptance_source": np.nan, "serving_verdict": "-"},
