@@ -129,7 +129,7 @@ def stdout_table(result: Any) -> str:
         view = answers[["deployment", "batch", "run", "tok/s", "x plain"]].copy()
         view["deployment"] = view["deployment"].str.slice(0, 60)
         lines += ["What to run (served by the simulator beside plain decoding; report.md says why):",
-                  view.to_string(index=False, float_format=lambda v: f"{v:.3g}"), ""]
+                  view.to_string(index=False, float_format=lambda v: f"{v:.3g}", na_rep="–"), ""]
     best = result.best.sort_values(["profile", "speedup"], ascending=[True, False])
     cols = [c for c in ["profile", "method", "drafter", "config", "speedup", "verdict", "tokens_per_step",
                         "sim_speedup"] if c in best]
