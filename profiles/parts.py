@@ -280,6 +280,12 @@ class Provenance:
                    details=Record({k: v for k, v in raw.items() if k not in cls.NAMED}))
 
     @property
+    def moved_from(self) -> str:
+        """The hardware the Profile was fitted on where `Profile.on_hardware` moved it ("" otherwise):
+        its held-out error was measured there, not on the hardware it now names."""
+        return str(self.details.get("moved_from", ""))
+
+    @property
     def ingested(self) -> tuple[Record, ...]:
         """What `calibrate.ingest --profile` merged, oldest first: format, sources, acceptance_key,
         latency_s (metric -> count, mean, p50, p90, p99 in seconds)."""

@@ -101,14 +101,16 @@ class Profile:
 
     def on_hardware(self, hardware: str) -> "Profile":
         """Every latency model moved to `hardware`'s datasheet, fitted efficiencies kept (a measured
-        table cannot move: InputError)."""
+        table cannot move: InputError); `provenance.moved_from` keeps the hardware the fit was made on."""
         try:
             name = get_hardware(hardware).name
         except ValueError as exc:
             raise InputError(str(exc)) from None
         moved = {model: spec.moved_to(name) for model, spec in self.latency.items()}
+        origin = self.provenance.moved_from or self.hardware    # where its fit (and held-out error) was made
+        provenance = replace(self.provenance, details=Record({**self.provenance.details, "moved_from": origin}))
         return replace(self, latency=moved, hardware=name, name=f"{self.name} -> {name}",
-                       machine=Machine(datasheet=name))
+                       machine=Machine(datasheet=name), provenance=provenance)
 
     # ---- drafters and acceptance ----------------------------------------------------------------------
     def drafter(self, name: str) -> Drafter:

@@ -169,7 +169,8 @@ def measured_batch(profile) -> float | None:
 
 
 def answers(rows: pd.DataFrame, served: list[dict[str, float]], batch: int, loads: dict[str, BatchLoad],
-            heldout: dict[str, float | None], measured: dict[str, float | None] | None = None) -> pd.DataFrame:
+            heldout: dict[str, float | None], measured: dict[str, float | None] | None = None,
+            fitted_on: dict[str, str] | None = None) -> pd.DataFrame:
     """Simulated rows at one batch, each with its throughput against ar of its deployment, the
     verdict that the Profile's held-out error allows (`scoring.confidence`) and, where the batch
     lies beyond the Profile's measured latency tables, the batch they were measured up to."""
@@ -178,6 +179,7 @@ def answers(rows: pd.DataFrame, served: list[dict[str, float]], batch: int, load
     out = out.join(ar, on=DEPLOYMENT)
     out["throughput_ratio"] = out["throughput_tok_s"] / out["ar_throughput_tok_s"]
     out["heldout_error"] = out["profile"].map(lambda p: np.nan if heldout.get(p) is None else heldout[p])
+    moved = out["profile"].map(lambda p: (fitted_on or {}).get(p, ""))
     verdicts = [scoring.confidence(np.asarray([r]), heldout.get(p))["verdict"][0]
                 for r, p in zip(out["throughput_ratio"], out["profile"])]
     out["serving_verdict"] = np.where(out["method"] == BASELINE, "-",
@@ -187,8 +189,12 @@ def answers(rows: pd.DataFrame, served: list[dict[str, float]], batch: int, load
     out["measured_up_to_batch"] = np.where(limit.notna() & (limit < batch), limit, np.nan)
     keep = DEPLOYMENT + ["batch", "method", "drafter", "config", "acceptance", "acceptance_source", "speedup",
                          "heldout_error", "verdict"]
-    return out[[c for c in keep if c in out] + SERVED + ["ar_throughput_tok_s", "throughput_ratio", "serving_verdict",
-                                                        "arrivals", "measured_up_to_batch"]]
+    columns = [c for c in keep if c in out] + SERVED + ["ar_throughput_tok_s", "throughput_ratio", "serving_verdict",
+                                                        "arrivals", "measured_up_to_batch"]
+    if moved.astype(bool).any():     # a Profile moved to other hardware: its error was measured on the first
+        out["heldout_fitted_on"] = moved
+        columns.append("heldout_fitted_on")
+    return out[columns]
 
 
 def _served(table: pd.DataFrame) -> pd.Series:
@@ -222,7 +228,9 @@ def _answer(group: pd.DataFrame) -> dict[str, Any]:
                    tied_with=", ".join(_named(r) for _, r in tied.iterrows()))
     pays = len(ran) and float(ran["throughput_ratio"].iat[0]) > 1.0
     chosen = ran.iloc[0] if pays else plain
-    err = "" if error != error else f" (the Profile's held-out error is {error:.1%})"
+    fitted_on = str(plain.get("heldout_fitted_on", "") or "")
+    err = ("" if error != error else f" (the Profile's held-out error is {error:.1%})" if not fitted_on else
+           f" (the held-out error of its {fitted_on} fit, {error:.1%}: not measured on {plain['hardware']})")
     if pays:
         verdict = str(chosen["serving_verdict"])
         why = (f"serves {chosen['throughput_ratio']:.2f}x plain decoding's tokens/s"

@@ -227,6 +227,7 @@ def _serve_deployments(profiles: list[Profile], opts: SweepOptions, executor, ta
     by_name = {p.name: p for p in profiles}
     hardware = {p.name: p.hardware for p in profiles}
     heldout = {p.name: p.heldout_error() for p in profiles}
+    fitted_on = {p.name: p.provenance.moved_from for p in profiles}
     measured = {p.name: deployments.measured_batch(p) for p in profiles}
     frames = []
     for batch in opts.batch_sizes or [opts.batch]:
@@ -234,7 +235,7 @@ def _serve_deployments(profiles: list[Profile], opts: SweepOptions, executor, ta
         cands = deployments.candidates(scored, hardware)
         tasks, rows = deployments.serve_tasks(cands, by_name, batch, loads, opts.seed)
         served = executor.map(deployments.serve_task, tasks, desc=f"serving the best (batch {batch})")
-        frames.append(deployments.answers(rows, served, batch, loads, heldout, measured))
+        frames.append(deployments.answers(rows, served, batch, loads, heldout, measured, fitted_on))
     return pd.concat(frames, ignore_index=True)
 
 

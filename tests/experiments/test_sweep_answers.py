@@ -160,3 +160,12 @@ def test_a_report_served_at_one_batch_does_not_claim_speculation_pays_at_every_b
     text = "\n".join(deployment_section(_sweep([CORAL], batch_sizes=None), {}, tmp_path))
     assert "Served at batch 1 only" in text and "--batch-sizes" in text
     assert "pays at every batch" not in text
+
+
+def test_a_profile_moved_to_other_hardware_says_where_its_error_was_measured():
+    moved = Profile.load(CORAL).on_hardware("H100")
+    assert moved.provenance.moved_from == "A6000" and moved.on_hardware("A100-80G").provenance.moved_from == "A6000"
+    result = _run([moved], ["coral"], sim_tokens=64)
+    why = result.deployments["why"].iat[0]
+    assert "(the held-out error of its A6000 fit, 6.0%: not measured on H100)" in why, why
+    assert "heldout_fitted_on" not in _run([Profile.load(CORAL)], ["coral"], sim_tokens=64).served
