@@ -297,7 +297,8 @@ def plan(profile: Profile, opts: CapacityOptions, executor) -> dict[str, Any]:
     crossover = _crossover(profile, best, opts, crossover_load)
     timings["crossover"] = time.perf_counter() - t
     return {"profile": profile.name, "hardware": profile.hardware, "all": table, "per_tp": per_tp, "best": best,
-            "curves": curves, "crossover": crossover, "crossover_load": crossover_load, "timings": timings}
+            "curves": curves, "crossover": crossover, "crossover_load": crossover_load,
+            "heldout_error": profile.heldout_error(), "timings": timings}
 
 
 def slo_line(row) -> str:

@@ -104,7 +104,7 @@ def write_report(result: dict[str, Any], opts: CapacityOptions, out: Path, comma
     atomic.write_csv(out / "curves.csv", curves)
     curves_plot(curves, opts, result["profile"], out / "curves.png")
     write_crossover_report(out / "crossover", result["crossover"], "no speculation", result["profile"], command,
-                           result["crossover_load"])
+                           result["crossover_load"], result.get("heldout_error"))
     cap = (f"batch cap {opts.load.max_batch} running sequences per replica (--max-batch)" if opts.load.max_batch else
            "batch cap per replica: the sequences of the workload's mean prompt + mean output (+ a step's reserved "
            "slots) that fit in its KV memory (each row's cap below; --max-batch sets one)")

@@ -83,3 +83,13 @@ def palette(labels, sns=None, name: str = "tab10") -> dict:
         import seaborn as sns
     labels = list(dict.fromkeys(labels))
     return dict(zip(labels, sns.color_palette(name, len(labels))))
+
+
+def error_band(ax, x, y, error: float, colour) -> bool:
+    """Shade y x (1 -/+ error) around a line: what a Profile's held-out relative error leaves
+    undecided (the reports' ties and verdicts use the same error); False when none is known."""
+    if not (error is not None and error > 0):
+        return False
+    y = np.asarray(y, dtype=float)
+    ax.fill_between(x, y * (1 - error), y * (1 + error), color=colour, alpha=0.15, lw=0)
+    return True

@@ -252,7 +252,7 @@ def run_crossover(args) -> None:
     load = BatchLoad(prompt_len=args.prompt_len, output_len=args.output_len)
     table = batch_crossover(profile, runs, batches, load, seed=args.seed, progress=progress_enabled(args.progress))
     command = "python -m experiments.simulate " + shlex.join(args.argv)
-    write_crossover_report(Path(args.out), table, BASELINE, profile.name, command, load)
+    write_crossover_report(Path(args.out), table, BASELINE, profile.name, command, load, profile.heldout_error())
     _print(table, ["label", "batch", "throughput_tok_s", "tpot_ms", "oom", "preemptions"])
 
 

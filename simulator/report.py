@@ -14,7 +14,7 @@ import pandas as pd
 from simulator.batch_load import BatchLoad, serve_at_batch
 from simulator.costs import Parallelism
 from common import atomic
-from common.plotting import palette, pyplot, readable_ticks, reference_line
+from common.plotting import error_band, palette, pyplot, readable_ticks, reference_line
 from common.progress import progress_bar
 
 
@@ -117,21 +117,25 @@ def crossover_batch(table: pd.DataFrame, baseline: str, label: str) -> int | Non
 
 
 def write_crossover_report(out: Path, table: pd.DataFrame, baseline: str, profile_name: str,
-                           command: str, load: BatchLoad) -> list[Path]:
-    """crossover.csv, crossover.png (throughput and speedup against batch) and README.md."""
+                           command: str, load: BatchLoad, heldout: float | None = None) -> list[Path]:
+    """crossover.csv, crossover.png (throughput and speedup against batch, each speedup shaded within
+    the Profile's held-out error `heldout` where it has one) and README.md."""
     plt, sns = pyplot()
     out = Path(out)
     pivot = table.pivot(index="batch", columns="label", values="throughput_tok_s").sort_index()
     speed = pivot.div(pivot[baseline], axis=0).drop(columns=[baseline])
     colours = palette([baseline] + [c for c in dict.fromkeys(table["label"]) if c != baseline], sns)
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    banded = False
     for label in colours:
         one = table[table["label"] == label].sort_values("batch")
         axes[0].plot(one["batch"], one["throughput_tok_s"], marker="o", color=colours[label], label=label)
         if label in speed:
             axes[1].plot(speed.index, speed[label], marker="o", color=colours[label], label=label)
+            banded |= error_band(axes[1], speed.index, speed[label], heldout, colours[label])
     axes[0].set(xlabel="batch size (running sequences)", ylabel="throughput (tokens/s)")
-    axes[1].set(xlabel="batch size (running sequences)", ylabel=f"throughput / {baseline} (plain decoding)")
+    axes[1].set(xlabel="batch size (running sequences)", ylabel=f"throughput / {baseline} (plain decoding)"
+                + (f"\nshaded: within the held-out error ({heldout:.1%})" if banded else ""))
     for ax in axes:
         readable_ticks(ax.xaxis, table["batch"])
         readable_ticks(ax.yaxis)
@@ -148,7 +152,9 @@ def write_crossover_report(out: Path, table: pd.DataFrame, baseline: str, profil
              f"Each point is served under the load of every batch size in this project (`simulator.batch_load`): "
              f"{load.describe()}. Continuous batching at the iteration level; each iteration's draft and verify "
              "forwards are priced by the Profile's fitted latency model at the batch's size, tokens per sequence "
-             "and mean context.", "", "![crossover](crossover.png)", "",
+             "and mean context." + (f" Shaded: each speedup within the Profile's held-out error ({heldout:.1%}): "
+                                    "a crossing inside it is undecided." if banded else ""),
+             "", "![crossover](crossover.png)", "",
              "| batch | " + " | ".join(f"{c} tok/s" for c in pivot.columns) + " | "
              + " | ".join(f"{c} / {baseline}" for c in speed.columns) + " |",
              "|" + "---|" * (1 + len(pivot.columns) + len(speed.columns))]

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from common import atomic
-from common.plotting import LABEL_BOX, pyplot, readable_ticks, reference_line
+from common.plotting import LABEL_BOX, error_band, pyplot, readable_ticks, reference_line
 from sweep import ranking
 from methods.spec import MethodSpec
 
@@ -222,14 +222,14 @@ def plot_method(spec: MethodSpec, frame: pd.DataFrame, path: Path) -> Path | Non
             along, title = line, f"{title}\n{x} = {sub[x].iloc[0]:g} only"     # drawn against the hue
             points = _best_of(sub, [along]).sort_values(along)
             ax.plot(points[along], points["speedup"], marker="o", ms=3.5, lw=1.4, color="dimgrey")
-            banded |= _band(ax, points[along], points["speedup"], _error(sub), "dimgrey")
+            banded |= error_band(ax, points[along], points["speedup"], _error(sub), "dimgrey")
         else:
             points = _best_of(sub.assign(__line=lines.loc[sub.index]), ["__line", x])
             for level in levels:
                 one = points[points["__line"] == level].sort_values(x)
                 if len(one):
                     ax.plot(one[x], one["speedup"], marker="o", ms=3.5, lw=1.4, color=palette[level])
-                    banded |= _band(ax, one[x], one["speedup"], _error(sub), palette[level])
+                    banded |= error_band(ax, one[x], one["speedup"], _error(sub), palette[level])
                     drawn.add(level)
         _x_axis(ax, sub[along])
         _plain_line(ax)
@@ -255,15 +255,6 @@ def plot_method(spec: MethodSpec, frame: pd.DataFrame, path: Path) -> Path | Non
 def _error(panel: pd.DataFrame) -> float:
     """The held-out relative error of the panel's Profile (NaN when its fit states none)."""
     return float(panel["heldout_error"].iloc[0]) if "heldout_error" in panel else float("nan")
-
-
-def _band(ax, x, speedup, error: float, colour) -> bool:
-    """Shade speedup x (1 -/+ error) around a line: what the Profile's held-out error leaves
-    undecided (the report's ties and verdicts use the same error); False when none is known."""
-    if not (error > 0):
-        return False
-    ax.fill_between(x, speedup * (1 - error), speedup * (1 + error), color=colour, alpha=0.15, lw=0)
-    return True
 
 
 def _heatmaps(spec: MethodSpec, panels, x: str, y: str, path: Path) -> Path:

@@ -42,12 +42,14 @@ def test_crossover_colours_match_across_panels_and_the_one_line_is_named(drawn, 
                           for b in (1, 4, 16, 64) for label, base, f in (("ar", 50, 1.0), ("sd", 80, 0.9),
                                                                          ("glide", 110, 0.85))])
     report.write_crossover_report(tmp_path, table, "ar", "toy", "python -m experiments.simulate crossover",
-                                  BatchLoad(256, 128))
+                                  BatchLoad(256, 128), heldout=0.06)
     left, right = drawn[0].axes[:2]
     colour = {line.get_label(): line.get_color() for line in left.lines if not line.get_label().startswith("_")}
     assert {line.get_label(): line.get_color() for line in right.lines
             if line.get_label() in ("sd", "glide")} == {k: colour[k] for k in ("sd", "glide")}
     assert any("ar = 1.0" in t.get_text() for t in right.texts)
+    assert len(right.collections) == 2 and "within the held-out error (6.0%)" in right.get_ylabel()   # a band a line
+    assert "Shaded: each speedup within the Profile's held-out error (6.0%)" in (tmp_path / "README.md").read_text()
 
 
 def test_the_wait_in_the_queue_is_apart_from_a_requests_own_latency():
