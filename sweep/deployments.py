@@ -169,23 +169,25 @@ def measured_batch(profile) -> float | None:
 
 
 def answers(rows: pd.DataFrame, served: list[dict[str, float]], batch: int, loads: dict[str, BatchLoad],
-            heldout: dict[str, float | None], measured: dict[str, float | None] | None = None,
-            fitted_on: dict[str, str] | None = None) -> pd.DataFrame:
+            profiles: dict[str, Profile]) -> pd.DataFrame:
     """Simulated rows at one batch, each with its throughput against ar of its deployment, the
-    verdict that the Profile's held-out error allows (`scoring.confidence`) and, where the batch
-    lies beyond the Profile's measured latency tables, the batch they were measured up to."""
+    verdict that its Profile's held-out error allows (`scoring.confidence`), where that error was
+    measured when the Profile was moved to other hardware and, where the batch lies beyond the
+    Profile's measured latency tables, the batch they were measured up to."""
     out = pd.concat([rows.reset_index(drop=True), pd.DataFrame(served)], axis=1).assign(batch=int(batch))
     ar = out[out["method"] == BASELINE].set_index(DEPLOYMENT)["throughput_tok_s"].rename("ar_throughput_tok_s")
     out = out.join(ar, on=DEPLOYMENT)
     out["throughput_ratio"] = out["throughput_tok_s"] / out["ar_throughput_tok_s"]
-    out["heldout_error"] = out["profile"].map(lambda p: np.nan if heldout.get(p) is None else heldout[p])
-    moved = out["profile"].map(lambda p: (fitted_on or {}).get(p, ""))
-    verdicts = [scoring.confidence(np.asarray([r]), heldout.get(p))["verdict"][0]
+    heldout = {name: p.heldout_error() for name, p in profiles.items()}
+    measured = {name: measured_batch(p) for name, p in profiles.items()}
+    out["heldout_error"] = out["profile"].map(lambda p: np.nan if heldout[p] is None else heldout[p])
+    moved = out["profile"].map({name: p.provenance.moved_from for name, p in profiles.items()})
+    verdicts = [scoring.confidence(np.asarray([r]), heldout[p])["verdict"][0]
                 for r, p in zip(out["throughput_ratio"], out["profile"])]
     out["serving_verdict"] = np.where(out["method"] == BASELINE, "-",
                                       np.where(out["not_served"] != "", scoring.DOES_NOT_FIT, verdicts))
     out["arrivals"] = out["profile"].map(lambda p: loads[p].describe(batch))
-    limit = out["profile"].map(lambda p: (measured or {}).get(p))
+    limit = out["profile"].map(lambda p: measured[p])
     out["measured_up_to_batch"] = np.where(limit.notna() & (limit < batch), limit, np.nan)
     keep = DEPLOYMENT + ["batch", "method", "drafter", "config", "acceptance", "acceptance_source", "speedup",
                          "heldout_error", "verdict"]

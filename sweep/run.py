@@ -226,16 +226,13 @@ def _serve_deployments(profiles: list[Profile], opts: SweepOptions, executor, ta
     batch, served by the simulator beside plain decoding under each deployment's load (`sweep.deployments`)."""
     by_name = {p.name: p for p in profiles}
     hardware = {p.name: p.hardware for p in profiles}
-    heldout = {p.name: p.heldout_error() for p in profiles}
-    fitted_on = {p.name: p.provenance.moved_from for p in profiles}
-    measured = {p.name: deployments.measured_batch(p) for p in profiles}
     frames = []
     for batch in opts.batch_sizes or [opts.batch]:
         scored = tables if batch == opts.batch else _score_tables(profiles, opts, executor, batch, [])
         cands = deployments.candidates(scored, hardware)
         tasks, rows = deployments.serve_tasks(cands, by_name, batch, loads, opts.seed)
         served = executor.map(deployments.serve_task, tasks, desc=f"serving the best (batch {batch})")
-        frames.append(deployments.answers(rows, served, batch, loads, heldout, measured, fitted_on))
+        frames.append(deployments.answers(rows, served, batch, loads, by_name))
     return pd.concat(frames, ignore_index=True)
 
 
