@@ -133,22 +133,20 @@ def _runs(entry: dict[str, Any], chosen: pd.Series, paying: list[tuple[int, Any]
     entry's on (None: plain decoding): vLLM's schedule switches with the batch (K = 0 where the
     chosen method stops paying); one set of flags or one generation_config runs as exported at every
     batch; transformers' assisted generation runs batch 1 only."""
-    batches = [b for b, _ in paying if b >= entry["batch"]]
+    later = [(b, r) for b, r in paying if b >= entry["batch"]]
     if entry["engine"] == "hf":
-        return [(1, chosen)] if 1 in batches else []
-    if entry.get("schedule"):
-        return [(b, r) for b, r in paying if b >= entry["batch"]]
-    return [(b, chosen) for b in batches]
+        return [(1, chosen)] if any(b == 1 for b, _ in later) else []
+    return later if entry.get("schedule") else [(b, chosen) for b, _ in later]
 
 
 def price_as_run(runs: list[tuple[int, Any]], engine: str, served: pd.DataFrame, deployment: dict[str, Any],
                  profiles: dict[str, Any], loads: dict[str, BatchLoad], seed: int) -> list[dict[str, Any]]:
     """Each (batch, configuration) the file runs, on the setup the engine runs it on
     (`EngineConfig.runs_on`: e.g. a tree drafter as vLLM's chain), served under the deployment's load
-    beside plain decoding (`sweep.deployments.serve_task`: the same run, seed and number as a served
-    row where the engine runs what was priced)."""
-    mask = np.logical_and.reduce([served[c] == v for c, v in deployment.items()])
-    plain = served[mask & (served["method"] == methods.BASELINE)].set_index("batch")
+    beside plain decoding (`sweep.deployments.serve_task`); where the engine runs what the sweep
+    already served at that batch, that served row's numbers (the same run and seed)."""
+    mine = _of(served, deployment)
+    plain = mine[mine["method"] == methods.BASELINE].set_index("batch")
     out = []
     for batch, row in runs:
         ar = plain.loc[batch]
@@ -157,25 +155,35 @@ def price_as_run(runs: list[tuple[int, Any]], engine: str, served: pd.DataFrame,
                         float(ar["throughput_tok_s"]), "ratio": 1.0, "tpot_ms": float(ar["tpot_ms"])})
             continue
         setup = _setup(profiles, row)
-        mapped = to_engine(engine, setup, row["config"])
-        runs_on = mapped.runs_on or setup
-        config = {**methods.parse_label(row["config"]).to_dict(), "acceptance": runs_on.acceptance_key,
-                  **({"drafter": runs_on.drafter} if runs_on.drafter else {})}
-        task = ServeTask(runs_on.profile, str(row["method"]), config, int(batch), loads[deployment["profile"]], seed)
-        s = serve_task(task)
-        out.append({"batch": batch, "config": row["config"], "as_run": runs_on.drafter if mapped.runs_on else "",
+        runs_on = to_engine(engine, setup, row["config"]).runs_on
+        same = mine[(mine["batch"] == batch) & (mine["method"] == row["method"]) & (mine["drafter"] == row["drafter"])
+                    & (mine["config"] == row["config"])]
+        if runs_on is None and len(same):
+            s = same.iloc[0]
+        else:
+            on = runs_on or setup
+            config = {**methods.parse_label(row["config"]).to_dict(), "acceptance": on.acceptance_key,
+                      **({"drafter": on.drafter} if on.drafter else {})}
+            s = serve_task(ServeTask(on.profile, str(row["method"]), config, int(batch), loads[deployment["profile"]],
+                                     seed))
+        out.append({"batch": batch, "config": row["config"], "as_run": runs_on.drafter if runs_on else "",
                     "throughput_tok_s": float(s["throughput_tok_s"]), "tpot_ms": float(s["tpot_ms"]),
                     "ratio": float(s["throughput_tok_s"]) / float(ar["throughput_tok_s"])})
     return out
 
 
+def _of(served: pd.DataFrame, deployment: dict[str, Any]) -> pd.DataFrame:
+    """The served rows of one deployment."""
+    return served[np.logical_and.reduce([served[c] == v for c, v in deployment.items()])]
+
+
 def _paying(served: pd.DataFrame, deployment: dict[str, Any], chosen: pd.Series) -> list[tuple[int, Any]]:
     """[(batch, row)] at every simulated batch of the deployment: the chosen (method, drafter)'s
     served best there, None where it does not beat plain decoding or did not fit in memory."""
-    mask = np.logical_and.reduce([served[c] == v for c, v in deployment.items()])
-    rows = served[mask & (served["method"] == chosen["method"]) & (served["drafter"] == chosen["drafter"])]
+    mine = _of(served, deployment)
+    rows = mine[(mine["method"] == chosen["method"]) & (mine["drafter"] == chosen["drafter"])]
     out = []
-    for batch in sorted(served.loc[mask, "batch"].unique()):
+    for batch in sorted(mine["batch"].unique()):
         at = rows[rows["batch"] == batch]
         pays = len(at) and int(at["oom"].iat[0]) == 0 and float(at["throughput_ratio"].iat[0]) > 1.0
         out.append((int(batch), at.iloc[0] if pays else None))
