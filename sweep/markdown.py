@@ -139,16 +139,12 @@ def measured_rows(result: Any) -> list[dict[str, Any]]:
         if measured is None:
             continue
         entry, k = measured.entry, None if measured.entry.alpha_by_position is None else len(measured.entry.alpha_by_position)
-        found, best_of_entry = pd.DataFrame(), pd.DataFrame()
-        for table in result.tables.values():
-            mine = table[(table["profile"] == name) & (table["acceptance"] == measured.key)]
-            if len(mine) and best_of_entry.empty:
-                best_of_entry = mine.sort_values("rank", kind="stable").head(1)
-            if k is not None and "gamma" in mine:
-                mine = mine[mine["gamma"] == k]
-            if len(mine):
-                found = mine.sort_values("rank", kind="stable").head(1)
-                break
+        # each method's rows on the entry, in the sweep's rank order; the first method's best, and the best at K
+        scored = [t[(t["profile"] == name) & (t["acceptance"] == measured.key)] for t in result.tables.values()]
+        scored = [t for t in scored if len(t)]
+        at_k = [t[t["gamma"] == k] if k is not None and "gamma" in t else t for t in scored]
+        best_of_entry = scored[0].head(1) if scored else pd.DataFrame()
+        found = next((t.head(1) for t in at_k if len(t)), pd.DataFrame())
         observed = {metric: measured.latency_s.get(metric, {}) for metric in ("itl", "tpot", "ttft")}
         row = {"profile": name, "hardware": profile.hardware, "key": measured.key, "format": measured.format,
                "sources": ", ".join(Path(s).name for s in measured.sources), "drafter": entry.drafter,
