@@ -120,11 +120,9 @@ def chain_twin(setup):
     """The setup of a tree drafter drafting a chain (an engine that runs chains), on the tree's
     acceptance entry: its chain-equivalent alpha overstates a chain's, so what it prices is an upper
     bound; None where the drafter states no tree (the chain is what was priced)."""
-    spec = setup.drafter_spec
-    if spec is None or spec.tree is None:
+    if setup.drafter is None or setup.drafter_spec.tree is None:
         return None
-    twin = f"{setup.drafter}-chain"
-    profile = replace(setup.profile, drafters={**setup.profile.drafters, twin: replace(spec, tree=None)})
+    profile, twin = setup.profile.with_chain_twin(setup.drafter)
     return replace(setup, profile=profile, drafter=twin)
 
 

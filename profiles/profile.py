@@ -119,6 +119,16 @@ class Profile:
                              f"(has: {', '.join(sorted(self.drafters)) or 'none'})")
         return self.drafters[name]
 
+    def with_chain_twin(self, name: str) -> tuple["Profile", str]:
+        """This Profile with drafter `name`'s chain twin (`<name>-chain`: the same drafter without its
+        stated tree, as an engine that drafts chains runs it) and the twin's name; itself and `name`
+        where the drafter states no tree."""
+        spec = self.drafter(name)
+        if spec.tree is None:
+            return self, name
+        twin = f"{name}-chain"
+        return replace(self, drafters={**self.drafters, twin: replace(spec, tree=None)}), twin
+
     def drafters_of(self, *kinds: str) -> list[str]:
         """Drafter names of the given kinds, in the Profile's order."""
         return [name for name, spec in self.drafters.items() if spec.kind in kinds]

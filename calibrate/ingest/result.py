@@ -281,11 +281,8 @@ def merge_into_profile(base: Profile, ingested: Ingested, options: IngestOptions
     if options.drafter and source_drafter and not same_model(options.drafter, source_drafter):
         raise InputError(f"--drafter '{options.drafter}' differs from the source's drafter '{source_drafter}'")
     key_drafter = profile_drafter(base, drafter)
-    drafters = base.drafters
-    if ingested.format in CHAIN_FORMATS and base.drafter(key_drafter).tree is not None:
-        chain = f"{key_drafter}-chain"        # the engine drafted a chain: priced as one, not as the stated tree
-        drafters = {**base.drafters, chain: replace(base.drafter(key_drafter), tree=None)}
-        key_drafter = chain
+    if ingested.format in CHAIN_FORMATS:      # the engine drafted a chain: priced as one, not as a stated tree
+        base, key_drafter = base.with_chain_twin(key_drafter)
     entry = {**entry, "drafter": key_drafter}
     if not entry.get("dataset"):
         known = sorted({*base.workload, *base.datasets()})
@@ -304,7 +301,7 @@ def merge_into_profile(base: Profile, ingested: Ingested, options: IngestOptions
     provenance = replace(base.provenance, details=Record({**details, "ingested": [*details.get("ingested", ()), record]}))
     # first of its drafter's entries: the measured deployment is the one the Profile answers for first
     acceptance = {key: model, **{k: v for k, v in base.acceptance.items() if k != key}}
-    return replace(base, drafters=drafters, acceptance=acceptance, provenance=provenance)
+    return replace(base, acceptance=acceptance, provenance=provenance)
 
 
 # ---- chain StepTraces -----------------------------------------------------------------------------
