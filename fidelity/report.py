@@ -93,6 +93,8 @@ def compare(pred: pd.DataFrame, runs: pd.DataFrame, error: float) -> pd.DataFram
     ar_step = ar_pred.reindex(pd.MultiIndex.from_frame(out[place]) if len(place) > 1 else out[place[0]]).to_numpy()
     out["latency_error"] = ((ar_step / out["predicted_step_s"])
                             / (out["measured_speedup"] / out["measured_tokens_per_step"]) - 1.0)
+    if "predicted_lo" in out:
+        out["in_interval"] = out["measured_speedup"].between(out["predicted_lo"], out["predicted_hi"])
     out["noise"] = np.hypot(out["spread"], out["acceptance_se"])
     out["within_2x_noise"] = out["rel_error"].abs() <= 2 * out["noise"]
     out["predicted_verdict"] = np.where(out["predicted_speedup"] > 1 + error, "speculate",
@@ -106,8 +108,8 @@ def compare(pred: pd.DataFrame, runs: pd.DataFrame, error: float) -> pd.DataFram
             "within_2x_noise", "n", "runs",
             "predicted_tokens_per_step", "measured_tokens_per_step", "acceptance_error", "predicted_step_s",
             "measured_step_s", "latency_error", "measured_tokens_per_s", "measured_e2e_tokens_per_s", "ctx_len", "predicted_verdict",
-            "measured_verdict", "verdict_flip"]
-    return out[keep]
+            "measured_verdict", "verdict_flip", "predicted_lo", "predicted_hi", "in_interval", "n_prompts", "prompts_to_confirm"]
+    return out[[c for c in keep if c in out]]
 
 
 def regret(fid: pd.DataFrame) -> pd.DataFrame:
@@ -254,6 +256,21 @@ def first_predictions(args, runs: pd.DataFrame) -> list[str]:
             f"(predictions_first.csv) erred by median {100 * err.median():.1f}%, worst {100 * err.max():.1f}%"]
 
 
+def interval_lines(spec: pd.DataFrame) -> list[str]:
+    """How often the measured speedup fell in its predicted 90% interval, how wide the intervals
+    were, and the prompts a run needs to tell the configurations from plain decoding."""
+    if "in_interval" not in spec:
+        return []
+    half = (spec["predicted_hi"] - spec["predicted_lo"]) / 2 / spec["predicted_speedup"]
+    need = spec["prompts_to_confirm"].dropna()
+    return [f"- within the predicted 90% interval (the Profile's held-out error and its calibration prompts' spread, "
+            f"for this run's prompts): {int(spec['in_interval'].sum())}/{len(spec)}; median half-width "
+            f"{100 * half.median():.1f}%"
+            + (f"; prompts a run needs to tell a configuration from plain decoding (90%): median {need.median():.0f}, "
+               f"{int((need <= spec.loc[need.index, 'n_prompts']).sum())}/{len(need)} within this run's"
+               if len(need) and "n_prompts" in spec else "")]
+
+
 def report(fid: pd.DataFrame, reg: pd.DataFrame, args, profile, prompts: list[str], minutes: float,
            runs: pd.DataFrame, notes: list[str] = ()) -> str:
     spec = fid[fid["method"] != BASELINE]
@@ -281,6 +298,7 @@ def report(fid: pd.DataFrame, reg: pd.DataFrame, args, profile, prompts: list[st
         f"- of which acceptance (tokens/step): median |error| {100 * spec['acceptance_error'].abs().median():.1f}%, "
         f"latency (step time): median |error| {100 * spec['latency_error'].abs().median():.1f}%",
         f"- within 2x the measurement noise: {int(spec['within_2x_noise'].sum())}/{len(spec)}",
+        *interval_lines(spec),
         *winners(spec),
         f"- verdict flips (predicted speculate/don't against measured): {int(spec['verdict_flip'].sum())}; "
         f"ties (within the Profile's held-out error {100 * args.error:.1f}%): {int((spec['predicted_verdict'] == 'tie').sum())}",

@@ -158,3 +158,14 @@ def predict(profile, cands: list[Candidate], dataset: str, ctx_len: float, sim_t
                      "predicted_step_s": float(scored["step_s"].iloc[0]),
                      "simulated_speedup": sim["sim_speedup"], "sim_se": sim["sim_se"], "ctx_len": float(ctx_len)})
     return pd.DataFrame(rows)
+
+
+def with_intervals(pred: pd.DataFrame, profile, prompts: dict[str, int]) -> pd.DataFrame:
+    """Predictions with the 90% interval of the speedup a run of `prompts[dataset]` prompts will
+    measure and the prompts a run needs to tell each configuration from plain decoding
+    (`sweep.scoring.speedup_intervals`)."""
+    n = pred["dataset"].map(prompts)
+    found = scoring.speedup_intervals(profile, pred["dataset"], pred["method"], pred["predicted_speedup"],
+                                      pred["predicted_tokens_per_step"], n.to_numpy(float))
+    return pred.assign(predicted_lo=found["speedup_lo"], predicted_hi=found["speedup_hi"], n_prompts=n,
+                       prompts_to_confirm=found["prompts_to_confirm"])

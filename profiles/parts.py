@@ -158,19 +158,34 @@ def typed_drafters(raw: dict[str, Any]) -> dict[str, Drafter]:
 # ---- workload -------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Workload:
-    """The context one dataset's traces saw: mean prompt tokens and mean new tokens per request."""
+    """The context one dataset's traces saw: mean prompt tokens and mean new tokens per request; and
+    how much one prompt's acceptance strays from the dataset's (`prompt_spread`, per method: the
+    relative standard deviation over the calibration prompts of a prompt's tokens per step, divided
+    by the share of its tokens that speculation added, (T - 1) / T, the median over the method's
+    calibrated configurations; measured on `spread_prompts` prompts each). Prediction intervals and
+    the prompts a comparison needs follow from it (`costmodel.uncertainty`)."""
 
     prompt_tokens: float
     new_tokens: float
     source: str | None = None
+    prompt_spread: Record = field(default_factory=Record)     # method -> relative spread per unit of gain
+    spread_prompts: int | None = None
 
     @classmethod
     def of(cls, raw: Any, where: str) -> "Workload":
         if not isinstance(raw, dict):
             raise InputError(f"{where} must be an object with prompt_tokens and new_tokens")
+        spread = _object(raw.get("prompt_spread", {}), f"{where}.prompt_spread")
+        prompts = raw.get("spread_prompts")
+        if spread and (isinstance(prompts, bool) or not isinstance(prompts, int) or prompts < 2):
+            raise InputError(f"{where}.spread_prompts must be a whole number >= 2 (the prompts prompt_spread "
+                             f"was measured on), got {prompts!r}")
         return cls(_number(raw.get("prompt_tokens"), f"{where}.prompt_tokens", 0.0, "of tokens"),
                    _number(raw.get("new_tokens"), f"{where}.new_tokens", 1.0, "of tokens"),
-                   _text(raw.get("source"), f"{where}.source"))
+                   _text(raw.get("source"), f"{where}.source"),
+                   Record({str(m): _number(v, f"{where}.prompt_spread.{m}", 0.0, "(a fraction)")
+                           for m, v in spread.items()}),
+                   prompts if spread else None)
 
     @property
     def mean_ctx(self) -> float:
@@ -178,8 +193,12 @@ class Workload:
         return self.prompt_tokens + self.new_tokens / 2.0
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"prompt_tokens": self.prompt_tokens, "new_tokens": self.new_tokens}
-        return {**out, "source": self.source} if self.source is not None else out
+        out: dict[str, Any] = {"prompt_tokens": self.prompt_tokens, "new_tokens": self.new_tokens}
+        if self.source is not None:
+            out["source"] = self.source
+        if self.prompt_spread:
+            out.update(prompt_spread=dict(self.prompt_spread), spread_prompts=self.spread_prompts)
+        return out
 
 
 # ---- the engine's terms -------------------------------------------------------------------------------------

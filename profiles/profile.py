@@ -218,6 +218,14 @@ class Profile:
         entry = self._workload(dataset)
         return None if entry is None else entry.mean_ctx
 
+    def prompt_spread(self, dataset: str | None, method: str) -> tuple[float, int] | None:
+        """(spread, calibration prompts) of `method` on `dataset` (`Workload.prompt_spread`): how far
+        one prompt's acceptance strays from the dataset's; None where the traces did not record it."""
+        entry = self._workload(dataset)
+        if entry is None or method not in entry.prompt_spread:
+            return None
+        return float(entry.prompt_spread[method]), int(entry.spread_prompts)
+
     def workload_new_tokens(self, dataset: str | None) -> int | None:
         """Mean new tokens per prompt in the traces of `dataset` (None: no workload recorded)."""
         entry = self._workload(dataset)

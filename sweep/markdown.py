@@ -26,8 +26,8 @@ from sweep.plots import no_figure_note, not_drawn
 REPORT_ROWS = 5            # rows per (profile, method) in a method's section (at most --top)
 SHOWN_COLUMNS = ["profile", "method", "drafter", "dataset", "config", "speedup", "verdict", "tokens_per_step",
                  "verified_per_step", "draft_cost"]
-BEST_COLUMNS = ["profile", "method", "drafter", "dataset", "acceptance_source", "config", "speedup", "ties", "verdict",
-                "tokens_per_step",
+BEST_COLUMNS = ["profile", "method", "drafter", "dataset", "acceptance_source", "config", "speedup", "speedup_lo", "speedup_hi",
+                "prompts_to_confirm", "ties", "verdict", "tokens_per_step",
                 "verified_per_step", "draft_cost", "ctx_len", "heldout_error", "sim_speedup", "sim_p05", "sim_p95"]
 # the answer table of one deployment: column -> header
 ANSWER_TABLE = {"batch": "batch", "answer": "run", "throughput_tok_s": "tok/s", "ar_throughput_tok_s": "plain tok/s",
@@ -262,7 +262,11 @@ def best_section(result: Any) -> list[str]:
              "rule in every table and plot. `verdict`: speculate only when the predicted gain exceeds the held-out "
              f"error, tie within it, `{scoring.DOES_NOT_FIT}` when its sequences do not fit in one GPU's memory. "
              "`sim_*`: the simulator's speedup over repeated seeded runs (pooled, 5th and 95th percentile of "
-             "per-run speedup). `acceptance_source`: ASSUMED where no one measured the method's drafter on this "
+             "per-run speedup). `speedup_lo`-`speedup_hi`: the 90% interval of the long-run speedup (the held-out "
+             "error and, where the Profile records it, how far one prompt's acceptance strays, over its calibration "
+             "prompts); `prompts_to_confirm`: prompts a benchmark needs before the gain over plain decoding stands "
+             "clear of the prompt-to-prompt spread at 90% (blank where the Profile records no spread; "
+             "`costmodel.uncertainty`). `acceptance_source`: ASSUMED where no one measured the method's drafter on this "
              "target (next section).", "",
              md_table(best, BEST_COLUMNS), ""]
     lines += _memory_notes(result, best)

@@ -33,6 +33,7 @@ from calibrate.assumed import ASSUMED, is_assumed
 from profiles.profile import Profile
 from common.errors import InputError
 from common.seeds import derive_seed
+from costmodel import uncertainty
 from costmodel.step import step_cost, step_seconds
 from methods.spec import Setup, plain_shape
 from costmodel.hardware import get_hardware
@@ -257,6 +258,22 @@ def confidence(speedup: np.ndarray, error: float | None) -> dict[str, Any]:
     speedup = np.asarray(speedup, dtype=float)
     verdict = np.where(speedup > 1 + err, "speculate", np.where(speedup < 1 - err, "don't", "tie"))
     return {"heldout_error": np.nan if error is None else err, "verdict": verdict}
+
+
+def speedup_intervals(profile: Profile, datasets, method_names, speedup, tokens_per_step,
+                      prompts=None) -> dict[str, np.ndarray]:
+    """Per row: the 90% interval of the speedup measured over `prompts` prompts (None: a deployment's
+    long run) and the prompts a run needs to tell the configuration from plain decoding
+    (`costmodel.uncertainty`: the Profile's held-out error; its datasets' prompt spread per method,
+    where recorded: no prompt count without it)."""
+    spread = [profile.prompt_spread(d, m) for d, m in zip(datasets, method_names)]
+    sd = uncertainty.prompt_sd(tokens_per_step, [np.nan if s is None else s[0] for s in spread])
+    half = uncertainty.half_width(profile.heldout_error() or 0.0, sd, prompts,
+                                  [np.inf if s is None else s[1] for s in spread])
+    low, high = uncertainty.interval(speedup, half)
+    plain = np.asarray([m == methods.BASELINE for m in method_names])
+    need = np.where(np.isnan(sd) | plain, np.nan, uncertainty.prompts_to_resolve(speedup, sd))
+    return {"speedup_lo": low, "speedup_hi": high, "prompts_to_confirm": need}
 
 
 def tabulated(latency):

@@ -1,0 +1,79 @@
+"""How far one prompt's acceptance strays from its dataset's: fitted from StepTraces
+(`calibrate.engine.prompt_spreads`), recorded in a Profile (`calibrate.spread`), read back typed."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from calibrate import spread
+from calibrate.engine import StepRun, prompt_spreads, workload
+from common.bundled import bundled
+from common.errors import InputError
+from profiles.profile import Profile
+from traces.schema import RunMetadata, write_trace
+
+
+def steps(method: str, per_prompt: dict[str, list[int]], run: str = "r") -> pd.DataFrame:
+    rows = [{"run_id": run, "method": method, "prompt_id": p, "step": i, "ctx_len": 50 + i, "accepted": a}
+            for p, accepted in per_prompt.items() for i, a in enumerate(accepted)]
+    return pd.DataFrame(rows)
+
+
+def test_the_spread_is_the_prompts_relative_deviation_per_unit_of_gain():
+    prompts = {"a": [1, 1, 1, 1], "b": [2, 2, 2, 2], "c": [3, 3, 3, 3], "d": [2, 2, 2, 2]}
+    got = prompt_spreads(pd.concat([steps("sd", prompts), steps("ar", {p: [1] * 4 for p in prompts}, "plain")]))
+    tps = np.array([1.0, 2.0, 3.0, 2.0])
+    assert got == {"prompt_spread": {"sd": round(tps.std(ddof=1) / tps.mean() / (1 / 2), 4)}, "spread_prompts": 4}
+    # three prompts say nothing; nor does plain decoding
+    assert prompt_spreads(steps("sd", {"a": [1, 2], "b": [2, 2], "c": [3, 1]})) == {}
+
+
+def test_the_workload_carries_the_spread_into_the_profile():
+    frame = steps("sd", {"a": [1, 2], "b": [2, 2], "c": [3, 1], "d": [1, 1]}).assign(config="{}")
+    got = workload([StepRun(frame, "vanilla", "mt-bench")])["mt-bench"]
+    assert set(got) == {"prompt_tokens", "new_tokens", "prompt_spread", "spread_prompts"}
+    base = Profile.load(bundled("profiles", "smollm2-135m-cpu.json")).to_dict()
+    profile = Profile.from_dict({**base, "workload": {"mt-bench": got}})
+    assert profile.prompt_spread("mt-bench", "sd") == (got["prompt_spread"]["sd"], 4)
+    assert profile.prompt_spread("mt-bench", "coral") is None and profile.prompt_spread("lib-edit", "sd") is None
+    assert Profile.from_dict(profile.to_dict()).to_dict() == profile.to_dict()
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"prompt_spread": {"sd": 0.3}}, "spread_prompts must be a whole number >= 2"),
+    ({"prompt_spread": {"sd": -0.3}, "spread_prompts": 4}, "prompt_spread.sd must be a number >= 0"),
+    ({"prompt_spread": [0.3], "spread_prompts": 4}, "prompt_spread must be an object"),
+])
+def test_a_bad_spread_is_refused_in_one_line(bad, message):
+    base = Profile.load(bundled("profiles", "smollm2-135m-cpu.json")).to_dict()
+    with pytest.raises(InputError, match=message):
+        Profile.from_dict({**base, "workload": {"mt-bench": {"prompt_tokens": 60.0, "new_tokens": 32.0, **bad}}})
+
+
+def _trace(path, dataset: str, prompts: list[str]) -> None:
+    frame = steps("prompt_lookup", {p: [1 + i % 3, 2, 1, 3] for i, p in enumerate(prompts)})
+    frame = frame.assign(pair=-1, config=json.dumps({"gamma": 3, "n_min": 2, "n_max": 3}), draft_forwards=0,
+                         draft_s=0.0, verify_tokens=4, verify_s=0.03, overhead_s=0.001)
+    frame["accept_mask"] = [[True] * (a - 1) + [False] for a in frame["accepted"]]
+    frame["confidences"] = [[] for _ in range(len(frame))]
+    write_trace(path, frame, RunMetadata(kind="step", dataset=dataset, models={"target": "smollm2-135m"}))
+
+
+def test_the_command_records_the_spread_and_refuses_held_out_prompts(tmp_path, capsys):
+    source = Profile.load(bundled("profiles", "smollm2-135m-cpu.json"))
+    calibrated = [p for p in source.provenance.calibration_prompts if p.startswith("libedit/")][:5]
+    _trace(tmp_path / "steps_pl_lib-edit.parquet", "lib-edit", calibrated)
+    out = tmp_path / "p.json"
+    assert spread.main(["--profile", str(bundled("profiles", "smollm2-135m-cpu.json")), "--traces", str(tmp_path),
+                        "--out", str(out)]) == 0
+    moved = Profile.load(out)
+    assert moved.prompt_spread("lib-edit", "prompt_lookup")[1] == 5
+    unmoved = lambda p: {k: v for k, v in p.to_dict().items() if k != "workload"}      # noqa: E731
+    assert unmoved(moved) == unmoved(source)
+    _trace(tmp_path / "steps_pl_held.parquet", "lib-edit", ["libedit/99", *calibrated])
+    assert spread.main(["--profile", str(out), "--traces", str(tmp_path)]) == 2
+    assert "not calibrated on (libedit/99" in capsys.readouterr().err
+    assert Profile.load(out).to_dict() == moved.to_dict()       # refused: untouched
