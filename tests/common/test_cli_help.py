@@ -25,7 +25,8 @@ CLIS = [
     ("calibrate.fit", []), ("calibrate.ingest.__main__", []), ("experiments.paper_profiles", []), ("calibrate.transfer", []),
     ("calibrate.vllm.__main__", []), ("experiments.vllm_h100", []),
     ("profiles.migrate", []), ("traces.batch_bench", []), ("calibrate.quick", []),
-    ("experiments.serve_load", []), ("experiments.smollm2_batch", []),
+    ("experiments.serve_load", []), ("experiments.smollm2_batch", []), ("calibrate.spread", []),
+    ("experiments.acceptance_length", []),
     ("traces.record", []), ("traces.check_replay", []), ("traces.timing", []),
     ("runtime.engine.__main__", []), ("training.__main__", []), ("experiments.examples", []),
 ]
