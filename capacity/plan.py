@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from capacity.deploy import add_costs, batch_cap, check_tp, cheapest, fits_nowhere
+from costmodel import uncertainty
 from costmodel.price import DEFAULT_GPU_HOUR_PRICE
 from methods import BASELINE, names as method_names
 from profiles.profile import Profile
@@ -280,7 +281,8 @@ def plan(profile: Profile, opts: CapacityOptions, executor) -> dict[str, Any]:
     per_tp["gpus"] = per_tp["replicas"] * per_tp["tp"]
     per_tp = pd.concat([per_tp, pd.DataFrame(served)], axis=1)
     mean_output = opts.load.workload(1.0).mean_output(opts.seed)
-    best = add_costs(cheapest(per_tp), opts.target_rate, mean_output, opts.gpu_hour_price)
+    best = with_rate_interval(add_costs(cheapest(per_tp), opts.target_rate, mean_output, opts.gpu_hour_price),
+                              profile.heldout_error(), opts.target_rate)
     timings["gpus"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -299,6 +301,19 @@ def plan(profile: Profile, opts: CapacityOptions, executor) -> dict[str, Any]:
     return {"profile": profile.name, "hardware": profile.hardware, "all": table, "per_tp": per_tp, "best": best,
             "curves": curves, "crossover": crossover, "crossover_load": crossover_load,
             "heldout_error": profile.heldout_error(), "timings": timings}
+
+
+def with_rate_interval(best: pd.DataFrame, error: float | None, target_rate: float) -> pd.DataFrame:
+    """Each row's highest rate within the SLO as a 90% interval (`costmodel.uncertainty.interval`
+    at the Profile's held-out error: the relative error of a throughput the step model prices) and
+    the GPUs the target would take at either end (TP x replicas from the per-replica rate, as the
+    plan's own first estimate is made); no interval without a held-out error."""
+    if error is None:
+        return best.assign(max_rate_lo=np.nan, max_rate_hi=np.nan, gpus_lo=np.nan, gpus_hi=np.nan)
+    low, high = uncertainty.interval(best["max_rate"], error)
+    gpus = lambda rate: [math.ceil(target_rate / r) * tp if r > 0 and np.isfinite(r) else np.nan  # noqa: E731
+                         for r, tp in zip(rate, best["tp"])]
+    return best.assign(max_rate_lo=low, max_rate_hi=high, gpus_lo=gpus(high), gpus_hi=gpus(low))
 
 
 def slo_line(row) -> str:

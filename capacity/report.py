@@ -55,13 +55,15 @@ def _ms(row, metric: str, prefix: str = "target_") -> str:
 
 def deployment_table(best: pd.DataFrame) -> list[str]:
     """Per method: configuration, TP x replicas = GPUs, load per replica, cost, saving, batch cap."""
-    lines = ["| method | configuration | TP | replicas | GPUs | max req/s per replica (per GPU) | "
+    lines = ["| method | configuration | TP | replicas | GPUs (90%) | max req/s per replica (90%; per GPU) | "
              "USD / M output tok at target | at max load | saving vs no speculation | batch cap (peak at max load) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in best.itertuples():
         saving = "-" if row.method == BASELINE else "n/a" if pd.isna(row.saving) else f"{100 * row.saving:+.0f}%"
-        lines.append(f"| {row.method} | {row.label} | {int(row.tp)} | {_n(row.replicas)} | {_n(row.gpus)} | "
-                     f"{row.max_rate:.2f} ({row.rate_per_gpu:.2f}) | {_n(row.usd_per_m_tok, '.3f')} | "
+        rates = f" ({row.max_rate_lo:.2f}-{row.max_rate_hi:.2f})" if row.max_rate_lo == row.max_rate_lo else ""
+        gpus = f" ({_n(row.gpus_lo)}-{_n(row.gpus_hi)})" if row.gpus_lo == row.gpus_lo else ""
+        lines.append(f"| {row.method} | {row.label} | {int(row.tp)} | {_n(row.replicas)} | {_n(row.gpus)}{gpus} | "
+                     f"{row.max_rate:.2f}{rates}; {row.rate_per_gpu:.2f} | {_n(row.usd_per_m_tok, '.3f')} | "
                      f"{_n(row.usd_per_m_tok_at_max, '.3f')} | {saving} | "
                      f"{int(row.batch_cap)} {row.cap_source} ({_n(row.peak_batch)}) |")
     return lines
@@ -120,7 +122,9 @@ def write_report(result: dict[str, Any], opts: CapacityOptions, out: Path, comma
         *[f"{method}: no rate met the SLO at any TP tried (candidates.csv has the closest).\n" for method
           in dict.fromkeys(result["all"]["method"]) if method not in set(best["method"])],
         "A replica is TP GPUs (tensor parallel, `simulator.costs.Parallelism`); GPUs = TP x replicas, the fewest over "
-        "the TPs tried (ties: the smaller TP). USD per million output tokens at the target: GPUs x price over the "
+        "the TPs tried (ties: the smaller TP). The 90% intervals: the highest rate divided by 1 +/- the Profile's "
+        "held-out error (`costmodel.uncertainty`), and the GPUs the target takes at either end, replicas estimated "
+        "from the per-replica rate (the plan's own count is found by simulating the cluster). USD per million output tokens at the target: GPUs x price over the "
         "target's output tokens in an hour (target req/s x mean output length); at max load: one replica's GPUs at its "
         "highest rate within the SLO. Plain decoding is the `ar` row (no speculation). Batch cap (peak): the running "
         "sequences a replica admits, where that cap comes from, and the most that ran at once at max load; a peak "

@@ -53,6 +53,15 @@ def test_plan_and_report(tmp_path):
     assert (tmp_path / "crossover" / "crossover.csv").exists()
 
 
+def test_the_highest_rate_and_the_gpus_carry_the_profiles_heldout_error():
+    best = pd.DataFrame({"max_rate": [10.0, 4.0], "tp": [1, 2]})
+    got = capacity.with_rate_interval(best, 0.25, target_rate=21.0)
+    assert got["max_rate_lo"].tolist() == pytest.approx([8.0, 3.2])
+    assert got["max_rate_hi"].tolist() == pytest.approx([10 / 0.75, 4 / 0.75])
+    assert got["gpus_lo"].tolist() == [2, 8] and got["gpus_hi"].tolist() == [3, 14]    # TP x replicas
+    assert capacity.with_rate_interval(best, None, 21.0)["max_rate_lo"].isna().all()
+
+
 def test_unmeetable_slo_says_so_and_shows_the_closest(tmp_path, capsys):
     path = toy_profile().save(tmp_path / "toy.json")
     code = capacity_cli.main(["--profile", str(path), "--methods", "sd", "--slo-tpot-p50", "0.01", "--duration", "4",
