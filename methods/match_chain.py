@@ -26,7 +26,11 @@ exact answer is free: every configuration's steps follow from the calibration ou
 (`traces.lookup_replay`). So an entry may also hold `replayed`: each sweep configuration's tokens per
 step and share of steps that propose, replayed on its calibration outputs of `replayed_new_tokens`
 tokens (`replay_table`). The closed form then takes the replay, carried to another generation
-length by the chain's own ratio between the two lengths (`replayed_at`). The simulator needs a
+length by the chain's own ratio between the two lengths (`replayed_at`); where the entry also holds a
+`length_shape` (each configuration replayed on the first L tokens of long answers, at several L), that
+shape's ratio carries it instead, linear in log length, and the chain only past the lengths replayed
+(`length_factors`): copying grows and fades within an answer in ways a chain of constant parameters
+does not follow. The simulator needs a
 per-step law, which the replay's averages do not give: it draws from the chain with its hit and
 sigma refitted to the configuration's replay (`fitted_to_replay`), so it keeps the chain's streaks
 and the replay's averages.
@@ -60,6 +64,10 @@ class MatchAcceptance:
     catch: float = 1.0      # entry per extra token of n_min (1: n_min does not change how copies are found)
     replayed: dict[str, tuple[float, float]] | None = field(default=None, compare=False)   # label -> (tokens/step, proposing share)
     replayed_new_tokens: int | None = None   # the generation length the replay ran
+    # length -> label -> (tokens/step, proposing share) replayed on the first `length` tokens of long
+    # answers (`length_prompts` of them): how each configuration's replay moves with the answer's length
+    length_shape: dict[int, dict[str, tuple[float, float]]] | None = field(default=None, compare=False)
+    length_prompts: int | None = None
 
     def parameters(self) -> dict[str, float]:
         """The chain's probabilities (PARAMETERS), without the replay it may hold."""
@@ -70,6 +78,10 @@ class MatchAcceptance:
         if self.replayed is not None:
             out.update(replayed={label: list(pair) for label, pair in self.replayed.items()},
                        replayed_new_tokens=self.replayed_new_tokens)
+        if self.length_shape is not None:
+            out.update(length_shape={str(n): {label: list(pair) for label, pair in table.items()}
+                                     for n, table in sorted(self.length_shape.items())},
+                       length_prompts=self.length_prompts)
         return out
 
     def found(self, n_min) -> np.ndarray:
@@ -150,9 +162,36 @@ def replayed_at(part: MatchAcceptance, labels, n_min, n_max, gamma, new_tokens: 
     held = np.array([part.replayed.get(label, (np.nan, np.nan)) for label in labels], float).reshape(n, 2)
     base = chain if new_tokens == part.replayed_new_tokens else chain_at(part, n_min, n_max, gamma,
                                                                           part.replayed_new_tokens)
-    tokens = np.where(np.isnan(held[:, 0]), chain[0], held[:, 0] * chain[0] / base[0])
-    proposing = np.where(np.isnan(held[:, 1]), chain[1], np.clip(held[:, 1] * chain[1] / base[1], 0.0, 1.0))
+    ratio = [c / b for c, b in zip(chain, base)]         # the chain's carry from the replay's length
+    shaped = length_factors(part, labels, new_tokens)
+    if shaped is not None:          # where the long answers replayed a configuration, their shape carries
+        factor, reach = shaped      # it, and the chain only past their longest (or before their shortest)
+        end = chain if reach == new_tokens else chain_at(part, n_min, n_max, gamma, reach)
+        ratio = [np.where(np.isnan(f), r, f * c / e) for f, r, c, e in zip(factor, ratio, chain, end)]
+    tokens = np.where(np.isnan(held[:, 0]), chain[0], held[:, 0] * ratio[0])
+    proposing = np.where(np.isnan(held[:, 1]), chain[1], np.clip(held[:, 1] * ratio[1], 0.0, 1.0))
     return tokens, proposing
+
+
+def length_factors(part: MatchAcceptance, labels, new_tokens: int | None):
+    """((tokens factor, share factor) per label, the length they reach): each configuration's replay on
+    the long answers at `new_tokens` (linear in log length between the lengths replayed, clamped to
+    their range) over the same at the entry's replay length; NaN where a label was not replayed at
+    every length. None where the entry holds no length shape, or for the stationary chain."""
+    if not part.length_shape or new_tokens is None or part.replayed_new_tokens is None:
+        return None
+    lengths = np.array(sorted(part.length_shape), float)
+    reach = float(np.clip(new_tokens, lengths[0], lengths[-1]))
+    start = float(np.clip(part.replayed_new_tokens, lengths[0], lengths[-1]))
+    at = np.array([[part.length_shape[int(n)].get(label, (np.nan, np.nan)) for n in lengths] for label in labels],
+                  float).reshape(len(labels), len(lengths), 2)
+    x = np.log(lengths)
+
+    def value(length: float, which: int) -> np.ndarray:
+        return np.array([np.interp(np.log(length), x, row) for row in at[:, :, which]])
+
+    factors = tuple(value(reach, i) / value(start, i) for i in (0, 1))
+    return factors, (int(round(reach)) if reach != new_tokens else new_tokens)
 
 
 def fitted_to_replay(part: MatchAcceptance, config) -> MatchAcceptance:

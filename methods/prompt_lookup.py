@@ -60,7 +60,8 @@ class PromptLookup(MethodSpec):
         return {self.name: AssumedDrafter({"kind": self.name}, None, "llama-3.1-8b-h100-vllm", self.name, "sharegpt",
                                           "the acceptance of vLLM's n-gram proposer (window 3-7) replayed on "
                                           "Llama-3.1-8B-Instruct's outputs (SpecDecode-Bench)",
-                                          drop=(f"{self.name}.replayed", f"{self.name}.replayed_new_tokens"))}
+                                          drop=(f"{self.name}.replayed", f"{self.name}.replayed_new_tokens",
+                                                f"{self.name}.length_shape", f"{self.name}.length_prompts"))}
 
     def drafters(self, arch):
         return {self.name: {"kind": self.name}}        # no model: the entry holds its own acceptance
@@ -119,8 +120,34 @@ class PromptLookup(MethodSpec):
                     raise InputError(f"{where}: {self.name}.replayed['{label}'] must be [tokens per step >= 1, "
                                      f"a share in [0, 1]], got {pair!r}")
             replayed = {self.parse(label).label: (float(a), float(b)) for label, (a, b) in replayed.items()}
+        shape, prompts = raw.get("length_shape"), raw.get("length_prompts")
+        if shape is not None:
+            if replayed is None or not isinstance(shape, dict) or len(shape) < 2:
+                raise InputError(f"{where}: {self.name}.length_shape needs a replay and two or more lengths")
+            if isinstance(prompts, bool) or not isinstance(prompts, int) or prompts < 1:
+                raise InputError(f"{where}: {self.name}.length_prompts must be a whole number >= 1, got {prompts!r}")
+            shape = {self._length(n, where): {self.parse(label).label: self._pair(pair, where, f"length_shape['{n}']", label)
+                                              for label, pair in table.items()} for n, table in shape.items()}
         return MatchAcceptance(**{k: float(raw.get(k, 1.0)) for k in PARAMETERS}, replayed=replayed,
-                               replayed_new_tokens=length if replayed is not None else None)
+                               replayed_new_tokens=length if replayed is not None else None,
+                               length_shape=shape, length_prompts=prompts if shape is not None else None)
+
+    @staticmethod
+    def _length(text, where: str) -> int:
+        try:
+            n = int(text)
+        except (TypeError, ValueError):
+            n = 0
+        if n < 1 or str(n) != str(text).strip():
+            raise InputError(f"{where}: prompt_lookup.length_shape has length {text!r}; lengths are whole numbers >= 1")
+        return n
+
+    def _pair(self, pair, where: str, table: str, label: str) -> tuple[float, float]:
+        if (not isinstance(pair, (list, tuple)) or len(pair) != 2 or not all(isinstance(v, (int, float)) for v in pair)
+                or pair[0] < 1 or not 0 <= pair[1] <= 1):
+            raise InputError(f"{where}: {self.name}.{table}['{label}'] must be [tokens per step >= 1, "
+                             f"a share in [0, 1]], got {pair!r}")
+        return float(pair[0]), float(pair[1])
 
     def fit_steps(self, frame, *, dataset, temperature, source):
         """`MatchAcceptance` by maximum likelihood of every generation's steps (each in order, its

@@ -236,6 +236,38 @@ def test_a_replayed_configuration_is_priced_at_its_replay_carried_by_the_chains_
     assert chain.shape == at_32.shape
 
 
+def test_a_length_shape_carries_the_replay_to_other_lengths_and_the_chain_past_its_longest():
+    """An entry's `length_shape` (each configuration's replay on long answers at several lengths)
+    carries its replay to another length by that replay's ratio, linear in log length; past the
+    longest length replayed the chain carries it on; a configuration the shape lacks keeps the chain."""
+    from tests.simulator.fixtures import profile_dict
+    from profiles.profile import Profile
+
+    raw_profile = profile_dict()
+    setup = SPEC.setups(Profile.from_dict(raw_profile))[0]
+    space = SPEC.space(setup).iloc[[0, 45]].reset_index(drop=True)
+    labels = SPEC.config.labels(space)
+    key = setup.acceptance_key
+    replay = {**setup.need(SPEC.name, SPEC.name).to_dict(), "replayed": {labels[0]: [1.9, 0.6], labels[1]: [2.4, 0.8]},
+              "replayed_new_tokens": 32}
+    raw_profile["acceptance"][key][SPEC.name] = {**replay, "length_prompts": 8, "length_shape": {
+        "32": {labels[0]: [2.0, 0.5]}, "64": {labels[0]: [1.6, 0.4]}, "256": {labels[0]: [3.2, 0.6]}}}
+    shaped = Profile.from_dict(raw_profile)
+    raw_profile["acceptance"][key][SPEC.name] = replay
+    plain = Profile.from_dict(raw_profile)
+    at = lambda profile, n: SPEC.expected_tokens(Setup(profile, setup.drafter, key, new_tokens=n), space)  # noqa: E731
+    assert at(shaped, 32) == pytest.approx([1.9, 2.4])
+    assert at(shaped, 64)[0] == pytest.approx(1.9 * 1.6 / 2.0)
+    between = 1.6 + (3.2 - 1.6) * np.log(128 / 64) / np.log(256 / 64)
+    assert at(shaped, 128)[0] == pytest.approx(1.9 * between / 2.0)
+    assert at(shaped, 512)[0] == pytest.approx(1.9 * 3.2 / 2.0 * at(plain, 512)[0] / at(plain, 256)[0])
+    assert at(shaped, 128)[1] == pytest.approx(at(plain, 128)[1])          # not in the shape: the chain's carry
+    assert Profile.from_dict(shaped.to_dict()).to_dict() == shaped.to_dict()
+    raw_profile["acceptance"][key][SPEC.name] = {**replay, "length_prompts": 8, "length_shape": {"32": {}}}
+    with pytest.raises(InputError, match="length_shape needs a replay and two or more lengths"):
+        Profile.from_dict(raw_profile)
+
+
 def test_a_replay_entry_is_fitted_on_the_calibration_grid_and_checked():
     steps = _steps(TRUE, list(SPEC.calibration) + ["prompt_lookup g9 nmin2 nmax5"], 600, seed=2, length=30)
     entry = SPEC.fit_replayed(steps, dataset="d", temperature=0.0, source="synthetic")

@@ -1,0 +1,65 @@
+"""Prompt lookup's acceptance against answer length (`fidelity.lengths`): replayed exactly on greedy
+answers cut at each length, priced from a Profile's entry, and that entry fitted again on long answers."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import methods
+from common.bundled import bundled
+from fidelity import lengths
+from profiles.profile import Profile
+from traces.lookup_replay import lookup_steps
+
+
+def _answers(seed: int, prompts: int = 4, length: int = 96):
+    """Prompts of random tokens whose answers copy stretches of them between free tokens."""
+    rng = np.random.default_rng(seed)
+    ins, outs = {}, {}
+    for i in range(prompts):
+        prompt = rng.integers(0, 500, 120).tolist()
+        answer = []
+        while len(answer) < length:
+            start = int(rng.integers(0, 100))
+            answer += prompt[start:start + int(rng.integers(2, 12))] + rng.integers(500, 900, 3).tolist()
+        ins[f"libedit/{seed}-{i}"], outs[f"libedit/{seed}-{i}"] = prompt, answer[:length]
+    return ins, outs
+
+
+CONFIGS = [methods.get("prompt_lookup").parse(methods.parse_label(label).to_dict())
+           for label in ("prompt_lookup g3 nmin2 nmax3", "prompt_lookup g6 nmin1 nmax4")]
+
+
+def test_the_replay_at_a_length_is_the_answer_cut_there():
+    prompts, outputs = _answers(0)
+    table = lengths.replayed(prompts, outputs, CONFIGS, [16, 96]).set_index(["config", "length"])
+    steps = [s for pid in outputs for s in lookup_steps(prompts[pid], outputs[pid][:16], CONFIGS[0])]
+    assert table.loc[(CONFIGS[0].label, 16), "replayed"] == pytest.approx(np.mean([a for _, a in steps]))
+    assert table.loc[(CONFIGS[0].label, 16), "mean_output"] == 16
+    assert table.loc[(CONFIGS[1].label, 96), "mean_output"] == 96 and table.loc[(CONFIGS[1].label, 96), "replayed"] > 1
+
+
+def test_an_entry_fitted_on_long_answers_prices_them_as_replayed():
+    profile = Profile.load(bundled("profiles", "smollm2-135m-cpu.json"))
+    prompts, outputs = _answers(1, prompts=6)
+    refitted = lengths.refit(profile, "lib-edit", prompts, outputs, CONFIGS, "toy answers")
+    judged = lengths.judge({"bundled": profile, "refit": refitted}, "lib-edit", prompts, outputs, CONFIGS, [96])
+    # at the length it was fitted on, the refitted entry holds every configuration's replay exactly
+    assert judged["refit_error"].abs().max() < 1e-3
+    assert judged["bundled_error"].abs().max() > 0.05          # the bundled entry knows other answers
+    assert set(judged) >= {"config", "length", "replayed", "bundled", "refit", "dataset", "prompt_spread"}
+
+
+def test_a_length_shape_keeps_the_entrys_own_length_and_follows_the_long_answers_elsewhere():
+    profile = Profile.load(bundled("profiles", "smollm2-135m-cpu.json"))
+    prompts, outputs = _answers(2, prompts=6)
+    shaped = lengths.with_length_shape(profile, "lib-edit", prompts, outputs, [32, 96])
+    part = shaped.acceptance["prompt_lookup/lib-edit"].part("prompt_lookup")
+    assert sorted(part.length_shape) == [32, 96] and part.length_prompts == 6
+    assert set(part.length_shape[96]) == set(part.replayed)           # every configuration the replay prices
+    own, long = (lengths.predicted(p, "lib-edit", CONFIGS, 32, 300.0) for p in (profile, shaped))
+    assert long == pytest.approx(own)
+    table = lengths.replayed(prompts, outputs, CONFIGS, [32, 96]).set_index(["config", "length"])["replayed"]
+    carried = lengths.predicted(shaped, "lib-edit", CONFIGS, 96, 300.0)
+    assert carried == pytest.approx([own[i] * table[(c.label, 96)] / table[(c.label, 32)]
+                                     for i, c in enumerate(CONFIGS)], rel=1e-4)     # the shape keeps 5 decimals
