@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", required=True, type=Path, help="the Profile whose prompt lookup entries are judged")
     p.add_argument("--target", required=True, help="target model spec the Profile describes (e.g. smollm2)")
     p.add_argument("--calibration", required=True,
-                   help="prompts the Profile was calibrated on whose long answers fit the entry again (set:A-B,...)")
+                   help="prompts whose long answers fit the entry again and give its length shape (set:A-B,...); "
+                        "those the Profile was not calibrated on are left out")
     p.add_argument("--prompts", required=True, help="held-out prompts judged (set:A-B,...)")
     p.add_argument("--lengths", default=",".join(map(str, LENGTHS)),
                    help="answer lengths judged, new tokens (default %(default)s); answers are generated at the longest")
@@ -113,7 +114,7 @@ def _report(table: pd.DataFrame, args, calibration: list[str], held: list[str]) 
                .reset_index())
     lines = ["# Prompt lookup's acceptance against answer length (held-out prompts)", "",
              f"- Profile: `{args.profile}`; every configuration's tokens per step replayed on the target's greedy "
-             "answers (exact under greedy decoding), pooled over the prompts, against two predictions:",
+             "answers (exact under greedy decoding), pooled over the prompts, against three predictions:",
              "  `bundled` (the Profile's entry as it is), `refit` (the entry fitted again on the long answers "
              f"of calibration prompts {', '.join(calibration)} alone) and `shaped` (the entry kept, carried to other "
              "lengths by how each configuration's replay on those long answers moves with length)",
@@ -137,9 +138,12 @@ def main(argv: list[str] | None = None) -> int:
     profile = Profile.load(args.profile)
     held, calibration = load_prompt_mix(args.prompts), load_prompt_mix(args.calibration)
     check_held_out(profile, [p.prompt_id for p in held])
-    outside = [p.prompt_id for p in calibration if p.prompt_id not in set(profile.provenance.calibration_prompts)]
-    if outside:
-        raise InputError(f"--calibration {outside[0]} is not among the prompts '{profile.name}' was calibrated on")
+    calibrated = set(profile.provenance.calibration_prompts)
+    outside = [p.prompt_id for p in calibration if p.prompt_id not in calibrated]
+    if outside:          # a set's calibration prompts need not be contiguous: the others are left out, said so
+        log(f"note: {len(outside)} prompt(s) of --calibration ({', '.join(outside[:3])}{', ...' if len(outside) > 3 else ''}) "
+            f"are not among those '{profile.name}' was calibrated on: left out")
+        calibration = [p for p in calibration if p.prompt_id in calibrated]
     datasets = {p.dataset: dataset_of(profile, p.dataset) for p in held + calibration}
     start_run(args.out, "experiments.acceptance_length", argv, args.overwrite)
     args.out.mkdir(parents=True, exist_ok=True)
