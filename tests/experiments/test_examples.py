@@ -96,5 +96,6 @@ def test_capacity_example_crossover_and_plain_load_are_what_the_command_prints(c
     text = (bundled / "README.md").read_text()
     assert examples.command("capacity_vicuna7b_h100") in text
     for r in best.itertuples():
-        assert re.search(rf"\| {r.method} \| {re.escape(r.label)} \| {r.tp} \| {r.replicas:.0f} \| {r.gpus:.0f} \| "
-                         rf"{r.max_rate:.2f} \({r.rate_per_gpu:.2f}\) \| {r.usd_per_m_tok:.3f} \|", text), r.label
+        assert re.search(rf"\| {r.method} \| {re.escape(r.label)} \| {r.tp} \| {r.replicas:.0f} \| {r.gpus:.0f} "
+                         rf"\({r.gpus_lo:.0f}-{r.gpus_hi:.0f}\) \| {r.max_rate:.2f} \({r.max_rate_lo:.2f}-{r.max_rate_hi:.2f}\); "
+                         rf"{r.rate_per_gpu:.2f} \| {r.usd_per_m_tok:.3f} \|", text), r.label
