@@ -162,14 +162,15 @@ def replayed_at(part: MatchAcceptance, labels, n_min, n_max, gamma, new_tokens: 
     held = np.array([part.replayed.get(label, (np.nan, np.nan)) for label in labels], float).reshape(n, 2)
     base = chain if new_tokens == part.replayed_new_tokens else chain_at(part, n_min, n_max, gamma,
                                                                           part.replayed_new_tokens)
-    ratio = [c / b for c, b in zip(chain, base)]         # the chain's carry from the replay's length
+    carried = [held[:, i] * chain[i] / base[i] for i in (0, 1)]      # by the chain's ratio between the lengths
     shaped = length_factors(part, labels, new_tokens)
     if shaped is not None:          # where the long answers replayed a configuration, their shape carries
         factor, reach = shaped      # it, and the chain only past their longest (or before their shortest)
         end = chain if reach == new_tokens else chain_at(part, n_min, n_max, gamma, reach)
-        ratio = [np.where(np.isnan(f), r, f * c / e) for f, r, c, e in zip(factor, ratio, chain, end)]
-    tokens = np.where(np.isnan(held[:, 0]), chain[0], held[:, 0] * ratio[0])
-    proposing = np.where(np.isnan(held[:, 1]), chain[1], np.clip(held[:, 1] * ratio[1], 0.0, 1.0))
+        carried = [np.where(np.isnan(f), k, held[:, i] * f * chain[i] / end[i])
+                   for i, (f, k) in enumerate(zip(factor, carried))]
+    tokens = np.where(np.isnan(held[:, 0]), chain[0], carried[0])
+    proposing = np.where(np.isnan(held[:, 1]), chain[1], np.clip(carried[1], 0.0, 1.0))
     return tokens, proposing
 
 
