@@ -271,7 +271,7 @@ def plan(profile: Profile, opts: CapacityOptions, executor) -> dict[str, Any]:
             f"no configuration meets the SLO ({opts.slo.describe()}) even at {closest['probe_rate']:g} req/s; "
             f"closest: {closest['label']} (TP {int(closest['tp'])}) at {slo_line(closest)}")
     table["rate_per_gpu"] = table["max_rate"] / table["tp"]
-    table["gpus_estimate"] = [math.ceil(opts.target_rate / r) if r > 0 else np.nan for r in table["max_rate"]]
+    table["gpus_estimate"] = replicas_at(opts.target_rate, table["max_rate"])
     per_tp = (table[table.max_rate > 0].sort_values("max_rate", ascending=False)
               .groupby(["method", "tp"], sort=False).head(1).reset_index(drop=True))
 
@@ -311,9 +311,16 @@ def with_rate_interval(best: pd.DataFrame, error: float | None, target_rate: flo
     if error is None:
         return best.assign(max_rate_lo=np.nan, max_rate_hi=np.nan, gpus_lo=np.nan, gpus_hi=np.nan)
     low, high = uncertainty.interval(best["max_rate"], error)
-    gpus = lambda rate: [math.ceil(target_rate / r) * tp if r > 0 and np.isfinite(r) else np.nan  # noqa: E731
-                         for r, tp in zip(rate, best["tp"])]
-    return best.assign(max_rate_lo=low, max_rate_hi=high, gpus_lo=gpus(high), gpus_hi=gpus(low))
+    tp = best["tp"].to_numpy(float)
+    return best.assign(max_rate_lo=low, max_rate_hi=high, gpus_lo=replicas_at(target_rate, high) * tp,
+                       gpus_hi=replicas_at(target_rate, low) * tp)
+
+
+def replicas_at(target_rate: float, rates) -> np.ndarray:
+    """Replicas a target load takes at each per-replica rate (NaN where none serves anything)."""
+    rates = np.asarray(rates, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where((rates > 0) & np.isfinite(rates), np.ceil(target_rate / np.where(rates > 0, rates, 1.0)), np.nan)
 
 
 def slo_line(row) -> str:

@@ -66,13 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _configs(text: str):
-    spec = methods.get(METHOD)
     configs = []
     for label in (part.strip() for part in text.split(",") if part.strip()):
         config = methods.parse_label(label)
         if config.method != METHOD:
             raise InputError(f"--configs: '{label}' is not a {METHOD} configuration")
-        configs.append(spec.parse(config.to_dict()))
+        configs.append(config)
     if not configs:
         raise InputError("--configs names no configuration")
     return configs

@@ -26,6 +26,7 @@ import pandas as pd
 import methods
 from common.errors import InputError
 from methods.config import MethodConfig
+from methods.match_chain import replay_table
 from profiles.profile import Profile
 from sweep import scoring
 from traces.lookup_replay import replayed_steps
@@ -97,15 +98,12 @@ def with_length_shape(profile: Profile, dataset: str, prompts: Mapping[str, Sequ
     if not part.get("replayed"):
         raise InputError(f"profile '{profile.name}' has no replayed {METHOD} entry '{key}' to give a length shape")
     spec = methods.get(METHOD)
-    configs = [spec.parse(methods.parse_label(label).to_dict()) for label in part["replayed"]]
+    configs = [methods.parse_label(label) for label in part["replayed"]]
     shape = {}
     for length in lengths:
         steps = replayed_steps(prompts, truncated(outputs, length), configs)
         labels = steps["config"].map({text: spec.parse(text).label for text in steps["config"].unique()})
-        proposing = steps["verify_tokens"] > 1
-        shape[str(int(length))] = {label: [round(float(rows["accepted"].mean()), 5),
-                                           round(float(proposing[rows.index].mean()), 5)]
-                                   for label, rows in steps.groupby(labels, sort=False)}
+        shape[str(int(length))] = replay_table(steps.assign(config=labels, drafted=steps["verify_tokens"] - 1))
     part.update(length_shape=shape, length_prompts=len(outputs))
     return Profile.from_dict(raw, source=f"{profile.name} with {key}'s length shape")
 

@@ -114,20 +114,17 @@ class PromptLookup(MethodSpec):
             if not isinstance(replayed, dict) or not isinstance(length, int) or length < 1:
                 raise InputError(f"{where}: {self.name}.replayed needs a mapping of configuration labels and "
                                  "replayed_new_tokens, a whole number >= 1")
-            for label, pair in replayed.items():
-                if (not isinstance(pair, (list, tuple)) or len(pair) != 2 or not isinstance(pair[0], (int, float))
-                        or not isinstance(pair[1], (int, float)) or pair[0] < 1 or not 0 <= pair[1] <= 1):
-                    raise InputError(f"{where}: {self.name}.replayed['{label}'] must be [tokens per step >= 1, "
-                                     f"a share in [0, 1]], got {pair!r}")
-            replayed = {self.parse(label).label: (float(a), float(b)) for label, (a, b) in replayed.items()}
+            pairs = {label: self._pair(pair, where, "replayed", label) for label, pair in replayed.items()}
+            replayed = {self.parse(label).label: pair for label, pair in pairs.items()}
         shape, prompts = raw.get("length_shape"), raw.get("length_prompts")
         if shape is not None:
             if replayed is None or not isinstance(shape, dict) or len(shape) < 2:
                 raise InputError(f"{where}: {self.name}.length_shape needs a replay and two or more lengths")
             if isinstance(prompts, bool) or not isinstance(prompts, int) or prompts < 1:
                 raise InputError(f"{where}: {self.name}.length_prompts must be a whole number >= 1, got {prompts!r}")
-            shape = {self._length(n, where): {self.parse(label).label: self._pair(pair, where, f"length_shape['{n}']", label)
+            shape = {self._length(n, where): {label: self._pair(pair, where, f"length_shape['{n}']", label)
                                               for label, pair in table.items()} for n, table in shape.items()}
+            shape = {n: {self.parse(label).label: pair for label, pair in table.items()} for n, table in shape.items()}
         return MatchAcceptance(**{k: float(raw.get(k, 1.0)) for k in PARAMETERS}, replayed=replayed,
                                replayed_new_tokens=length if replayed is not None else None,
                                length_shape=shape, length_prompts=prompts if shape is not None else None)
