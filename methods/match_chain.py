@@ -10,10 +10,11 @@ depends on which it is in, so the steps form a two-state chain:
   (all gamma accepted and the bonus token copied too). A copy is only found once n_min of its
   tokens have been written, so a longer n_min catches fewer (short copies end first) and later:
   the entry rate is sigma * catch^(n_min - 1).
-A generation starts in free text, so over a generation of H steps the share of steps inside a
-copy is the mean of c_t = s (1 - lam^t), t < H (s the stationary share, lam = stay - sigma), not
-the stationary s: a copy entered with 1% per step barely shows in a 32-token answer however long
-it lasts once entered (`generation_reach`; the stationary chain where no length is given). A
+A generation starts in free text and stops at its length, its last step clipped there, so its
+tokens per step are not the stationary chain's: a copy entered with 1% per step barely shows in a
+32-token answer however long it lasts once entered, and an answer that enters a copy early also
+ends in fewer steps. `generation_counts` gives the chain's own expectation exactly, by a backward
+recursion over (tokens committed, state); the stationary chain where no length is given. A
 longer gamma spends fewer steps per copy, which a model of independent steps cannot tell. n_max changes which earlier occurrence is proposed; on
 the recorded steps its effect is within the fit's noise, and the model leaves it out. A step
 without a match verifies the pending token alone, one with a match it and its gamma proposals
@@ -48,7 +49,6 @@ from costmodel.leviathan import generation_tokens
 from methods.draws import Sampler, StepDraws
 
 PARAMETERS = ("hit", "decay", "alpha", "alpha_next", "rho", "sigma", "catch")
-FIXED_POINT_ROUNDS = 4        # generation_reach: the step count settles to within about 1% in these
 
 
 @dataclass(frozen=True)
@@ -92,49 +92,57 @@ class MatchAcceptance:
         """P(a step in free text starts a copy that a match of n_min tokens finds)."""
         return self.sigma * self.catch ** (np.asarray(n_min, float) - 1.0)
 
-    def copy_share(self, gamma, steps=None, n_min=1) -> np.ndarray:
-        """The share of steps that start inside a copy: stationary, or (`steps`) the mean over the
-        first `steps` steps of a generation that starts in free text (module docstring)."""
+    def copy_share(self, gamma, n_min=1) -> np.ndarray:
+        """The stationary share of steps that start inside a copy."""
         stay = self.rho ** (np.asarray(gamma, float) + 1.0)
         sigma = self.entry(n_min)
-        gap = sigma + 1.0 - stay                             # 1 - lam
-        share = sigma / np.maximum(gap, 1e-300)
-        if steps is None:
-            return share
-        h = np.maximum(np.asarray(steps, float), 1.0)
-        small = gap < 1e-9
-        safe = np.where(small, 1.0, gap)
-        lam = 1.0 - safe                                     # negative: the chain alternates
-        lam_h = np.abs(lam) ** h * np.where(lam < 0.0, np.cos(np.pi * h), 1.0)   # lam**h, real for any h
-        unseen = np.where(small, 1.0 - 0.5 * (h - 1.0) * gap, (1.0 - lam_h) / (h * safe))
-        return share * (1.0 - unseen)
+        return sigma / np.maximum(sigma + 1.0 - stay, 1e-300)
 
-    def reach(self, n_min, n_max, gamma, steps=None) -> np.ndarray:
-        """(C, max gamma) P(a step accepts more than i proposals), i = 0.., over the stationary chain
-        or (`steps`) over a generation of that many steps from a free start."""
+    def reach(self, n_min, n_max, gamma) -> np.ndarray:
+        """(C, max gamma) P(a step accepts more than i proposals), i = 0.., over the stationary chain."""
         n_min, gamma = np.broadcast_arrays(np.atleast_1d(np.asarray(n_min, np.int64)),
                                            np.atleast_1d(np.asarray(gamma, np.int64)))
         i = np.arange(int(gamma.max()))[None, :]
-        copy = np.broadcast_to(self.copy_share(gamma, steps, n_min), gamma.shape)[:, None]
+        copy = np.broadcast_to(self.copy_share(gamma, n_min), gamma.shape)[:, None]
         free = self.found(n_min)[:, None] * self.alpha * self.alpha_next ** i
         return (copy * self.rho ** (i + 1.0) + (1.0 - copy) * free) * (i < gamma[:, None])
 
-    def matched(self, n_min, gamma, steps=None) -> np.ndarray:
-        """(C,) P(a step proposes): every copy step, and free steps that find a match."""
-        copy = np.atleast_1d(self.copy_share(gamma, steps, n_min))
+    def matched(self, n_min, gamma) -> np.ndarray:
+        """(C,) P(a step proposes) over the stationary chain: every copy step, and free steps that find a match."""
+        copy = np.atleast_1d(self.copy_share(gamma, n_min))
         return copy + (1.0 - copy) * self.found(np.atleast_1d(n_min))
 
 
-def generation_reach(part: MatchAcceptance, n_min, n_max, gamma, new_tokens: int | None):
-    """(reach, steps) over a generation of `new_tokens` from a free start: its step count and its
-    copy share depend on each other, so a few fixed-point rounds (steps = new_tokens / tokens per
-    step) settle them. None: the stationary chain (steps None)."""
-    if new_tokens is None:
-        return part.reach(n_min, n_max, gamma), None
-    steps = np.full(np.broadcast(np.atleast_1d(n_min), np.atleast_1d(gamma)).shape, float(new_tokens))
-    for _ in range(FIXED_POINT_ROUNDS):
-        steps = new_tokens / generation_tokens(part.reach(n_min, n_max, gamma, steps), new_tokens)
-    return part.reach(n_min, n_max, gamma, steps), steps
+def generation_counts(part: MatchAcceptance, n_min, gamma, new_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens per step, proposing share) (C,) of the chain over generations of `new_tokens` from a
+    free start, the last step clipped at the length: new_tokens / E[steps] and E[proposing steps] /
+    E[steps], exact (the simulator's `MatchSampler` draws the same chain). Backward over the tokens
+    committed n = new_tokens - 1 .. 0: a free step commits X = j with the chance match's law and then
+    starts a copy with the entry rate; a copy step commits 1 + min(R, gamma) and stays in the copy
+    only when R > gamma. Each n is a few vector operations over (configurations, gamma + 1)."""
+    n_min, gamma = np.broadcast_arrays(np.atleast_1d(np.asarray(n_min, np.int64)),
+                                       np.atleast_1d(np.asarray(gamma, np.int64)))
+    total, width = int(new_tokens), int(gamma.max()) + 1                 # X = 1 .. gamma + 1
+    found, entry = part.found(n_min)[:, None], part.entry(n_min)[:, None]
+    i = np.arange(width)[None, :]                                        # proposals accepted, X = 1 + i
+    g = gamma[:, None]
+    free_law = np.where(i == 0, 1.0 - found * part.alpha,
+                        found * part.alpha * part.alpha_next ** np.maximum(i - 1, 0)
+                        * np.where(i < g, 1.0 - part.alpha_next, 1.0)) * (i <= g)
+    leave_law = part.rho ** i * (1.0 - part.rho) * (i <= g)             # the copy ends with this step
+    stay = part.rho ** (gamma + 1.0)                                     # R > gamma: all accepted, copy goes on
+    # [0]: expected steps to the end, [1]: expected proposing steps; zero once new_tokens are committed
+    free, copy = np.zeros((2, len(gamma), total + width + 1)), np.zeros((2, len(gamma), total + width + 1))
+    after_free = np.zeros_like(free)                     # the expectation from the state a free step leaves
+    rows = np.arange(len(gamma))
+    first = np.stack([np.ones(len(gamma)), found[:, 0]])                 # a free step proposes when it finds a match
+    for n in range(total - 1, -1, -1):
+        window = slice(n + 1, n + 1 + width)
+        free[:, :, n] = first + (free_law * after_free[:, :, window]).sum(-1)
+        copy[:, :, n] = 1.0 + (leave_law * free[:, :, window]).sum(-1) + stay * copy[:, rows, n + 1 + gamma]
+        after_free[:, :, n] = (1.0 - entry[:, 0]) * free[:, :, n] + entry[:, 0] * copy[:, :, n]
+    steps, proposing = free[0, :, 0], free[1, :, 0]
+    return total / steps, proposing / steps
 
 
 def replay_table(steps: pd.DataFrame) -> dict[str, list[float]]:
@@ -146,8 +154,9 @@ def replay_table(steps: pd.DataFrame) -> dict[str, list[float]]:
 
 def chain_at(part: MatchAcceptance, n_min, n_max, gamma, new_tokens: int | None) -> tuple[np.ndarray, np.ndarray]:
     """(tokens per step, proposing share) of the chain over a generation of `new_tokens`."""
-    reach, steps = generation_reach(part, n_min, n_max, gamma, new_tokens)
-    return generation_tokens(reach, new_tokens), part.matched(n_min, gamma, steps)
+    if new_tokens is None:
+        return generation_tokens(part.reach(n_min, n_max, gamma)), part.matched(n_min, gamma)
+    return generation_counts(part, n_min, gamma, new_tokens)
 
 
 def replayed_at(part: MatchAcceptance, labels, n_min, n_max, gamma, new_tokens: int | None
