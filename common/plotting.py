@@ -88,11 +88,17 @@ def palette(labels, sns=None, name: str = "tab10") -> dict:
     return dict(zip(labels, sns.color_palette(name, len(labels))))
 
 
-def error_band(ax, x, y, error: float, colour) -> bool:
-    """Shade y x (1 -/+ error) around a line: what a Profile's held-out relative error leaves
-    undecided (the reports' ties and verdicts use the same error); False when none is known."""
-    if not (error is not None and error > 0):
+def error_band(ax, x, y, error: float, colour, along: str = "y") -> bool:
+    """Shade [y / (1 + error), y / (1 - error)] around a line: the measurements a Profile's held-out
+    relative error (prediction / measurement - 1) allows, the convention of the reports' verdicts and
+    of `costmodel.uncertainty.interval`; `along="x"` shades x instead, at each y (a throughput at each
+    latency); False when none is known (or it bounds nothing above)."""
+    if not (error is not None and 0 < error < 1):
         return False
+    if along == "x":
+        x = np.asarray(x, dtype=float)
+        ax.fill_betweenx(y, x / (1 + error), x / (1 - error), color=colour, alpha=0.15, lw=0)
+        return True
     y = np.asarray(y, dtype=float)
-    ax.fill_between(x, y * (1 - error), y * (1 + error), color=colour, alpha=0.15, lw=0)
+    ax.fill_between(x, y / (1 + error), y / (1 - error), color=colour, alpha=0.15, lw=0)
     return True

@@ -46,6 +46,13 @@ def interval(speedup, half) -> tuple[np.ndarray, np.ndarray]:
     return s / (1.0 + h), high
 
 
+def verdict(speedup, error) -> np.ndarray:
+    """"speculate" where the interval a relative error allows (`interval`) lies above 1, "don't"
+    where it lies below, "tie" where it holds 1: what a prediction of that error decides."""
+    low, high = interval(speedup, error)
+    return np.where(low > 1.0, "speculate", np.where(high < 1.0, "don't", "tie"))
+
+
 def prompts_to_resolve(ratio, sd, z: float = Z90) -> np.ndarray:
     """Prompts a measurement needs before a speedup ratio (a configuration over plain decoding, or
     over another configuration) stands clear of its prompt-to-prompt noise at 90%:

@@ -54,7 +54,7 @@ from campaigns.measure import ENGINES, Bench, decode_seconds, parse_candidate
 from traces.timing import int_list
 
 from fidelity.run import (PER_SETUP, SELECTIONS, SIM_REPEATS, check_held_out, check_target, dataset_of,
-                                      default_candidates, predict, read_candidates, with_intervals)
+                          default_candidates, predict, predictions_with_intervals, read_candidates)
 from profiles.profile import Profile
 from profiles.machine import check_machine, this_machine
 from runtime.prompts import load_prompt_mix
@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             check_held_out(profile, prompt_ids)
             pred = repredict(args, profile, pred)
         if "predicted_lo" not in pred and "batch" not in runs:     # a run measured before intervals were
-            pred = with_intervals(pred, profile, runs.groupby("dataset")["prompt_id"].nunique().to_dict())
+            pred = predictions_with_intervals(pred, profile, runs.groupby("dataset")["prompt_id"].nunique().to_dict())
         write_results(args, profile, pred, runs, prompt_ids, minutes)
         return 0
     for flag in ("repredict", "pool"):
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         cands_by[dataset] = given or default_candidates(profile, dataset, ctx, args.per_setup, args.sim_tokens,
                                                                args.select)
         preds.append(predict(profile, cands_by[dataset], dataset, ctx, args.sim_tokens, args.seed, args.sim_repeats))
-    pred = with_intervals(pd.concat(preds, ignore_index=True), profile,
+    pred = predictions_with_intervals(pd.concat(preds, ignore_index=True), profile,
                           {d: sum(ds == p for ds, _pid, _ids in prompts) for p, d in datasets.items()})
     atomic.write_csv(args.out / "predictions.csv", pred)
     log(f"wrote {args.out / 'predictions.csv'} ({len(pred)} predictions) before measuring")

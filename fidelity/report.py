@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from costmodel.uncertainty import verdict
 from methods import BASELINE
 from common import atomic
 from common.errors import InputError
@@ -97,8 +98,7 @@ def compare(pred: pd.DataFrame, runs: pd.DataFrame, error: float) -> pd.DataFram
         out["in_interval"] = out["measured_speedup"].between(out["predicted_lo"], out["predicted_hi"])
     out["noise"] = np.hypot(out["spread"], out["acceptance_se"])
     out["within_2x_noise"] = out["rel_error"].abs() <= 2 * out["noise"]
-    out["predicted_verdict"] = np.where(out["predicted_speedup"] > 1 + error, "speculate",
-                                        np.where(out["predicted_speedup"] < 1 - error, "don't", "tie"))
+    out["predicted_verdict"] = verdict(out["predicted_speedup"], error)
     out["measured_verdict"] = np.where(out["measured_speedup"] > 1, "speculate", "don't")
     out.loc[out["method"] == BASELINE, ["predicted_verdict", "measured_verdict"]] = "baseline"
     out["verdict_flip"] = ((out["predicted_verdict"] != "tie") & (out["predicted_verdict"] != "baseline")

@@ -160,7 +160,7 @@ def predict(profile, cands: list[Candidate], dataset: str, ctx_len: float, sim_t
     return pd.DataFrame(rows)
 
 
-def with_intervals(pred: pd.DataFrame, profile, prompts: dict[str, int]) -> pd.DataFrame:
+def predictions_with_intervals(pred: pd.DataFrame, profile, prompts: dict[str, int]) -> pd.DataFrame:
     """Predictions with the 90% interval of the speedup a run of `prompts[dataset]` prompts will
     measure and the prompts a run needs to tell each configuration from plain decoding
     (`sweep.scoring.speedup_intervals`)."""

@@ -180,7 +180,7 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor, choices: Ca
     sims = executor.map(scoring.simulate_task, sim_tasks, desc="simulating the best") if sim_tasks else []
     if sims:
         best = pd.concat([best.reset_index(drop=True), pd.DataFrame(sims)], axis=1)
-    best_one = with_intervals(ranking.best_of(best, ["profile", "method"])
+    best_one = best_with_intervals(ranking.best_of(best, ["profile", "method"])
                               .merge(_ties(tables), on=["profile", "method"], how="left"), by_profile)
     timings["simulate"] = time.perf_counter() - t1
     paper_choices = choices(tables, best) if choices is not None else None
@@ -254,7 +254,7 @@ def _rank(scored: list[pd.DataFrame]) -> dict[str, pd.DataFrame]:
     return tables
 
 
-def with_intervals(best: pd.DataFrame, profiles: dict[str, Profile]) -> pd.DataFrame:
+def best_with_intervals(best: pd.DataFrame, profiles: dict[str, Profile]) -> pd.DataFrame:
     """The best rows with the 90% interval of each one's long-run speedup and the prompts a run needs
     to tell it from plain decoding (`sweep.scoring.speedup_intervals`)."""
     if best.empty:

@@ -255,9 +255,7 @@ def confidence(speedup: np.ndarray, error: float | None) -> dict[str, Any]:
     "speculate" only when the predicted gain exceeds the error, "don't" when the loss does,
     "tie" within it (no error known: the plain comparison with 1)."""
     err = 0.0 if error is None else float(error)
-    speedup = np.asarray(speedup, dtype=float)
-    verdict = np.where(speedup > 1 + err, "speculate", np.where(speedup < 1 - err, "don't", "tie"))
-    return {"heldout_error": np.nan if error is None else err, "verdict": verdict}
+    return {"heldout_error": np.nan if error is None else err, "verdict": uncertainty.verdict(speedup, err)}
 
 
 def speedup_intervals(profile: Profile, datasets, method_names, speedup, tokens_per_step,

@@ -26,7 +26,7 @@ def test_a_run_of_few_prompts_gets_a_wider_interval_and_the_judge_counts_the_hit
                          "method": ["ar", "prompt_lookup", "sd"], "predicted_speedup": [1.0, 1.5, 1.02],
                          "predicted_tokens_per_step": [1.0, 2.5, 1.3], "predicted_step_s": [0.1, 0.17, 0.13],
                          "simulated_speedup": [1.0, 1.5, 1.02], "ctx_len": 300.0})
-    few, many = (fidelity.with_intervals(pred, profile, {"lib-edit": n}).set_index("candidate") for n in (2, 200))
+    few, many = (fidelity.predictions_with_intervals(pred, profile, {"lib-edit": n}).set_index("candidate") for n in (2, 200))
     spread, calibrated = profile.prompt_spread("lib-edit", "prompt_lookup")
     half = uncertainty.half_width(profile.heldout_error(), spread * 1.5 / 2.5, 2, calibrated)
     assert few.loc["prompt_lookup g4", "predicted_lo"] == pytest.approx(1.5 / (1 + half))
@@ -34,7 +34,7 @@ def test_a_run_of_few_prompts_gets_a_wider_interval_and_the_judge_counts_the_hit
     assert many.loc["sd g1", "prompts_to_confirm"] > many.loc["prompt_lookup g4", "prompts_to_confirm"] >= 1
     assert np.isnan(few.loc["ar", "prompts_to_confirm"])
     runs = _runs({"ar": 1.0, "prompt_lookup g4": 1.4, "sd g1": 0.5}, {"ar": 1.0, "prompt_lookup g4": 2.4, "sd g1": 1.2})
-    fid = fidelity_report.compare(fidelity.with_intervals(pred.assign(dataset="mt-bench"), profile, {"mt-bench": 2}),
+    fid = fidelity_report.compare(fidelity.predictions_with_intervals(pred.assign(dataset="mt-bench"), profile, {"mt-bench": 2}),
                                   runs, error=0.1).set_index("candidate")
     assert bool(fid.loc["prompt_lookup g4", "in_interval"]) and not bool(fid.loc["sd g1", "in_interval"])
     (line,) = fidelity_report.interval_lines(fid[fid["method"] != "ar"].reset_index())

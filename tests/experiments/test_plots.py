@@ -111,14 +111,15 @@ def test_a_panels_best_read_from_the_tables_rank_is_the_rankings_best():
 
 
 def test_lines_carry_the_profiles_heldout_error_as_a_band_where_it_is_known(tmp_path, monkeypatch):
-    """A Profile with a held-out error gets speedup x (1 -/+ error) shaded around each line and the
-    heading says so; one without (NaN) gets no band."""
+    """A Profile with a held-out error gets [speedup / (1 + error), speedup / (1 - error)] shaded around
+    each line (the measurements that error allows, as the intervals read it) and the heading says so;
+    one without (NaN) gets no band."""
     known = _frame(profile="p", gamma=[1, 2, 3], speedup=[1.0, 1.5, 1.2], heldout_error=0.1)
     fig = _drawn(Spec(PlotSpec(x="gamma")), known, tmp_path, monkeypatch)
     bands = [c for c in fig.axes[0].collections if isinstance(c, PolyCollection)]
     assert len(bands) == 1 and "held-out error" in fig._suptitle.get_text()
     low, high = bands[0].get_paths()[0].vertices[:, 1].min(), bands[0].get_paths()[0].vertices[:, 1].max()
-    assert low == pytest.approx(0.9) and high == pytest.approx(1.65)
+    assert low == pytest.approx(1.0 / 1.1) and high == pytest.approx(1.5 / 0.9)
     unknown = _frame(profile="p", gamma=[1, 2, 3], speedup=[1.0, 1.5, 1.2], heldout_error=float("nan"))
     fig = _drawn(Spec(PlotSpec(x="gamma")), unknown, tmp_path, monkeypatch)
     assert "held-out error" not in fig._suptitle.get_text()
