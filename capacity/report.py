@@ -9,18 +9,21 @@ import pandas as pd
 
 from methods import BASELINE
 from common import atomic
-from common.plotting import palette, pyplot, readable_ticks, reference_line
+from common.plotting import error_band, palette, pyplot, readable_ticks, reference_line
 
 from capacity.plan import KEEP_UP, CapacityOptions
 from simulator.report import crossover_batch, write_crossover_report
 
 
-def curves_plot(curves: pd.DataFrame, opts: CapacityOptions, profile: str, path: Path) -> Path:
+def curves_plot(curves: pd.DataFrame, opts: CapacityOptions, profile: str, path: Path,
+                error: float | None = None) -> Path:
     """Throughput against TPOT p50 / p99 and TTFT p99, one colour per configuration in every panel,
-    each SLO limit drawn and named, one legend."""
+    each SLO limit drawn and named, one legend; each curve's throughput shaded over the 90% interval
+    of the Profile's held-out `error` where one is known (the deployment table's interval)."""
     plt, sns = pyplot()
     colours = palette(curves["label"], sns)
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    banded = False
     panels = (("tpot_s_p50", "TPOT p50 (ms)", opts.slo.tpot_p50), ("tpot_s_p99", "TPOT p99 (ms)", opts.slo.tpot_p99),
               ("ttft_s_p99", "TTFT p99 (ms)", opts.slo.ttft_p99))
     for ax, (col, name, limit) in zip(axes, panels):
@@ -28,6 +31,7 @@ def curves_plot(curves: pd.DataFrame, opts: CapacityOptions, profile: str, path:
             one = curves[curves["label"] == label].sort_values("rate")
             per_gpu = one["throughput_tok_s"] / (one["tp"] if "tp" in one else 1)
             ax.plot(per_gpu, 1000 * one[col], marker="o", color=colour, label=label)
+            banded |= error_band(ax, per_gpu, 1000 * one[col], error, colour, along="x")
         ax.set(xlabel="output throughput per GPU (tokens/s; a replica's over its TP GPUs)", ylabel=name, yscale="log")
         if limit:
             reference_line(ax, 1000 * limit, f"SLO {1000 * limit:g} ms", color="crimson")
@@ -35,7 +39,8 @@ def curves_plot(curves: pd.DataFrame, opts: CapacityOptions, profile: str, path:
         readable_ticks(ax.yaxis)
     fig.legend(*axes[0].get_legend_handles_labels(), title="configuration", loc="upper center",
                bbox_to_anchor=(0.5, 0.0), ncol=min(4, len(colours)), fontsize=8, frameon=False)
-    fig.suptitle(f"throughput against latency as the load grows: {profile}")
+    band = f"; shaded: the 90% interval of the held-out error {error:.0%}" if banded else ""
+    fig.suptitle(f"throughput against latency as the load grows: {profile}{band}")
     fig.tight_layout()
     atomic.save_figure(path, fig)
     plt.close(fig)
@@ -104,7 +109,7 @@ def write_report(result: dict[str, Any], opts: CapacityOptions, out: Path, comma
     atomic.write_csv(out / "per_tp.csv", result["per_tp"].assign(config=result["per_tp"].config.map(json.dumps)))
     atomic.write_csv(out / "candidates.csv", result["all"].assign(config=result["all"].config.map(json.dumps)))
     atomic.write_csv(out / "curves.csv", curves)
-    curves_plot(curves, opts, result["profile"], out / "curves.png")
+    curves_plot(curves, opts, result["profile"], out / "curves.png", result["heldout_error"])
     write_crossover_report(out / "crossover", result["crossover"], "no speculation", result["profile"], command,
                            result["crossover_load"], result.get("heldout_error"))
     cap = (f"batch cap {opts.load.max_batch} running sequences per replica (--max-batch)" if opts.load.max_batch else

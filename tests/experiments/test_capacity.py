@@ -100,6 +100,22 @@ def test_curves_name_each_configuration_once_and_draw_every_slo(tmp_path, monkey
         assert low < limit < high                    # the limit is in view, not off the axes
 
 
+
+def test_curves_shade_each_throughput_over_the_profiles_interval(tmp_path, monkeypatch):
+    """With a held-out error each curve's throughput is shaded over [x / (1 + e), x / (1 - e)] (the
+    deployment table's interval) and the title says so; without one nothing is shaded."""
+    figures = []
+    monkeypatch.setattr(capacity_report.atomic, "save_figure", lambda path, fig: figures.append(fig) or path)
+    curves = pd.DataFrame([{"label": "no speculation", "rate": r, "throughput_tok_s": 100.0 * r, "tpot_s_p50": 0.01,
+                            "tpot_s_p99": 0.02, "ttft_s_p99": 0.1} for r in (1, 2, 4)])
+    capacity_report.curves_plot(curves, capacity.CapacityOptions(), "toy", tmp_path / "a.png", error=0.25)
+    capacity_report.curves_plot(curves, capacity.CapacityOptions(), "toy", tmp_path / "b.png")
+    shaded, plain = figures
+    band = shaded.axes[0].collections[0].get_paths()[0].vertices
+    assert band[:, 0].min() == pytest.approx(100.0 / 1.25) and band[:, 0].max() == pytest.approx(400.0 / 0.75)
+    assert "held-out error 25%" in shaded.texts[0].get_text()
+    assert not plain.axes[0].collections and "shaded" not in plain.texts[0].get_text()
+
 def test_a_trace_load_is_searched_at_its_shape_not_its_recorded_rate(tmp_path):
     """One shape recorded at 2 and at 300 req/s plans alike, near what Poisson arrivals give: replayed
     as recorded at every rate tried, the slow trace passed every rate and the fast one none; the
