@@ -207,8 +207,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise InputError("--repredict judges runs of one prompt at a time; a --batch run is judged as measured")
             check_held_out(profile, prompt_ids)
             pred = repredict(args, profile, pred)
-        if "predicted_lo" not in pred and "batch" not in runs:     # a run measured before intervals were
-            pred = predictions_with_intervals(pred, profile, runs.groupby("dataset")["prompt_id"].nunique().to_dict())
+        if "predicted_lo" not in pred:          # a run measured before intervals were, or a batch run before they were
+            counts = (runs.groupby("dataset")["prompt_id"].nunique() if "prompt_id" in runs    # batch runs: their prompts
+                      else runs.groupby("dataset")["prompts"].max())
+            pred = predictions_with_intervals(pred, profile, counts.to_dict())
         write_results(args, profile, pred, runs, prompt_ids, minutes)
         return 0
     for flag in ("repredict", "pool"):
@@ -273,7 +275,8 @@ def run_batches(args, profile, chosen, datasets: dict[str, str], given, batches:
     check_cache_budget(bench, cands, batches, max(lengths) + args.max_new_tokens)     # before anything is written
     start_run(args.out, "experiments.fidelity", args.argv, args.overwrite)
     args.out.mkdir(parents=True, exist_ok=True)
-    pred = predict_batches(profile, cands, dataset, lengths, batches, args.max_new_tokens, args.seed, args.sim_repeats)
+    pred = predictions_with_intervals(predict_batches(profile, cands, dataset, lengths, batches, args.max_new_tokens,
+                                                      args.seed, args.sim_repeats), profile, {dataset: len(prompts)})
     atomic.write_csv(args.out / "predictions.csv", pred)
     log(f"wrote {args.out / 'predictions.csv'} ({len(pred)} predictions) before measuring")
     started = time.perf_counter()

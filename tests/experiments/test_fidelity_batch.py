@@ -187,6 +187,7 @@ def test_a_batch_run_is_judged_and_reported_per_batch_and_pooled_with_another(tm
     assert set(zip(fid["candidate"], fid["batch"])) == {(c, b) for c in ("ar", "prompt_lookup g3 nmin1 nmax2",
                                                                         "prompt_lookup g5 nmin1 nmax2") for b in (1, 2)}
     assert (fid["runs"] == 1).all() and fid["measured_speedup"].gt(0).all()
+    assert "in_interval" in fid and fid["in_interval"].notna().all()     # intervals from the Profile, per batch
     cross, k = pd.read_csv(out / "crossover.csv"), pd.read_csv(out / "best_k.csv")
     assert set(cross["curve"]) == {"prompt_lookup g3 nmin1 nmax2", "prompt_lookup g5 nmin1 nmax2", "prompt_lookup"}
     assert sorted(k["batch"]) == [1, 2] and set(k["predicted_k"]) <= {3, 5}
