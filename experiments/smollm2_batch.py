@@ -2,7 +2,7 @@
 
 Stages (`--stages`, default all; a recording already on disk is kept): `latency` (the batch grid of
 the target, the vanilla drafter and GLIDE), `steps` (BatchStepTraces of every batched method at
-batch 1-32 beside plain decoding) and `profile` (data/profiles/smollm2-135m-cpu-batch.json); what
+batch 1-32 beside plain decoding) and `profile` (data/profiles/batch/smollm2-135m-cpu-batch32.json); what
 each does is `campaigns.smollm2_batch`. Run it on one pinned core with one thread, as it was
 recorded: `taskset -c 1 python -m experiments.smollm2_batch --threads 1`.
 """
@@ -24,8 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = CliParser(prog="python -m experiments.smollm2_batch", description=__doc__.splitlines()[0])
     p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {', '.join(STAGES)}")
     p.add_argument("--drafters", type=Path, default=Path("artifacts/drafters"), help="trained drafters' folder")
-    p.add_argument("--out", type=Path, default=Path("data/traces/smollm2-cpu-batch"), help="trace folder")
-    p.add_argument("--profile", type=Path, default=Path("data/profiles/smollm2-135m-cpu-batch.json"),
+    p.add_argument("--out", type=Path, default=Path("data/traces/smollm2-cpu-batch32"),
+                   help="trace folder (default %(default)s)")
+    p.add_argument("--profile", type=Path, default=Path("data/profiles/batch/smollm2-135m-cpu-batch32.json"),
                    help="Profile to write (default %(default)s)")
     p.add_argument("--base-profile", type=Path, default=Path("data/profiles/smollm2-135m-cpu.json"),
                    help="the Profile whose acceptance entries, drafters and workload are carried (default %(default)s)")
