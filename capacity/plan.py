@@ -311,16 +311,18 @@ def with_rate_interval(best: pd.DataFrame, error: float | None, target_rate: flo
     if error is None:
         return best.assign(max_rate_lo=np.nan, max_rate_hi=np.nan, gpus_lo=np.nan, gpus_hi=np.nan)
     low, high = uncertainty.interval(best["max_rate"], error)
-    tp = best["tp"].to_numpy(float)
+    tp = pd.array(best["tp"].to_numpy(), dtype="Int64")
     return best.assign(max_rate_lo=low, max_rate_hi=high, gpus_lo=replicas_at(target_rate, high) * tp,
                        gpus_hi=replicas_at(target_rate, low) * tp)
 
 
-def replicas_at(target_rate: float, rates) -> np.ndarray:
-    """Replicas a target load takes at each per-replica rate (NaN where none serves anything)."""
+def replicas_at(target_rate: float, rates) -> pd.arrays.IntegerArray:
+    """Replicas a target load takes at each per-replica rate, whole numbers (missing where none serves
+    anything)."""
     rates = np.asarray(rates, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where((rates > 0) & np.isfinite(rates), np.ceil(target_rate / np.where(rates > 0, rates, 1.0)), np.nan)
+        need = np.where((rates > 0) & np.isfinite(rates), np.ceil(target_rate / np.where(rates > 0, rates, 1.0)), np.nan)
+    return pd.array(need, dtype="Int64")
 
 
 def slo_line(row) -> str:

@@ -66,7 +66,7 @@ def deployment_table(best: pd.DataFrame) -> list[str]:
     for row in best.itertuples():
         saving = "-" if row.method == BASELINE else "n/a" if pd.isna(row.saving) else f"{100 * row.saving:+.0f}%"
         rates = f" ({row.max_rate_lo:.2f}-{row.max_rate_hi:.2f})" if row.max_rate_lo == row.max_rate_lo else ""
-        gpus = f" ({_n(row.gpus_lo)}-{_n(row.gpus_hi)})" if row.gpus_lo == row.gpus_lo else ""
+        gpus = f" ({_n(row.gpus_lo)}-{_n(row.gpus_hi)})" if pd.notna(row.gpus_lo) else ""
         lines.append(f"| {row.method} | {row.label} | {int(row.tp)} | {_n(row.replicas)} | {_n(row.gpus)}{gpus} | "
                      f"{row.max_rate:.2f}{rates}; {row.rate_per_gpu:.2f} | {_n(row.usd_per_m_tok, '.3f')} | "
                      f"{_n(row.usd_per_m_tok_at_max, '.3f')} | {saving} | "

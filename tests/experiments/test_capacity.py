@@ -59,6 +59,8 @@ def test_the_highest_rate_and_the_gpus_carry_the_profiles_heldout_error():
     assert got["max_rate_lo"].tolist() == pytest.approx([8.0, 3.2])
     assert got["max_rate_hi"].tolist() == pytest.approx([10 / 0.75, 4 / 0.75])
     assert got["gpus_lo"].tolist() == [2, 8] and got["gpus_hi"].tolist() == [3, 14]    # TP x replicas
+    assert got["gpus_lo"].to_csv(index=False).split() == ["gpus_lo", "2", "8"]          # whole numbers in the CSVs
+    assert capacity.replicas_at(21.0, [0.0, 7.0]).tolist() == [pd.NA, 3]               # none where nothing is served
     assert capacity.with_rate_interval(best, None, 21.0)["max_rate_lo"].isna().all()
 
 
