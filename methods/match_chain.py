@@ -123,11 +123,11 @@ def generation_counts(part: MatchAcceptance, n_min, gamma, new_tokens: int) -> t
     n_min, gamma = np.broadcast_arrays(np.atleast_1d(np.asarray(n_min, np.int64)),
                                        np.atleast_1d(np.asarray(gamma, np.int64)))
     total, width = int(new_tokens), int(gamma.max()) + 1                 # X = 1 .. gamma + 1
-    found, entry = part.found(n_min)[:, None], part.entry(n_min)[:, None]
+    found, entry = part.found(n_min), part.entry(n_min)
     i = np.arange(width)[None, :]                                        # proposals accepted, X = 1 + i
-    g = gamma[:, None]
-    free_law = np.where(i == 0, 1.0 - found * part.alpha,
-                        found * part.alpha * part.alpha_next ** np.maximum(i - 1, 0)
+    g, hit = gamma[:, None], found[:, None]
+    free_law = np.where(i == 0, 1.0 - hit * part.alpha,
+                        hit * part.alpha * part.alpha_next ** np.maximum(i - 1, 0)
                         * np.where(i < g, 1.0 - part.alpha_next, 1.0)) * (i <= g)
     leave_law = part.rho ** i * (1.0 - part.rho) * (i <= g)             # the copy ends with this step
     stay = part.rho ** (gamma + 1.0)                                     # R > gamma: all accepted, copy goes on
@@ -135,12 +135,12 @@ def generation_counts(part: MatchAcceptance, n_min, gamma, new_tokens: int) -> t
     free, copy = np.zeros((2, len(gamma), total + width + 1)), np.zeros((2, len(gamma), total + width + 1))
     after_free = np.zeros_like(free)                     # the expectation from the state a free step leaves
     rows = np.arange(len(gamma))
-    first = np.stack([np.ones(len(gamma)), found[:, 0]])                 # a free step proposes when it finds a match
+    first = np.stack([np.ones(len(gamma)), found])                       # a free step proposes when it finds a match
     for n in range(total - 1, -1, -1):
         window = slice(n + 1, n + 1 + width)
         free[:, :, n] = first + (free_law * after_free[:, :, window]).sum(-1)
         copy[:, :, n] = 1.0 + (leave_law * free[:, :, window]).sum(-1) + stay * copy[:, rows, n + 1 + gamma]
-        after_free[:, :, n] = (1.0 - entry[:, 0]) * free[:, :, n] + entry[:, 0] * copy[:, :, n]
+        after_free[:, :, n] = (1.0 - entry) * free[:, :, n] + entry * copy[:, :, n]
     steps, proposing = free[0, :, 0], free[1, :, 0]
     return total / steps, proposing / steps
 
