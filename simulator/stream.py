@@ -43,16 +43,19 @@ def step_costs_for(profile, step, latencies=None, parallel: Parallelism | None =
     return StepCosts(step, latency_for(profile, step, latencies), hidden=hidden, parallel=parallel, n_layers=layers)
 
 
-def time_steps_fast(costs: StepCosts, draws: StepDraws, prompt_len: int) -> pd.DataFrame:
-    """Per-step timings of one stream, vectorised."""
+def step_arrays(costs: StepCosts, draws: StepDraws, prompt_len: int) -> dict[str, np.ndarray]:
+    """Per-step timings of one stream, vectorised: the step table's columns as arrays."""
     ctx = prompt_len + np.cumsum(draws.accepted) - draws.accepted
     step = np.arange(ctx.size)
     cost = costs.cost(ctx, draws.drafted, draws.verify_tokens, 1, prompt_len=prompt_len, first=step == 0)
-    return pd.DataFrame({
-        "step": step, "ctx_len": ctx, "draft_forwards": draws.drafted,
-        "draft_s": cost.draft_s, "verify_tokens": draws.verify_tokens, "verify_s": cost.verify_s,
-        "overhead_s": cost.overhead_s, "accepted": draws.accepted,
-    })
+    return {"step": step, "ctx_len": ctx, "draft_forwards": draws.drafted, "draft_s": cost.draft_s,
+            "verify_tokens": draws.verify_tokens, "verify_s": cost.verify_s, "overhead_s": cost.overhead_s,
+            "accepted": draws.accepted}
+
+
+def time_steps_fast(costs: StepCosts, draws: StepDraws, prompt_len: int) -> pd.DataFrame:
+    """Per-step timings of one stream, vectorised, as a step table."""
+    return pd.DataFrame(step_arrays(costs, draws, prompt_len))
 
 
 def time_steps_simpy(costs: StepCosts, draws: StepDraws, prompt_len: int) -> tuple[pd.DataFrame, float]:
@@ -85,21 +88,27 @@ def time_steps_simpy(costs: StepCosts, draws: StepDraws, prompt_len: int) -> tup
     return pd.DataFrame(rows, columns=cols), env.now
 
 
-def simulate_stream(profile, method: str, config: Mapping | str | None = None, n_tokens: int = 256,
-                    seed: int = 0, *, prompt_len: int = 128, engine: str = "fast",
-                    latencies: Mapping[str, Any] | None = None, parallel: Parallelism | None = None,
-                    draws: StepDraws | None = None, per_step: bool = False) -> StreamResult:
-    """Simulate one request: prefill `prompt_len` tokens, then decode `n_tokens` output tokens.
-    `config`: the method's config and setup options (`simulator.methods.build_step_model`).
+@dataclass(frozen=True)
+class PreparedStream:
+    """What one request's simulation needs that no seed changes: its step model priced on the
+    Profile, and plain decoding's time for the same stream (the speedup's numerator). Built once,
+    run with as many seeds as wanted (`run_stream`)."""
+    method: str
+    step: Any                 # simulator.methods.StepModel
+    costs: StepCosts
+    prompt_len: int
+    n_tokens: int
+    prefill_s: float
+    ar_decode_s: float
 
-    The prefill emits the first output token; decode steps commit the remaining n_tokens - 1.
-    Returns a summary (ttft_s, tpot_s, e2e_s, steps, tokens_per_step, speedup against plain
-    autoregressive decoding on the same latency models, ...) and, with per_step, the step table.
-    `draws` replaces the acceptance draws (trace replay); `latencies` maps model names to objects
-    with `.predict(n_tokens, ctx_len, batch)` and overrides the Profile's fitted ones.
-    """
-    if engine not in ENGINES:
-        raise InputError(f"unknown engine '{engine}' (known: {', '.join(ENGINES)})")
+
+def prepare_stream(profile, method: str, config: Mapping | str | None = None, n_tokens: int = 256, *,
+                   prompt_len: int = 128, latencies: Mapping[str, Any] | None = None,
+                   parallel: Parallelism | None = None) -> PreparedStream:
+    """One request's stream before any draw: prefill `prompt_len` tokens, then decode `n_tokens`
+    output tokens (the prefill emits the first). `config`: the method's config and setup options
+    (`simulator.methods.build_step_model`); `latencies` maps model names to objects with
+    `.predict(n_tokens, ctx_len, batch)` and overrides the Profile's fitted ones."""
     if int(n_tokens) < 2:
         raise InputError(f"n_tokens must be >= 2 (the prefill emits the first), got {n_tokens}")
     if int(prompt_len) < 1:
@@ -107,29 +116,54 @@ def simulate_stream(profile, method: str, config: Mapping | str | None = None, n
     profile = load_profile(profile)
     step = build_step_model(profile, method, config)
     costs = step_costs_for(profile, step, latencies, parallel)
-    if draws is None:
-        draws = draw_stream(step.sampler, np.random.default_rng(seed), int(n_tokens) - 1)
-    elif int(draws.accepted.sum()) != int(n_tokens) - 1:
-        raise InputError(f"the given draws commit {int(draws.accepted.sum())} tokens; n_tokens - 1 = {int(n_tokens) - 1}")
-    if engine == "fast":
-        table = time_steps_fast(costs, draws, prompt_len)
-        decode_s = float(step_wall_s(table).sum())
-    else:
-        table, decode_s = time_steps_simpy(costs, draws, prompt_len)
-    prefill_s = costs.prefill_seconds(prompt_len)
     # the same stream decoded one token per step by the target alone, on the same latency models
     ar_ctx = prompt_len + np.arange(int(n_tokens) - 1)
     ar_decode_s = float(np.sum(step_cost.step_seconds(costs.latency, plain_shape(profile), ar_ctx, 1)))
-    n_steps = len(table)
-    committed = int(table["accepted"].sum())
+    return PreparedStream(method, step, costs, int(prompt_len), int(n_tokens),
+                          costs.prefill_seconds(prompt_len), ar_decode_s)
+
+
+def run_stream(stream: PreparedStream, seed: int = 0, *, engine: str = "fast", draws: StepDraws | None = None,
+               per_step: bool = False) -> StreamResult:
+    """Decode a prepared stream with acceptance drawn from `seed`, or replayed from `draws`.
+
+    Returns a summary (ttft_s, tpot_s, e2e_s, steps, tokens_per_step, speedup against plain
+    autoregressive decoding on the same latency models, ...) and, with per_step, the step table."""
+    if engine not in ENGINES:
+        raise InputError(f"unknown engine '{engine}' (known: {', '.join(ENGINES)})")
+    n_tokens = stream.n_tokens
+    if draws is None:
+        draws = draw_stream(stream.step.sampler, np.random.default_rng(seed), n_tokens - 1)
+    elif int(draws.accepted.sum()) != n_tokens - 1:
+        raise InputError(f"the given draws commit {int(draws.accepted.sum())} tokens; n_tokens - 1 = {n_tokens - 1}")
+    if engine == "fast":
+        columns = step_arrays(stream.costs, draws, stream.prompt_len)
+        wall = columns["draft_s"] + columns["verify_s"] + columns["overhead_s"]
+        decode_s = float(wall.sum())
+        table = pd.DataFrame(columns) if per_step else None
+    else:
+        table, decode_s = time_steps_simpy(stream.costs, draws, stream.prompt_len)
+        wall = step_wall_s(table).to_numpy()
+    n_steps = len(wall)
     summary = {
-        "method": method, **step.describe(), "engine": engine, "seed": seed,
-        "prompt_len": int(prompt_len), "n_tokens": int(n_tokens), "steps": n_steps,
-        "tokens_per_step": committed / n_steps,
-        "ttft_s": prefill_s, "decode_s": decode_s, "e2e_s": prefill_s + decode_s,
-        "tpot_s": decode_s / (int(n_tokens) - 1),
-        "step_s_p50": float(np.median(table[["draft_s", "verify_s", "overhead_s"]].sum(axis=1))),
-        "step_s_p99": float(np.quantile(table[["draft_s", "verify_s", "overhead_s"]].sum(axis=1), 0.99)),
-        "ar_decode_s": ar_decode_s, "speedup": ar_decode_s / decode_s,
+        "method": stream.method, **stream.step.describe(), "engine": engine, "seed": seed,
+        "prompt_len": stream.prompt_len, "n_tokens": n_tokens, "steps": n_steps,
+        "tokens_per_step": int(draws.accepted.sum()) / n_steps,
+        "ttft_s": stream.prefill_s, "decode_s": decode_s, "e2e_s": stream.prefill_s + decode_s,
+        "tpot_s": decode_s / (n_tokens - 1),
+        "step_s_p50": float(np.median(wall)), "step_s_p99": float(np.quantile(wall, 0.99)),
+        "ar_decode_s": stream.ar_decode_s, "speedup": stream.ar_decode_s / decode_s,
     }
     return StreamResult(summary, table if per_step else None)
+
+
+def simulate_stream(profile, method: str, config: Mapping | str | None = None, n_tokens: int = 256,
+                    seed: int = 0, *, prompt_len: int = 128, engine: str = "fast",
+                    latencies: Mapping[str, Any] | None = None, parallel: Parallelism | None = None,
+                    draws: StepDraws | None = None, per_step: bool = False) -> StreamResult:
+    """Simulate one request (`prepare_stream`, then `run_stream` with `seed` or `draws`)."""
+    if engine not in ENGINES:
+        raise InputError(f"unknown engine '{engine}' (known: {', '.join(ENGINES)})")
+    stream = prepare_stream(profile, method, config, n_tokens, prompt_len=prompt_len, latencies=latencies,
+                            parallel=parallel)
+    return run_stream(stream, seed, engine=engine, draws=draws, per_step=per_step)

@@ -40,7 +40,7 @@ from costmodel.hardware import get_hardware
 from traces.replay import replayable, TokenTable, replay_summary
 from traces.schema import read_trace
 from simulator.memory import memory_of
-from simulator.stream import simulate_stream
+from simulator.stream import prepare_stream, run_stream
 
 TABULATE_MIN = 4096      # forwards asked at once from which integer token counts are priced on a table
 SCORE_COLUMNS = ["speedup", "tokens_per_step", "verified_per_step", "draft_cost", "draft_forwards",
@@ -328,8 +328,8 @@ def simulate_task(task: SimTask) -> dict[str, float]:
     # decode steps commit all n_tokens, as the engine's do (its prefill leaves the prompt's last
     # token pending) and as the closed form prices them; simulate_stream's prefill emits one more
     prompt = centred_prompt(task.setting.ctx_len, task.n_tokens)
-    summaries = [simulate_stream(profile, task.method, task.config, n_tokens=task.n_tokens + 1,
-                                 seed=derive_seed(task.seed, "repeat", r), prompt_len=prompt).summary for r in range(task.repeats)]
+    stream = prepare_stream(profile, task.method, task.config, n_tokens=task.n_tokens + 1, prompt_len=prompt)
+    summaries = [run_stream(stream, derive_seed(task.seed, "repeat", r)).summary for r in range(task.repeats)]
     s = np.array([x["speedup"] for x in summaries])
     ar, decode = (np.array([x[k] for x in summaries]) for k in ("ar_decode_s", "decode_s"))
     pooled = ar.sum() / decode.sum()

@@ -6,6 +6,7 @@ import pytest
 from costmodel import cape as cape_cf
 from costmodel import leviathan, lookahead, trees
 from simulator import FixedLatency, simulate_stream
+from simulator.stream import prepare_stream, run_stream
 from methods.draws import draw_stream
 from methods.sd import SDConfig
 from simulator.methods import build_step_model, split_config
@@ -92,6 +93,16 @@ def test_fast_path_equals_simpy_path(method, config):
     for col in ("draft_s", "verify_s", "overhead_s"):
         np.testing.assert_allclose(fast.steps[col], ref.steps[col], rtol=1e-9, atol=1e-12)
     assert fast.summary["e2e_s"] == pytest.approx(ref.summary["e2e_s"], rel=1e-9)
+
+
+@pytest.mark.parametrize("method,config", CASES)
+def test_a_prepared_stream_run_with_several_seeds_is_each_seed_simulated_afresh(method, config):
+    """The sweep prepares a stream once and runs it per seed: nothing a run draws may leak into the next."""
+    prof = profile_dict()
+    stream = prepare_stream(prof, method, config, 801, prompt_len=64, latencies=LINEAR)
+    runs = [run_stream(stream, seed).summary for seed in (7, 8, 7)]
+    for seed, summary in zip((7, 8, 7), runs):
+        assert summary == simulate_stream(prof, method, config, 801, seed, prompt_len=64, latencies=LINEAR).summary
 
 
 def test_every_method_runs_with_roofline_latency():
