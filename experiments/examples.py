@@ -30,6 +30,9 @@ EXAMPLES: dict[str, tuple[str, list[str]]] = {
     "capacity_vicuna7b_h100": ("experiments.capacity", [
         "--hardware", "H100", "--target-rate", "20", "--tp", "1,2", "--out", "examples/capacity_vicuna7b_h100",
         "--overwrite"]),
+    "served_load_smollm2_b32": ("experiments.serve_load", [
+        "--repredict", "examples/served_load_smollm2", "--profile", "data/profiles/batch/smollm2-135m-cpu-batch32.json",
+        "--out", "examples/served_load_smollm2_b32", "--overwrite"]),
     "smollm2_cpu": ("experiments.smollm2_cpu", ["--stages", "tables", "--report", "examples/smollm2_cpu"]),
 }
 

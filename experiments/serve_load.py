@@ -16,6 +16,11 @@ its widest tree's slots, as vLLM reserves lookahead slots). Writes served.csv (p
 configuration: throughput, p50/p90 TTFT, TPOT and end-to-end, predicted, measured and the relative
 error, and the KV memory each method held), requests.csv and steps.csv (measured), report.md.
 What it all means is `fidelity.served`.
+
+`--repredict RUN --profile P --out OUT` prices a finished served run again with another Profile (one
+recorded after it, say) and sets it against what RUN measured: the same arrivals, request mix, max batch,
+KV budget and seeds (RUN's manifest), nothing served; the report says the predictions came after the
+measurement. The Profile must not have been calibrated on RUN's prompts.
 """
 from __future__ import annotations
 
@@ -27,14 +32,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from campaigns.measure import Bench
+from campaigns.measure import Bench, parse_candidate
 from common import atomic
 from common.cli import CliParser, cli_entry, log, require_positive
 from common.errors import InputError
-from common.rundir import add_overwrite_option, start_run
+from common.rundir import add_overwrite_option, read_manifest, start_run
 from fidelity.run import check_held_out, check_target, dataset_of, read_candidates
-from fidelity.served import (MULTIPLES, capacity, check_requests, compare_loads, make_loads, parse_rates,
-                             predict_load, read_arrival_trace, request_mix, serve_loads)
+from fidelity.served import (MULTIPLES, capacity, check_requests, compare_loads, make_loads, measured_run,
+                             parse_rates, predict_load, read_arrival_trace, request_mix, serve_loads)
 from fidelity.served_report import served_report
 from profiles.profile import Profile
 from runtime.prompts import load_prompt_mix
@@ -44,9 +49,14 @@ from traces.timing import int_list
 def build_parser() -> argparse.ArgumentParser:
     p = CliParser(prog="python -m experiments.serve_load", description=__doc__.splitlines()[0])
     p.add_argument("--profile", required=True, type=Path, help="Profile JSON of the batch engine (batching padded)")
-    p.add_argument("--target", required=True, help="target model spec the Profile describes (e.g. smollm2)")
-    p.add_argument("--prompts", required=True, help="held-out prompts the requests draw from, one dataset (set:A-B)")
-    p.add_argument("--configs", required=True, type=Path, help="file of configurations, one 'label [@drafter]' a line")
+    p.add_argument("--target", help="target model spec the Profile describes (e.g. smollm2); required unless --repredict")
+    p.add_argument("--prompts", help="held-out prompts the requests draw from, one dataset (set:A-B); required "
+                                     "unless --repredict")
+    p.add_argument("--configs", type=Path, help="file of configurations, one 'label [@drafter]' a line; required "
+                                                "unless --repredict")
+    p.add_argument("--repredict", type=Path, default=None, metavar="RUN",
+                   help="price the served run in RUN again with --profile and compare it with what RUN measured "
+                        "(its loads, mix and options; nothing is served)")
     p.add_argument("--out", required=True, type=Path, help="output folder")
     add_overwrite_option(p)
     p.add_argument("--drafters", type=Path, default=Path("artifacts/drafters"), help="trained drafters' folder")
@@ -70,6 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else list(argv)
+    if args.repredict is not None:
+        return repredict(args)
+    missing = [f"--{name}" for name in ("target", "prompts", "configs") if getattr(args, name) is None]
+    if missing:
+        raise InputError(f"{', '.join(missing)} required (unless --repredict RUN)")
     require_positive(args, ("requests", "max_batch", "kv_tokens", "context", "sim_repeats", "threads"))
     output_lens = list(int_list(args.output_lens, "output-lens", 1))
     if args.arrival_trace is None:
@@ -110,6 +125,39 @@ def main(argv: list[str] | None = None) -> int:
     atomic.write_text(args.out / "report.md", served_report(table, args, profile, plain_capacity, minutes))
     errors = table[[c for c in table.columns if c.endswith("_rel_error")]].abs().to_numpy()
     print(f"served {len(runs)} loads x {len(cands)} configurations in {minutes:.1f} min; |error| median "
+          f"{100 * np.nanmedian(errors):.1f}%, worst {100 * np.nanmax(errors):.1f}%; wrote {args.out}")
+    return 0
+
+
+def repredict(args) -> int:
+    """`--repredict RUN`: RUN's loads priced by `--profile`, beside what RUN measured (module docstring)."""
+    manifest = read_manifest(args.repredict)
+    if manifest is None or manifest.get("cli") != "experiments.serve_load" or manifest.get("status") != "ok":
+        raise InputError(f"--repredict {args.repredict}: not a finished run of experiments.serve_load (its manifest.json)")
+    served = build_parser().parse_args(manifest["argv"])
+    profile = Profile.load(args.profile)
+    chosen = load_prompt_mix(served.prompts)
+    check_held_out(profile, [p.prompt_id for p in chosen])
+    dataset = dataset_of(profile, chosen[0].dataset)
+    runs, labels, measured = measured_run(args.repredict)
+    cands = [parse_candidate(label) for label in labels]
+    start_run(args.out, "experiments.serve_load", args.argv, args.overwrite)
+    predicted = pd.DataFrame([{"load": name, "rate": rate, "candidate": cand.label,
+                               **predict_load(profile, cand, load, served.max_batch, served.kv_tokens, served.seed,
+                                              served.sim_repeats, dataset)}
+                              for name, rate, load in runs for cand in cands])
+    plain_capacity = capacity(profile, runs[0][2], served.max_batch, served.kv_tokens, served.seed)
+    atomic.write_csv(args.out / "predictions.csv", predicted.assign(plain_capacity_req_s=plain_capacity, dataset=dataset))
+    table = compare_loads(predicted, measured)
+    atomic.write_csv(args.out / "served.csv", table)
+    served.argv, served.profile = manifest["argv"], args.profile
+    note = (f"Predicted after the measurement: `python -m experiments.serve_load {' '.join(args.argv)}` priced the "
+            f"loads that run `{args.repredict}` served (measured {manifest.get('started', '?')}, commit "
+            f"{manifest.get('commit', '?')}) with this Profile; the rates keep that run's names (multiples of the "
+            "capacity its own Profile predicted).")
+    atomic.write_text(args.out / "report.md", served_report(table, served, profile, plain_capacity, float("nan"), note))
+    errors = table[[c for c in table.columns if c.endswith("_rel_error")]].abs().to_numpy()
+    print(f"priced {len(runs)} loads x {len(cands)} configurations of {args.repredict} again; |error| median "
           f"{100 * np.nanmedian(errors):.1f}%, worst {100 * np.nanmax(errors):.1f}%; wrote {args.out}")
     return 0
 

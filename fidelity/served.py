@@ -142,6 +142,30 @@ def measure_load(bench: Bench, cand: Candidate, load: pd.DataFrame, ids: dict[st
     return serve(bench.batch_engine(cand, max_batch, context), arrivals, Limits(kv_tokens, reserve))
 
 
+def measured_run(run: Path) -> tuple[list[tuple[str, float, pd.DataFrame]], list[str], pd.DataFrame]:
+    """What a finished served run (`--out` of `experiments.serve_load`) measured, to be priced again:
+    (name, rate, requests with their arrivals) per load, as served; the configurations' labels; and
+    per (load, configuration) the measured summary and KV memory (served.csv's `_measured` columns)."""
+    requests_csv, served_csv = Path(run) / "requests.csv", Path(run) / "served.csv"
+    for path in (requests_csv, served_csv):
+        if not path.is_file():
+            raise InputError(f"--repredict {run}: no {path.name} (not a finished served run)")
+    requests, served = pd.read_csv(requests_csv), pd.read_csv(served_csv)
+    loads = []
+    for (name, rate), rows in requests.groupby(["load", "rate"], sort=False):
+        first = rows[rows["candidate"] == rows["candidate"].iloc[0]]
+        arrivals = first[["request_id", "arrival_s", "prompt_len", "output_len"]].reset_index(drop=True)
+        for label, other in rows.groupby("candidate", sort=False):
+            same = other[["request_id", "arrival_s", "prompt_len", "output_len"]].reset_index(drop=True)
+            if not same.equals(arrivals):
+                raise InputError(f"--repredict {run}: load {name} served '{label}' other requests or arrivals than "
+                                 f"'{first['candidate'].iloc[0]}'; one load is one request stream")
+        loads.append((str(name), float(rate), arrivals))
+    keep = {c: c[: -len("_measured")] for c in served.columns if c.endswith("_measured")}
+    measured = served[["load", "rate", "candidate", *keep, *[c for c in served.columns if c.startswith("kv_")]]]
+    return loads, list(dict.fromkeys(served["candidate"])), measured.rename(columns=keep)
+
+
 def compare_loads(predicted: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
     """Per (rate, configuration): each metric predicted and measured and the relative error."""
     keys = ["load", "rate", "candidate"]

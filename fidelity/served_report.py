@@ -10,7 +10,8 @@ from sweep.markdown import md_table
 TARGETS = {"throughput_tok_s": 0.05, "tpot_s_p50": 0.05, "ttft_s_p90": 0.10, "tpot_s_p90": 0.10}
 
 
-def served_report(table: pd.DataFrame, args, profile, plain_capacity: float, minutes: float) -> str:
+def served_report(table: pd.DataFrame, args, profile, plain_capacity: float, minutes: float, note: str = "") -> str:
+    """report.md of a served run; `note` (a re-prediction's provenance) goes under the title."""
     shown = ["load", "rate", "candidate"] + [f"{m}_{s}" for m in METRICS for s in ("predicted", "measured")]
     errors = ["load", "candidate"] + [f"{m}_rel_error" for m in METRICS]
     memory = ["load", "candidate", "kv_held_tokens_mean", "kv_held_tokens_max", "kv_held_mib_max",
@@ -19,11 +20,12 @@ def served_report(table: pd.DataFrame, args, profile, plain_capacity: float, min
            f"{len(table)} (rate, configuration); worst {100 * table[f'{metric}_rel_error'].abs().max():.1f}%"
            for metric, limit in TARGETS.items()]
     lines = ["# Served load: predicted by the simulator, then served by the batch engine", "",
+             *([note, ""] if note else []),
              f"- Profile: `{args.profile}` ({profile.name}); held-out prompts {args.prompts}",
              f"- {args.requests} requests a load (output lengths {args.output_lens}, seed {args.seed}), max batch "
              f"{args.max_batch}, KV budget {args.kv_tokens} tokens, {args.threads} thread(s); plain decoding's predicted "
-             f"capacity {plain_capacity:.3f} requests/s; served in {minutes:.1f} min",
-             f"- Command: `python -m experiments.serve_load {' '.join(args.argv)}`", "", "## Against the targets", "",
+             f"capacity {plain_capacity:.3f} requests/s" + (f"; served in {minutes:.1f} min" if minutes == minutes else ""),
+             f"- {'Served by' if note else 'Command'}: `python -m experiments.serve_load {' '.join(args.argv)}`", "", "## Against the targets", "",
              *met, "", "## Predicted and measured", "", md_table(table, [c for c in shown if c in table], ".3f"), "",
              "## Relative error (predicted / measured - 1)", "", md_table(table, errors, ".3f"), "",
              "## KV memory each method held", "", md_table(table, [c for c in memory if c in table], ".1f"), "",

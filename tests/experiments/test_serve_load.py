@@ -117,3 +117,41 @@ def test_one_summary_for_predicted_and_measured_requests():
     s = served.summarise(requests)
     assert s["throughput_tok_s"] == pytest.approx(30 / 10) and s["completed"] == 2 and s["oom"] == 1
     assert s["tpot_s_p50"] == pytest.approx(0.2) and s["ttft_s_p90"] == pytest.approx(1.9) and s["preemptions"] == 1
+
+
+ROOT = bundled("profiles").parents[1]
+
+
+def test_a_served_run_priced_again_is_the_bundled_repredicted_example(tmp_path):
+    """--repredict: the served run's own loads, measured figures kept, predictions from the other Profile."""
+    from experiments import examples
+
+    argv = list(examples.EXAMPLES["served_load_smollm2_b32"][1])
+    argv[argv.index("--out") + 1] = str(tmp_path / "o")
+    assert serve_load.main(argv) == 0
+    bundled_run = ROOT / "examples" / "served_load_smollm2_b32"
+    again, committed = pd.read_csv(tmp_path / "o" / "served.csv"), pd.read_csv(bundled_run / "served.csv")
+    pd.testing.assert_frame_equal(again, committed, check_exact=False, rtol=1e-9)
+    source = pd.read_csv(ROOT / "examples" / "served_load_smollm2" / "served.csv")
+    measured = [c for c in source.columns if c.endswith("_measured")]
+    pd.testing.assert_frame_equal(again[measured], source[measured])          # what was served, untouched
+    assert "Predicted after the measurement" in (tmp_path / "o" / "report.md").read_text()
+
+
+def test_a_repredict_of_what_is_not_a_served_run_or_of_loads_that_differ_is_refused(tmp_path, capsys):
+    profile = str(bundled("profiles", "batch", "smollm2-135m-cpu-batch32.json"))
+    assert serve_load.main(["--repredict", str(tmp_path), "--profile", profile, "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: --repredict {tmp_path}: not a finished run of "
+                                               "experiments.serve_load (its manifest.json)")
+    requests = pd.read_csv(ROOT / "examples" / "served_load_smollm2" / "requests.csv")
+    requests.loc[requests.index[-1], "arrival_s"] += 1.0
+    requests.to_csv(tmp_path / "requests.csv", index=False)
+    (tmp_path / "served.csv").write_text((ROOT / "examples" / "served_load_smollm2" / "served.csv").read_text())
+    with pytest.raises(InputError, match="load x1.5 served 'prompt_lookup g5 nmin2 nmax3' other requests or arrivals"):
+        served.measured_run(tmp_path)
+
+
+def test_a_served_run_without_its_load_options_needs_them(tmp_path, capsys):
+    assert serve_load.main(["--profile", str(bundled("profiles", "smollm2-135m-cpu.json")), "--out",
+                            str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.strip() == "error: --target, --prompts, --configs required (unless --repredict RUN)"
