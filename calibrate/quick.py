@@ -5,17 +5,20 @@ A CPU's speed and the shape of its step cost (how a 4-token verify compares with
 BLAS does at a few rows, what Python costs around a forward) move with the CPU model, its SIMD, the
 threads and the torch build; acceptance does not. So the latency part is measured again and the rest
 kept:
-- the target's forward on a coarse grid (QUICK_TOKENS x QUICK_CTX at batch 1, random weights of its
-  architecture: latency does not depend on the weights), each point against what the Profile's table
+- the target's forward on a coarse grid (QUICK_TOKENS x QUICK_CTX at batch 1, moved inside the widths and
+  contexts the table measured; random weights of its architecture: latency does not depend on the weights),
+  each point against what the Profile's table
   prices there: a ratio per point, interpolated in (log2 tokens, context) and held past the grid's
   edges (`Correction`), multiplies every point of the target's table, and every drafter table the
-  machine could not time itself (a draft model is the same kernels at the same widths);
+  machine could not time itself (a draft model is the same kernels at the same widths); a table over batch
+  sizes has every batch scaled by the batch-1 ratio (the batch's own shape is not timed again);
 - each drafter the methods build from the target (`traces.drafter_timing`) timed at one token and
   QUICK_CTX: its own ratio;
 - the engine's seconds beside the forwards (`profiles.parts.EngineTerms`: fixed per-step, per-token
   and per-forward work, Python's): plain decoding run through the engine for QUICK_STEPS steps, its
-  step beside its forward, against what the Profile says plain decoding pays beyond its forward; the
-  ratio scales every additive term (the scales, ratios to a forward, are kept).
+  step beside its forward, against what the Profile says plain decoding pays beyond its forward (through
+  the continuous-batching engine at one row where the Profile's engine pads its batches); the ratio scales
+  every additive term, per-row terms included (the scales, ratios to a forward, are kept).
 The new Profile records this machine (`profiles.machine.this_machine`) and, in its provenance, what was
 measured again, the ratios and the machine, beside the source Profile's name; the source file is never
 touched (the new one is written atomically to --out). About a minute on 2 cores for SmolLM2.
@@ -36,13 +39,14 @@ import methods
 from common.cli import CliParser, cli_entry
 from common.errors import InputError
 from common.rundir import claim_file, git_commit
-from costmodel.step import StepCalibration
+from costmodel.step import PADDED, StepCalibration
 from profiles.latency import TableLatency
 from profiles.machine import this_machine
 from profiles.parts import EngineTerms
 from profiles.profile import Profile
 from profiles.record import Record
 from runtime.engine import make_decoder
+from runtime.engine.batch import BatchEngine
 from runtime.models import random_architecture
 from traces.drafter_timing import drafter_entries, drafter_rows
 from traces.timer import Timer
@@ -52,7 +56,10 @@ QUICK_TOKENS = (1, 2, 4, 8, 16, 64)      # widths of the target's forwards timed
 QUICK_CTX = (0, 1024)                    # contexts they are timed at
 QUICK_STEPS = 24                          # plain decoding steps that time the engine's own work
 ADDITIVE = ("verify_fixed_s", "verify_per_token_s", "draft_per_forward_s", "draft_per_token_s", "first_draft_s",
-            "first_draft_per_token_s", "overhead_s", "overhead_per_token_s", "speculation_s", "verify_wide_extra_s")
+            "first_draft_per_token_s", "overhead_s", "overhead_per_token_s", "speculation_s", "verify_wide_extra_s",
+            "overhead_per_row_s", "verify_per_row_s", "draft_per_row_s", "draft_per_row_forward_s")
+PLAIN_STEP = ("verify_fixed_s", "verify_per_token_s", "overhead_s", "overhead_per_token_s", "overhead_per_row_s",
+              "verify_per_row_s")     # what a plain decoding step of one row pays beside its scaled forward
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,14 +92,26 @@ def corrected(table: TableLatency, correction: Correction) -> TableLatency:
                                fit=Record({**table.fit.to_json(), "remeasured": "scaled by calibrate.quick"}))
 
 
+def quick_grid(table: TableLatency) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(tokens, contexts) to time again: QUICK_TOKENS x QUICK_CTX moved inside what `table` measured, so
+    every ratio sets a measurement against a measurement (a batch engine's table stops at 12 tokens and
+    512 of context: its extrapolation is no baseline)."""
+    def inside(values, measured) -> tuple[int, ...]:
+        low, high = float(np.min(measured)), float(np.max(measured))
+        return tuple(sorted({int(round(min(max(v, low), high))) for v in values}))
+
+    return inside(QUICK_TOKENS, table.n_tokens), inside(QUICK_CTX, table.ctx_len)
+
+
 def target_correction(profile: Profile, timer: Timer, seed: int) -> Correction:
     """The target's forwards timed again on the quick grid, over what its table prices."""
-    model = random_architecture(profile.target, seed=seed, dtype=torch.float32)
-    rows = profile_model(model, Grid(QUICK_TOKENS, QUICK_CTX, (1,)), timer, seed)
     old = profile.latency_model(profile.target)
+    tokens, ctx = quick_grid(old)
+    model = random_architecture(profile.target, seed=seed, dtype=torch.float32)
+    rows = profile_model(model, Grid(tokens, ctx, (1,)), timer, seed)
     ratio = np.array([[r["seconds"] / float(old.predict(r["n_tokens"], r["ctx_len"], 1)) for r in rows
-                       if r["n_tokens"] == n] for n in QUICK_TOKENS])
-    return Correction(tuple(map(float, QUICK_TOKENS)), tuple(map(float, QUICK_CTX)), ratio)
+                       if r["n_tokens"] == n] for n in tokens])
+    return Correction(tuple(map(float, tokens)), tuple(map(float, ctx)), ratio)
 
 
 def drafter_ratios(profile: Profile, timer: Timer, seed: int) -> dict[str, float]:
@@ -111,18 +130,25 @@ def drafter_ratios(profile: Profile, timer: Timer, seed: int) -> dict[str, float
 
 def engine_ratio(profile: Profile, correction: Correction, seed: int, prompt_len: int = 64) -> float:
     """Plain decoding's work beside its forward here, over what the Profile's engine terms price for
-    it: QUICK_STEPS steps through the engine on a random-weight target."""
+    it: QUICK_STEPS steps on a random-weight target through the engine the Profile describes (the
+    continuous-batching one, one row, where the Profile's engine pads its batches)."""
     model = random_architecture(profile.target, seed=seed, dtype=torch.float32)
-    decoder = make_decoder(methods.BASELINE, model)
     prompt = [int(t) for t in torch.randint(0, model.config.vocab_size, (prompt_len,),
                                             generator=torch.Generator().manual_seed(seed))]
-    decoder.generate(prompt, 4)                                     # warm-up
-    steps = decoder.generate(prompt, QUICK_STEPS).steps[1:]
+    if profile.engine.batching == PADDED:
+        engine = BatchEngine(methods.BASELINE, model, batch=1, seed=seed, context=prompt_len + QUICK_STEPS + 8)
+        engine.generate([prompt], 4)                                # warm-up
+        steps = engine.generate([prompt], QUICK_STEPS).steps[1:]
+        ctx = statistics.median(s.rows[0].ctx_len for s in steps)
+    else:
+        decoder = make_decoder(methods.BASELINE, model)
+        decoder.generate(prompt, 4)                                 # warm-up
+        steps = decoder.generate(prompt, QUICK_STEPS).steps[1:]
+        ctx = statistics.median(s.ctx_len for s in steps)
     step = statistics.median(s.draft_s + s.verify_s + s.overhead_s for s in steps)
-    ctx = statistics.median(s.ctx_len for s in steps)
     terms = profile.step_calibration(methods.BASELINE)
     forward = float(profile.seconds(profile.target, 1, ctx)) * float(correction(1, ctx))     # this machine's
-    additive = terms.verify_fixed_s + terms.verify_per_token_s + terms.overhead_s + terms.overhead_per_token_s
+    additive = sum(getattr(terms, name) for name in PLAIN_STEP)
     measured = step - terms.verify_scale * forward
     if additive <= 0 or measured <= 0:
         return 1.0           # nothing measurable beside the forward: the terms are kept

@@ -1,0 +1,55 @@
+"""calibrate.quick: the points it times again lie inside what the Profile's table measured, and a Profile of
+the continuous-batching engine has its engine terms timed through that engine."""
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from calibrate import quick
+from profiles.profile import Profile
+
+SINGLE = "data/profiles/smollm2-135m-cpu.json"
+BATCH32 = "data/profiles/batch/smollm2-135m-cpu-batch32.json"
+
+
+def test_the_quick_grid_stays_inside_the_table_it_is_set_against():
+    single = Profile.load(SINGLE).latency_model("smollm2-135m")
+    assert quick.quick_grid(single) == (quick.QUICK_TOKENS, quick.QUICK_CTX)      # a wide table: the grid as it is
+    batch = Profile.load(BATCH32).latency_model("smollm2-135m")                    # 1-12 tokens, 128-512 context
+    assert quick.quick_grid(batch) == ((1, 2, 4, 8, 12), (128, 512))
+
+
+class _Step(SimpleNamespace):
+    pass
+
+
+def _steps(seconds: float, ctx: int, rows: bool):
+    row = SimpleNamespace(ctx_len=ctx)
+    return [_Step(draft_s=0.0, verify_s=seconds, overhead_s=0.0, ctx_len=ctx, rows=[row]) for _ in range(5)]
+
+
+@pytest.mark.parametrize("path, engine", [(BATCH32, "batch"), (SINGLE, "single")])
+def test_the_engine_is_timed_through_the_engine_the_profile_describes(monkeypatch, path, engine):
+    profile = Profile.load(path)
+    used = []
+
+    class Batch:
+        def __init__(self, method, model, **options):
+            used.append(("batch", options["batch"]))
+
+        def generate(self, prompts, n):
+            return SimpleNamespace(steps=_steps(0.2, 100, True))
+
+    class Single:
+        def generate(self, prompt, n):
+            return SimpleNamespace(steps=_steps(0.2, 100, False))
+
+    monkeypatch.setattr(quick, "random_architecture", lambda *a, **k: SimpleNamespace(config=SimpleNamespace(vocab_size=50)))
+    monkeypatch.setattr(quick, "BatchEngine", Batch)
+    monkeypatch.setattr(quick, "make_decoder", lambda *a, **k: used.append(("single", 1)) or Single())
+    identity = quick.Correction((1.0,), (0.0,), np.array([[1.0]]))
+    ratio = quick.engine_ratio(profile, identity, seed=0)
+    assert {kind for kind, _ in used} == {engine} and all(rows == 1 for _, rows in used)
+    terms = profile.step_calibration("ar")
+    beside = 0.2 - terms.verify_scale * float(profile.seconds(profile.target, 1, 100))
+    assert ratio == pytest.approx(beside / sum(getattr(terms, name) for name in quick.PLAIN_STEP))
