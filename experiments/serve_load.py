@@ -49,14 +49,14 @@ from traces.timing import int_list
 def build_parser() -> argparse.ArgumentParser:
     p = CliParser(prog="python -m experiments.serve_load", description=__doc__.splitlines()[0])
     p.add_argument("--profile", required=True, type=Path, help="Profile JSON of the batch engine (batching padded)")
-    p.add_argument("--target", help="target model spec the Profile describes (e.g. smollm2); required unless --repredict")
+    p.add_argument("--target", help="target model spec the Profile describes (e.g. smollm2); required unless --repredict (default: none)")
     p.add_argument("--prompts", help="held-out prompts the requests draw from, one dataset (set:A-B); required "
-                                     "unless --repredict")
+                                     "unless --repredict (default: none)")
     p.add_argument("--configs", type=Path, help="file of configurations, one 'label [@drafter]' a line; required "
-                                                "unless --repredict")
+                                                "unless --repredict (default: none)")
     p.add_argument("--repredict", type=Path, default=None, metavar="RUN",
                    help="price the served run in RUN again with --profile and compare it with what RUN measured "
-                        "(its loads, mix and options; nothing is served)")
+                        "(its loads, mix and options; nothing is served; default: none, serve a new load)")
     p.add_argument("--out", required=True, type=Path, help="output folder")
     add_overwrite_option(p)
     p.add_argument("--drafters", type=Path, default=Path("artifacts/drafters"), help="trained drafters' folder")
