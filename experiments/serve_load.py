@@ -14,7 +14,9 @@ written before anything is served), then served by `traces.serve` on the continu
 with `--max-batch` rows, FCFS admission and a KV budget of `--kv-tokens` (each running row reserving
 its widest tree's slots, as vLLM reserves lookahead slots). Writes served.csv (per rate and
 configuration: throughput, p50/p90 TTFT, TPOT and end-to-end, predicted, measured and the relative
-error, and the KV memory each method held), requests.csv and steps.csv (measured), report.md.
+error, and the KV memory each method held), requests.csv and steps.csv (measured), step_costs.csv (the
+median decode step by rows and the prefill per request, simulated against measured: where the time goes),
+report.md.
 What it all means is `fidelity.served`.
 
 `--repredict RUN --profile P --out OUT` prices a finished served run again with another Profile (one
@@ -39,7 +41,7 @@ from common.errors import InputError
 from common.rundir import add_overwrite_option, read_manifest, start_run
 from fidelity.run import check_held_out, check_target, dataset_of, read_candidates
 from fidelity.served import (MULTIPLES, capacity, check_requests, compare_loads, make_loads, measured_run,
-                             parse_rates, predict_load, read_arrival_trace, request_mix, serve_loads)
+                             parse_rates, predict_load, read_arrival_trace, request_mix, serve_loads, step_costs)
 from fidelity.served_report import served_report
 from profiles.profile import Profile
 from runtime.prompts import load_prompt_mix
@@ -122,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     table = compare_loads(predicted, measured)
     atomic.write_csv(args.out / "served.csv", table)
     minutes = (time.perf_counter() - started) / 60
-    atomic.write_text(args.out / "report.md", served_report(table, args, profile, plain_capacity, minutes))
+    costs = step_costs(profile, cands, runs, steps, args.max_batch, args.kv_tokens, args.seed, dataset)
+    atomic.write_csv(args.out / "step_costs.csv", costs)
+    atomic.write_text(args.out / "report.md", served_report(table, args, profile, plain_capacity, minutes, costs=costs))
     errors = table[[c for c in table.columns if c.endswith("_rel_error")]].abs().to_numpy()
     print(f"served {len(runs)} loads x {len(cands)} configurations in {minutes:.1f} min; |error| median "
           f"{100 * np.nanmedian(errors):.1f}%, worst {100 * np.nanmax(errors):.1f}%; wrote {args.out}")
@@ -150,12 +154,16 @@ def repredict(args) -> int:
     atomic.write_csv(args.out / "predictions.csv", predicted.assign(plain_capacity_req_s=plain_capacity, dataset=dataset))
     table = compare_loads(predicted, measured)
     atomic.write_csv(args.out / "served.csv", table)
+    costs = step_costs(profile, cands, runs, pd.read_csv(args.repredict / "steps.csv"), served.max_batch,
+                       served.kv_tokens, served.seed, dataset)
+    atomic.write_csv(args.out / "step_costs.csv", costs)
     served.argv, served.profile = manifest["argv"], args.profile
     note = (f"Predicted after the measurement: `python -m experiments.serve_load {' '.join(args.argv)}` priced the "
             f"loads that run `{args.repredict}` served (measured {manifest.get('started', '?')}, commit "
             f"{manifest.get('commit', '?')}) with this Profile; the rates keep that run's names (multiples of the "
             "capacity its own Profile predicted).")
-    atomic.write_text(args.out / "report.md", served_report(table, served, profile, plain_capacity, float("nan"), note))
+    atomic.write_text(args.out / "report.md", served_report(table, served, profile, plain_capacity, float("nan"), note,
+                                                             costs))
     errors = table[[c for c in table.columns if c.endswith("_rel_error")]].abs().to_numpy()
     print(f"priced {len(runs)} loads x {len(cands)} configurations of {args.repredict} again; |error| median "
           f"{100 * np.nanmedian(errors):.1f}%, worst {100 * np.nanmax(errors):.1f}%; wrote {args.out}")

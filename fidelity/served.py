@@ -134,6 +134,41 @@ def predict_load(profile, cand: Candidate, load: pd.DataFrame, max_batch: int, k
     return pooled
 
 
+def step_costs(profile, cands: list[Candidate], runs: list[tuple[str, float, pd.DataFrame]], steps: pd.DataFrame,
+               max_batch: int, kv_tokens: int, seed: int, dataset: str) -> pd.DataFrame:
+    """Where a served load's time goes, simulated against measured, per (load, configuration): the median
+    decode step by the rows it ran (1, 2, 3-4, 5-8, ...) and the prefill per admitted request. The simulator
+    serves each load once (its first seed, as `predict_load`'s first run), per step; `steps` are the
+    loop's (`traces.serve`: rows, draft/verify/overhead and prefill seconds, requests joined)."""
+    edges = [0] + [2 ** i for i in range(int(np.ceil(np.log2(max(max_batch, 1)))) + 1)]
+    names = [str(hi) if hi - lo == 1 else f"{lo + 1}-{hi}" for lo, hi in zip(edges, edges[1:])]
+    out = []
+    for name, rate, load in runs:
+        for cand in cands:
+            simulated = simulate_serving(profile, cand.method, sim_config(cand, dataset),
+                                         Workload(arrival="trace", trace=load[["arrival_s", "prompt_len", "output_len"]]),
+                                         Cluster(max_batch=max_batch, kv_tokens=kv_tokens),
+                                         derive_seed(seed, "serve", cand.label, 0), per_step=True).iterations
+            measured = steps[(steps["load"] == name) & (steps["candidate"] == cand.label)]
+            decode = simulated[simulated["kind"] == "decode"]
+            sim_rows = pd.cut(decode["batch"], edges, labels=names)
+            loop_rows = pd.cut(measured["rows"], edges, labels=names)
+            loop_s = measured["draft_s"] + measured["verify_s"] + measured["overhead_s"]
+            tag = {"load": name, "rate": rate, "candidate": cand.label}
+            for rows in names:
+                sim, loop = decode["seconds"][sim_rows == rows], loop_s[loop_rows == rows]
+                out.append({**tag, "what": f"decode step, {rows} row(s)", "n_predicted": len(sim), "n_measured": len(loop),
+                            "seconds_predicted": float(sim.median()) if len(sim) else np.nan,
+                            "seconds_measured": float(loop.median()) if len(loop) else np.nan})
+            prefills = simulated[simulated["kind"] == "prefill"]
+            out.append({**tag, "what": "prefill, per request admitted", "n_predicted": int(prefills["batch"].sum()),
+                        "n_measured": int(measured["joined"].sum()),
+                        "seconds_predicted": float(prefills["seconds"].sum() / max(prefills["batch"].sum(), 1)),
+                        "seconds_measured": float(measured["prefill_s"].sum() / max(measured["joined"].sum(), 1))})
+    table = pd.DataFrame(out)
+    return table.assign(rel_error=table["seconds_predicted"] / table["seconds_measured"] - 1.0)
+
+
 def measure_load(bench: Bench, cand: Candidate, load: pd.DataFrame, ids: dict[str, list[int]], max_batch: int,
                  kv_tokens: int, reserve: int, context: int):
     """`traces.serve` of `load` (its prompts' token ids in `ids`) on the engine of `cand` (a `Served`)."""

@@ -10,8 +10,10 @@ from sweep.markdown import md_table
 TARGETS = {"throughput_tok_s": 0.05, "tpot_s_p50": 0.05, "ttft_s_p90": 0.10, "tpot_s_p90": 0.10}
 
 
-def served_report(table: pd.DataFrame, args, profile, plain_capacity: float, minutes: float, note: str = "") -> str:
-    """report.md of a served run; `note` (a re-prediction's provenance) goes under the title."""
+def served_report(table: pd.DataFrame, args, profile, plain_capacity: float, minutes: float, note: str = "",
+                  costs: pd.DataFrame | None = None) -> str:
+    """report.md of a served run; `note` (a re-prediction's provenance) goes under the title; `costs`
+    (`fidelity.served.step_costs`) says where the time goes."""
     shown = ["load", "rate", "candidate"] + [f"{m}_{s}" for m in METRICS for s in ("predicted", "measured")]
     errors = ["load", "candidate"] + [f"{m}_rel_error" for m in METRICS]
     memory = ["load", "candidate", "kv_held_tokens_mean", "kv_held_tokens_max", "kv_held_mib_max",
@@ -32,4 +34,10 @@ def served_report(table: pd.DataFrame, args, profile, plain_capacity: float, min
              "kv_held: every running row's context plus its reserved slots (the widest tree it may verify, as vLLM "
              "reserves lookahead slots), target and drafter KV; kv_allocated: what this engine's padded caches "
              "allocate (every row at the longest row's capacity)."]
+    if costs is not None and not costs.empty:
+        lines += ["", "## Where the time goes: steps simulated against measured", "",
+                  md_table(costs, ["load", "candidate", "what", "n_predicted", "n_measured", "seconds_predicted",
+                                   "seconds_measured", "rel_error"], ".3f"), "",
+                  "Decode steps: the median over the steps that ran that many rows (the simulator's first seed); "
+                  "prefill: every admitted request's prefill seconds over the requests admitted."]
     return "\n".join(lines) + "\n"

@@ -136,6 +136,11 @@ def test_a_served_run_priced_again_is_the_bundled_repredicted_example(tmp_path):
     measured = [c for c in source.columns if c.endswith("_measured")]
     pd.testing.assert_frame_equal(again[measured], source[measured])          # what was served, untouched
     assert "Predicted after the measurement" in (tmp_path / "o" / "report.md").read_text()
+    costs = pd.read_csv(tmp_path / "o" / "step_costs.csv")        # where the time goes, per load and configuration
+    prefill = costs[costs["what"] == "prefill, per request admitted"]
+    assert len(prefill) == len(committed) and (prefill["n_predicted"] == 24).all() and (prefill["n_measured"] == 24).all()
+    one_row = costs[costs["what"] == "decode step, 1 row(s)"]
+    assert (one_row["n_measured"] > 0).all() and one_row["rel_error"].notna().all()
 
 
 def test_a_repredict_of_what_is_not_a_served_run_or_of_loads_that_differ_is_refused(tmp_path, capsys):
