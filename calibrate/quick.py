@@ -10,8 +10,11 @@ kept:
   each point against what the Profile's table
   prices there: a ratio per point, interpolated in (log2 tokens, context) and held past the grid's
   edges (`Correction`), multiplies every point of the target's table, and every drafter table the
-  machine could not time itself (a draft model is the same kernels at the same widths); a table over batch
-  sizes has every batch scaled by the batch-1 ratio (the batch's own shape is not timed again);
+  machine could not time itself (a draft model is the same kernels at the same widths);
+- where the Profile's engine pads its batches (a batch engine's Profile): its table's forwards timed through
+  the batch engine's cache and masks, as they were recorded, one-token forwards at QUICK_BATCHES too (the
+  batch's own factor over batch 1's), and a joining request's prefill (PREFILL_PROMPTS through the batch
+  engine, against the fitted prefill terms, which it scales);
 - each drafter the methods build from the target (`traces.drafter_timing`) timed at one token and
   QUICK_CTX: its own ratio;
 - the engine's seconds beside the forwards (`profiles.parts.EngineTerms`: fixed per-step, per-token
@@ -55,9 +58,13 @@ from traces.timing import Grid, profile_model
 QUICK_TOKENS = (1, 2, 4, 8, 16, 64)      # widths of the target's forwards timed again
 QUICK_CTX = (0, 1024)                    # contexts they are timed at
 QUICK_STEPS = 24                          # plain decoding steps that time the engine's own work
+QUICK_BATCHES = (8, 32)                   # a batched table's one-token forwards timed again at these too
+PREFILL_PROMPTS = (64, 256)               # a padded engine's prefills timed at these prompt lengths
+PREFILL_REPEATS = 3
 ADDITIVE = ("verify_fixed_s", "verify_per_token_s", "draft_per_forward_s", "draft_per_token_s", "first_draft_s",
             "first_draft_per_token_s", "overhead_s", "overhead_per_token_s", "speculation_s", "verify_wide_extra_s",
             "overhead_per_row_s", "verify_per_row_s", "draft_per_row_s", "draft_per_row_forward_s")
+PREFILL = ("prefill_per_request_s", "prefill_per_token_s")     # a padded engine's fitted prefill of a joining request
 PLAIN_STEP = ("verify_fixed_s", "verify_per_token_s", "overhead_s", "overhead_per_token_s", "overhead_per_row_s",
               "verify_per_row_s")     # what a plain decoding step of one row pays beside its scaled forward
 
@@ -70,6 +77,13 @@ class Correction:
     tokens: tuple[float, ...]
     ctx: tuple[float, ...]
     ratio: np.ndarray         # [tokens][ctx]
+    batch: tuple[float, ...] = (1.0,)
+    batch_ratio: tuple[float, ...] = (1.0,)   # per batch, times the ratio at batch 1 (log2-interpolated)
+
+    def at_batch(self, batch) -> np.ndarray:
+        """The factor a batch of `batch` rows adds to the batch-1 ratio (1 where no batch was timed)."""
+        b = np.clip(np.log2(np.asarray(batch, float)), np.log2(self.batch[0]), np.log2(self.batch[-1]))
+        return np.interp(b, np.log2(self.batch), self.batch_ratio)
 
     def __call__(self, n_tokens, ctx_len) -> np.ndarray:
         x = np.clip(np.log2(np.asarray(n_tokens, float)), np.log2(self.tokens[0]), np.log2(self.tokens[-1]))
@@ -85,9 +99,10 @@ class Correction:
 
 
 def corrected(table: TableLatency, correction: Correction) -> TableLatency:
-    """`table` with every point multiplied by the correction at its (tokens, context)."""
+    """`table` with every point multiplied by the correction at its (tokens, context, batch)."""
     n, c = np.meshgrid(np.asarray(table.n_tokens), np.asarray(table.ctx_len), indexing="ij")
     factor = np.asarray(correction(n.ravel(), c.ravel())).reshape(n.shape)[:, :, None]
+    factor = factor * correction.at_batch(np.asarray(table.batch, float))[None, None, :]
     return dataclasses.replace(table, seconds=np.asarray(table.seconds) * factor,
                                fit=Record({**table.fit.to_json(), "remeasured": "scaled by calibrate.quick"}))
 
@@ -104,14 +119,45 @@ def quick_grid(table: TableLatency) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 
 def target_correction(profile: Profile, timer: Timer, seed: int) -> Correction:
-    """The target's forwards timed again on the quick grid, over what its table prices."""
+    """The target's forwards timed again on the quick grid, over what its table prices: through the
+    batch engine's cache and masks where the Profile's engine pads its batches (as its table was timed,
+    `traces.timing --cache batch`), and, where the table spans batches, one-token forwards at
+    QUICK_BATCHES too (their ratio over batch 1's: how the batch's shape moved)."""
     old = profile.latency_model(profile.target)
     tokens, ctx = quick_grid(old)
+    cache = "batch" if profile.engine.batching == PADDED else "kv"
+    measured = np.asarray(getattr(old, "batch", (1,)), float)
+    batches = sorted({int(min(b, measured.max())) for b in QUICK_BATCHES} - {1}) if measured.max() > 1 else []
     model = random_architecture(profile.target, seed=seed, dtype=torch.float32)
-    rows = profile_model(model, Grid(tokens, ctx, (1,)), timer, seed)
+    rows = profile_model(model, Grid(tokens, ctx, (1,)), timer, seed, cache_kind=cache)
     ratio = np.array([[r["seconds"] / float(old.predict(r["n_tokens"], r["ctx_len"], 1)) for r in rows
                        if r["n_tokens"] == n] for n in tokens])
-    return Correction(tuple(map(float, tokens)), tuple(map(float, ctx)), ratio)
+    correction = Correction(tuple(map(float, tokens)), tuple(map(float, ctx)), ratio)
+    if not batches:
+        return correction
+    wide = profile_model(model, Grid((1,), ctx, tuple(batches)), timer, seed, cache_kind=cache)
+    by_batch = [float(np.median([r["seconds"] / float(old.predict(1, r["ctx_len"], b)) / float(correction(1, r["ctx_len"]))
+                                 for r in wide if r["batch"] == b])) for b in batches]
+    return dataclasses.replace(correction, batch=(1.0, *map(float, batches)), batch_ratio=(1.0, *by_batch))
+
+
+def prefill_ratio(profile: Profile, seed: int) -> float | None:
+    """A padded engine's prefills here (each request prefilled alone as it joins: PREFILL_PROMPTS,
+    timed through the batch engine) over what the Profile's fitted prefill terms price for them; None
+    where the Profile fitted none (its prefill is the target's forward, corrected with the table)."""
+    terms = profile.step_calibration(methods.BASELINE)
+    if profile.engine.batching != PADDED or not (terms.prefill_per_request_s or terms.prefill_per_token_s):
+        return None
+    model = random_architecture(profile.target, seed=seed, dtype=torch.float32)
+    gen = torch.Generator().manual_seed(seed)
+    measured = priced = 0.0
+    for n in PREFILL_PROMPTS:
+        prompt = [int(t) for t in torch.randint(0, model.config.vocab_size, (n,), generator=gen)]
+        engine = BatchEngine(methods.BASELINE, model, batch=1, seed=seed, context=n + 8)
+        engine.generate([prompt], 1)                               # warm-up
+        measured += statistics.median(engine.generate([prompt], 1).steps[0].prefill_s for _ in range(PREFILL_REPEATS))
+        priced += terms.prefill_per_request_s + terms.prefill_per_token_s * n
+    return measured / priced
 
 
 def drafter_ratios(profile: Profile, timer: Timer, seed: int) -> dict[str, float]:
@@ -155,8 +201,18 @@ def engine_ratio(profile: Profile, correction: Correction, seed: int, prompt_len
     return measured / additive
 
 
-def scaled(terms: StepCalibration, ratio: float) -> StepCalibration:
-    return dataclasses.replace(terms, **{k: getattr(terms, k) * ratio for k in ADDITIVE})
+def scaled(terms: StepCalibration, ratio: float, prefill: float | None = None) -> StepCalibration:
+    """The engine's additive terms times `ratio`; its prefill terms times `prefill` (None: kept)."""
+    out = dataclasses.replace(terms, **{k: getattr(terms, k) * ratio for k in ADDITIVE})
+    if prefill is None:
+        return out
+    return dataclasses.replace(out, **{k: getattr(terms, k) * prefill for k in PREFILL})
+
+
+def moved_engine(terms: EngineTerms, ratio: float, prefill: float | None) -> EngineTerms:
+    """The engine's terms on this machine: every calibration `scaled`, its fit and how it batches kept."""
+    return dataclasses.replace(terms, methods=Record({m: scaled(c, ratio, prefill) for m, c in terms.methods.items()}),
+                               pooled=None if terms.pooled is None else scaled(terms.pooled, ratio, prefill))
 
 
 def quick_profile(profile: Profile, threads: int, seed: int = 0) -> tuple[Profile, dict]:
@@ -172,6 +228,7 @@ def quick_profile(profile: Profile, threads: int, seed: int = 0) -> tuple[Profil
     correction = target_correction(profile, timer, seed)
     drafters = drafter_ratios(profile, timer, seed)
     engine = engine_ratio(profile, correction, seed)
+    prefill = prefill_ratio(profile, seed)
     latency = {}
     for name, model in profile.latency.items():
         if name in drafters:
@@ -180,14 +237,14 @@ def quick_profile(profile: Profile, threads: int, seed: int = 0) -> tuple[Profil
             latency[name] = corrected(model, correction)
         else:
             latency[name] = model
-    terms = profile.engine
-    engine_terms = EngineTerms(Record({m: scaled(c, engine) for m, c in terms.methods.items()}),
-                               None if terms.pooled is None else scaled(terms.pooled, engine), terms.fit)
+    engine_terms = moved_engine(profile.engine, engine, prefill)
     machine = this_machine(threads)
     record = {"from": profile.name, "command": "python -m calibrate.quick", "commit": git_commit(),
               "created": dt.datetime.now(dt.timezone.utc).isoformat(), "machine": machine.describe(),
               "target_ratio": {"tokens": list(correction.tokens), "ctx": list(correction.ctx),
-                               "ratio": np.round(correction.ratio, 4).tolist()},
+                               "ratio": np.round(correction.ratio, 4).tolist(), "batch": list(correction.batch),
+                               "batch_ratio": np.round(correction.batch_ratio, 4).tolist()},
+              "prefill_ratio": None if prefill is None else round(prefill, 4),
               "drafter_ratio": {k: round(v, 4) for k, v in drafters.items()}, "engine_ratio": round(engine, 4),
               "kept": "acceptance, workload, drafters; the engine's scales (ratios to a forward)",
               "seconds": round(time.perf_counter() - started, 1)}

@@ -53,3 +53,27 @@ def test_the_engine_is_timed_through_the_engine_the_profile_describes(monkeypatc
     terms = profile.step_calibration("ar")
     beside = 0.2 - terms.verify_scale * float(profile.seconds(profile.target, 1, 100))
     assert ratio == pytest.approx(beside / sum(getattr(terms, name) for name in quick.PLAIN_STEP))
+
+
+def test_the_moved_engine_keeps_how_it_batches_and_scales_its_prefill_apart():
+    terms = Profile.load(BATCH32).engine
+    moved = quick.moved_engine(terms, 2.0, 0.5)
+    assert moved.batching == terms.batching == "padded" and moved.fit == terms.fit
+    before, after = terms.calibration("ar"), moved.calibration("ar")
+    assert after.verify_fixed_s == pytest.approx(2.0 * before.verify_fixed_s)
+    assert after.verify_per_row_s == pytest.approx(2.0 * before.verify_per_row_s)
+    assert after.prefill_per_token_s == pytest.approx(0.5 * before.prefill_per_token_s)
+    assert after.verify_scale == before.verify_scale                       # scales are ratios to a forward: kept
+    assert quick.moved_engine(terms, 2.0, None).calibration("ar").prefill_per_token_s == before.prefill_per_token_s
+
+
+def test_a_batched_correction_scales_each_batch_by_its_own_factor():
+    table = Profile.load(BATCH32).latency_model("smollm2-135m")
+    correction = quick.Correction((1.0, 12.0), (128.0, 512.0), np.full((2, 2), 1.5), (1.0, 8.0, 32.0), (1.0, 1.2, 1.4))
+    moved = quick.corrected(table, correction)
+    factor = np.asarray(moved.seconds) / np.asarray(table.seconds)
+    batches = list(np.asarray(table.batch, float))
+    assert factor[:, :, batches.index(1.0)] == pytest.approx(1.5)
+    assert factor[:, :, batches.index(8.0)] == pytest.approx(1.5 * 1.2)
+    assert factor[:, :, batches.index(32.0)] == pytest.approx(1.5 * 1.4)
+    assert factor[:, :, batches.index(2.0)] == pytest.approx(1.5 * (1.0 + 0.2 / 3))    # a third of the way in log2
