@@ -10,7 +10,8 @@ each with its checkpoint path (the notes list them).
 Files (`write_exports`), per deployment (`sweep.deployments`) and engine, in the sweep's
 --out: `vllm_<deployment>.json` (the `--speculative-config` JSON; with several batch sizes it
 carries `num_speculative_tokens_per_batch_size`, vLLM's [start_bs, end_bs, K] schedule, K = 0
-where speculating does not pay in the simulator), `sglang_<deployment>.txt` (the flags, one
+where speculating does not pay in the simulator; a tree run as vLLM's chain gets, at each batch,
+the chain length that does best there, `best_as_run`), `sglang_<deployment>.txt` (the flags, one
 line, with `--max-running-requests` at the largest batch simulated), `hf_<deployment>.json`
 (`HF_FILE`: what goes on a model's generation_config and what goes to `generate()`, applied by
 `HF_SNIPPET`; assisted generation runs batch 1), and `exports.md` / `exports.json` (what each file
@@ -19,6 +20,7 @@ that were priced, what has no counterpart).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -30,6 +32,7 @@ import pandas as pd
 import methods
 from common import atomic
 from simulator.batch_load import BatchLoad
+from sweep import ranking, scoring
 from sweep.deployments import DEPLOYMENT, ServeTask, serve_task
 from methods.engines import SGLANG_MAX_RUNNING, VLLM_SCHEDULE, EngineConfig, NoCounterpart
 from methods.spec import Setup
@@ -112,6 +115,12 @@ def plan(served: pd.DataFrame, profiles: dict[str, Any], engines: list[str], loa
             if runnable:
                 row, mapped_config = runnable[0]
                 paying = _paying(served, deployment, row)
+                if mapped_config.runs_on is not None:      # the engine runs another shape: its own best there
+                    paying = [(b, None if r is None else best_as_run(engine, r, profiles, b, loads[r["profile"]]))
+                              for b, r in paying]
+                    opening = next((r for b, r in paying if r is not None), None)
+                    if opening is not None:                # the file sets what is priced
+                        mapped_config = to_engine(engine, _setup(profiles, opening), opening["config"])
                 entry.update(config=row["config"], method=row["method"], drafter=row["drafter"], mapped=mapped_config,
                              throughput_tok_s=float(row["throughput_tok_s"]), ratio=float(row["throughput_ratio"]),
                              tpot_ms=float(row["tpot_ms"]), batches=[b for b, _ in paying],
@@ -126,6 +135,29 @@ def plan(served: pd.DataFrame, profiles: dict[str, Any], engines: list[str], loa
                                  tpot_ms=at["tpot_ms"])
             entries.append(entry)
     return entries
+
+
+def best_as_run(engine: str, row: pd.Series, profiles: dict[str, Any], batch: int, load: BatchLoad) -> pd.Series:
+    """`row` with the draft length that does best, at `batch`, on the setup `engine` runs its method on
+    (`EngineConfig.runs_on`, e.g. vLLM's chain of a tree drafter): the method's space there, every other
+    field as chosen, scored by the closed forms under the deployment's load. The tree's best depth is not
+    the chain's: the engine gets the chain's. A method without a draft length keeps its configuration."""
+    spec = methods.get(str(row["method"]))
+    chosen = methods.parse_label(str(row["config"]))
+    on = to_engine(engine, _setup(profiles, row), str(row["config"])).runs_on
+    if on is None or "gamma" not in spec.config.keys():
+        return row
+    space = spec.space(on)
+    same = [c for c in spec.configs_of(space) if dataclasses.replace(c, gamma=chosen.gamma) == chosen]
+    if not same:                       # the engine's setup offers none of its other fields: kept as chosen
+        return row
+    entry = on.acceptance
+    setting = scoring.Setting(temperature=entry.temperature, batch=int(batch), dataset=entry.dataset,
+                              ctx_len=load.prompt_len + load.output_len // 2, new_tokens=load.output_len)
+    scored = scoring.score(on, spec.name, spec.frame_of(same), setting)
+    out = row.copy()
+    out["config"] = str(ranking.ranked(scored).iloc[0]["config"])
+    return out
 
 
 def _runs(entry: dict[str, Any], chosen: pd.Series, paying: list[tuple[int, Any]]) -> list[tuple[int, Any]]:

@@ -343,3 +343,35 @@ def test_each_exported_file_is_priced_as_the_engine_runs_it(tmp_path):
     notes = (out / "exports.md").read_text()
     assert f"`{vllm['config']}` on {vllm['drafter']}-chain" in notes and "priced as the engine runs it" in notes
     assert "upper bound" in notes
+
+
+def test_vllm_gets_the_chain_that_does_best_at_each_batch_not_the_trees_depth(tmp_path):
+    """A tree drafter runs in vLLM as a chain: at each batch the exported K is the draft length whose chain
+    the closed forms price best on the chain twin (every other field as chosen), and the file is priced with it."""
+    from profiles.profile import Profile
+    from sweep import scoring
+
+    path = "data/profiles/coral-llama-3-8b-a6000.json"
+    out = tmp_path / "out"
+    assert cli.main(["--profile", path, "--methods", "coral", "--batch-sizes", "1,64", "--export", "vllm",
+                     "--out", str(out), "--no-progress"]) == 0
+    vllm = json.loads((out / "exports.json").read_text())[0]
+    profile = Profile.load(path)
+    spec, chosen = methods.get("coral"), methods.parse_label(vllm["config"])
+    setup = profile.setups_for(spec, drafter=vllm["drafter"])[0]
+    twin = spec.to_engine("vllm", setup, chosen).runs_on
+    load = deployments.load_of(sweep.setting_of(profile, sweep.SweepOptions()).ctx_len, 256)
+    variants = spec.frame_of([type(chosen)(**{**chosen.to_dict(), "gamma": g})
+                              for g in sorted(set(spec.space(twin)["gamma"]))])
+    schedule = {b: k for start, end, k in vllm["schedule"] for b in range(start, end + 1)}
+    for priced in vllm["priced"]:
+        if priced["config"] == methods.BASELINE:           # the chain stops paying here: speculation off
+            assert schedule[priced["batch"]] == 0
+            continue
+        setting = scoring.Setting(temperature=twin.acceptance.temperature, batch=priced["batch"],
+                                  dataset=twin.acceptance.dataset, ctx_len=load.prompt_len + load.output_len // 2,
+                                  new_tokens=load.output_len)
+        speedup = scoring.score(twin, "coral", variants, setting).set_index("gamma")["speedup"]
+        gamma = methods.parse_label(priced["config"]).gamma
+        assert speedup[gamma] == pytest.approx(speedup.max(), rel=1e-9), (priced["batch"], speedup.to_dict())
+        assert schedule[priced["batch"]] == gamma
