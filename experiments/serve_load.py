@@ -138,6 +138,8 @@ def repredict(args) -> int:
     manifest = read_manifest(args.repredict)
     if manifest is None or manifest.get("cli") != "experiments.serve_load" or manifest.get("status") != "ok":
         raise InputError(f"--repredict {args.repredict}: not a finished run of experiments.serve_load (its manifest.json)")
+    if args.out.resolve() == args.repredict.resolve():
+        raise InputError(f"--out {args.out} is the run priced again: write beside it, not over its measurement")
     served = build_parser().parse_args(manifest["argv"])
     profile = Profile.load(args.profile)
     chosen = load_prompt_mix(served.prompts)
@@ -160,8 +162,8 @@ def repredict(args) -> int:
     served.argv, served.profile = manifest["argv"], args.profile
     note = (f"Predicted after the measurement: `python -m experiments.serve_load {' '.join(args.argv)}` priced the "
             f"loads that run `{args.repredict}` served (measured {manifest.get('started', '?')}, commit "
-            f"{manifest.get('commit', '?')}) with this Profile; the rates keep that run's names (multiples of the "
-            "capacity its own Profile predicted).")
+            f"{manifest.get('commit', '?')}) with this Profile; the loads keep that run's names (an xM load: M times "
+            "the capacity that run's own Profile predicted).")
     atomic.write_text(args.out / "report.md", served_report(table, served, profile, plain_capacity, float("nan"), note,
                                                              costs))
     errors = table[[c for c in table.columns if c.endswith("_rel_error")]].abs().to_numpy()

@@ -182,7 +182,7 @@ def measured_run(run: Path) -> tuple[list[tuple[str, float, pd.DataFrame]], list
     (name, rate, requests with their arrivals) per load, as served; the configurations' labels; and
     per (load, configuration) the measured summary and KV memory (served.csv's `_measured` columns)."""
     requests_csv, served_csv = Path(run) / "requests.csv", Path(run) / "served.csv"
-    for path in (requests_csv, served_csv):
+    for path in (requests_csv, served_csv, Path(run) / "steps.csv"):
         if not path.is_file():
             raise InputError(f"--repredict {run}: no {path.name} (not a finished served run)")
     requests, served = pd.read_csv(requests_csv), pd.read_csv(served_csv)

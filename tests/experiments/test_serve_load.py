@@ -148,10 +148,16 @@ def test_a_repredict_of_what_is_not_a_served_run_or_of_loads_that_differ_is_refu
     assert serve_load.main(["--repredict", str(tmp_path), "--profile", profile, "--out", str(tmp_path / "o")]) == 2
     assert capsys.readouterr().err.strip() == (f"error: --repredict {tmp_path}: not a finished run of "
                                                "experiments.serve_load (its manifest.json)")
+    run = ROOT / "examples" / "served_load_smollm2"
+    assert serve_load.main(["--repredict", str(run), "--profile", profile, "--out", str(run), "--overwrite"]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: --out {run} is the run priced again: write beside it, "
+                                               "not over its measurement")
+    assert (run / "served.csv").is_file()
     requests = pd.read_csv(ROOT / "examples" / "served_load_smollm2" / "requests.csv")
     requests.loc[requests.index[-1], "arrival_s"] += 1.0
     requests.to_csv(tmp_path / "requests.csv", index=False)
-    (tmp_path / "served.csv").write_text((ROOT / "examples" / "served_load_smollm2" / "served.csv").read_text())
+    for name in ("served.csv", "steps.csv"):
+        (tmp_path / name).write_text((run / name).read_text())
     with pytest.raises(InputError, match="load x1.5 served 'prompt_lookup g5 nmin2 nmax3' other requests or arrivals"):
         served.measured_run(tmp_path)
 
