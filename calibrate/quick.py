@@ -118,7 +118,7 @@ def quick_grid(table: TableLatency) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return inside(QUICK_TOKENS, table.n_tokens), inside(QUICK_CTX, table.ctx_len)
 
 
-def target_correction(profile: Profile, timer: Timer, seed: int) -> Correction:
+def target_correction(profile: Profile, model, timer: Timer, seed: int) -> Correction:
     """The target's forwards timed again on the quick grid, over what its table prices: through the
     batch engine's cache and masks where the Profile's engine pads its batches (as its table was timed,
     `traces.timing --cache batch`), and, where the table spans batches, one-token forwards at
@@ -126,9 +126,8 @@ def target_correction(profile: Profile, timer: Timer, seed: int) -> Correction:
     old = profile.latency_model(profile.target)
     tokens, ctx = quick_grid(old)
     cache = "batch" if profile.engine.batching == PADDED else "kv"
-    measured = np.asarray(getattr(old, "batch", (1,)), float)
-    batches = sorted({int(min(b, measured.max())) for b in QUICK_BATCHES} - {1}) if measured.max() > 1 else []
-    model = random_architecture(profile.target, seed=seed, dtype=torch.float32)
+    widest = float(np.max(old.batch))
+    batches = sorted({int(min(b, widest)) for b in QUICK_BATCHES} - {1}) if widest > 1 else []
     rows = profile_model(model, Grid(tokens, ctx, (1,)), timer, seed, cache_kind=cache)
     ratio = np.array([[r["seconds"] / float(old.predict(r["n_tokens"], r["ctx_len"], 1)) for r in rows
                        if r["n_tokens"] == n] for n in tokens])
@@ -141,14 +140,13 @@ def target_correction(profile: Profile, timer: Timer, seed: int) -> Correction:
     return dataclasses.replace(correction, batch=(1.0, *map(float, batches)), batch_ratio=(1.0, *by_batch))
 
 
-def prefill_ratio(profile: Profile, seed: int) -> float | None:
+def prefill_ratio(profile: Profile, model, seed: int) -> float | None:
     """A padded engine's prefills here (each request prefilled alone as it joins: PREFILL_PROMPTS,
     timed through the batch engine) over what the Profile's fitted prefill terms price for them; None
     where the Profile fitted none (its prefill is the target's forward, corrected with the table)."""
     terms = profile.step_calibration(methods.BASELINE)
     if profile.engine.batching != PADDED or not (terms.prefill_per_request_s or terms.prefill_per_token_s):
         return None
-    model = random_architecture(profile.target, seed=seed, dtype=torch.float32)
     gen = torch.Generator().manual_seed(seed)
     measured = priced = 0.0
     for n in PREFILL_PROMPTS:
@@ -174,11 +172,10 @@ def drafter_ratios(profile: Profile, timer: Timer, seed: int) -> dict[str, float
     return {model: float(np.median(values)) for model, values in ratios.items()}
 
 
-def engine_ratio(profile: Profile, correction: Correction, seed: int, prompt_len: int = 64) -> float:
+def engine_ratio(profile: Profile, model, correction: Correction, seed: int, prompt_len: int = 64) -> float:
     """Plain decoding's work beside its forward here, over what the Profile's engine terms price for
     it: QUICK_STEPS steps on a random-weight target through the engine the Profile describes (the
     continuous-batching one, one row, where the Profile's engine pads its batches)."""
-    model = random_architecture(profile.target, seed=seed, dtype=torch.float32)
     prompt = [int(t) for t in torch.randint(0, model.config.vocab_size, (prompt_len,),
                                             generator=torch.Generator().manual_seed(seed))]
     if profile.engine.batching == PADDED:
@@ -225,10 +222,11 @@ def quick_profile(profile: Profile, threads: int, seed: int = 0) -> tuple[Profil
     torch.set_num_threads(threads)
     timer = Timer(torch.device("cpu"), warmup=2, repeats=7, min_repeats=3, point_seconds=2.0)
     started = time.perf_counter()
-    correction = target_correction(profile, timer, seed)
+    model = random_architecture(profile.target, seed=seed, dtype=torch.float32)   # latency does not see weights
+    correction = target_correction(profile, model, timer, seed)
     drafters = drafter_ratios(profile, timer, seed)
-    engine = engine_ratio(profile, correction, seed)
-    prefill = prefill_ratio(profile, seed)
+    engine = engine_ratio(profile, model, correction, seed)
+    prefill = prefill_ratio(profile, model, seed)
     latency = {}
     for name, model in profile.latency.items():
         if name in drafters:

@@ -93,17 +93,22 @@ def sim_config(cand: Candidate, dataset: str | None = None) -> dict:
 
 
 def _simulate(profile, cand: Candidate, load: pd.DataFrame, max_batch: int, kv_tokens: int, seed: int,
-              dataset: str | None = None) -> pd.DataFrame:
-    result = simulate_serving(profile, cand.method, sim_config(cand, dataset),
-                              Workload(arrival="trace", trace=load[["arrival_s", "prompt_len", "output_len"]]),
-                              Cluster(max_batch=max_batch, kv_tokens=kv_tokens), seed)
-    return result.requests
+              dataset: str | None = None, per_step: bool = False):
+    """The simulator serving `load` (its arrivals) with `cand` under the loop's limits (a ServingResult)."""
+    return simulate_serving(profile, cand.method, sim_config(cand, dataset),
+                            Workload(arrival="trace", trace=load[["arrival_s", "prompt_len", "output_len"]]),
+                            Cluster(max_batch=max_batch, kv_tokens=kv_tokens), seed, per_step=per_step)
+
+
+def _repeat_seed(seed: int, cand: Candidate, repeat: int) -> int:
+    """The seed of a configuration's `repeat`-th simulated run of a load."""
+    return derive_seed(seed, "serve", cand.label, repeat)
 
 
 def capacity(profile, mix: pd.DataFrame, max_batch: int, kv_tokens: int, seed: int) -> float:
     """Requests/s plain decoding serves when the whole mix arrives at once (the simulator's)."""
     plain = Candidate(methods.get(BASELINE).config())
-    served = _simulate(profile, plain, mix.assign(arrival_s=0.0), max_batch, kv_tokens, seed)
+    served = _simulate(profile, plain, mix.assign(arrival_s=0.0), max_batch, kv_tokens, seed).requests
     return float((served["status"] == "done").sum() / served["finish_s"].max())
 
 
@@ -125,7 +130,7 @@ def predict_load(profile, cand: Candidate, load: pd.DataFrame, max_batch: int, k
                  repeats: int, dataset: str) -> dict[str, float]:
     """The simulator's summary of `load` on `dataset`'s acceptance: its requests over `repeats` seeds
     pooled for the quantiles, the throughput their mean."""
-    runs = [_simulate(profile, cand, load, max_batch, kv_tokens, derive_seed(seed, "serve", cand.label, r), dataset)
+    runs = [_simulate(profile, cand, load, max_batch, kv_tokens, _repeat_seed(seed, cand, r), dataset).requests
             for r in range(repeats)]
     pooled = summarise(pd.concat(runs, ignore_index=True))
     pooled["throughput_tok_s"] = float(np.mean([summarise(r)["throughput_tok_s"] for r in runs]))
@@ -145,10 +150,8 @@ def step_costs(profile, cands: list[Candidate], runs: list[tuple[str, float, pd.
     out = []
     for name, rate, load in runs:
         for cand in cands:
-            simulated = simulate_serving(profile, cand.method, sim_config(cand, dataset),
-                                         Workload(arrival="trace", trace=load[["arrival_s", "prompt_len", "output_len"]]),
-                                         Cluster(max_batch=max_batch, kv_tokens=kv_tokens),
-                                         derive_seed(seed, "serve", cand.label, 0), per_step=True).iterations
+            simulated = _simulate(profile, cand, load, max_batch, kv_tokens, _repeat_seed(seed, cand, 0), dataset,
+                                  per_step=True).iterations
             measured = steps[(steps["load"] == name) & (steps["candidate"] == cand.label)]
             decode = simulated[simulated["kind"] == "decode"]
             sim_rows = pd.cut(decode["batch"], edges, labels=names)

@@ -162,8 +162,6 @@ def simulate_stream(profile, method: str, config: Mapping | str | None = None, n
                     latencies: Mapping[str, Any] | None = None, parallel: Parallelism | None = None,
                     draws: StepDraws | None = None, per_step: bool = False) -> StreamResult:
     """Simulate one request (`prepare_stream`, then `run_stream` with `seed` or `draws`)."""
-    if engine not in ENGINES:
-        raise InputError(f"unknown engine '{engine}' (known: {', '.join(ENGINES)})")
     stream = prepare_stream(profile, method, config, n_tokens, prompt_len=prompt_len, latencies=latencies,
                             parallel=parallel)
     return run_stream(stream, seed, engine=engine, draws=draws, per_step=per_step)

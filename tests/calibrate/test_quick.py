@@ -44,11 +44,11 @@ def test_the_engine_is_timed_through_the_engine_the_profile_describes(monkeypatc
         def generate(self, prompt, n):
             return SimpleNamespace(steps=_steps(0.2, 100, False))
 
-    monkeypatch.setattr(quick, "random_architecture", lambda *a, **k: SimpleNamespace(config=SimpleNamespace(vocab_size=50)))
     monkeypatch.setattr(quick, "BatchEngine", Batch)
     monkeypatch.setattr(quick, "make_decoder", lambda *a, **k: used.append(("single", 1)) or Single())
     identity = quick.Correction((1.0,), (0.0,), np.array([[1.0]]))
-    ratio = quick.engine_ratio(profile, identity, seed=0)
+    model = SimpleNamespace(config=SimpleNamespace(vocab_size=50))
+    ratio = quick.engine_ratio(profile, model, identity, seed=0)
     assert {kind for kind, _ in used} == {engine} and all(rows == 1 for _, rows in used)
     terms = profile.step_calibration("ar")
     beside = 0.2 - terms.verify_scale * float(profile.seconds(profile.target, 1, 100))
