@@ -12,7 +12,9 @@ Files (`write_exports`), per deployment (`sweep.deployments`) and engine, in the
 carries `num_speculative_tokens_per_batch_size`, vLLM's [start_bs, end_bs, K] schedule, K = 0
 where speculating does not pay in the simulator; a tree run as vLLM's chain gets, at each batch,
 the chain length that does best there, `best_as_run`), `sglang_<deployment>.txt` (the flags, one
-line, with `--max-running-requests` at the largest batch simulated), `hf_<deployment>.json`
+line, with `--max-running-requests` at the largest batch simulated; the flags hold at every batch, so
+they set the per-batch best whose ratios over the batches have the highest geometric mean, `static_best`),
+`hf_<deployment>.json`
 (`HF_FILE`: what goes on a model's generation_config and what goes to `generate()`, applied by
 `HF_SNIPPET`; assisted generation runs batch 1), and `exports.md` / `exports.json` (what each file
 is, its prediction, the engine version it needs, what the engine does outside the batch sizes
@@ -98,7 +100,8 @@ def plan(served: pd.DataFrame, profiles: dict[str, Any], engines: list[str], loa
     engine runs exactly (else approximately, what the price covers first), where it beats plain decoding; the batch sizes
     simulated and where the chosen (method, drafter) pays; with several batch sizes, vLLM's K per
     batch for it; and the file priced as the engine runs it (`price_as_run`), whose numbers are the
-    ones shown. The others listed as not exported."""
+    ones shown; an engine whose flags hold at every batch (SGLang) gets the per-batch best that does best
+    over all of them (`static_best`). The others listed as not exported."""
     entries = []
     spec = served[(served["method"] != methods.BASELINE) & (served["oom"] == 0)]
     for key, group in spec.groupby(DEPLOYMENT, sort=False):
@@ -127,6 +130,11 @@ def plan(served: pd.DataFrame, profiles: dict[str, Any], engines: list[str], loa
                              stops_paying_at=next((b for b, r in paying if r is None), None))
                 if engine == "vllm" and len(paying) > 1:
                     entry["schedule"] = vllm_schedule([(b, _vllm_k(profiles, r)) for b, r in paying])
+                elif engine == "sglang" and len(paying) > 1:     # one set of flags at every batch: the best over them
+                    row, entry["static_choice"] = static_best(engine, row, paying, served, deployment, profiles,
+                                                              loads, seed)
+                    mapped_config = to_engine(engine, _setup(profiles, row), row["config"])
+                    entry.update(config=row["config"], mapped=mapped_config)
                 entry["priced"] = price_as_run(_runs(entry, row, paying), engine, served, deployment, profiles,
                                                loads, seed)
                 if entry["priced"]:
@@ -158,6 +166,31 @@ def best_as_run(engine: str, row: pd.Series, profiles: dict[str, Any], batch: in
     out = row.copy()
     out["config"] = str(ranking.ranked(scored).iloc[0]["config"])
     return out
+
+
+def static_best(engine: str, chosen: pd.Series, paying: list[tuple[int, Any]], served: pd.DataFrame,
+                deployment: dict[str, Any], profiles: dict[str, Any], loads: dict[str, BatchLoad],
+                seed: int) -> tuple[pd.Series, list[dict[str, Any]]]:
+    """For an engine that runs one configuration at every batch (SGLang's flags): of the (method,
+    drafter)'s served bests at the batches simulated (whether or not they pay there), the one whose
+    throughput ratio, priced at every one of those batches, has the highest geometric mean (each batch
+    counts alike; the batch-1 best is not the best at batch 64). Returns it and each candidate's prices
+    (`price_as_run`), best first."""
+    mine = _of(served, deployment)
+    mine = mine[(mine["method"] == chosen["method"]) & (mine["drafter"] == chosen["drafter"]) & (mine["oom"] == 0)]
+    candidates = {str(chosen["config"]): chosen}
+    for _, row in mine.sort_values("batch").iterrows():
+        candidates.setdefault(str(row["config"]), row)
+    batches = [b for b, _ in paying]
+    scored = []
+    for config, row in candidates.items():
+        priced = price_as_run([(b, row) for b in batches], engine, served, deployment, profiles, loads, seed)
+        mean = float(np.exp(np.mean(np.log([p["ratio"] for p in priced]))))
+        scored.append({"config": config, "geomean_ratio": mean,
+                       "ratios": {int(p["batch"]): float(p["ratio"]) for p in priced}})
+    best = max(range(len(scored)), key=lambda i: (scored[i]["geomean_ratio"], -i))    # ties: the batch-1 choice
+    order = [best] + [i for i in range(len(scored)) if i != best]
+    return candidates[scored[best]["config"]], [scored[i] for i in order]
 
 
 def _runs(entry: dict[str, Any], chosen: pd.Series, paying: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
@@ -326,8 +359,9 @@ def exports_markdown(index: list[dict[str, Any]]) -> str:
              "is the exported file priced as the engine runs it (the simulator serving, under the deployment's load, "
              "the configuration the file sets at each batch, on the drafter the engine drafts with: a tree drafter "
              "exported to vLLM drafts a chain). Configurations are the answer at the smallest "
-             "batch simulated; \"needs\" is the engine version or option the file relies on, \"outside the priced "
-             "range\" what the engine does at batch sizes the sweep did not price.", ""]
+             "batch simulated, except where one set of flags runs at every batch (SGLang): there, of the per-batch "
+             "bests, the one whose ratios over the batches simulated have the highest geometric mean; \"needs\" is "
+             "the engine version or option the file relies on, \"outside the priced range\" what the engine does at batch sizes the sweep did not price.", ""]
     for item in index:
         d = item["deployment"]
         head = f"## {item['engine']}: {d['profile']} ({d['hardware']}, {d['dataset']}, T={float(d['temperature']):g})"
@@ -348,6 +382,11 @@ def exports_markdown(index: list[dict[str, Any]]) -> str:
             lines.append(f"- outside the priced range: {item['outside_range']}.")
             if item["models_to_replace"]:
                 lines.append(f"- replace with checkpoint paths: {', '.join(item['models_to_replace'])}.")
+            if item.get("static_choice"):
+                lines.append("- one configuration at every batch, chosen by its geometric-mean ratio over the batches "
+                             "simulated: " + "; ".join(f"`{c['config']}` {c['geomean_ratio']:.2f}x ("
+                                                       + ", ".join(f"{r:.2f}" for r in c["ratios"].values()) + ")"
+                                                       for c in item["static_choice"]) + ".")
             if item.get("schedule"):
                 lines.append(f"- K per batch size ([start, end, K]; 0 = do not speculate): {item['schedule']}.")
         else:

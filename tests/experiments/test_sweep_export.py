@@ -375,3 +375,25 @@ def test_vllm_gets_the_chain_that_does_best_at_each_batch_not_the_trees_depth(tm
         gamma = methods.parse_label(priced["config"]).gamma
         assert speedup[gamma] == pytest.approx(speedup.max(), rel=1e-9), (priced["batch"], speedup.to_dict())
         assert schedule[priced["batch"]] == gamma
+
+
+def test_sglang_flags_hold_at_every_batch_so_they_are_the_best_over_all_batches(tmp_path):
+    """SGLang runs one configuration at every batch: each per-batch best of the chosen drafter is priced at
+    every batch simulated, and the exported one has the highest geometric-mean ratio over them: on this
+    Profile at batch 1, 32 and 64 that is not batch 1's best, which loses more than half from batch 32."""
+    out = tmp_path / "out"
+    assert cli.main(["--profile", "data/profiles/coral-llama-3-8b-a6000.json", "--methods", "coral",
+                     "--batch-sizes", "1,32,64", "--export", "sglang", "--out", str(out), "--no-progress"]) == 0
+    sglang = json.loads((out / "exports.json").read_text())[0]
+    choices = sglang["static_choice"]
+    served = pd.read_csv(out / "deployments_served.csv")
+    bests = served[(served["drafter"] == sglang["drafter"]) & (served["method"] == "coral")]["config"]
+    assert {c["config"] for c in choices} == set(bests) and len(choices) >= 2
+    for choice in choices:
+        assert sorted(int(b) for b in choice["ratios"]) == [1, 32, 64]
+        assert choice["geomean_ratio"] == pytest.approx(np.exp(np.mean(np.log(list(choice["ratios"].values())))))
+    assert choices[0]["config"] == sglang["config"] != served[served["batch"] == 1].sort_values(
+        "throughput_tok_s")["config"].iloc[-1]
+    assert choices[0]["geomean_ratio"] == max(c["geomean_ratio"] for c in choices)
+    assert [p["ratio"] for p in sglang["priced"]] == pytest.approx(list(choices[0]["ratios"].values()), rel=1e-12)
+    assert "geometric-mean ratio" in (out / "exports.md").read_text()
