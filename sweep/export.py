@@ -367,7 +367,11 @@ def exports_markdown(index: list[dict[str, Any]]) -> str:
         head = f"## {item['engine']}: {d['profile']} ({d['hardware']}, {d['dataset']}, T={float(d['temperature']):g})"
         lines += [head, ""]
         if "file" in item:
-            lines.append(f"- [{item['file']}]({item['file']}): `{item['config']}` ({item['match']}), priced as the "
+            first = (item.get("priced") or [{}])[0]
+            runs = (f"`{first['config']}` on {first['as_run']} ({item['match']}; the sweep chose `{item['config']}` on "
+                    f"{item['drafter']}, which this engine runs as {first['as_run']})" if first.get("as_run")
+                    else f"`{item['config']}` ({item['match']})")
+            lines.append(f"- [{item['file']}]({item['file']}): {runs}, priced as the "
                          f"engine runs it at batch {item['batch']}: {item['throughput_tok_s']:.0f} tokens/s, "
                          f"{item['ratio']:.2f}x plain decoding, TPOT {item['tpot_ms']:.1f} ms.")
             if len(item.get("priced", ())) > 1 or any(p["as_run"] for p in item.get("priced", ())):

@@ -343,6 +343,9 @@ def test_each_exported_file_is_priced_as_the_engine_runs_it(tmp_path):
     notes = (out / "exports.md").read_text()
     assert f"`{vllm['config']}` on {vllm['drafter']}-chain" in notes and "priced as the engine runs it" in notes
     assert "upper bound" in notes
+    first = vllm["priced"][0]      # the headline names what the file runs at its first batch, not the tree
+    assert (f"`{first['config']}` on {vllm['drafter']}-chain (approximate; the sweep chose `{vllm['config']}` on "
+            f"{vllm['drafter']}") in notes
 
 
 def test_vllm_gets_the_chain_that_does_best_at_each_batch_not_the_trees_depth(tmp_path):
