@@ -144,19 +144,29 @@ def adopt_measured_settings(args, runs: pd.DataFrame, given: list[str]) -> list[
     return measured
 
 
-def repredict(args, profile, pred: pd.DataFrame) -> pd.DataFrame:
+def repredict(args, profile, pred: pd.DataFrame, runs: pd.DataFrame, chosen) -> pd.DataFrame:
     """The run's configurations predicted again from `profile` at the contexts the run predicted
-    at, for its own tokens per generation (`adopt_measured_settings` ran first); the predictions
-    made before it measured are kept once, in predictions_first.csv."""
+    at, for its own tokens per generation (`adopt_measured_settings` ran first); a batch run's at its
+    batches, from its prompts' lengths (recorded in run.json, or the prompts tokenized again by the
+    target for runs that predate that). The predictions made before it measured are kept once, in
+    predictions_first.csv."""
     first = args.out / "predictions_first.csv"
     run = read_run(args.out)
     if not run.get("repredicted"):             # the first repredict keeps the run's own predictions
         atomic.write_csv(first, pred)
         add_to_run(args.out, first)
-    fresh = [predict(profile, [parse_candidate(label) for label in group["candidate"]], dataset,
-                     float(group["ctx_len"].iloc[0]), args.max_new_tokens, args.seed, args.sim_repeats)
-             for dataset, group in pred.groupby("dataset", sort=False)]
-    out = pd.concat(fresh, ignore_index=True)
+    if "batch" in runs:
+        lengths = run.get("prompt_tokens") or [len(ids) for _, _, ids in
+                                                Bench(args.target, {}, args.drafters, args.threads).encode(chosen)]
+        dataset, batches = pred["dataset"].iat[0], sorted(int(b) for b in runs["batch"].unique())   # one dataset
+        cands = [parse_candidate(label) for label in dict.fromkeys(pred["candidate"])]
+        out = predictions_with_intervals(predict_batches(profile, cands, dataset, lengths, batches, args.max_new_tokens,
+                                                         args.seed, args.sim_repeats), profile, {dataset: len(lengths)})
+    else:
+        fresh = [predict(profile, [parse_candidate(label) for label in group["candidate"]], dataset,
+                         float(group["ctx_len"].iloc[0]), args.max_new_tokens, args.seed, args.sim_repeats)
+                 for dataset, group in pred.groupby("dataset", sort=False)]
+        out = pd.concat(fresh, ignore_index=True)
     atomic.write_csv(args.out / "predictions.csv", out)
     atomic.write_json(args.out / "run.json", {**run, "repredicted": git_commit() or "unknown commit"})
     return out
@@ -188,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv
     args.sim_tokens = args.max_new_tokens if args.sim_tokens is None else args.sim_tokens
     batches = int_list(args.batch, "batch", 1) if args.batch is not None else None
+    given_sim_repeats = args.sim_repeats is not None
     if args.sim_repeats is None:
         args.sim_repeats = BATCH_SIM_REPEATS if batches else SIM_REPEATS
     for name in ("repeats", "max_new_tokens", "threads", "sim_tokens", "sim_repeats", "per_setup"):
@@ -203,10 +214,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.pool:
             runs = pool_runs(runs, {str(folder): read_measured(folder, "--pool")[1] for folder in args.pool})
         if args.repredict:
-            if "batch" in runs:
-                raise InputError("--repredict judges runs of one prompt at a time; a --batch run is judged as measured")
             check_held_out(profile, prompt_ids)
-            pred = repredict(args, profile, pred)
+            if "batch" in runs and not given_sim_repeats:
+                args.sim_repeats = BATCH_SIM_REPEATS
+            pred = repredict(args, profile, pred, runs, chosen)
         if "predicted_lo" not in pred:          # a run measured before intervals were, or a batch run before they were
             counts = (runs.groupby("dataset")["prompt_id"].nunique() if "prompt_id" in runs    # batch runs: their prompts
                       else runs.groupby("dataset")["prompts"].max())
@@ -289,7 +300,8 @@ def run_batches(args, profile, chosen, datasets: dict[str, str], given, batches:
     atomic.write_csv(args.out / "runs.csv", runs)
     prompt_ids = [p.prompt_id for p in chosen]
     atomic.write_json(args.out / "run.json", {"minutes": minutes, "argv": sys.argv[1:] if args.argv is None else args.argv,
-                                              "prompts": prompt_ids, "max_new_tokens": args.max_new_tokens})
+                                              "prompts": prompt_ids, "prompt_tokens": lengths,
+                                              "max_new_tokens": args.max_new_tokens})
     write_results(args, profile, pred, runs, prompt_ids, minutes)
     return 0
 

@@ -172,6 +172,7 @@ def _batch_run(folder, profile, batches, repeats=2):
     pred.to_csv(folder / "predictions.csv", index=False)
     runs.to_csv(folder / "runs.csv", index=False)
     (folder / "run.json").write_text(json.dumps({"minutes": 0.1, "prompts": [p for _, p, _ in prompts],
+                                                 "prompt_tokens": [len(ids) for _, _, ids in prompts],
                                                  "max_new_tokens": 6, "argv": [
         "--profile", str(bundled("profiles", "smollm2-135m-cpu.json")), "--target", "smollm2", "--prompts", "libedit:59-62",
         "--out", str(folder), "--batch", ",".join(map(str, batches)), "--max-new-tokens", "6", "--threads", "1"]}))
@@ -206,3 +207,24 @@ def test_a_batch_run_is_judged_and_reported_per_batch_and_pooled_with_another(tm
     assert fidelity_cli.main(argv + ["--pool", str(elsewhere)]) == 2
     assert capsys.readouterr().err.strip() == (f"error: --pool {elsewhere}: measured other configurations than this "
                                                "run; pool only runs of the same command")
+
+
+def test_a_batch_run_predicted_again_by_its_own_profile_gives_its_predictions(tmp_path, capsys, profile):
+    """--report-only --repredict on a batch run: every (configuration, batch) predicted again from the run's
+    prompt lengths and batches; by the Profile that predicted it first, the same numbers to the last digit,
+    the first kept in predictions_first.csv; by another Profile, other numbers."""
+    out = tmp_path / "run"
+    _batch_run(out, profile, [1, 2])
+    first = pd.read_csv(out / "predictions.csv")
+    argv = ["--profile", str(bundled("profiles", "smollm2-135m-cpu.json")), "--target", "smollm2",
+            "--prompts", "libedit:59-62", "--out", str(out), "--report-only", "--repredict", "--sim-repeats", "2"]
+    assert fidelity_cli.main(argv) == 0, capsys.readouterr().err
+    again = pd.read_csv(out / "predictions.csv")
+    cols = ["candidate", "batch", "ctx_len", "predicted_speedup", "predicted_tokens_per_step", "simulated_speedup"]
+    pd.testing.assert_frame_equal(again[cols], first[cols])
+    pd.testing.assert_frame_equal(pd.read_csv(out / "predictions_first.csv")[cols], first[cols])
+    assert "predicted_lo" in again and "after the measurement" in (out / "report.md").read_text()
+    batch32 = str(bundled("profiles", "batch/smollm2-135m-cpu-batch32.json"))
+    assert fidelity_cli.main([*argv[:1], batch32, *argv[2:]]) == 0, capsys.readouterr().err
+    other = pd.read_csv(out / "predictions.csv")
+    assert not np.allclose(other["predicted_speedup"], first["predicted_speedup"])
