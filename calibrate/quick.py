@@ -21,7 +21,8 @@ kept:
   and per-forward work, Python's): plain decoding run through the engine for QUICK_STEPS steps, its
   step beside its forward, against what the Profile says plain decoding pays beyond its forward (through
   the continuous-batching engine at one row where the Profile's engine pads its batches); the ratio scales
-  every additive term, per-row terms included (the scales, ratios to a forward, are kept).
+  every additive term, per-row terms included (the scales, ratios to a forward, are kept); where those terms
+  are under ENGINE_MIN_SHARE of the plain step the residual is noise, and they are kept as they are.
 The new Profile records this machine (`profiles.machine.this_machine`) and, in its provenance, what was
 measured again, the ratios and the machine, beside the source Profile's name; the source file is never
 touched (the new one is written atomically to --out). About a minute on 2 cores for SmolLM2.
