@@ -196,10 +196,11 @@ def engine_ratio(profile: Profile, model, correction: Correction, seed: int, pro
         ctx = statistics.median(s.ctx_len for s in steps)
     step = statistics.median(s.draft_s + s.verify_s + s.overhead_s for s in steps)
     terms = profile.step_calibration(methods.BASELINE)
-    forward = float(profile.seconds(profile.target, 1, ctx)) * float(correction(1, ctx))     # this machine's
+    table = float(profile.seconds(profile.target, 1, ctx))           # the Profile's forward
+    forward = table * float(correction(1, ctx))                         # this machine's
     additive = sum(getattr(terms, name) for name in PLAIN_STEP)
     measured = step - terms.verify_scale * forward
-    at_home = terms.verify_scale * float(profile.seconds(profile.target, 1, ctx)) + additive   # the Profile's step
+    at_home = terms.verify_scale * table + additive                    # the Profile's plain step
     if additive <= 0 or measured <= 0 or additive < ENGINE_MIN_SHARE * at_home:
         return 1.0           # nothing measurable beside the forward: the terms are kept
     return measured / additive

@@ -144,6 +144,14 @@ def adopt_measured_settings(args, runs: pd.DataFrame, given: list[str]) -> list[
     return measured
 
 
+def sim_repeats(args, batched: bool) -> int:
+    """--sim-repeats, or its default for the kind of run: served runs per (configuration, batch) where the
+    run measures batches, single streams per configuration where it does not."""
+    if args.sim_repeats is not None:
+        return args.sim_repeats
+    return BATCH_SIM_REPEATS if batched else SIM_REPEATS
+
+
 def repredict(args, profile, pred: pd.DataFrame, runs: pd.DataFrame, chosen) -> pd.DataFrame:
     """The run's configurations predicted again from `profile` at the contexts the run predicted
     at, for its own tokens per generation (`adopt_measured_settings` ran first); a batch run's at its
@@ -198,11 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv
     args.sim_tokens = args.max_new_tokens if args.sim_tokens is None else args.sim_tokens
     batches = int_list(args.batch, "batch", 1) if args.batch is not None else None
-    given_sim_repeats = args.sim_repeats is not None
-    if args.sim_repeats is None:
-        args.sim_repeats = BATCH_SIM_REPEATS if batches else SIM_REPEATS
     for name in ("repeats", "max_new_tokens", "threads", "sim_tokens", "sim_repeats", "per_setup"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:     # --sim-repeats: None, its default
             raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     profile = Profile.load(args.profile)
     args.error = profile.heldout_error() or 0.0
@@ -211,12 +216,11 @@ def main(argv: list[str] | None = None) -> int:
         pred, runs = read_measured(args.out, "--out")
         minutes = read_run(args.out).get("minutes", float("nan"))
         prompt_ids = adopt_measured_settings(args, runs, [p.prompt_id for p in chosen])
+        args.sim_repeats = sim_repeats(args, batched="batch" in runs)
         if args.pool:
             runs = pool_runs(runs, {str(folder): read_measured(folder, "--pool")[1] for folder in args.pool})
         if args.repredict:
             check_held_out(profile, prompt_ids)
-            if "batch" in runs and not given_sim_repeats:
-                args.sim_repeats = BATCH_SIM_REPEATS
             pred = repredict(args, profile, pred, runs, chosen)
         if "predicted_lo" not in pred:          # a run measured before intervals were, or a batch run before they were
             counts = (runs.groupby("dataset")["prompt_id"].nunique() if "prompt_id" in runs    # batch runs: their prompts
@@ -227,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     for flag in ("repredict", "pool"):
         if getattr(args, flag):
             raise InputError(f"--{flag} works on a finished run: give --report-only too")
+    args.sim_repeats = sim_repeats(args, batched=batches is not None)
     check_held_out(profile, [p.prompt_id for p in chosen])
     datasets = {p.dataset: dataset_of(profile, p.dataset) for p in chosen}
     given = read_candidates(args.configs) if args.configs else None

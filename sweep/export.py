@@ -131,8 +131,8 @@ def plan(served: pd.DataFrame, profiles: dict[str, Any], engines: list[str], loa
                 if engine == "vllm" and len(paying) > 1:
                     entry["schedule"] = vllm_schedule([(b, _vllm_k(profiles, r)) for b, r in paying])
                 elif engine == "sglang" and len(paying) > 1:     # one set of flags at every batch: the best over them
-                    row, entry["static_choice"] = static_best(engine, row, paying, served, deployment, profiles,
-                                                              loads, seed)
+                    row, entry["static_choice"] = static_best(engine, row, [b for b, _ in paying], served, deployment,
+                                                              profiles, loads, seed)
                     mapped_config = to_engine(engine, _setup(profiles, row), row["config"])
                     entry.update(config=row["config"], mapped=mapped_config)
                 entry["priced"] = price_as_run(_runs(entry, row, paying), engine, served, deployment, profiles,
@@ -168,12 +168,12 @@ def best_as_run(engine: str, row: pd.Series, profiles: dict[str, Any], batch: in
     return out
 
 
-def static_best(engine: str, chosen: pd.Series, paying: list[tuple[int, Any]], served: pd.DataFrame,
+def static_best(engine: str, chosen: pd.Series, batches: list[int], served: pd.DataFrame,
                 deployment: dict[str, Any], profiles: dict[str, Any], loads: dict[str, BatchLoad],
                 seed: int) -> tuple[pd.Series, list[dict[str, Any]]]:
     """For an engine that runs one configuration at every batch (SGLang's flags): of the (method,
-    drafter)'s served bests at the batches simulated (whether or not they pay there), the one whose
-    throughput ratio, priced at every one of those batches, has the highest geometric mean (each batch
+    drafter)'s served bests at `batches` (whether or not they pay there), the one whose throughput
+    ratio, priced at every one of them, has the highest geometric mean (each batch
     counts alike; the batch-1 best is not the best at batch 64). Returns it and each candidate's prices
     (`price_as_run`), best first."""
     mine = _of(served, deployment)
@@ -181,16 +181,14 @@ def static_best(engine: str, chosen: pd.Series, paying: list[tuple[int, Any]], s
     candidates = {str(chosen["config"]): chosen}
     for _, row in mine.sort_values("batch").iterrows():
         candidates.setdefault(str(row["config"]), row)
-    batches = [b for b, _ in paying]
     scored = []
     for config, row in candidates.items():
         priced = price_as_run([(b, row) for b in batches], engine, served, deployment, profiles, loads, seed)
         mean = float(np.exp(np.mean(np.log([p["ratio"] for p in priced]))))
         scored.append({"config": config, "geomean_ratio": mean,
                        "ratios": {int(p["batch"]): float(p["ratio"]) for p in priced}})
-    best = max(range(len(scored)), key=lambda i: (scored[i]["geomean_ratio"], -i))    # ties: the batch-1 choice
-    order = [best] + [i for i in range(len(scored)) if i != best]
-    return candidates[scored[best]["config"]], [scored[i] for i in order]
+    scored.sort(key=lambda c: c["geomean_ratio"], reverse=True)     # stable: on a tie the batch-1 choice first
+    return candidates[scored[0]["config"]], scored
 
 
 def _runs(entry: dict[str, Any], chosen: pd.Series, paying: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
@@ -361,7 +359,8 @@ def exports_markdown(index: list[dict[str, Any]]) -> str:
              "exported to vLLM drafts a chain). Configurations are the answer at the smallest "
              "batch simulated, except where one set of flags runs at every batch (SGLang): there, of the per-batch "
              "bests, the one whose ratios over the batches simulated have the highest geometric mean; \"needs\" is "
-             "the engine version or option the file relies on, \"outside the priced range\" what the engine does at batch sizes the sweep did not price.", ""]
+             "the engine version or option the file relies on, \"outside the priced range\" what the engine does at "
+             "batch sizes the sweep did not price.", ""]
     for item in index:
         d = item["deployment"]
         head = f"## {item['engine']}: {d['profile']} ({d['hardware']}, {d['dataset']}, T={float(d['temperature']):g})"
