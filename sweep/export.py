@@ -12,8 +12,9 @@ Files (`write_exports`), per deployment (`sweep.deployments`) and engine, in the
 carries `num_speculative_tokens_per_batch_size`, vLLM's [start_bs, end_bs, K] schedule, K = 0
 where speculating does not pay in the simulator; a tree run as vLLM's chain gets, at each batch,
 the chain length that does best there, `best_as_run`), `sglang_<deployment>.txt` (the flags, one
-line, with `--max-running-requests` at the largest batch simulated; the flags hold at every batch, so
-they set the per-batch best whose ratios over the batches have the highest geometric mean, `static_best`),
+line; they hold at every batch, so they set the per-batch best whose ratios over the batches have the
+highest geometric mean, `static_best`, with `--max-running-requests` at the batch where they serve
+the most, `max_running`),
 `hf_<deployment>.json`
 (`HF_FILE`: what goes on a model's generation_config and what goes to `generate()`, applied by
 `HF_SNIPPET`; assisted generation runs batch 1), and `exports.md` / `exports.json` (what each file
@@ -38,6 +39,8 @@ from sweep import ranking, scoring
 from sweep.deployments import DEPLOYMENT, ServeTask, serve_task
 from methods.engines import SGLANG_MAX_RUNNING, VLLM_SCHEDULE, EngineConfig, NoCounterpart
 from methods.spec import Setup
+
+PEAK_SHARE = 0.99       # a batch serving 99% of the flags' peak throughput is at their peak (a cap's choice)
 
 
 def to_engine(engine: str, setup: Setup, label: str) -> EngineConfig | NoCounterpart:
@@ -137,6 +140,10 @@ def plan(served: pd.DataFrame, profiles: dict[str, Any], engines: list[str], loa
                     entry.update(config=row["config"], mapped=mapped_config)
                 entry["priced"] = price_as_run(_runs(entry, row, paying), engine, served, deployment, profiles,
                                                loads, seed)
+                if engine == "sglang" and entry["priced"]:
+                    entry["max_running"] = max_running(entry["priced"])
+                    entry["plain_at_top"] = price_as_run([(max(entry["batches"]), None)], engine, served, deployment,
+                                                         profiles, loads, seed)[0]     # full load without speculation
                 if entry["priced"]:
                     at = entry["priced"][0]
                     entry.update(batch=at["batch"], throughput_tok_s=at["throughput_tok_s"], ratio=at["ratio"],
@@ -189,6 +196,14 @@ def static_best(engine: str, chosen: pd.Series, batches: list[int], served: pd.D
                        "ratios": {int(p["batch"]): float(p["ratio"]) for p in priced}})
     scored.sort(key=lambda c: c["geomean_ratio"], reverse=True)     # stable: on a tie the batch-1 choice first
     return candidates[scored[0]["config"]], scored
+
+
+def max_running(priced: list[dict[str, Any]]) -> int:
+    """SGLang's --max-running-requests for flags that hold at every batch: the smallest batch priced
+    where they serve within `PEAK_SHARE` of their most tokens/s. Past the peak a larger batch only slows
+    each request and serves fewer tokens; below it a full load queues requests the flags could serve."""
+    peak = max(p["throughput_tok_s"] for p in priced)
+    return int(min(p["batch"] for p in priced if p["throughput_tok_s"] >= PEAK_SHARE * peak))
 
 
 def _runs(entry: dict[str, Any], chosen: pd.Series, paying: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
@@ -267,7 +282,7 @@ def engine_file(entry: dict[str, Any]) -> tuple[str, str]:
     mapped: EngineConfig = entry["mapped"]
     name = f"{entry['engine']}_{entry['slug']}"
     if entry["engine"] == "sglang":
-        flags = {**mapped.settings, "--max-running-requests": max(entry["batches"])}
+        flags = {**mapped.settings, "--max-running-requests": entry.get("max_running", max(entry["batches"]))}
         return name + ".txt", " ".join(f"{k} {v}" for k, v in flags.items()) + "\n"
     if entry["engine"] == "hf":
         return name + ".json", json.dumps(hf_file(entry), indent=2) + "\n"
@@ -309,8 +324,7 @@ def outside_range(entry: dict[str, Any]) -> str:
         return ("transformers' assisted generation decodes one sequence (batch 1)"
                 + (f"; this was priced at batch {batch}: run the sweep with 1 among --batch-sizes" if batch != 1 else ""))
     if entry["engine"] == "sglang":
-        return (f"priced at batch {batch}; SGLang runs these flags at every batch up to --max-running-requests, set here "
-                f"to {top}, the largest batch simulated ({SGLANG_MAX_RUNNING}){stop_note}")
+        return sglang_range(entry, stop_note)
     k = int(entry["mapped"].settings["num_speculative_tokens"])
     if not entry.get("schedule"):
         return (f"priced at batch {batch} only; vLLM runs num_speculative_tokens={k} at every batch (simulate several "
@@ -320,6 +334,25 @@ def outside_range(entry: dict[str, Any]) -> str:
         return f"vLLM carries the last range's K=0 past batch {top}: no speculation there, as simulated at {top}"
     return (f"vLLM carries the last range's K={last} to every batch past {top} up to its --max-num-seqs, a K nobody "
             f"priced there: serve with --max-num-seqs {top} to stay inside the simulated range")
+
+
+def sglang_range(entry: dict[str, Any], stop_note: str) -> str:
+    """What SGLang does with the exported flags at every batch: where --max-running-requests was set and
+    why, and plain decoding's full-load throughput where it beats the flags' peak."""
+    batch, top = entry["batch"], max(entry["batches"])
+    cap = entry.get("max_running", top)
+    text = f"SGLang runs these flags at every batch up to --max-running-requests ({SGLANG_MAX_RUNNING}); "
+    if not entry.get("priced"):
+        return text + f"priced at batch {batch}, set here to {top}, the largest batch simulated{stop_note}"
+    peak = next(p for p in entry["priced"] if p["batch"] == cap)
+    text += (f"set here to {cap}, the smallest batch simulated where they serve within {1 - PEAK_SHARE:.0%} of their most "
+             f"({peak['throughput_tok_s']:.0f} tokens/s; a larger batch would slow each request for no more){stop_note}")
+    plain = entry["plain_at_top"]
+    if plain["throughput_tok_s"] > peak["throughput_tok_s"]:
+        text += (f"; at full load plain decoding at batch {top} serves {plain['throughput_tok_s']:.0f} tokens/s, more "
+                 "than these flags at any batch: where full load matters more than latency at low load, serve plain "
+                 "decoding")
+    return text
 
 
 def write_exports(entries: list[dict[str, Any]], out_dir: Path) -> dict[str, Path]:

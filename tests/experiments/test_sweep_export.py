@@ -400,3 +400,19 @@ def test_sglang_flags_hold_at_every_batch_so_they_are_the_best_over_all_batches(
     assert choices[0]["geomean_ratio"] == max(c["geomean_ratio"] for c in choices)
     assert [p["ratio"] for p in sglang["priced"]] == pytest.approx(list(choices[0]["ratios"].values()), rel=1e-12)
     assert "geometric-mean ratio" in (out / "exports.md").read_text()
+    # the flags' throughput peaks at 64 here (0.88x of plain decoding there, still more tokens/s than at 32)
+    peak = max(p["throughput_tok_s"] for p in sglang["priced"])
+    cap = min(p["batch"] for p in sglang["priced"] if p["throughput_tok_s"] >= export.PEAK_SHARE * peak)
+    assert sglang["max_running"] == cap and next(out.glob("sglang_*.txt")).read_text().strip().endswith(
+        f"--max-running-requests {cap}")
+    assert sglang["plain_at_top"]["batch"] == 64 and sglang["plain_at_top"]["ratio"] == 1.0
+    assert ("serve plain decoding" in sglang["outside_range"]) == (sglang["plain_at_top"]["throughput_tok_s"] > peak)
+
+
+def test_sglang_cap_is_the_smallest_batch_at_the_flags_peak():
+    priced = [{"batch": b, "throughput_tok_s": t} for b, t in ((1, 60.0), (8, 400.0), (32, 900.0), (64, 700.0))]
+    assert export.max_running(priced) == 32                  # past the peak a larger batch serves less
+    priced[3]["throughput_tok_s"] = 905.0                      # within 1% of the peak: the smaller batch
+    assert export.max_running(priced) == 32
+    priced[3]["throughput_tok_s"] = 1000.0
+    assert export.max_running(priced) == 64
