@@ -68,6 +68,9 @@ class MatchAcceptance:
     # answers (`length_prompts` of them): how each configuration's replay moves with the answer's length
     length_shape: dict[int, dict[str, tuple[float, float]]] | None = field(default=None, compare=False)
     length_prompts: int | None = None
+    # the n_min values the chain was fitted on: with one, hit and decay (sigma and catch) are known
+    # only through hit * decay^(n - 1) at that n, and another n_min is not priced (`prices`)
+    n_min_fitted: tuple[int, ...] | None = None
 
     def parameters(self) -> dict[str, float]:
         """The chain's probabilities (PARAMETERS), without the replay it may hold."""
@@ -82,7 +85,17 @@ class MatchAcceptance:
             out.update(length_shape={str(n): {label: list(pair) for label, pair in table.items()}
                                      for n, table in sorted(self.length_shape.items())},
                        length_prompts=self.length_prompts)
+        if self.n_min_fitted is not None:
+            out["n_min_fitted"] = list(self.n_min_fitted)
         return out
+
+    def prices(self, n_min) -> np.ndarray:
+        """Whether the chain prices a match length: every n_min where its fit saw two or more (the
+        decay and catch per extra token are fitted), only the one it saw where it saw one."""
+        n_min = np.asarray(n_min)
+        if self.n_min_fitted is None or len(self.n_min_fitted) > 1:
+            return np.ones(n_min.shape, bool)
+        return n_min == self.n_min_fitted[0]
 
     def found(self, n_min) -> np.ndarray:
         """P(a step in free text finds a match of n_min tokens or more)."""

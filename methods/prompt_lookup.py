@@ -67,7 +67,12 @@ class PromptLookup(MethodSpec):
         return {self.name: {"kind": self.name}}        # no model: the entry holds its own acceptance
 
     def space(self, setup, gammas=GAMMAS, ngrams=NGRAMS):
-        rows = [(g, lo, hi) for g in gammas for lo in ngrams for hi in ngrams if lo <= hi]
+        """Every (gamma, n_min <= n_max), n_min where the entry's chain prices it (`MatchAcceptance.prices`:
+        a chain fitted at one match length, as vLLM's window 3-7, says nothing of the others)."""
+        has_part = setup.acceptance_key and setup.acceptance.has(self.name)
+        priced = self._part(setup).prices(ngrams) if has_part else np.ones(len(ngrams), bool)
+        mins = [n for n, ok in zip(ngrams, priced) if ok]
+        rows = [(g, lo, hi) for g in gammas for lo in mins for hi in ngrams if lo <= hi]
         frame = pd.DataFrame(rows, columns=["gamma", "n_min", "n_max"]).astype(np.int64)
         frame["config"] = self.config.labels(frame)
         return frame
@@ -125,9 +130,14 @@ class PromptLookup(MethodSpec):
             shape = {self._length(n, where): {label: self._pair(pair, where, f"length_shape['{n}']", label)
                                               for label, pair in table.items()} for n, table in shape.items()}
             shape = {n: {self.parse(label).label: pair for label, pair in table.items()} for n, table in shape.items()}
+        fitted = raw.get("n_min_fitted")
+        if fitted is not None and (not isinstance(fitted, list) or not fitted or any(
+                isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in fitted)):
+            raise InputError(f"{where}: {self.name}.n_min_fitted must be a list of match lengths >= 1, got {fitted!r}")
         return MatchAcceptance(**{k: float(raw.get(k, 1.0)) for k in PARAMETERS}, replayed=replayed,
                                replayed_new_tokens=length if replayed is not None else None,
-                               length_shape=shape, length_prompts=prompts if shape is not None else None)
+                               length_shape=shape, length_prompts=prompts if shape is not None else None,
+                               n_min_fitted=tuple(sorted(set(fitted))) if fitted is not None else None)
 
     @staticmethod
     def _length(text, where: str) -> int:
@@ -162,7 +172,8 @@ class PromptLookup(MethodSpec):
                             "heldout_tokens_per_step": round(predicted, 4)})
         errors = [abs(c["heldout_tokens_per_step"] / c["tokens_per_step"] - 1.0) for c in configs]
         return {"drafter": self.name, "temperature": float(temperature), "dataset": dataset, "alpha": part.alpha,
-                self.name: {k: round(v, 6) for k, v in part.parameters().items()},
+                self.name: {**{k: round(v, 6) for k, v in part.parameters().items()},
+                            "n_min_fitted": sorted(int(n) for n in steps["n_min"].unique())},
                 "fit": {"model": "copy or free text, a two-state chain over steps (methods.prompt_lookup)",
                         "configs": configs,
                         "at_bound": at_bound(part),

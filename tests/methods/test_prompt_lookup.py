@@ -91,6 +91,38 @@ def test_the_fit_recovers_the_model_its_steps_were_drawn_from():
     assert fitted.catch == pytest.approx(TRUE.catch, abs=0.1)
 
 
+def test_a_chain_fitted_at_one_match_length_prices_that_length_alone():
+    """hit * decay^(n - 1) and sigma * catch^(n - 1) are seen only at the n_min fitted: vLLM's window 3-7
+    fitted at n_min 3 once priced n_min 1 at 3.4 tokens per step on chat. The fit records its n_min
+    values; the sweep's space keeps n_min where the fit saw two or more, else the one it saw."""
+    one = SPEC.fit_steps(_steps(TRUE, ["prompt_lookup g1 nmin3 nmax7", "prompt_lookup g5 nmin3 nmax7"], 1000, 0),
+                         dataset="d", temperature=0.0, source="synthetic")
+    assert one[SPEC.name]["n_min_fitted"] == [3]
+    part = SPEC.acceptance_part(one[SPEC.name], "entry")
+    assert part.n_min_fitted == (3,) and list(part.prices([1, 2, 3, 4])) == [False, False, True, False]
+    grid = SPEC.fit_steps(_steps(TRUE, list(SPEC.calibration), 700, 0), dataset="d", temperature=0.0, source="s")
+    assert grid[SPEC.name]["n_min_fitted"] == [1, 2, 3, 4]
+    assert SPEC.acceptance_part(grid[SPEC.name], "entry").prices([1, 6]).all()
+    assert SPEC.acceptance_part(TRUE.to_dict(), "entry").prices([1, 6]).all()      # an entry that predates it
+    with pytest.raises(InputError, match="n_min_fitted must be a list of match lengths >= 1"):
+        SPEC.acceptance_part({**TRUE.to_dict(), "n_min_fitted": [0]}, "entry")
+
+
+def test_the_sweep_prices_vllms_window_only_at_its_n_min():
+    """The bundled vLLM Profile's n-gram entries were fitted on window 3-7: on their own target and
+    carried (ASSUMED) to another, prompt lookup is searched at n_min 3 alone."""
+    from calibrate.assumed import with_assumed
+    from profiles.profile import Profile
+
+    for name in ("llama-3.1-8b-h100-vllm", "coral-llama-3-8b-a6000"):
+        profile = with_assumed(Profile.load(f"data/profiles/{name}.json"), [SPEC.name])
+        setups = SPEC.setups(profile)
+        assert setups, name
+        for setup in setups:
+            space = SPEC.space(setup)
+            assert set(space["n_min"]) == {3} and set(space["n_max"]) == {3, 4, 5, 6}, (name, setup.acceptance_key)
+
+
 def test_one_configuration_cannot_be_fitted():
     with pytest.raises(InputError, match="two or more configurations"):
         SPEC.fit_steps(_steps(TRUE, ["prompt_lookup g4 nmin1 nmax3"], 50, 0), dataset="d", temperature=0.0, source="s")
