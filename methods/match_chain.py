@@ -230,6 +230,32 @@ def fitted_to_replay(part: MatchAcceptance, config) -> MatchAcceptance:
     return replace(part, hit=hit, sigma=sigma)
 
 
+def matched_to_replay(part: MatchAcceptance, configs) -> MatchAcceptance:
+    """`part` with its hit and its copy entry at the replay's one match length n refitted so that the
+    chain gives every configuration of its replay (`configs`: least squares on tokens per step and
+    proposing share): a chain fitted on a sample of the requests, matched to the replay over all of
+    them, before it is carried without its replay to another target. The entry moves through catch
+    (catch^(n - 1), so sigma stays a probability), through sigma where n is 1."""
+    from scipy.optimize import least_squares
+
+    n_min, n_max, gamma = (np.array([getattr(c, k) for c in configs], np.int64) for k in ("n_min", "n_max", "gamma"))
+    if len(set(n_min.tolist())) != 1:
+        raise ValueError(f"a replay is matched at one match length, got n_min {sorted(set(n_min.tolist()))}")
+    n = int(n_min[0])
+    tokens, share = (np.array([part.replayed[c.label][i] for c in configs]) for i in (0, 1))
+
+    def refitted(x) -> MatchAcceptance:
+        hit, q = 1.0 / (1.0 + np.exp(-np.clip(x, -LOGIT_BOUND, LOGIT_BOUND)))
+        return replace(part, hit=float(hit), **({"sigma": float(q)} if n == 1 else {"catch": float(q ** (1 / (n - 1)))}))
+
+    def residual(x) -> np.ndarray:
+        got_tokens, got_share = chain_at(refitted(x), n_min, n_max, gamma, part.replayed_new_tokens)
+        return np.concatenate([got_tokens / tokens - 1.0, got_share - share])
+
+    start = np.clip([part.hit, part.sigma if n == 1 else part.catch ** (n - 1)], 1e-6, 1 - 1e-6)
+    return refitted(least_squares(residual, np.log(start / (1 - start)), bounds=(-LOGIT_BOUND, LOGIT_BOUND)).x)
+
+
 @functools.lru_cache(maxsize=4096)      # every simulated stream of a configuration asks the same
 def _refit(parameters: tuple, new_tokens: int, n_min: int, n_max: int, gamma: int,
            held: tuple[float, float]) -> tuple[float, float]:

@@ -9,7 +9,8 @@ sweep price it too (the closed loop replays the spans themselves, `traces.stream
   of `FIT_REQUESTS` requests evenly spaced through the file (the likelihood fit takes minutes on every
   request of ShareGPT), with every sweep draft length's replay at that window over every request
   beside it (tokens per step and the share of steps that propose), which the closed form takes where
-  it holds the configuration.
+  it holds the configuration; the chain's hit and copy entry then matched to that replay
+  (`matched`), since other targets carry the chain alone.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import methods
 from calibrate.vllm.facts import NGRAM_WINDOW
 from calibrate.vllm.streams import Stream
 from common.errors import InputError
+from methods.match_chain import at_bound, chain_at, matched_to_replay
 from traces.stream_steps import stream_steps
 
 FIT_K = (1, 3, 5)
@@ -81,4 +83,25 @@ def ngram_entry(stream: Stream) -> dict:
     entry["prompt_lookup"]["replayed"] = replayed
     entry["prompt_lookup"]["replayed_new_tokens"] = int(round(float(np.mean([r.output_len for r in stream.requests]))))
     entry["drafter"] = "prompt_lookup"
+    return matched(entry)
+
+
+def matched(entry: dict) -> dict:
+    """The n-gram entry with its chain matched to the replay over every request
+    (`methods.match_chain.matched_to_replay`): the likelihood fit sees `FIT_REQUESTS` of them, and
+    the chain is what other targets carry (ASSUMED) without the replay. The fit's own chain and each
+    one's worst error on the replay are kept in `fit.matched_to_replay`."""
+    spec = methods.get("prompt_lookup")
+    fitted = spec.acceptance_part(entry["prompt_lookup"], "n-gram entry")
+    configs = [spec.parse(label) for label in fitted.replayed]
+    part = matched_to_replay(fitted, configs)
+
+    def worst(p) -> float:
+        tokens, _ = chain_at(p, [c.n_min for c in configs], [c.n_max for c in configs], [c.gamma for c in configs],
+                             p.replayed_new_tokens)
+        return round(float(np.max(np.abs(tokens / np.array([fitted.replayed[c.label][0] for c in configs]) - 1.0))), 4)
+
+    entry["prompt_lookup"].update({k: round(v, 6) for k, v in part.parameters().items()})
+    entry["fit"]["matched_to_replay"] = {"fitted": fitted.parameters(), "worst_tokens_error_fitted": worst(fitted),
+                                         "worst_tokens_error": worst(part), "at_bound": at_bound(part)}
     return entry

@@ -108,6 +108,26 @@ def test_a_chain_fitted_at_one_match_length_prices_that_length_alone():
         SPEC.acceptance_part({**TRUE.to_dict(), "n_min_fitted": [0]}, "entry")
 
 
+def test_a_chain_matched_to_its_replay_gives_every_replayed_configuration():
+    """A chain fitted on a sample of requests, matched (hit and the copy entry at the replay's n_min)
+    to a replay over all of them, drawn here from another chain: the replay's tokens per step within 1%."""
+    from dataclasses import replace as with_
+
+    from methods.match_chain import matched_to_replay
+
+    configs = [SPEC.parse(f"prompt_lookup g{g} nmin3 nmax7") for g in range(1, 11)]
+    other = with_(TRUE, hit=TRUE.hit * 1.3, catch=min(1.0, TRUE.catch * 1.4))
+    replay = {c.label: tuple(float(v[0]) for v in chain_at(other, c.n_min, c.n_max, c.gamma, 200)) for c in configs}
+    part = with_(TRUE, replayed=replay, replayed_new_tokens=200)
+    matched = matched_to_replay(part, configs)
+    for c in configs:
+        before, after = (float(chain_at(p, c.n_min, c.n_max, c.gamma, 200)[0][0]) for p in (part, matched))
+        assert after == pytest.approx(replay[c.label][0], rel=0.01) and abs(before / replay[c.label][0] - 1) > 0.02
+    assert matched.sigma == TRUE.sigma and matched.rho == TRUE.rho      # the entry moves through catch at n_min 3
+    with pytest.raises(ValueError, match="one match length"):
+        matched_to_replay(part, [*configs, SPEC.parse("prompt_lookup g2 nmin1 nmax7")])
+
+
 def test_the_sweep_prices_vllms_window_only_at_its_n_min():
     """The bundled vLLM Profile's n-gram entries were fitted on window 3-7: on their own target and
     carried (ASSUMED) to another, prompt lookup is searched at n_min 3 alone."""
