@@ -148,7 +148,8 @@ def best_k(fid: pd.DataFrame) -> pd.DataFrame:
     spec = fid[fid["method"] != BASELINE].copy()
     spec["config"] = [methods.parse_label(c.split(" @")[0]) for c in spec["candidate"]]
     spec["gamma"] = [getattr(c, "gamma", None) for c in spec["config"]]
-    spec["rest"] = [(c.method, tuple((k, v) for k, v in c.to_dict().items() if k != "gamma"), cand.partition(" @")[2])
+    spec["rest"] = [(c.method, tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in c.to_dict().items()
+                                     if k != "gamma"), cand.partition(" @")[2])       # a tree's or bins' list as a tuple
                     for c, cand in zip(spec["config"], spec["candidate"])]
     for _, group in spec[spec["gamma"].notna()].groupby("rest", sort=False):
         if group["gamma"].nunique() < 2:

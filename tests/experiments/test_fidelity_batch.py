@@ -127,6 +127,15 @@ def test_crossovers_and_the_best_draft_length_are_read_off_the_curves():
     assert k.loc[1, "regret"] == pytest.approx(1 - 1.1 / 1.15) and not k.loc[2, "within"] and k.loc[4, "within"]
 
 
+def test_the_best_draft_length_groups_configurations_that_hold_lists():
+    """CAPE's bins and MCSD's tree are lists: a run with them beside sd still finds sd's best K."""
+    fid = _fid({"sd g1 @vanilla": ([1.2, 0.9], [1.1, 0.8]), "sd g3 @vanilla": ([1.0, 0.7], [1.2, 0.6]),
+                "mcsd k2x2 norepl @vanilla": ([0.9, 0.6], [0.9, 0.5]),
+                "cape g1 S44442222111 @vanilla": ([1.0, 0.7], [1.0, 0.6])}, batches=(1, 2))
+    k = fb.best_k(fid).set_index("batch")
+    assert list(k["predicted_k"]) == [1, 1] and list(k["measured_k"]) == [3, 1] and len(k) == 2
+
+
 def _tiny_bench() -> Bench:
     torch.set_num_threads(1)
     bench = Bench.__new__(Bench)          # a tiny target, no drafter files
