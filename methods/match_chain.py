@@ -230,6 +230,11 @@ def fitted_to_replay(part: MatchAcceptance, config) -> MatchAcceptance:
     return replace(part, hit=hit, sigma=sigma)
 
 
+def _bounded_probabilities(x) -> np.ndarray:
+    """Probabilities of logits held within +-LOGIT_BOUND (the refits' parameterisation)."""
+    return 1.0 / (1.0 + np.exp(-np.clip(x, -LOGIT_BOUND, LOGIT_BOUND)))
+
+
 def matched_to_replay(part: MatchAcceptance, configs) -> MatchAcceptance:
     """`part` with its hit and its copy entry at the replay's one match length n refitted so that the
     chain gives every configuration of its replay (`configs`: least squares on tokens per step and
@@ -245,7 +250,7 @@ def matched_to_replay(part: MatchAcceptance, configs) -> MatchAcceptance:
     tokens, share = (np.array([part.replayed[c.label][i] for c in configs]) for i in (0, 1))
 
     def refitted(x) -> MatchAcceptance:
-        hit, q = 1.0 / (1.0 + np.exp(-np.clip(x, -LOGIT_BOUND, LOGIT_BOUND)))
+        hit, q = _bounded_probabilities(x)
         return replace(part, hit=float(hit), **({"sigma": float(q)} if n == 1 else {"catch": float(q ** (1 / (n - 1)))}))
 
     def residual(x) -> np.ndarray:
@@ -264,7 +269,7 @@ def _refit(parameters: tuple, new_tokens: int, n_min: int, n_max: int, gamma: in
     part, (tokens, share) = MatchAcceptance(*parameters), held
 
     def refitted(x) -> MatchAcceptance:
-        hit, sigma = 1.0 / (1.0 + np.exp(-np.clip(x, -LOGIT_BOUND, LOGIT_BOUND)))
+        hit, sigma = _bounded_probabilities(x)
         return replace(part, hit=float(hit), sigma=float(sigma))
 
     def residual(x) -> np.ndarray:

@@ -69,13 +69,17 @@ class PromptLookup(MethodSpec):
     def space(self, setup, gammas=GAMMAS, ngrams=NGRAMS):
         """Every (gamma, n_min <= n_max), n_min where the entry's chain prices it (`MatchAcceptance.prices`:
         a chain fitted at one match length, as vLLM's window 3-7, says nothing of the others)."""
-        has_part = setup.acceptance_key and setup.acceptance.has(self.name)
-        priced = self._part(setup).prices(ngrams) if has_part else np.ones(len(ngrams), bool)
+        priced = self._part(setup).prices(ngrams) if self._has_part(setup) else np.ones(len(ngrams), bool)
         mins = [n for n, ok in zip(ngrams, priced) if ok]
         rows = [(g, lo, hi) for g in gammas for lo in mins for hi in ngrams if lo <= hi]
         frame = pd.DataFrame(rows, columns=["gamma", "n_min", "n_max"]).astype(np.int64)
         frame["config"] = self.config.labels(frame)
         return frame
+
+    def _has_part(self, setup) -> bool:
+        """Whether the setup's acceptance entry holds this method's chain (a campaign replaying recorded
+        steps may price without one)."""
+        return bool(setup.acceptance_key) and setup.acceptance.has(self.name)
 
     def _part(self, setup) -> MatchAcceptance:
         return setup.need(self.name, self.name)
@@ -93,8 +97,7 @@ class PromptLookup(MethodSpec):
         (every step, where the acceptance entry has no part of this method: a campaign that replays
         recorded steps prices each at its own tokens)."""
         n_min, n_max, gamma = self._columns(frame)
-        has_part = setup.acceptance_key and setup.acceptance.has(self.name)
-        if has_part:
+        if self._has_part(setup):
             _, found = replayed_at(self._part(setup), self.config.labels(frame), n_min, n_max, gamma, setup.new_tokens)
         else:
             found = np.ones(len(frame))
