@@ -19,10 +19,11 @@ and `stdout_table(result)` is the short table the command prints.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -78,32 +79,49 @@ def _joined(value):
     return "x".join(map(str, value)) if isinstance(value, tuple) else value
 
 
-def write_outputs(result: Any, out_dir: Path, progress: bool = False, workers: int | None = None) -> dict[str, Path]:
+@contextlib.contextmanager
+def method_figures(tables: dict[str, pd.DataFrame], out_dir: Path,
+                   workers: int | None = None) -> Iterator[Callable[[], dict[str, Path | None]]]:
+    """Each method's figure (`sweep.plots.plot_method`) drawn in `workers` forked processes (default
+    one per core) while the caller goes on; the context yields the function that waits for them
+    ({method: path, None where nothing was drawn}). The sweep starts them as soon as its tables are
+    ranked, so that the figures draw while the simulator re-scores and serves."""
+    figures = {method: (plot_method, (methods.get(method), frame, Path(out_dir) / "plots" / f"{method}.png"))
+               for method, frame in sorted(tables.items(), key=lambda item: -len(item[1]))}
+    pyplot()            # the plotting libraries imported once, before the figures' workers fork
+    with forked(figures, worker_count(workers)) as drawn:
+        yield drawn
+
+
+def write_outputs(result: Any, out_dir: Path, progress: bool = False, workers: int | None = None,
+                  figures: Callable[[], dict[str, Path | None]] | None = None) -> dict[str, Path]:
     """Write every table, plot and the report of a SweepResult into `out_dir`; return the paths
     (a progress bar over the tables and plots when `progress` and it takes over a second). The
-    figures are drawn in `workers` processes (default one per core) while the tables are written."""
+    method figures are `figures`' (`method_figures`, started earlier) or else drawn in `workers`
+    processes while the tables are written."""
+    if figures is None:
+        with method_figures(result.tables, out_dir, workers) as drawn:
+            return write_outputs(result, out_dir, progress, workers, drawn)
     out_dir = Path(out_dir)
     written: dict[str, Path] = {}
     started = time.perf_counter()
     top = int(result.options.get("top", 50))
-    figures = {method: (plot_method, (methods.get(method), frame, out_dir / "plots" / f"{method}.png"))
-               for method, frame in sorted(result.tables.items(), key=lambda item: -len(item[1]))}
-    if len(result.deployments):
-        figures["deployments"] = (plot_deployments, (result.deployments, out_dir / "plots" / "deployments.png"))
-    pyplot()            # the plotting libraries imported once, before the figures' workers fork
-    with forked(figures, worker_count(workers)) as drawn:
-        bar = progress_bar(2 * len(result.tables) + 1, "writing tables and plots", progress, unit="file")
-        for method, frame in result.tables.items():
-            plain = _plain_columns(frame)
-            written[f"parquet:{method}"] = _write_parquet(out_dir / "tables" / f"{method}.parquet", plain,
-                                                          {"specsim": json.dumps(result.options)})
-            bar.update()
-            written[f"csv:{method}"] = _write_csv(out_dir / "tables" / f"{method}_top{top}.csv",
-                                                  plain[plain["rank"] <= top])
-            bar.update()
-        written.update({f"plot:{key}": path for key, path in drawn().items() if path is not None})
+    bar = progress_bar(2 * len(result.tables) + 1, "writing tables and plots", progress, unit="file")
+    for method, frame in result.tables.items():
+        plain = _plain_columns(frame)
+        written[f"parquet:{method}"] = _write_parquet(out_dir / "tables" / f"{method}.parquet", plain,
+                                                      {"specsim": json.dumps(result.options)})
         bar.update()
-        bar.close()
+        written[f"csv:{method}"] = _write_csv(out_dir / "tables" / f"{method}_top{top}.csv",
+                                              plain[plain["rank"] <= top])
+        bar.update()
+    written.update({f"plot:{key}": path for key, path in figures().items() if path is not None})
+    if len(result.deployments):
+        deployed = plot_deployments(result.deployments, out_dir / "plots" / "deployments.png")
+        if deployed is not None:
+            written["plot:deployments"] = deployed
+    bar.update()
+    bar.close()
     written["best"] = _write_csv(out_dir / "best.csv", _plain_columns(result.best))
     if not result.deployments.empty:
         answers = result.deployments.merge(result.stops_paying, on=DEPLOYMENT, how="left")

@@ -36,7 +36,6 @@ from common.seeds import derive_seed
 from simulator.batch_load import BatchLoad
 from sweep import deployments, export, ranking, scoring
 from sweep.estimate import CHUNK_ROWS, space_options
-from common.progress import progress_bar
 from methods.spec import MethodSpec, Setup
 
 DEFAULT_CTX = 512        # context of a Profile without a recorded workload
@@ -129,8 +128,12 @@ def _chunks(frame: pd.DataFrame, rows: int) -> list[pd.DataFrame]:
 
 def space_of(spec: MethodSpec, setup: Setup, opts: SweepOptions) -> pd.DataFrame:
     """The method's search space on `setup`, given the sweep options its `space` takes by name."""
-    space = spec.space(setup, **space_options(spec, opts))
-    return spec.replayed_space(space) if opts.token_trace else space
+    return _built_space(spec, setup, space_options(spec, opts), bool(opts.token_trace))
+
+
+def _built_space(spec: MethodSpec, setup: Setup, options: dict[str, Any], replayed: bool) -> pd.DataFrame:
+    space = spec.space(setup, **options)
+    return spec.replayed_space(space) if replayed else space
 
 
 def setting_of(profile: Profile, opts: SweepOptions, batch: int | None = None) -> scoring.Setting:
@@ -147,9 +150,12 @@ def setting_of(profile: Profile, opts: SweepOptions, batch: int | None = None) -
                            new_tokens=opts.sim_tokens)
 
 
-def run_sweep(profiles: list[Profile], opts: SweepOptions, executor, choices: Callable | None = None) -> SweepResult:
+def run_sweep(profiles: list[Profile], opts: SweepOptions, executor, choices: Callable | None = None,
+              scored: Callable[[dict[str, pd.DataFrame]], Any] | None = None) -> SweepResult:
     """Score every configuration of every method on every profile; re-score the best in the simulator;
-    `choices(tables, best)` sets the papers' own choices beside the sweep's (`papers.choices.compare`)."""
+    `choices(tables, best)` sets the papers' own choices beside the sweep's (`papers.choices.compare`);
+    `scored(tables)` is called with the ranked tables as soon as they are (the command starts their
+    figures there, `sweep.report.method_figures`)."""
     timings: dict[str, float] = {}
     skipped: list[str] = []
     setting = functools.partial(setting_of, opts=opts)
@@ -166,6 +172,8 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor, choices: Ca
         profiles = moved
     tables = _score_tables(profiles, opts, executor, opts.batch, skipped)
     timings["score"] = time.perf_counter() - t0
+    if scored is not None:
+        scored(tables)
 
     t1 = time.perf_counter()
     best = _top(tables, max(opts.rescore, 1))       # --rescore 0: the closed forms' best, not simulated
@@ -197,28 +205,51 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor, choices: Ca
                        profiles=by_profile, exports=exports)
 
 
+@dataclass
+class SpaceTask:
+    """One executor task: every configuration of one method on one profile. The worker builds each
+    setup's space, scores it CHUNK_ROWS at a time and ranks the lot: building and ranking are a third
+    of the scoring work, and done in the parent they left the workers idle."""
+
+    profile: Profile
+    method: str
+    bases: list[dict[str, Any]]      # its setups (`Setup.base`)
+    setting: scoring.Setting
+    space: dict[str, Any]            # the sweep options the method's space takes (`space_options`)
+    replayed: bool = False           # --token-trace: the part of the space replay scores
+
+
+def score_space(task: SpaceTask) -> pd.DataFrame:
+    """Executor entry point: the task's configurations scored and ranked within its profile
+    (`sweep.ranking`), in the order `_rank` keeps."""
+    spec = methods.get(task.method)
+    parts = []
+    for base in task.bases:
+        setup = scoring.setup_of(task.profile, base)
+        space = _built_space(spec, setup, task.space, task.replayed)
+        parts += [scoring.score(setup, task.method, chunk, task.setting) for chunk in _chunks(space, CHUNK_ROWS)]
+    return ranking.ranked(pd.concat(parts, ignore_index=True), "speedup", ["profile"])
+
+
 def _score_tables(profiles: list[Profile], opts: SweepOptions, executor, batch: int,
                   skipped: list[str]) -> dict[str, pd.DataFrame]:
     """Every configuration of every method on every profile scored by the closed forms at `batch`;
     a (profile, method) without a setup is added to `skipped` with the reason."""
-    builds = []        # (profile, method, setup, setting): one space each
+    tasks: list[SpaceTask] = []
     for profile in profiles:
         setting = setting_of(profile, opts, batch)
         for method in opts.methods:
             try:
-                builds += [(profile, method, setup, setting) for setup in scoring.setups(profile, method, setting)]
+                found = scoring.setups(profile, method, setting)
             except InputError as exc:
                 skipped.append(str(exc))
-    tasks: list[scoring.ScoreTask] = []
-    with progress_bar(len(builds), f"building the search space (batch {batch})",
-                      getattr(executor, "progress", False), unit="space") as bar:
-        for profile, method, setup, setting in builds:
-            space = space_of(methods.get(method), setup, opts)
-            tasks += [scoring.ScoreTask(profile, method, setup.base, chunk, setting) for chunk in _chunks(space, CHUNK_ROWS)]
-            bar.update()
+                continue
+            if found:
+                tasks.append(SpaceTask(profile, method, [setup.base for setup in found], setting,
+                                       space_options(methods.get(method), opts), bool(opts.token_trace)))
     if not tasks:
         raise InputError("no (profile, method) pair can be scored: " + "; ".join(skipped[:3]))
-    return _rank(executor.map(scoring.score_task, tasks, desc=f"scoring configurations (batch {batch})"))
+    return _rank(executor.map(score_space, tasks, desc=f"scoring configurations (batch {batch})"))
 
 
 def _serve_deployments(profiles: list[Profile], opts: SweepOptions, executor, tables: dict[str, pd.DataFrame],
@@ -238,8 +269,9 @@ def _serve_deployments(profiles: list[Profile], opts: SweepOptions, executor, ta
 
 
 def _rank(scored: list[pd.DataFrame]) -> dict[str, pd.DataFrame]:
-    """Concatenate the chunks per method; rank within each profile in the sweep's one order
-    (`sweep.ranking`: those that fit in memory first, then by predicted speedup)."""
+    """One table per method: its profiles' ranked frames (`score_space`) in profile order, each
+    configuration's `rank` within its profile; the same rows and order as ranking the whole table
+    by profile at once (`sweep.ranking` sorts stably, each profile's rows apart from the others')."""
     by_method: dict[str, list[pd.DataFrame]] = {}
     for frame in scored:
         by_method.setdefault(str(frame["method"].iloc[0]), []).append(frame)
@@ -247,10 +279,10 @@ def _rank(scored: list[pd.DataFrame]) -> dict[str, pd.DataFrame]:
     for method in methods.names():
         if method not in by_method:
             continue
-        frame = pd.concat(by_method[method], ignore_index=True)
-        frame = ranking.ranked(frame, "speedup", ["profile"])
-        frame["rank"] = frame.groupby("profile").cumcount() + 1
-        tables[method] = frame.reset_index(drop=True)
+        frames = sorted(by_method[method], key=lambda f: str(f["profile"].iloc[0]))
+        frame = pd.concat(frames, ignore_index=True)
+        frame["rank"] = frame.groupby("profile", sort=False).cumcount() + 1
+        tables[method] = frame
     return tables
 
 

@@ -184,6 +184,27 @@ def test_run_sweep_ranks_and_rescores_in_the_simulator(toy):
         assert abs(row.sim_speedup / row.speedup - 1) < 0.15, method  # simulator and closed form agree
 
 
+def test_tables_ranked_per_profile_in_the_workers_equal_one_ranking_of_the_whole(toy):
+    """Each (profile, method) is scored and ranked in its own task (`score_space`); the tables are the
+    rows and order of ranking every profile's rows at once, and `rank` counts within each profile."""
+    from sweep import ranking
+
+    raw = toy.to_dict()
+    profiles = [Profile.from_dict({**raw, "name": name}) for name in ("z toy", "a toy")]   # given out of order
+    opts = sweep.SweepOptions(methods=["sd", "mcsd"], space={"budget": 8}, rescore=0)
+    tables = sweep._score_tables(profiles, opts, LocalExecutor(workers=1, progress=False), 1, [])
+    for method, table in tables.items():
+        parts = []
+        for profile in profiles:
+            setting = sweep.setting_of(profile, opts)
+            for setup in scoring.setups(profile, method, setting):
+                parts.append(scoring.score(setup, method, sweep.space_of(methods.get(method), setup, opts), setting))
+        whole = ranking.ranked(pd.concat(parts, ignore_index=True), "speedup", ["profile"]).reset_index(drop=True)
+        whole["rank"] = whole.groupby("profile").cumcount() + 1
+        pd.testing.assert_frame_equal(table, whole)
+        assert list(table["profile"].unique()) == ["a toy", "z toy"]
+
+
 def test_hardware_move_through_the_roofline(toy):
     moved = toy.on_hardware("H100")
     assert moved.hardware == "H100"
