@@ -11,8 +11,10 @@ bundled table, `COSTS`, and says on which machine; a method it lacks is priced a
 - a simulated token: one stream of STREAM_TOKENS tokens (the vectorised stream's fixed cost is a small
   share of it), and a served token: one request of SERVE_TOKENS, both carried on linearly (a
   generation's steps are arrays of its length; one step's events serve a whole batch).
-At its peak the sweep holds every space chunk and PEAK_COPIES scored copies of each row, plus one per
-extra batch of `--batch-sizes`; each worker holds one chunk, stream or served batch at a time.
+At its peak the sweep holds PEAK_COPIES scored copies of each row, plus one per extra batch of
+`--batch-sizes`; each worker holds one task at a time: one (profile, method)'s space and PEAK_COPIES
+scored copies of it (its chunks, their concatenation, the ranked table) with one chunk's working
+memory, or one stream, or one served batch. The longest closed-form task is one (profile, method).
 
 A sweep whose estimate exceeds the memory available or `--max-hours` is refused in one line, with the
 estimate, before anything is built or written. An estimate is an estimate: `Deadline` stops a sweep
@@ -42,8 +44,9 @@ from sweep import deployments, scoring
 SAMPLE_ROWS = 2_000        # rows of a space scored to measure its cost per row
 STREAM_TOKENS = 65_536     # tokens of the one simulated stream that prices a token: its fixed cost a small share
 SERVE_TOKENS = 512         # tokens of the one served request that does (serving steps one by one)
-PEAK_COPIES = 3            # scored copies of a row alive at the peak: the chunks, their concatenation, parquet
-CHUNK_ROWS = 25_000        # configurations per executor task (sweep.run)
+PEAK_COPIES = 3            # scored copies of a row alive at the peak: chunks (a worker's) or the tasks' frames (the
+                           # parent's), their concatenation, the ranked table or parquet
+CHUNK_ROWS = 25_000        # configurations a task scores at once (sweep.run)
 MAX_HOURS = 6.0            # default --max-hours
 COSTS = Path(__file__).with_name("costs.json")   # each method's Cost, measured once
 
@@ -81,11 +84,11 @@ class Estimate:
 
     def phases(self) -> dict[str, float]:
         """Seconds of the sweep's phases, one after the other: each its work shared by the workers, or
-        its longest single task (a chunk, a configuration's repeats), whichever is longer."""
+        its longest single task (a (profile, method)'s space, a configuration's repeats), whichever is longer."""
         t = self.table
         if not len(t):
             return {"the closed forms": 0.0, "the simulator's re-scores": 0.0, "serving the best": 0.0}
-        return {"the closed forms": max(t["score_s"].sum() / self.workers, t["chunk_s"].max()),
+        return {"the closed forms": max(t["score_s"].sum() / self.workers, t["task_s"].max()),
                 "the simulator's re-scores": max(t["simulate_s"].sum() / self.workers, t["repeats_s"].max()),
                 "serving the best": t["serve_s"].sum() / self.workers}
 
@@ -122,20 +125,21 @@ def estimate(profiles: list[Profile], opts, setting: Callable, workers: int = 1)
             rescored, served = min(opts.rescore, count), len(found) * len(batches) + plain
             plain = 0
             stream_s, serve_s = c.stream_s * opts.sim_tokens, c.serve_s * opts.sim_tokens * WAVES
-            works = {"a chunk of closed forms priced over": min(count, CHUNK_ROWS) * c.work_b,
+            works = {"a space scored and ranked, its rows": (count * (c.space_b + PEAK_COPIES * c.scored_b)
+                                                             + min(count, CHUNK_ROWS) * c.work_b),
                      "a simulated generation of": c.stream_b * opts.sim_tokens if rescored else 0.0,
                      "a served batch of generations of": WAVES * max(batches) * c.serve_b * opts.sim_tokens}
             what = max(works, key=works.get)
             rows.append({"profile": profile.name, "method": method, "setups": len(found), "configurations": count,
-                         "bytes": int(count * (c.space_b + (PEAK_COPIES + extra_batches) * c.scored_b)),
+                         "bytes": int(count * (PEAK_COPIES + extra_batches) * c.scored_b),
                          "work_bytes": int(works[what]), "work": what,
                          "score_s": count * c.score_s * (1 + extra_batches),
                          "simulate_s": rescored * opts.sim_repeats * stream_s,
                          "serve_s": served * 2 * serve_s,      # at batch B, B at once, then one alone
-                         "chunk_s": min(count, CHUNK_ROWS) * c.score_s,
+                         "task_s": count * c.score_s,
                          "repeats_s": opts.sim_repeats * stream_s if rescored else 0.0})
     table = pd.DataFrame(rows, columns=["profile", "method", "setups", "configurations", "bytes", "work_bytes", "work",
-                                        "score_s", "simulate_s", "serve_s", "chunk_s", "repeats_s"])
+                                        "score_s", "simulate_s", "serve_s", "task_s", "repeats_s"])
     table["seconds"] = table[["score_s", "simulate_s", "serve_s"]].sum(axis=1)
     return Estimate(table=table, base_bytes=int(psutil.Process().memory_info().rss), workers=max(1, int(workers)))
 

@@ -110,7 +110,7 @@ def test_a_sweep_past_max_hours_is_refused_with_its_estimate():
 def test_the_time_estimate_is_shared_by_workers_but_not_below_the_longest_task():
     table = {"profile": ["p"], "method": ["sd"], "setups": [1], "configurations": [10], "bytes": [0],
              "work_bytes": [0], "work": ["-"], "score_s": [100.0], "simulate_s": [40.0], "serve_s": [10.0],
-             "chunk_s": [100.0], "repeats_s": [4.0]}
+             "task_s": [100.0], "repeats_s": [4.0]}
     est = estimate.Estimate(pd.DataFrame(table), base_bytes=0, workers=4)
     assert est.phases() == {"the closed forms": 100.0, "the simulator's re-scores": 10.0, "serving the best": 2.5}
     assert est.seconds == 112.5
