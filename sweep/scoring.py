@@ -62,7 +62,9 @@ class Setting:
 
 @dataclass
 class ScoreTask:
-    """One executor task: a chunk of one method's space on one setup (all picklable)."""
+    """A chunk of one method's space on one setup, scored by `score_task` (all picklable): what the
+    estimate measures a row's cost on (`sweep.estimate.measure`); the sweep's own tasks are a whole
+    (profile, method), `sweep.run.SpaceTask`."""
 
     profile: Profile
     method: str
@@ -298,7 +300,7 @@ def replay_tokens(table, method: str, configs: pd.DataFrame) -> np.ndarray:
 
 
 def score_task(task: ScoreTask) -> pd.DataFrame:
-    """Executor entry point: score one chunk."""
+    """Score one chunk."""
     return score(setup_of(task.profile, task.base), task.method, task.configs, task.setting)
 
 
