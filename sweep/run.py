@@ -220,15 +220,15 @@ class SpaceTask:
 
 
 def score_space(task: SpaceTask) -> pd.DataFrame:
-    """Executor entry point: the task's configurations scored and ranked within its profile
-    (`sweep.ranking`), in the order `_rank` keeps."""
+    """Executor entry point: the task's configurations scored and ranked (`sweep.ranking`; one
+    profile's rows, so no profile key to sort by), in the order `_rank` keeps."""
     spec = methods.get(task.method)
     parts = []
     for base in task.bases:
         setup = scoring.setup_of(task.profile, base)
         space = _built_space(spec, setup, task.space, task.replayed)
         parts += [scoring.score(setup, task.method, chunk, task.setting) for chunk in _chunks(space, CHUNK_ROWS)]
-    return ranking.ranked(pd.concat(parts, ignore_index=True), "speedup", ["profile"])
+    return ranking.ranked(pd.concat(parts, ignore_index=True), "speedup")
 
 
 def _score_tables(profiles: list[Profile], opts: SweepOptions, executor, batch: int,
