@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pandas as pd
 
 import methods
@@ -26,6 +27,8 @@ import papers
 
 COLUMNS = ["method", "profile", "setting", "paper_choice", "paper_speedup", "sweep_rank_of_paper_choice",
            "predicted_for_paper_choice", "sweep_best", "predicted_best", "why"]
+READ = ["profile", "target", "drafter", "dataset", "temperature", "config", "acceptance", "acceptance_source",
+        "groups", "top_n", "speedup", "tokens_per_step", "verified_per_step", "draft_cost", "fits", "rank"]
 
 
 def _norm(text: str) -> str:
@@ -48,9 +51,12 @@ def _why(paper_row: pd.Series, best_row: pd.Series, extra: str = "") -> str:
     return "; ".join(parts) + ". " + extra
 
 
-def _row(table: pd.DataFrame, mask) -> pd.Series | None:
-    hit = table[mask]
-    return None if hit.empty else hit.iloc[0]
+def _in_order(group: pd.DataFrame) -> pd.DataFrame:
+    """One profile's rows in the sweep's order: a scored table's rows already are (their `rank`
+    rises), anything else is ranked."""
+    if "rank" in group and bool(np.all(np.diff(group["rank"].to_numpy()) > 0)):
+        return group
+    return ranked(group)
 
 
 def _mcsd(table: pd.DataFrame, profiles: dict) -> list[dict]:
@@ -64,7 +70,7 @@ def _mcsd(table: pd.DataFrame, profiles: dict) -> list[dict]:
         if not match or papers.k_config(match[0]) is None:
             continue
         label = methods.parse_config("mcsd", {"k": papers.k_config(match[0]), "replacement": True}).label
-        group = ranked(group).reset_index(drop=True)
+        group = _in_order(group).reset_index(drop=True)
         hit = group.index[group.config == label]
         paper_row = group.loc[hit[0]] if len(hit) else None
         best = group.iloc[0]
@@ -88,7 +94,7 @@ def _lookahead(table: pd.DataFrame, profiles: dict) -> list[dict]:
         if key not in good:
             continue
         label = methods.parse_config("lookahead", {c: int(good[key][c]) for c in ("W", "N", "G")}).label
-        group = ranked(group).reset_index(drop=True)
+        group = _in_order(group).reset_index(drop=True)
         hit = group.index[group.config == label]
         paper_row = group.loc[hit[0]] if len(hit) else None
         best = group.iloc[0]
@@ -106,7 +112,7 @@ def _lookahead(table: pd.DataFrame, profiles: dict) -> list[dict]:
 def _coral(table: pd.DataFrame, profiles: dict) -> list[dict]:
     out = []
     for profile, group in table.groupby("profile"):
-        group = ranked(group).reset_index(drop=True)
+        group = _in_order(group).reset_index(drop=True)
         hit = group.index[(group.groups == 16) & (group.top_n == 2)]
         paper_row = group.loc[hit[0]] if len(hit) else None
         best = group.iloc[0]
@@ -127,13 +133,17 @@ def compare(tables: dict[str, pd.DataFrame], best: pd.DataFrame) -> pd.DataFrame
     profiles = {}
     for frame in tables.values():
         if "target" in frame:
-            pairs = frame[["profile", "target"]].drop_duplicates()
+            first = frame["rank"].to_numpy() == 1 if "rank" in frame else ~frame["profile"].duplicated().to_numpy()
+            pairs = frame.loc[first, ["profile", "target"]]        # a profile has one target
             profiles.update(dict(zip(pairs.profile, pairs.target)))
     rows: list[dict] = []
     for method, fn in (("mcsd", _mcsd), ("lookahead", _lookahead), ("coral", _coral)):
         table = tables.get(method)
+        if table is not None:
+            table = table[[c for c in READ if c in table]]          # what is read: no copy of 10^6 rows' others
         if table is not None and "acceptance_source" in table:     # a paper's choice against what was measured
-            table = table[table["acceptance_source"] != ASSUMED]
+            assumed = (table["acceptance_source"] == ASSUMED).to_numpy(dtype=bool)
+            table = table[~assumed] if assumed.any() else table
         if table is not None and not table.empty:
             rows += fn(table, profiles)
     return pd.DataFrame(rows, columns=COLUMNS)

@@ -99,7 +99,7 @@ def serve_tasks(cands: pd.DataFrame, profiles: dict[str, Profile], batch: int, l
     rows = pd.concat([cands, plain], ignore_index=True)
     tasks = []
     for i in range(len(rows)):
-        row = rows.iloc[[i]]
+        row = rows.iloc[i:i + 1]      # a slice: no copy of the row
         name = str(row["profile"].iat[0])
         method = str(row["method"].iat[0])
         config = {} if method == BASELINE else scoring.sim_config(row)

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import pandas as pd
 
 import methods
@@ -180,7 +181,7 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor, choices: Ca
     by_profile = {p.name: p for p in profiles}
     sim_tasks = []
     for i in range(len(best) if opts.rescore else 0):    # --rescore 0: nothing simulated
-        row, name = best.iloc[[i]], best["profile"].iat[i]
+        row, name = best.iloc[i:i + 1], best["profile"].iat[i]
         config = scoring.sim_config(row)       # a seed of its own (profile, configuration, load), not a counter
         seed = derive_seed(opts.seed, "stream", name, row["method"].iat[0], sorted(config.items()), opts.sim_tokens)
         sim_tasks.append(scoring.SimTask(by_profile[name], row["method"].iat[0], config, setting(by_profile[name]),
@@ -281,7 +282,7 @@ def _rank(scored: list[pd.DataFrame]) -> dict[str, pd.DataFrame]:
             continue
         frames = sorted(by_method[method], key=lambda f: str(f["profile"].iloc[0]))
         frame = pd.concat(frames, ignore_index=True)
-        frame["rank"] = frame.groupby("profile", sort=False).cumcount() + 1
+        frame["rank"] = np.concatenate([np.arange(1, len(f) + 1) for f in frames])   # a frame is one profile's
         tables[method] = frame
     return tables
 
@@ -298,7 +299,7 @@ def best_with_intervals(best: pd.DataFrame, profiles: dict[str, Profile]) -> pd.
 
 
 def _top(tables: dict[str, pd.DataFrame], n: int) -> pd.DataFrame:
-    rows = [frame.groupby("profile").head(n) for frame in tables.values()]
+    rows = [frame[frame["rank"].to_numpy() <= n] for frame in tables.values()]     # rank: within its profile
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
 
@@ -307,10 +308,11 @@ def _ties(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     predicted within the Profile's held-out error of it (`sweep.ranking.ties_with_best`)."""
     rows = []
     for frame in tables.values():
-        fitting = frame[frame["fits"]] if "fits" in frame else frame
+        read = frame[[c for c in ("profile", "method", "speedup", "heldout_error") if c in frame]]
+        fitting = read[frame["fits"].to_numpy(dtype=bool)] if "fits" in frame else read
         if fitting.empty:
             continue
-        ties = ranking.ties_with_best(fitting, ["profile"])
-        rows.append(fitting.assign(ties=ties).groupby("profile", sort=False)
-                    .agg(method=("method", "first"), ties=("ties", "first")).reset_index())
+        ties = ranking.ties_with_best(fitting, ["profile"]).to_numpy()
+        first = np.flatnonzero(~fitting["profile"].duplicated().to_numpy())      # a row per profile
+        rows.append(fitting.iloc[first][["profile", "method"]].assign(ties=ties[first]).reset_index(drop=True))
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["profile", "method", "ties"])

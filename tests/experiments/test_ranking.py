@@ -38,3 +38,27 @@ def test_labels_break_only_the_ties_left_by_every_number():
     frame = pd.DataFrame({"fits": True, "speedup": [1.2, 1.2, 1.5, 1.2], "verified_per_step": 2.0,
                           "draft_cost": [0.1, 0.1, 0.3, 0.05], "drafter": "-", "config": ["b", "a", "z", "c"]})
     assert list(ranking.ranked(frame)["config"]) == ["z", "c", "a", "b"]
+
+
+def _scored(seed: int) -> pd.DataFrame:
+    """A table as the sweep keeps it: each profile's rows ranked, `rank` counting within the profile."""
+    table = ranking.ranked(_table(seed), "speedup", ["profile"]).reset_index(drop=True)
+    table["heldout_error"] = np.where(table["profile"] == "a", np.nan, 0.05)
+    return table.assign(rank=table.groupby("profile").cumcount() + 1)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("n", [1, 2])
+def test_best_of_a_ranked_table_reads_the_rank_as_ranking_would_sort(seed, n):
+    table = _scored(seed)
+    by = ["profile", "drafter"]
+    pd.testing.assert_frame_equal(ranking.best_of_table(table, by, n), ranking.best_of(table, by, n=n))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_ties_count_the_rows_within_the_error_of_their_groups_best(seed):
+    table = _scored(seed)
+    best = table.groupby("profile")["speedup"].transform("max")
+    tied = ranking.within_error(table["speedup"], best, table["heldout_error"])
+    spelled = pd.Series(tied, index=table.index).groupby(table["profile"]).transform("sum").astype(int) - 1
+    pd.testing.assert_series_equal(ranking.ties_with_best(table, ["profile"]), spelled, check_names=False)
