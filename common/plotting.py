@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+MOST_TICKS = 8        # labelled ticks on an axis at most: each one is drawn as several artists
 LABEL_BOX = dict(facecolor="white", edgecolor="none", alpha=0.8, pad=0.5)   # a label stays readable over lines
 
 
@@ -25,7 +26,8 @@ def pyplot():
 
 def readable_ticks(axis, values=None, base: float = 10) -> None:
     """Plain-number tick labels on `axis` (ax.xaxis / ax.yaxis). Given `values` (what is drawn along
-    it): a tick at each when they are few, on a log2 scale when they double (1, 2, 4, ...)."""
+    it): a tick at each when they are few (every other past MOST_TICKS), on a log2 scale when they
+    double (1, 2, 4, ...)."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullLocator
 
     label = FuncFormatter(lambda t, _: f"{t:,.0f}" if abs(t) >= 1000 else f"{t:g}")
@@ -38,7 +40,7 @@ def readable_ticks(axis, values=None, base: float = 10) -> None:
             axis.set_major_locator(FixedLocator(_spaced(v)) if len(v) <= 12 else LogLocator(base=2, numticks=12))
             axis.set_minor_locator(NullLocator())
         elif len(v) <= 12 and np.allclose(v, np.round(v)) and scale == "linear":
-            axis.set_major_locator(FixedLocator(v))
+            axis.set_major_locator(FixedLocator(v[::-(-len(v) // MOST_TICKS)]))     # every value, or every other
         elif scale == "linear":
             axis.set_major_locator(MaxNLocator(nbins=8))
     elif scale == "log":

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import MaxNLocator
 
 from common import atomic
 from common.plotting import LABEL_BOX, error_band, pyplot, readable_ticks, reference_line
@@ -47,7 +48,22 @@ def _save(fig, path: Path, tight: bool = False) -> Path:
 
 
 def _fitting(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame[frame["fits"].astype(bool)] if "fits" in frame else frame
+    """The rows that fit in memory; the frame itself when all do (no copy of 10^6 rows)."""
+    if "fits" not in frame:
+        return frame
+    fits = frame["fits"].to_numpy(dtype=bool)
+    return frame if fits.all() else frame[fits]
+
+
+def _read(spec: MethodSpec, frame: pd.DataFrame) -> pd.DataFrame:
+    """The columns a method's figure reads (its axes, the panels, what ranks and names a point):
+    a scored table holds some forty, and taking rows of all of them was most of a large table's
+    drawing time."""
+    plot = spec.plot
+    axes = (plot.x, plot.hue, plot.y) if plot is not None else ()
+    wanted = [*_panel_keys(frame), *axes, "drafter", "config", "speedup", "rank", "fits", "heldout_error",
+              *(column for column, _ in ranking.TIE_BREAK)]
+    return frame[[c for c in dict.fromkeys(wanted) if c is not None and c in frame]]
 
 
 def _panel_keys(frame: pd.DataFrame) -> list[str]:
@@ -68,8 +84,9 @@ def _panels(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
 
 def not_drawn(frame: pd.DataFrame) -> list[str]:
     """The deployments of a method's table left out of its figure: none of their configurations fits."""
-    drawn = {title for title, _ in _panels(_fitting(frame))}
-    return [title for title, _ in _panels(frame) if title not in drawn]
+    keys = frame[_panel_keys(frame) + (["fits"] if "fits" in frame else [])]
+    drawn = {title for title, _ in _panels(_fitting(keys))}
+    return [title for title, _ in _panels(keys) if title not in drawn]
 
 
 def _varying(frame: pd.DataFrame, column: str | None) -> str | None:
@@ -83,7 +100,7 @@ def figure_axes(spec: MethodSpec, frame: pd.DataFrame) -> tuple[str | None, str 
     legend compare nothing). A heatmap losing a side becomes a line plot; a line plot losing x is
     drawn against its hue. x is None when nothing varies: no figure (`no_figure_note` says why)."""
     plot = spec.plot
-    shown = _fitting(frame)
+    shown = _fitting(_read(spec, frame))
     if plot is None or shown.empty:
         return None, None, None
     x, hue, y = _varying(shown, plot.x), _varying(shown, plot.hue), _varying(shown, plot.y)
@@ -100,7 +117,7 @@ def no_figure_note(spec: MethodSpec, frame: pd.DataFrame) -> str:
         return "the method states no figure"
     if frame.empty:
         return "no configuration was scored"
-    if _fitting(frame).empty:
+    if "fits" in frame and not frame["fits"].any():
         return "no configuration scored fits in memory"
     columns = [c for c in (spec.plot.x, spec.plot.hue, spec.plot.y) if c is not None]
     return (f"every configuration scored has the same {', '.join(columns)}: nothing to compare "
@@ -201,10 +218,10 @@ def _best(panel: pd.DataFrame) -> pd.Series:
 def plot_method(spec: MethodSpec, frame: pd.DataFrame, path: Path) -> Path | None:
     """The figure of one method's scored table, one panel per deployment; None when there is
     nothing to compare (`no_figure_note`)."""
-    x, hue, y = figure_axes(spec, frame)
+    shown = _fitting(_read(spec, frame))
+    x, hue, y = figure_axes(spec, shown)
     if x is None:
         return None
-    shown = _fitting(frame)
     panels = _panels(shown)
     if y is not None:
         return _heatmaps(spec, panels, x, y, path)
@@ -232,6 +249,7 @@ def plot_method(spec: MethodSpec, frame: pd.DataFrame, path: Path) -> Path | Non
                     banded |= error_band(ax, one[x], one["speedup"], _error(sub), palette[level])
                     drawn.add(level)
         _x_axis(ax, sub[along])
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]))
         _plain_line(ax)
         _label_best(ax, _best(sub), along, sub["drafter"].nunique() if "drafter" in sub else 1)
         ax.set_title(title, fontsize=8)
