@@ -18,7 +18,7 @@ import pandas as pd
 
 import methods
 from calibrate.assumed import ASSUMED
-from sweep import scoring
+from sweep import ranking, scoring
 from simulator.batch_load import WAVES
 from sweep.deployments import DEPLOYMENT, NOTHING_FITS
 from sweep.plots import no_figure_note, not_drawn
@@ -341,7 +341,7 @@ def method_sections(result: Any, written: dict[str, Path], out_dir: Path) -> lis
         lines += [f"Tables: [{csv}]({csv}) (top {opts.get('top', 50)} per profile), "
                   f"[tables/{method}.parquet](tables/{method}.parquet) (all {len(frame)} rows). Top {rows} per "
                   "profile:", ""]
-        top = frame[frame["rank"].to_numpy() <= rows].sort_values(["profile", "rank"])     # rank: within its profile
+        top = ranking.top_of_table(frame, rows).sort_values(["profile", "rank"])
         lines += [md_table(top, SHOWN_COLUMNS), ""]
     return lines
 

@@ -99,8 +99,16 @@ def figure_axes(spec: MethodSpec, frame: pd.DataFrame) -> tuple[str | None, str 
     value among the configurations drawn dropped (a one-cell heatmap, a one-point line and a one-line
     legend compare nothing). A heatmap losing a side becomes a line plot; a line plot losing x is
     drawn against its hue. x is None when nothing varies: no figure (`no_figure_note` says why)."""
-    plot = spec.plot
-    shown = _fitting(_read(spec, frame))
+    return _axes(spec.plot, _shown(spec, frame))
+
+
+def _shown(spec: MethodSpec, frame: pd.DataFrame) -> pd.DataFrame:
+    """What a method's figure draws: the columns it reads, of the configurations that fit."""
+    return _fitting(_read(spec, frame))
+
+
+def _axes(plot, shown: pd.DataFrame) -> tuple[str | None, str | None, str | None]:
+    """`figure_axes` of the rows a figure draws (`_shown`)."""
     if plot is None or shown.empty:
         return None, None, None
     x, hue, y = _varying(shown, plot.x), _varying(shown, plot.hue), _varying(shown, plot.y)
@@ -218,8 +226,8 @@ def _best(panel: pd.DataFrame) -> pd.Series:
 def plot_method(spec: MethodSpec, frame: pd.DataFrame, path: Path) -> Path | None:
     """The figure of one method's scored table, one panel per deployment; None when there is
     nothing to compare (`no_figure_note`)."""
-    shown = _fitting(_read(spec, frame))
-    x, hue, y = figure_axes(spec, shown)
+    shown = _shown(spec, frame)
+    x, hue, y = _axes(spec.plot, shown)
     if x is None:
         return None
     panels = _panels(shown)

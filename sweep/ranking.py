@@ -102,6 +102,12 @@ def best_of_table(table: pd.DataFrame, by: Sequence[str], n: int = 1) -> pd.Data
     return ranked(table.iloc[order[first]], "speedup", by)      # only the best rows taken, not 10^6
 
 
+def top_of_table(table: pd.DataFrame, n: int) -> pd.DataFrame:
+    """The first `n` rows of each profile of a scored table (its `rank` counts within the profile),
+    in the table's order."""
+    return table[table["rank"].to_numpy() <= n]
+
+
 def within_error(value: np.ndarray | float, best: np.ndarray | float, error: np.ndarray | float | None):
     """Whether `value` ties with `best`: best / value - 1 <= error (no error known: equal only)."""
     err = np.nan_to_num(np.asarray(0.0 if error is None else error, dtype=float), nan=0.0)

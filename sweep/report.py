@@ -30,6 +30,7 @@ import pandas as pd
 
 import methods
 from common import atomic
+from sweep import ranking
 from sweep.deployments import DEPLOYMENT
 from sweep.markdown import markdown_report, measured_line, measured_rows, what_to_run_rows
 from sweep.plots import plot_deployments, plot_method
@@ -113,7 +114,7 @@ def write_outputs(result: Any, out_dir: Path, progress: bool = False, workers: i
                                                       {"specsim": json.dumps(result.options)})
         bar.update()
         written[f"csv:{method}"] = _write_csv(out_dir / "tables" / f"{method}_top{top}.csv",
-                                              plain[plain["rank"] <= top])
+                                              ranking.top_of_table(plain, top))
         bar.update()
     written.update({f"plot:{key}": path for key, path in figures().items() if path is not None})
     if len(result.deployments):

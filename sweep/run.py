@@ -299,7 +299,7 @@ def best_with_intervals(best: pd.DataFrame, profiles: dict[str, Profile]) -> pd.
 
 
 def _top(tables: dict[str, pd.DataFrame], n: int) -> pd.DataFrame:
-    rows = [frame[frame["rank"].to_numpy() <= n] for frame in tables.values()]     # rank: within its profile
+    rows = [ranking.top_of_table(frame, n) for frame in tables.values()]
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
 
