@@ -78,8 +78,8 @@ class PromptLookup(MethodSpec):
 
     def _has_part(self, setup) -> bool:
         """Whether the setup's acceptance entry holds this method's chain (a campaign replaying recorded
-        steps may price without one)."""
-        return bool(setup.acceptance_key) and setup.acceptance.has(self.name)
+        steps may price without one, or list the space without a setup)."""
+        return setup is not None and bool(setup.acceptance_key) and setup.acceptance.has(self.name)
 
     def _part(self, setup) -> MatchAcceptance:
         return setup.need(self.name, self.name)
