@@ -38,8 +38,8 @@ def with_spreads(profile: Profile, traces: list[Path]) -> tuple[Profile, dict[st
         if outside:
             raise InputError(f"{path} holds prompts the Profile was not calibrated on ({outside[0]}, "
                              f"{len(outside)} in all): their spread would leak them into the intervals judged on them")
-        if meta.dataset in profile.workload:
-            by_dataset.setdefault(meta.dataset, []).append(frame)
+        if meta.dataset in profile.workload:       # a run is one file's: two files' "sd g1#0" are two runs
+            by_dataset.setdefault(meta.dataset, []).append(frame.assign(run_id=f"{path.name}/" + frame["run_id"]))
     recorded = {d: prompt_spreads(pd.concat(frames, ignore_index=True)) for d, frames in sorted(by_dataset.items())}
     recorded = {d: r for d, r in recorded.items() if r}
     if not recorded:

@@ -32,6 +32,7 @@ from traces.schema import read_trace
 from calibrate.engine import StepRun, fit_engine, workload
 from calibrate.fit_acceptance import DEFAULT_CONF_KS, fit_step_acceptance, fit_token_acceptance
 from calibrate.latency import fit_latency
+from calibrate.spread import with_spreads
 from profiles.profile import Profile
 from costmodel.params import get_arch
 from traces.lookup_replay import replayed_steps
@@ -192,6 +193,14 @@ def best_partners_path(args, dataset: str) -> Path:
     """Plain decoding measured beside the recorded best (stage best): their partners, kept apart from
     the ar trace the engine calibration is fitted on (other prompts)."""
     return args.out / f"steps_best-partners_{dataset}.parquet"
+
+
+def with_best_spreads(args, profile: Profile) -> Profile:
+    """`profile` with each dataset's prompt-to-prompt spread (`calibrate.spread`) from the recorded best
+    (stage best, `--limit` prompts each: the step calibration's `--step-limit` are too few to say it);
+    unchanged until stage best has recorded them."""
+    paths = sorted(args.out.glob("steps_best-*.parquet"))        # their plain partners add nothing (T = 1)
+    return with_spreads(profile, paths)[0] if paths else profile
 
 
 def stage_tokens(args, log) -> None:
@@ -366,7 +375,7 @@ def stage_profile(args, log) -> None:
                                     "engine: step parts fitted on the StepTraces of RUNS (calibrate.engine)"],
                     "calibration_prompts": calibrated})
     profile = replace(profile, workload={d: Workload.of(w, d) for d, w in workload(step_runs).items()})
-    profile = replace(profile, engine=EngineTerms.of(fit_engine(profile, step_runs)))
+    profile = with_best_spreads(args, replace(profile, engine=EngineTerms.of(fit_engine(profile, step_runs))))
     heldout = profile.engine.fit["heldout"]
     log(f"engine calibration: held-out (leave one configuration out) speedup error median "
         f"{100 * heldout['speedup_error_median']:.1f}%, p90 {100 * heldout['speedup_error_p90']:.1f}%")

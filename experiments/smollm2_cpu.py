@@ -14,7 +14,8 @@ Stages (`--stages`, default all; each recording skips what its output file alrea
 6. `best`: the sweep on that Profile picks each method's best configuration per dataset
    (`best_runs.json`), and those are recorded too, so the best are measured, not only predicted:
    on the first `--limit` prompts, each generation beside plain decoding of its prompt as in
-   stage `steps` (the partners in `steps_best-partners_<dataset>.parquet`);
+   stage `steps` (the partners in `steps_best-partners_<dataset>.parquet`); their prompt-to-prompt
+   spread goes into the Profile (`calibrate.spread`; stage profile re-reads it when they exist);
 7. `tables`: the acceptance table (GLIDE Table 1's shape: c, alpha, expected speedup), the checks
    of the papers' qualitative claims, and measured-vs-predicted speedups (closed form and
    simulator from the Profile against the StepTraces' own wall clock) -> `--report` folder.
@@ -35,7 +36,8 @@ from common.cli import CliParser, cli_entry, log, parse_stages, require_positive
 
 from campaigns.smollm2 import (DATASETS, PLAIN_RUN, STAGES, Run, best_partners_path, best_run,
                                           best_runs_path, measure_beside_plain, stage_chains, stage_latency,
-                                          stage_profile, stage_steps, stage_tokens, step_path, write_steps)
+                                          stage_profile, stage_steps, stage_tokens, step_path, with_best_spreads,
+                                          write_steps)
 from campaigns.smollm2_report import ar_context, sweep_result, write_report
 from profiles.profile import Profile
 from common import atomic
@@ -58,6 +60,8 @@ def stage_best(args, log) -> None:
         for (run, _), rows in measured.items():
             write_steps(args, run, dataset, rows, best_partners_path(args, dataset) if run == PLAIN_RUN else None)
         log(f"wrote {len(todo)} best step traces of {dataset} and their plain partners")
+    with_best_spreads(args, Profile.load(args.profile)).save(args.profile)      # their prompt spread
+    log(f"recorded the best runs' prompt spread in {args.profile}")
 
 
 def stage_tables(args, log) -> None:

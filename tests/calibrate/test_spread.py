@@ -54,7 +54,11 @@ def test_a_bad_spread_is_refused_in_one_line(bad, message):
 
 
 def _trace(path, dataset: str, prompts: list[str]) -> None:
-    frame = steps("prompt_lookup", {p: [1 + i % 3, 2, 1, 3] for i, p in enumerate(prompts)})
+    _write(path, dataset, {p: [1 + i % 3, 2, 1, 3] for i, p in enumerate(prompts)})
+
+
+def _write(path, dataset: str, per_prompt: dict[str, list[int]]) -> None:
+    frame = steps("prompt_lookup", per_prompt)
     frame = frame.assign(pair=-1, config=json.dumps({"gamma": 3, "n_min": 2, "n_max": 3}), draft_forwards=0,
                          draft_s=0.0, verify_tokens=4, verify_s=0.03, overhead_s=0.001)
     frame["accept_mask"] = [[True] * (a - 1) + [False] for a in frame["accepted"]]
@@ -77,3 +81,15 @@ def test_the_command_records_the_spread_and_refuses_held_out_prompts(tmp_path, c
     assert spread.main(["--profile", str(out), "--traces", str(tmp_path)]) == 2
     assert "not calibrated on (libedit/99" in capsys.readouterr().err
     assert Profile.load(out).to_dict() == moved.to_dict()       # refused: untouched
+
+
+def test_runs_of_two_files_are_two_runs_even_under_one_run_id(tmp_path):
+    """A calibration run on two prompts and a later run of the same configuration on five share their
+    run ids ("sd g1 @vanilla#0"): the spread is the five-prompt run's, not the two merged."""
+    source = Profile.load(bundled("profiles", "smollm2-135m-cpu.json"))
+    calibrated = [p for p in source.provenance.calibration_prompts if p.startswith("libedit/")][:5]
+    _trace(tmp_path / "steps_a.parquet", "lib-edit", calibrated)
+    alone, _ = spread.with_spreads(source, [tmp_path / "steps_a.parquet"])
+    _write(tmp_path / "steps_b.parquet", "lib-edit", {calibrated[0]: [4, 4, 4, 4, 4, 4], calibrated[1]: [1, 1]})
+    both, _ = spread.with_spreads(source, [tmp_path / "steps_a.parquet", tmp_path / "steps_b.parquet"])
+    assert both.prompt_spread("lib-edit", "prompt_lookup") == alone.prompt_spread("lib-edit", "prompt_lookup")
