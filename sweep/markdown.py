@@ -227,6 +227,10 @@ def deployment_section(result: Any, written: dict[str, Path], out_dir: Path) -> 
              "are for that load and include the wait (`wait s`, median). `own latency s` is a request's median time "
              "from admission to its last token, without the wait, B sequences decoding together; `alone s` is the "
              "latency of one request served alone at batch 1, without queueing.", ""]
+    one_batch = answers["batch"].nunique() == 1          # said once, not once per deployment
+    if one_batch:
+        lines += [f"Served at batch {int(answers['batch'].iloc[0])} only: where speculation stops paying is not known "
+                  "(`--batch-sizes 1,8,32,128` serves each).", ""]
     if "plot:deployments" in written:
         lines += [f"![deployments]({written['plot:deployments'].relative_to(out_dir).as_posix()})", ""]
     stops = result.stops_paying.set_index(DEPLOYMENT)
@@ -241,11 +245,11 @@ def deployment_section(result: Any, written: dict[str, Path], out_dir: Path) -> 
                       "(tensor parallelism over several GPUs, or a smaller dtype).", ""]
         elif pd.notna(stop["stops_paying_at"]):
             lines += [f"Speculation stops paying at batch **{int(stop['stops_paying_at'])}**.", ""]
-        elif group["batch"].nunique() == 1:
+        elif group["batch"].nunique() > 1:
+            lines += [f"Speculation pays at every batch simulated (up to {int(stop['largest_batch'])}).", ""]
+        elif not one_batch:
             lines += [f"Served at batch {int(stop['largest_batch'])} only: where speculation stops paying is not "
                       "known (`--batch-sizes 1,8,32,128` serves each).", ""]
-        else:
-            lines += [f"Speculation pays at every batch simulated (up to {int(stop['largest_batch'])}).", ""]
     return lines
 
 

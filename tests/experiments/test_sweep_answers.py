@@ -157,9 +157,9 @@ def test_a_report_served_at_one_batch_does_not_claim_speculation_pays_at_every_b
     to find it, not that it 'pays at every batch simulated (up to 1)'."""
     from sweep.markdown import deployment_section
 
-    text = "\n".join(deployment_section(_sweep([CORAL], batch_sizes=None), {}, tmp_path))
-    assert "Served at batch 1 only" in text and "--batch-sizes" in text
-    assert "pays at every batch" not in text
+    text = "\n".join(deployment_section(_sweep([CORAL, GLIDE], batch_sizes=None), {}, tmp_path))
+    assert text.count("Served at batch 1 only") == 1 and "--batch-sizes" in text     # once, not per deployment
+    assert text.count("### ") >= 2 and "pays at every batch" not in text
 
 
 def test_a_profile_moved_to_other_hardware_says_where_its_error_was_measured():
