@@ -12,8 +12,8 @@ kept:
   edges (`Correction`), multiplies every point of the target's table, and every drafter table the
   machine could not time itself (a draft model is the same kernels at the same widths);
 - where the Profile's engine pads its batches (a batch engine's Profile): its table's forwards timed through
-  the batch engine's cache and masks, as they were recorded, one-token forwards at QUICK_BATCHES too (the
-  batch's own factor over batch 1's), and a joining request's prefill (PREFILL_PROMPTS through the batch
+  the batch engine's cache and masks, as they were recorded, forwards of QUICK_BATCH_TOKENS at QUICK_BATCHES
+  too (the batch's own factor over batch 1's, per width), and a joining request's prefill (PREFILL_PROMPTS through the batch
   engine, against the fitted prefill terms, which it scales);
 - each drafter the methods build from the target (`traces.drafter_timing`) timed at one token and
   QUICK_CTX: its own ratio;
@@ -59,7 +59,8 @@ from traces.timing import Grid, profile_model
 QUICK_TOKENS = (1, 2, 4, 8, 16, 64)      # widths of the target's forwards timed again
 QUICK_CTX = (0, 1024)                    # contexts they are timed at
 QUICK_STEPS = 24                          # plain decoding steps that time the engine's own work
-QUICK_BATCHES = (8, 32)                   # a batched table's one-token forwards timed again at these too
+QUICK_BATCHES = (8, 32)                   # a batched table's forwards timed again at these batches too,
+QUICK_BATCH_TOKENS = (1, 2, 4, 8)         # at these widths: how a width's cost moved is not one batch's to another's
 PREFILL_PROMPTS = (64, 256)               # a padded engine's prefills timed at these prompt lengths
 PREFILL_REPEATS = 3
 # below this share of the Profile's plain step, what the engine adds beside its forward is smaller than what the
@@ -83,12 +84,18 @@ class Correction:
     ctx: tuple[float, ...]
     ratio: np.ndarray         # [tokens][ctx]
     batch: tuple[float, ...] = (1.0,)
-    batch_ratio: tuple[float, ...] = (1.0,)   # per batch, times the ratio at batch 1 (log2-interpolated)
+    batch_tokens: tuple[float, ...] = (1.0,)
+    batch_ratio: np.ndarray = dataclasses.field(default_factory=lambda: np.ones((1, 1)))   # [batch][batch_tokens]
 
-    def at_batch(self, batch) -> np.ndarray:
-        """The factor a batch of `batch` rows adds to the batch-1 ratio (1 where no batch was timed)."""
-        b = np.clip(np.log2(np.asarray(batch, float)), np.log2(self.batch[0]), np.log2(self.batch[-1]))
-        return np.interp(b, np.log2(self.batch), self.batch_ratio)
+    def at_batch(self, batch, n_tokens=1.0) -> np.ndarray:
+        """The factor `batch` rows of `n_tokens` each add to the batch-1 ratio: bilinear in (log2 batch,
+        log2 tokens) over what was timed, the nearest edge outside it (1 where no batch was timed)."""
+        b, n = np.broadcast_arrays(np.asarray(batch, float), np.asarray(n_tokens, float))
+        lb = np.clip(np.log2(b), np.log2(self.batch[0]), np.log2(self.batch[-1])).ravel()
+        ln = np.clip(np.log2(n), np.log2(self.batch_tokens[0]), np.log2(self.batch_tokens[-1])).ravel()
+        table = np.asarray(self.batch_ratio, float).reshape(len(self.batch), len(self.batch_tokens))
+        by_width = np.stack([np.interp(ln, np.log2(self.batch_tokens), row) for row in table])     # [batch][point]
+        return np.array([np.interp(x, np.log2(self.batch), by_width[:, i]) for i, x in enumerate(lb)]).reshape(b.shape)
 
     def __call__(self, n_tokens, ctx_len) -> np.ndarray:
         x = np.clip(np.log2(np.asarray(n_tokens, float)), np.log2(self.tokens[0]), np.log2(self.tokens[-1]))
@@ -107,27 +114,29 @@ def corrected(table: TableLatency, correction: Correction) -> TableLatency:
     """`table` with every point multiplied by the correction at its (tokens, context, batch)."""
     n, c = np.meshgrid(np.asarray(table.n_tokens), np.asarray(table.ctx_len), indexing="ij")
     factor = np.asarray(correction(n.ravel(), c.ravel())).reshape(n.shape)[:, :, None]
-    factor = factor * correction.at_batch(np.asarray(table.batch, float))[None, None, :]
+    width, batch = np.meshgrid(np.asarray(table.n_tokens, float), np.asarray(table.batch, float), indexing="ij")
+    factor = factor * correction.at_batch(batch, width)[:, None, :]
     return dataclasses.replace(table, seconds=np.asarray(table.seconds) * factor,
                                fit=Record({**table.fit.to_json(), "remeasured": "scaled by calibrate.quick"}))
 
 
-def quick_grid(table: TableLatency) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(tokens, contexts) to time again: QUICK_TOKENS x QUICK_CTX moved inside what `table` measured, so
+def quick_grid(table: TableLatency, tokens=QUICK_TOKENS) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(tokens, contexts) to time again: `tokens` x QUICK_CTX moved inside what `table` measured, so
     every ratio sets a measurement against a measurement (a batch engine's table stops at 12 tokens and
     512 of context: its extrapolation is no baseline)."""
     def inside(values, measured) -> tuple[int, ...]:
         low, high = float(np.min(measured)), float(np.max(measured))
         return tuple(sorted({int(round(min(max(v, low), high))) for v in values}))
 
-    return inside(QUICK_TOKENS, table.n_tokens), inside(QUICK_CTX, table.ctx_len)
+    return inside(tokens, table.n_tokens), inside(QUICK_CTX, table.ctx_len)
 
 
 def target_correction(profile: Profile, model, timer: Timer, seed: int) -> Correction:
     """The target's forwards timed again on the quick grid, over what its table prices: through the
     batch engine's cache and masks where the Profile's engine pads its batches (as its table was timed,
-    `traces.timing --cache batch`), and, where the table spans batches, one-token forwards at
-    QUICK_BATCHES too (their ratio over batch 1's: how the batch's shape moved)."""
+    `traces.timing --cache batch`), and, where the table spans batches, forwards at
+    QUICK_BATCHES x QUICK_BATCH_TOKENS too (their ratio over batch 1's at each width: how the batch's shape
+    moved; at 32 rows a 2-token verify's cost moved by another factor than one token's)."""
     old = profile.latency_model(profile.target)
     tokens, ctx = quick_grid(old)
     cache = "batch" if profile.engine.batching == PADDED else "kv"
@@ -139,10 +148,12 @@ def target_correction(profile: Profile, model, timer: Timer, seed: int) -> Corre
     correction = Correction(tuple(map(float, tokens)), tuple(map(float, ctx)), ratio)
     if not batches:
         return correction
-    wide = profile_model(model, Grid((1,), ctx, tuple(batches)), timer, seed, cache_kind=cache)
-    by_batch = [float(np.median([r["seconds"] / float(old.predict(1, r["ctx_len"], b)) / float(correction(1, r["ctx_len"]))
-                                 for r in wide if r["batch"] == b])) for b in batches]
-    return dataclasses.replace(correction, batch=(1.0, *map(float, batches)), batch_ratio=(1.0, *by_batch))
+    widths = quick_grid(old, QUICK_BATCH_TOKENS)[0]
+    wide = profile_model(model, Grid(widths, ctx, tuple(batches)), timer, seed, cache_kind=cache)
+    by_batch = [[float(np.median([r["seconds"] / float(old.predict(n, r["ctx_len"], b)) / float(correction(n, r["ctx_len"]))
+                                  for r in wide if r["batch"] == b and r["n_tokens"] == n])) for n in widths] for b in batches]
+    return dataclasses.replace(correction, batch=(1.0, *map(float, batches)), batch_tokens=tuple(map(float, widths)),
+                               batch_ratio=np.array([[1.0] * len(widths), *by_batch]))
 
 
 def prefill_ratio(profile: Profile, model, seed: int) -> float | None:
@@ -249,6 +260,7 @@ def quick_profile(profile: Profile, threads: int, seed: int = 0) -> tuple[Profil
               "created": dt.datetime.now(dt.timezone.utc).isoformat(), "machine": machine.describe(),
               "target_ratio": {"tokens": list(correction.tokens), "ctx": list(correction.ctx),
                                "ratio": np.round(correction.ratio, 4).tolist(), "batch": list(correction.batch),
+                               "batch_tokens": list(correction.batch_tokens),
                                "batch_ratio": np.round(correction.batch_ratio, 4).tolist()},
               "prefill_ratio": None if prefill is None else round(prefill, 4),
               "drafter_ratio": {k: round(v, 4) for k, v in drafters.items()}, "engine_ratio": round(engine, 4),

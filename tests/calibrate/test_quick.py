@@ -76,7 +76,8 @@ def test_the_moved_engine_keeps_how_it_batches_and_scales_its_prefill_apart():
 
 def test_a_batched_correction_scales_each_batch_by_its_own_factor():
     table = Profile.load(BATCH32).latency_model("smollm2-135m")
-    correction = quick.Correction((1.0, 12.0), (128.0, 512.0), np.full((2, 2), 1.5), (1.0, 8.0, 32.0), (1.0, 1.2, 1.4))
+    correction = quick.Correction((1.0, 12.0), (128.0, 512.0), np.full((2, 2), 1.5), (1.0, 8.0, 32.0), (1.0,),
+                                  np.array([[1.0], [1.2], [1.4]]))
     moved = quick.corrected(table, correction)
     factor = np.asarray(moved.seconds) / np.asarray(table.seconds)
     batches = list(np.asarray(table.batch, float))
@@ -84,3 +85,19 @@ def test_a_batched_correction_scales_each_batch_by_its_own_factor():
     assert factor[:, :, batches.index(8.0)] == pytest.approx(1.5 * 1.2)
     assert factor[:, :, batches.index(32.0)] == pytest.approx(1.5 * 1.4)
     assert factor[:, :, batches.index(2.0)] == pytest.approx(1.5 * (1.0 + 0.2 / 3))    # a third of the way in log2
+
+
+def test_a_batched_correction_moves_each_width_at_a_batch_by_its_own_factor():
+    """At 32 rows a 2-token verify's cost moves by another factor than one token's: the factor is read
+    per (batch, width), bilinear in log2 of both, held past the widths timed."""
+    table = Profile.load(BATCH32).latency_model("smollm2-135m")
+    correction = quick.Correction((1.0, 12.0), (128.0, 512.0), np.full((2, 2), 1.0), (1.0, 32.0), (1.0, 4.0),
+                                  np.array([[1.0, 1.0], [0.8, 1.2]]))
+    factor = np.asarray(quick.corrected(table, correction).seconds) / np.asarray(table.seconds)
+    widths, batches = list(np.asarray(table.n_tokens, float)), list(np.asarray(table.batch, float))
+    at32 = factor[:, :, batches.index(32.0)]
+    assert at32[widths.index(1.0)] == pytest.approx(0.8) and at32[widths.index(4.0)] == pytest.approx(1.2)
+    assert at32[widths.index(2.0)] == pytest.approx(1.0)                  # half way in log2 tokens
+    assert at32[widths.index(12.0)] == pytest.approx(1.2)                 # past the widest timed: its factor
+    assert factor[widths.index(4.0), :, batches.index(2.0)] == pytest.approx(1.0 + 0.2 / 5)   # a fifth of log2 32
+    assert correction.at_batch([1.0, 32.0], [4.0, 1.0]) == pytest.approx([1.0, 0.8])
