@@ -12,9 +12,9 @@ kept:
   edges (`Correction`), multiplies every point of the target's table, and every drafter table the
   machine could not time itself (a draft model is the same kernels at the same widths);
 - where the Profile's engine pads its batches (a batch engine's Profile): its table's forwards timed through
-  the batch engine's cache and masks, as they were recorded, forwards of QUICK_BATCH_TOKENS at QUICK_BATCHES
-  too (the batch's own factor over batch 1's, per width), and a joining request's prefill (PREFILL_PROMPTS through the batch
-  engine, against the fitted prefill terms, which it scales);
+  the batch engine's cache and masks, as they were recorded, forwards of QUICK_BATCH_TOKENS at
+  QUICK_BATCHES too (the batch's own factor over batch 1's, per width), and a joining request's prefill
+  (PREFILL_PROMPTS through the batch engine, against the fitted prefill terms, which it scales);
 - each drafter the methods build from the target (`traces.drafter_timing`) timed at one token and
   QUICK_CTX: its own ratio;
 - the engine's seconds beside the forwards (`profiles.parts.EngineTerms`: fixed per-step, per-token
@@ -85,7 +85,7 @@ class Correction:
     ratio: np.ndarray         # [tokens][ctx]
     batch: tuple[float, ...] = (1.0,)
     batch_tokens: tuple[float, ...] = (1.0,)
-    batch_ratio: np.ndarray = dataclasses.field(default_factory=lambda: np.ones((1, 1)))   # [batch][batch_tokens]
+    batch_ratio: np.ndarray = dataclasses.field(default_factory=lambda: np.ones((1, 1)))  # [batch][batch_tokens]
 
     def at_batch(self, batch, n_tokens=1.0) -> np.ndarray:
         """The factor `batch` rows of `n_tokens` each add to the batch-1 ratio: bilinear in (log2 batch,
@@ -135,8 +135,8 @@ def target_correction(profile: Profile, model, timer: Timer, seed: int) -> Corre
     """The target's forwards timed again on the quick grid, over what its table prices: through the
     batch engine's cache and masks where the Profile's engine pads its batches (as its table was timed,
     `traces.timing --cache batch`), and, where the table spans batches, forwards at
-    QUICK_BATCHES x QUICK_BATCH_TOKENS too (their ratio over batch 1's at each width: how the batch's shape
-    moved; at 32 rows a 2-token verify's cost moved by another factor than one token's)."""
+    QUICK_BATCHES x QUICK_BATCH_TOKENS too (their ratio over batch 1's at each width: a batch's width shape
+    is timed, not carried from batch 1's)."""
     old = profile.latency_model(profile.target)
     tokens, ctx = quick_grid(old)
     cache = "batch" if profile.engine.batching == PADDED else "kv"
@@ -150,8 +150,12 @@ def target_correction(profile: Profile, model, timer: Timer, seed: int) -> Corre
         return correction
     widths = quick_grid(old, QUICK_BATCH_TOKENS)[0]
     wide = profile_model(model, Grid(widths, ctx, tuple(batches)), timer, seed, cache_kind=cache)
-    by_batch = [[float(np.median([r["seconds"] / float(old.predict(n, r["ctx_len"], b)) / float(correction(n, r["ctx_len"]))
-                                  for r in wide if r["batch"] == b and r["n_tokens"] == n])) for n in widths] for b in batches]
+
+    def factor(n: int, b: int) -> float:          # this machine over the table, over batch 1's ratio there
+        return float(np.median([r["seconds"] / float(old.predict(n, r["ctx_len"], b)) / float(correction(n, r["ctx_len"]))
+                                for r in wide if r["batch"] == b and r["n_tokens"] == n]))
+
+    by_batch = [[factor(n, b) for n in widths] for b in batches]
     return dataclasses.replace(correction, batch=(1.0, *map(float, batches)), batch_tokens=tuple(map(float, widths)),
                                batch_ratio=np.array([[1.0] * len(widths), *by_batch]))
 

@@ -55,10 +55,12 @@ def spread(measured: list[dict]) -> dict:
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = CliParser(prog="python -m experiments.bench.quick_repeat", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--profile", required=True, type=Path, help="a Profile whose target is priced by a measured table")
+    parser.add_argument("--profile", required=True, type=Path,
+                        help="a Profile whose target is priced by a measured table")
     parser.add_argument("--rounds", type=int, default=3, help="re-measurements, one after the other (default 3)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    parser.add_argument("--out", type=Path, help="write the rounds and the spread here as JSON (atomically; default: printed only)")
+    parser.add_argument("--out", type=Path,
+                        help="write the rounds and the spread here as JSON (atomically; default: printed only)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     args = parser.parse_args(argv)
     if args.rounds < 2:
