@@ -235,17 +235,22 @@ def moved_engine(terms: EngineTerms, ratio: float, prefill: float | None) -> Eng
                                pooled=None if terms.pooled is None else scaled(terms.pooled, ratio, prefill))
 
 
-def quick_profile(profile: Profile, threads: int, seed: int = 0) -> tuple[Profile, dict]:
-    """`profile` moved to this machine (module docstring) and the record of what was measured."""
-    tables = {name: model for name, model in profile.latency.items() if isinstance(model, TableLatency)}
-    if profile.target not in tables:
+def measuring(profile: Profile, threads: int, seed: int) -> tuple[Timer, object]:
+    """(timer, random-weight target) the re-measurement times with, on `threads` torch threads; InputError
+    for a Profile whose target is not priced by a table measured on a machine."""
+    if not isinstance(profile.latency_model(profile.target), TableLatency):
         raise InputError(f"profile '{profile.name}' prices its target with a {profile.latency_model(profile.target).kind} "
-                         "model of published figures, not a table measured on a machine: nothing here to re-measure "
+                         "model of published figures, not a measured table: nothing here to re-measure "
                          "(calibrate.transfer moves a Profile between GPUs)")
     torch.set_num_threads(threads)
     timer = Timer(torch.device("cpu"), warmup=2, repeats=7, min_repeats=3, point_seconds=2.0)
+    return timer, random_architecture(profile.target, seed=seed, dtype=torch.float32)  # latency does not see weights
+
+
+def quick_profile(profile: Profile, threads: int, seed: int = 0) -> tuple[Profile, dict]:
+    """`profile` moved to this machine (module docstring) and the record of what was measured."""
     started = time.perf_counter()
-    model = random_architecture(profile.target, seed=seed, dtype=torch.float32)   # latency does not see weights
+    timer, model = measuring(profile, threads, seed)
     correction = target_correction(profile, model, timer, seed)
     drafters = drafter_ratios(profile, timer, seed)
     engine = engine_ratio(profile, model, correction, seed)

@@ -229,8 +229,7 @@ def deployment_section(result: Any, written: dict[str, Path], out_dir: Path) -> 
              "latency of one request served alone at batch 1, without queueing.", ""]
     one_batch = answers["batch"].nunique() == 1          # said once, not once per deployment
     if one_batch:
-        lines += [f"Served at batch {int(answers['batch'].iloc[0])} only: where speculation stops paying is not known "
-                  "(`--batch-sizes 1,8,32,128` serves each).", ""]
+        lines += [_stop_unknown(answers["batch"].iloc[0]), ""]
     if "plot:deployments" in written:
         lines += [f"![deployments]({written['plot:deployments'].relative_to(out_dir).as_posix()})", ""]
     stops = result.stops_paying.set_index(DEPLOYMENT)
@@ -248,9 +247,13 @@ def deployment_section(result: Any, written: dict[str, Path], out_dir: Path) -> 
         elif group["batch"].nunique() > 1:
             lines += [f"Speculation pays at every batch simulated (up to {int(stop['largest_batch'])}).", ""]
         elif not one_batch:
-            lines += [f"Served at batch {int(stop['largest_batch'])} only: where speculation stops paying is not "
-                      "known (`--batch-sizes 1,8,32,128` serves each).", ""]
+            lines += [_stop_unknown(stop["largest_batch"]), ""]
     return lines
+
+
+def _stop_unknown(batch) -> str:
+    return (f"Served at batch {int(batch)} only: where speculation stops paying is not known "
+            "(`--batch-sizes 1,8,32,128` serves each).")
 
 
 def best_section(result: Any) -> list[str]:

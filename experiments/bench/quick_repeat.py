@@ -16,24 +16,18 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from calibrate.quick import engine_ratio, target_correction
+from calibrate.quick import engine_ratio, measuring, target_correction
 from common import atomic
 from common.cli import CliParser, cli_entry
 from common.errors import InputError
 from common.rundir import claim_file
-from profiles.latency import TableLatency
 from profiles.profile import Profile
-from runtime.models import random_architecture
-from traces.timer import Timer
 
 
 def rounds(profile: Profile, n_rounds: int, threads: int, seed: int = 0) -> list[dict]:
     """`n_rounds` re-measurements of the target's ratios and the engine ratio, as `calibrate.quick` takes them."""
-    torch.set_num_threads(threads)
-    timer = Timer(torch.device("cpu"), warmup=2, repeats=7, min_repeats=3, point_seconds=2.0)
-    model = random_architecture(profile.target, seed=seed, dtype=torch.float32)
+    timer, model = measuring(profile, threads, seed)
     out = []
     for _ in range(n_rounds):
         correction = target_correction(profile, model, timer, seed)
@@ -68,9 +62,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads < 1:
         raise InputError(f"--threads must be >= 1, got {args.threads}")
     profile = Profile.load(args.profile)
-    if not isinstance(profile.latency_model(profile.target), TableLatency):
-        raise InputError(f"profile '{profile.name}' prices its target from published figures, not a measured table: "
-                         "nothing here to re-measure")
     if args.out is not None:
         claim_file(args.out, args.overwrite)
     measured = rounds(profile, args.rounds, args.threads)
