@@ -154,10 +154,8 @@ def fit_step_acceptance(frame: pd.DataFrame, drafter: str = "", dataset: str = "
     entry: dict[str, Any] = {"drafter": drafter, "temperature": float(temperature), "dataset": dataset,
                              "alpha": float(accepted.sum() / reached.sum()),
                              "alpha_by_position": betas_from_hit_counts(reached, accepted), "source": source}
-    gammas = _chain_gammas(rows)
-    if gammas is not None and gammas.nunique() > 1:
-        by_gamma = {int(g): betas_from_hit_counts(*_hit_counts([m for m, k in zip(masks, gammas) if k == g]))
-                    for g in sorted(gammas.unique())}
+    by_gamma = chain_betas_by_gamma(rows)
+    if len(by_gamma) > 1:
         entry["alpha_by_position"] = by_gamma[max(by_gamma)]
         entry["alpha_by_position_at_gamma"] = {str(g): b for g, b in by_gamma.items()}
     with_conf = [(m[: len(c)], c) for m, c in zip(evaluated_masks, evaluated_conf) if len(c)]
@@ -175,6 +173,55 @@ def fit_step_acceptance(frame: pd.DataFrame, drafter: str = "", dataset: str = "
     return entry
 
 
+def chain_betas_by_gamma(rows: pd.DataFrame) -> dict[int, list[float]]:
+    """beta_1..beta_g measured in the chains of each length g (their `config`'s gamma) among StepTrace
+    rows with an `accept_mask`; {} where a row's configuration states no chain length."""
+    return {g: betas_from_hit_counts(*_hit_counts(masks)) for g, masks in _chain_masks(rows).items()}
+
+
+def with_chains(entry: dict[str, Any], rows: pd.DataFrame, source: str) -> dict[str, Any]:
+    """`entry` (a Profile acceptance entry) with the per-position acceptance of the chain lengths it
+    holds no record of (`alpha_by_position_at_gamma`), measured in `rows` (chain steps of its own
+    drafter, data and temperature: `accept_mask` and `config`); what it recorded is kept. Its source
+    and fit say what was added, from how many steps."""
+    have = {int(g) for g in entry.get("alpha_by_position_at_gamma") or {}}
+    added = {g: masks for g, masks in _chain_masks(rows[chain_steps(rows)]).items() if g not in have}
+    if not added:
+        return entry
+    at_gamma = {**(entry.get("alpha_by_position_at_gamma") or {}),
+                **{str(g): betas_from_hit_counts(*_hit_counts(masks)) for g, masks in added.items()}}
+    out = {**entry, "alpha_by_position_at_gamma": dict(sorted(at_gamma.items(), key=lambda kv: int(kv[0]))),
+           "source": f"{entry.get('source', '')}; chains of {', '.join(map(str, added))} from {source}",
+           "fit": {**entry.get("fit", {}), "chains_added": {str(g): len(masks) for g, masks in added.items()}}}
+    AcceptanceModel.from_dict(out, name=entry.get("drafter") or "fitted")
+    return out
+
+
+def chain_steps(rows: pd.DataFrame) -> np.ndarray:
+    """Which rows are steps of a plain chain: a draft length (`config`'s gamma), no confidence bins
+    (CAPE widens a step by its draft's confidence: which steps stay chains depends on how sure the
+    drafter was) and that many drafts verified with one more token (not a tree, not cut short)."""
+    gammas = rows["config"].map(_config_gamma)
+    binned = rows["config"].map(lambda c: isinstance(c, str) and c.startswith("{") and json.loads(c).get("bins") is not None)
+    return (gammas.notna() & ~binned & (rows["verify_tokens"] == gammas.fillna(-1) + 1)).to_numpy()
+
+
+def _config_gamma(config) -> float | None:
+    return json.loads(config).get("gamma") if isinstance(config, str) and config.startswith("{") else None
+
+
+def _chain_masks(rows: pd.DataFrame) -> dict[int, list[np.ndarray]]:
+    """Chain length -> the accept masks of the rows that drafted (none for a length that never did)."""
+    gammas = _chain_gammas(rows)
+    if gammas is None:
+        return {}
+    out: dict[int, list[np.ndarray]] = {}
+    for mask, g in zip(rows["accept_mask"], gammas):
+        if len(mask):
+            out.setdefault(int(g), []).append(np.asarray(mask, bool))
+    return dict(sorted(out.items()))
+
+
 def _hit_counts(masks: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Per drafted position: how many steps decided it (reached it) and how many accepted it."""
     depth = max(len(m) for m in masks)
@@ -190,8 +237,7 @@ def _chain_gammas(rows: pd.DataFrame) -> pd.Series | None:
     """Each row's configured chain length (its `config` JSON's gamma), or None where a row has none."""
     if "config" not in rows:
         return None
-    gammas = rows["config"].map(lambda c: json.loads(c).get("gamma") if isinstance(c, str) and c.startswith("{")
-                                else None)
+    gammas = rows["config"].map(_config_gamma)
     return None if gammas.isna().any() else gammas.astype(int)
 
 

@@ -14,7 +14,8 @@ never ran one; here, on one pinned core and one thread:
    each batch beside plain decoding of the same prompts at the same batch (`campaigns.measure`);
 3. `profile`: latency tables from 1., the engine terms fitted from 2. (`calibrate.batch_engine`,
    per-row host work and per-request prefill included), the acceptance entries, drafters and workload
-   carried from the base Profile (`--base-profile`: the same drafters and data), this machine
+   carried from the base Profile (`--base-profile`: the same drafters and data; a chain length its
+   entry never recorded, measured in 2.'s own chains: `with_recorded_chains`), this machine
    (`profiles.machine.this_machine`) -> `--profile`.
 """
 from __future__ import annotations
@@ -146,13 +147,13 @@ def latency_tables(args) -> dict[str, dict]:
     from traces.schema import read_trace
 
     used = drafters_used(args)
-    names = {"smollm2": TARGET_ARCH, **({drafter_file(args, "vanilla"): DRAFTERS["vanilla"].model}
-                                        if "vanilla" in used else {})}
     files = ["latency.parquet", *(["vanilla_latency.parquet"] if "vanilla" in used else []),
              *(["drafter_latency.parquet"] if "glide" in used else [])]
-    frames = [read_trace(args.out / f, kind="latency")[0] for f in files]
-    rows = pd.concat(frames, ignore_index=True)
-    rows["model"] = rows["model"].replace(names)
+    frames = {f: read_trace(args.out / f, kind="latency")[0] for f in files}
+    if "vanilla" in used:   # its rows name the file the drafter was loaded from, on whichever machine recorded them
+        frames["vanilla_latency.parquet"] = frames["vanilla_latency.parquet"].assign(model=DRAFTERS["vanilla"].model)
+    rows = pd.concat(frames.values(), ignore_index=True)
+    rows["model"] = rows["model"].replace({"smollm2": TARGET_ARCH})
     out = {}
     for model, group in rows[rows["role"].isin(["target", "draft"])].groupby("model"):
         fitted = fit_latency(group, "table", arch=None, hardware="CPU", dtype="fp32", name=model).to_dict()
@@ -170,6 +171,26 @@ def carried(base, used: frozenset[str] | set[str] = frozenset(BATCHED_DRAFTERS))
     return {k: base.acceptance[k].to_dict() for k in keys}, drafters, keys
 
 
+def with_recorded_chains(acceptance: dict, recorded: list[tuple[str, str, pd.DataFrame, str]]) -> dict:
+    """The carried acceptance entries (`carried`) with the chain lengths their base Profile did not
+    record measured in this campaign's own runs of the same drafter on the same data (`recorded`:
+    drafter, dataset, BatchStepTrace rows, file name), each prompt's steps once: rows decode alike at
+    every batch, and the runs at batch 1, 2 and 4 decode the same prompts."""
+    from calibrate.fit_acceptance import with_chains
+
+    out = dict(acceptance)
+    for key, entry in acceptance.items():
+        mine = [(rows, name) for drafter, dataset, rows, name in recorded
+                if drafter == entry.get("drafter") and dataset == entry.get("dataset") and "accept_mask" in rows]
+        if not mine or entry.get("temperature", 0.0) != 0.0:
+            continue
+        rows = pd.concat([r for r, _ in mine], ignore_index=True)
+        rows = rows.assign(nth=rows.groupby(["run_id", "request_id"]).cumcount()).drop_duplicates(
+            ["config", "request_id", "nth"])
+        out[key] = with_chains(entry, rows, f"{', '.join(n for _, n in mine)} ({rows['request_id'].nunique()} prompts)")
+    return out
+
+
 def stage_profile(args, log) -> None:
     from calibrate.batch_engine import batch_steps, fit_batch_engine
     from calibrate.engine import StepRun
@@ -182,7 +203,7 @@ def stage_profile(args, log) -> None:
 
     base = Profile.load(args.base_profile)
     acceptance, drafters, keys = carried(base, drafters_used(args))
-    runs = []
+    runs, chains = [], []
     for cand in selected_runs(args.runs):
         frame, meta = read_trace(step_path(args, cand), kind="batch_step")
         recorded_as = str(frame["dataset"].iloc[0])
@@ -191,6 +212,9 @@ def stage_profile(args, log) -> None:
             raise InputError(f"{step_path(args, cand)}: dataset '{recorded_as}' is none of the base Profile's "
                              f"({', '.join(base.datasets())})")
         runs.append(StepRun(batch_steps(frame).assign(dataset=dataset), cand.drafter, dataset))
+        if cand.drafter:
+            chains.append((cand.drafter, dataset, frame, step_path(args, cand).name))
+    acceptance = with_recorded_chains(acceptance, chains)
     recorded = [p.prompt_id for p in load_prompt_mix(args.prompts)]
     profile = Profile.build(
         name="smollm2-135m on this CPU, continuous batching (project recordings)", hardware="CPU", dtype="fp32",
@@ -202,7 +226,9 @@ def stage_profile(args, log) -> None:
                     "sources": [str(p) for p in sorted(args.out.glob("*.parquet"))],
                     "carried": {"from": str(args.base_profile), "acceptance": keys, "workload": sorted(base.workload),
                                 "why": "the same trained drafters on the same datasets: acceptance belongs to "
-                                       "(target, drafter, data), not to the batch (each row decodes as it does alone)"},
+                                       "(target, drafter, data), not to the batch (each row decodes as it does alone); chain "
+                                       "lengths the base did not record come from this campaign's own chains (each "
+                                       "entry's source names them)"},
                     "assumptions": [f"greedy decoding; the batch engine (runtime.engine.batch) at batch {args.batches} "
                                     f"on {args.prompts} (max(B, {args.min_prompts}) prompts per run), "
                                     f"{args.max_new_tokens} new tokens", f"latency: measured tables in the batch engine's "

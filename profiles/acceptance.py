@@ -225,13 +225,16 @@ class AcceptanceModel:
 
     def beta(self, gamma: int) -> np.ndarray:
         """beta_1..beta_gamma: per-position acceptance, as measured in chains of gamma where that
-        was recorded, else in the recorded chains; past the recorded positions the last one
+        was recorded, else in the shortest recorded chains longer than gamma (the nearest in how
+        their streaks start), else in the recorded chains; past the recorded positions the last one
         repeats, and without a per-position record every position is alpha (its miss shrunk by the
         persistence where one is recorded)."""
         if int(gamma) != gamma or gamma < 1:
             raise InputError(f"gamma must be an integer >= 1, got {gamma!r}")
         gamma = int(gamma)
-        known = (self.alpha_by_position_at_gamma or {}).get(gamma, self.alpha_by_position)
+        by_gamma = self.alpha_by_position_at_gamma or {}
+        longer = [g for g in by_gamma if g >= gamma]
+        known = by_gamma[min(longer)] if longer else self.alpha_by_position
         if known is None:
             return 1.0 - (1.0 - self.alpha) * self.miss_factor(gamma)
         if gamma <= known.size:

@@ -232,3 +232,28 @@ def test_a_fitted_trace_prices_one_chain_alike_and_its_trees_near_their_replay(t
     simulated = simulate_stream(profile, "cape", {**config, "drafter": "D", "acceptance": "D"}, n_tokens=20000,
                                 seed=0, latencies=FIXED).summary["tokens_per_step"]
     assert simulated == pytest.approx(closed("cape g3 S22211111111"), rel=0.02)
+
+
+def test_chains_fill_only_the_lengths_an_entry_never_recorded():
+    """A Profile entry with chains of 1 and 4 (GLIDE's: 4 from two prompts) takes chains of 3 from
+    another recording of its drafter, keeps its own 1 and 4, and beta(2) then reads the chains of 3;
+    a tree, CAPE's bins or a chain cut short are not chains of their gamma."""
+    from calibrate.fit_acceptance import chain_steps, with_chains
+    from profiles.acceptance import AcceptanceModel
+
+    entry = {"drafter": "d", "temperature": 0.0, "dataset": "x", "alpha": 0.4, "alpha_by_position": [0.5, 0.6, 0.7, 0.8],
+             "alpha_by_position_at_gamma": {"1": [0.4], "4": [0.5, 0.6, 0.7, 0.8]}, "source": "base", "fit": {"n_steps": 10}}
+    three, _ = synthetic_chain_steps([0.3, 0.4, 0.5], n_steps=6000, seed=3)
+    one, _ = synthetic_chain_steps([0.9], n_steps=500, seed=4)
+    tree = three.head(50).assign(verify_tokens=7)                          # a tree of gamma 3 verifies 7
+    binned = three.head(50).assign(config='{"bins": [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1], "gamma": 3}')
+    rows = pd.concat([three, one, tree, binned], ignore_index=True)
+    assert chain_steps(rows).sum() == len(three) + len(one)
+    out = with_chains(entry, rows, "the other recording")
+    assert sorted(out["alpha_by_position_at_gamma"], key=int) == ["1", "3", "4"]
+    assert out["alpha_by_position_at_gamma"]["1"] == [0.4] and out["alpha_by_position_at_gamma"]["4"] == [0.5, 0.6, 0.7, 0.8]
+    assert np.allclose(out["alpha_by_position_at_gamma"]["3"], [0.3, 0.4, 0.5], atol=4 * _sigma(0.3, 1000))
+    assert out["fit"]["chains_added"] == {"3": 6000} and out["source"] == "base; chains of 3 from the other recording"
+    model = AcceptanceModel.from_dict(out, name="d")
+    assert model.beta(2).tolist() == out["alpha_by_position_at_gamma"]["3"][:2]
+    assert with_chains(entry, one, "again") is entry                        # nothing it lacks: unchanged

@@ -35,3 +35,24 @@ def test_only_the_drafters_the_runs_use_are_carried():
     assert set(drafters) == {"prompt_lookup"} and all(not k.startswith(("vanilla", "glide")) for k in keys)
     _, drafters, _ = campaign.carried(base)
     assert set(drafters) == {"prompt_lookup", "vanilla", "glide"}
+
+
+def test_recorded_chains_count_each_prompts_steps_once():
+    """The runs at batch 1, 2 and 4 decode the same prompts, each row as it decodes alone: the chains
+    they add to a carried entry count each prompt's steps once; another drafter's entry is left alone."""
+    import json
+
+    import pandas as pd
+
+    base = Profile.load("data/profiles/smollm2-135m-cpu.json")
+    acceptance, _, _ = campaign.carried(base, {"glide", "vanilla"})
+    key = "glide/lib-edit/T0/steps"
+    masks = [[True, False, False], [False, False, False], [True, True, True]]
+    one_run = pd.DataFrame({"run_id": "glide B1#0", "request_id": "libedit/0", "config": json.dumps({"bins": None, "gamma": 3}),
+                            "verify_tokens": 4, "accept_mask": masks})
+    rows = pd.concat([one_run, one_run.assign(run_id="glide B2#0"), one_run.assign(run_id="glide B4#0")], ignore_index=True)
+    out = campaign.with_recorded_chains(acceptance, [("glide", "lib-edit", rows, "steps_glide-g3--glide.parquet")])
+    assert out[key]["fit"]["chains_added"] == {"3": 3}
+    assert out[key]["alpha_by_position_at_gamma"]["3"] == [2 / 3, 1 / 2, 1.0]
+    assert "steps_glide-g3--glide.parquet (1 prompts)" in out[key]["source"]
+    assert all(out[k] == acceptance[k] for k in acceptance if k != key)

@@ -119,11 +119,13 @@ def test_bad_input_is_one_line_naming_the_field(bad, message):
 
 def test_chains_of_a_recorded_length_use_their_own_positions():
     """beta(gamma) reads the chains of that gamma where recorded (the last position repeating where
-    a chain's later positions were never reached), else the general per-position record."""
+    a chain's later positions were never reached), else the shortest longer chains recorded, else
+    the general per-position record."""
     m = AcceptanceModel.from_dict({"temperature": 0.0, **FULL, "alpha_by_position_at_gamma": {"1": [0.9], "3": [0.85, 0.8]}}, "m")
     assert np.allclose(m.beta(1), [0.9])
     assert np.allclose(m.beta(3), [0.85, 0.8, 0.8])
-    assert np.allclose(m.beta(2), [0.8, 0.75])                      # not recorded: alpha_by_position
+    assert np.allclose(m.beta(2), [0.85, 0.8])                      # not recorded: the chains of 3
+    assert np.allclose(m.beta(4), [0.8, 0.75, 0.7, 0.7])            # none longer: alpha_by_position
     again = AcceptanceModel.from_dict(m.to_dict(), "m")
     assert np.allclose(again.beta(3), m.beta(3)) and np.allclose(again.beta(1), [0.9])
 
