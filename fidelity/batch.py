@@ -9,8 +9,10 @@ Predictions, per configuration and batch B (the prompts' own lengths, `new_token
   over the longest row, here E[the longest of B of the prompts] + half the new tokens
   (`padded_context`);
 - the simulator (`simulator.serving`): the prompts arriving together at a batch limit of B, as the
-  measurement decodes them (rows join as others finish, the last rows drain alone), decode tokens
-  over decode seconds against plain decoding served the same way, `sim_repeats` seeds.
+  measurement decodes them (rows join as others finish, the last rows drain alone), each request
+  drafted at its own level, spread over requests by the Profile's prompt spread (`simulator.leaning`:
+  the slowest row sets how long a batch lasts), decode tokens over decode seconds against plain
+  decoding served the same way, `sim_repeats` seeds.
 What is read off the curves, predicted against measured: each configuration's and each method's
 crossover (the smallest batch of the grid at which it no longer pays, `crossovers`) and the best
 draft length at each batch among a method's configurations that differ only in it (`best_k`: the
@@ -65,11 +67,14 @@ def padded_context(lengths, batch: int, new_tokens: int) -> float:
     return float(weights @ ordered) + new_tokens / 2.0
 
 
-def served_decode(profile, method: str, config: dict, lengths, batch: int, new_tokens: int, seed: int) -> tuple[float, float]:
+def served_decode(profile, method: str, config: dict, lengths, batch: int, new_tokens: int, seed: int,
+                  spread: float = 0.0) -> tuple[float, float]:
     """(decode tokens, decode seconds) of `lengths` prompts arriving together, served at a batch
-    limit of `batch` by the simulator (`simulator.serving`), `new_tokens` each."""
+    limit of `batch` by the simulator (`simulator.serving`), `new_tokens` each, each request drafted
+    as well as its own level drawn with the prompt `spread` (`simulator.leaning`)."""
     trace = pd.DataFrame({"arrival_s": 0.0, "prompt_len": np.asarray(lengths, np.int64), "output_len": int(new_tokens)})
-    result = simulate_serving(profile, method, config or None, Workload(arrival="trace", trace=trace),
+    result = simulate_serving(profile, method, config or None,
+                              Workload(arrival="trace", trace=trace, acceptance_spread=spread),
                               Cluster(max_batch=int(batch), kv_tokens=10 ** 9), seed, per_step=True)
     decode = result.iterations[result.iterations["kind"] == "decode"]
     return float(decode["tokens"].sum()), float(decode["seconds"].sum())
@@ -97,8 +102,9 @@ def predict_batches(profile, cands: list[Candidate], dataset: str, lengths, batc
             priced = priced_config(cand.config, setup.drafter_spec) if cand.drafter else cand.config
             scored = scoring.score(setup, cand.method, spec.frame_of([priced]), setting)
             config = scoring.sim_config(scored)
+            spread = (profile.prompt_spread(dataset, cand.method) or (0.0, 0))[0]
             served = np.array([served_decode(profile, cand.method, config, lengths, batch, new_tokens,
-                                             derive_seed(seed, profile.name, dataset, cand.label, int(batch), r))
+                                             derive_seed(seed, profile.name, dataset, cand.label, int(batch), r), spread)
                                for r in range(sim_repeats)])
             ratios = served[:, 0] / served[:, 1] / (ar_tokens / ar_s)
             rows.append({**base, "predicted_speedup": float(scored["speedup"].iloc[0]),

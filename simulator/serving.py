@@ -29,6 +29,7 @@ import pandas as pd
 import simpy
 
 from simulator.costs import Parallelism
+from simulator.leaning import draw_leaning, leanings
 from simulator.memory import replica_memory
 from simulator.methods import build_step_model, load_profile
 from simulator.stream import step_costs_for
@@ -86,7 +87,7 @@ class _Replica:
 
 
 class _Sim:
-    def __init__(self, profile, method, config, requests, cluster, seed, latencies, per_step):
+    def __init__(self, profile, method, config, requests, cluster, seed, latencies, per_step, spread=0.0):
         self.env = simpy.Environment()
         self.step = build_step_model(profile, method, config)
         cluster.parallel.check_heads(profile.arch(), profile.target)
@@ -116,6 +117,7 @@ class _Sim:
         self.state = (self.step.sampler.initial_state(n) if getattr(self.step.sampler, "stateful", False) else None)
         self.reserve = self.step.reserve_tokens
         self.fixed_shape = getattr(self.step.sampler, "fixed_shape", None)
+        self.lean = leanings(self.step.sampler, spread, n, np.random.default_rng([seed, 1]))   # None: alike
         self.replicas = [_Replica(self.env, i, self.memory.capacity_tokens) for i in range(cluster.replicas)]
         self.in_system, self.area, self.last_change = 0, 0.0, 0.0
         self.iter_rows: list[tuple] = []
@@ -211,7 +213,9 @@ class _Sim:
     def _decode(self, rep: _Replica, running: list[int]):
         env = self.env
         ids = np.fromiter(running, np.int64, len(running))
-        draws, new_state = self.step.sampler.draw(self.rng, ids.size, None if self.state is None else self.state[ids])
+        state = None if self.state is None else self.state[ids]
+        draws, new_state = (self.step.sampler.draw(self.rng, ids.size, state) if self.lean is None
+                            else (draw_leaning(self.step.sampler, self.rng, self.lean[ids]), None))
         accepted, drafted, verify = draws.accepted, draws.drafted, draws.verify_tokens
         shape = self.fixed_shape   # (drafted, verify tokens) when every sequence has the same
         # reserve the step's query tokens; preempt the newest requests while they do not fit
@@ -318,7 +322,7 @@ def simulate_serving(profile, method: str, config: Mapping | str | None = None,
     workload = workload or Workload()
     cluster = cluster or Cluster()
     requests = make_requests(workload, seed)
-    sim = _Sim(profile, method, config, requests, cluster, seed, latencies, per_step)
+    sim = _Sim(profile, method, config, requests, cluster, seed, latencies, per_step, workload.acceptance_spread)
     sim.run()
     out = requests.assign(
         admitted_s=sim.admitted, first_token_s=sim.first_token, finish_s=sim.finish, status=sim.status.astype(str),

@@ -79,7 +79,12 @@ class Workload:
     replayed back to back (one mean gap between copies) until `duration_s` (or `n_requests`); its
     prompt_len and output_len columns, where it has them, go with their rows. Without a rate (None,
     the default) a trace is replayed once as recorded (its own timestamps and rate), and Poisson,
-    Gamma or fixed arrivals come at 1 request/s."""
+    Gamma or fixed arrivals come at 1 request/s.
+
+    `acceptance_spread`: how far one request's gain from speculation strays from the dataset's, the
+    standard deviation over requests of its tokens per step relative to the gain T - 1 (a Profile's
+    `prompt_spread`); 0, the default, serves every request by the same acceptance law
+    (`simulator.leaning`)."""
 
     rate: float | None = None
     duration_s: float = 60.0
@@ -89,6 +94,7 @@ class Workload:
     prompt_len: str = "fixed:128"
     output_len: str = "fixed:128"
     trace: str | Path | pd.DataFrame | ArrivalTrace | None = None
+    acceptance_spread: float = 0.0
 
     def __post_init__(self):
         for what, spec in (("prompt length", self.prompt_len), ("output length", self.output_len)):
@@ -103,6 +109,8 @@ class Workload:
                 raise InputError(f"arrival rate must be > 0 requests/s, got {self.rate!r}")
             if self.n_requests is None and not (self.duration_s > 0 and np.isfinite(self.duration_s)):
                 raise InputError(f"duration_s must be a finite number > 0, got {self.duration_s!r}")
+        if not (isinstance(self.acceptance_spread, (int, float)) and 0 <= self.acceptance_spread < np.inf):
+            raise InputError(f"acceptance_spread must be a finite number >= 0, got {self.acceptance_spread!r}")
         if self.n_requests is not None and self.n_requests < 1:
             raise InputError(f"n_requests must be >= 1, got {self.n_requests}")
         if self.arrival == "gamma" and not self.cv > 0:

@@ -185,6 +185,7 @@ def test_replayed_timestamps(tmp_path):
     (lambda: Workload(arrival="gamma", cv=0), "cv > 0"),
     (lambda: Parallelism(tp=0), "tp must be >= 1"),
     (lambda: make_requests(Workload(prompt_len="zipf:3")), "prompt length distribution"),
+    (lambda: Workload(acceptance_spread=-0.1), "acceptance_spread must be a finite number >= 0"),
 ])
 def test_bad_input_one_line(make, match):
     with pytest.raises(InputError, match=match) as info:
