@@ -36,6 +36,7 @@ from methods import BASELINE
 from methods.spec import plain_shape, priced_config
 from runtime.engine.batch import check_cache_budget as check_rows
 from simulator import Cluster, Workload, simulate_serving
+from simulator.leaning import profile_spread
 from sweep import scoring
 from sweep.markdown import md_table
 
@@ -68,13 +69,13 @@ def padded_context(lengths, batch: int, new_tokens: int) -> float:
 
 
 def served_decode(profile, method: str, config: dict, lengths, batch: int, new_tokens: int, seed: int,
-                  spread: float = 0.0) -> tuple[float, float]:
+                  spread: dict | None = None) -> tuple[float, float]:
     """(decode tokens, decode seconds) of `lengths` prompts arriving together, served at a batch
     limit of `batch` by the simulator (`simulator.serving`), `new_tokens` each, each request drafted
-    as well as its own level drawn with the prompt `spread` (`simulator.leaning`)."""
+    at its own level as `spread` says (`simulator.leaning.profile_spread`; None: all alike)."""
     trace = pd.DataFrame({"arrival_s": 0.0, "prompt_len": np.asarray(lengths, np.int64), "output_len": int(new_tokens)})
     result = simulate_serving(profile, method, config or None,
-                              Workload(arrival="trace", trace=trace, acceptance_spread=spread),
+                              Workload(arrival="trace", trace=trace, **(spread or {})),
                               Cluster(max_batch=int(batch), kv_tokens=10 ** 9), seed, per_step=True)
     decode = result.iterations[result.iterations["kind"] == "decode"]
     return float(decode["tokens"].sum()), float(decode["seconds"].sum())
@@ -102,7 +103,7 @@ def predict_batches(profile, cands: list[Candidate], dataset: str, lengths, batc
             priced = priced_config(cand.config, setup.drafter_spec) if cand.drafter else cand.config
             scored = scoring.score(setup, cand.method, spec.frame_of([priced]), setting)
             config = scoring.sim_config(scored)
-            spread = (profile.prompt_spread(dataset, cand.method) or (0.0, 0))[0]
+            spread = profile_spread(profile, dataset, cand.method)
             served = np.array([served_decode(profile, cand.method, config, lengths, batch, new_tokens,
                                              derive_seed(seed, profile.name, dataset, cand.label, int(batch), r), spread)
                                for r in range(sim_repeats)])

@@ -25,6 +25,7 @@ from fidelity.batch import check_cache_budget
 from methods import BASELINE
 from runtime.engine.batch import kv_bytes_per_token
 from simulator import Cluster, Workload, simulate_serving
+from simulator.leaning import profile_spread
 from simulator.methods import build_step_model
 from simulator.workload import make_requests
 from traces.serve import Arrival, Limits, serve
@@ -94,9 +95,11 @@ def sim_config(cand: Candidate, dataset: str | None = None) -> dict:
 
 def _simulate(profile, cand: Candidate, load: pd.DataFrame, max_batch: int, kv_tokens: int, seed: int,
               dataset: str | None = None, per_step: bool = False):
-    """The simulator serving `load` (its arrivals) with `cand` under the loop's limits (a ServingResult)."""
+    """The simulator serving `load` (its arrivals) with `cand` under the loop's limits, each request
+    drafting at its own level as the Profile's prompt spread says (`simulator.leaning`; a ServingResult)."""
     return simulate_serving(profile, cand.method, sim_config(cand, dataset),
-                            Workload(arrival="trace", trace=load[["arrival_s", "prompt_len", "output_len"]]),
+                            Workload(arrival="trace", trace=load[["arrival_s", "prompt_len", "output_len"]],
+                                     **profile_spread(profile, dataset, cand.method)),
                             Cluster(max_batch=max_batch, kv_tokens=kv_tokens), seed, per_step=per_step)
 
 

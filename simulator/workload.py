@@ -83,7 +83,8 @@ class Workload:
 
     `acceptance_spread`: how far one request's gain from speculation strays from the dataset's, the
     standard deviation over requests of its tokens per step relative to the gain T - 1 (a Profile's
-    `prompt_spread`); 0, the default, serves every request by the same acceptance law
+    `prompt_spread`), measured on prompts of `spread_tokens` new tokens (the steps' own noise in it is
+    taken out; None: none is); 0, the default, serves every request by the same acceptance law
     (`simulator.leaning`)."""
 
     rate: float | None = None
@@ -95,6 +96,7 @@ class Workload:
     output_len: str = "fixed:128"
     trace: str | Path | pd.DataFrame | ArrivalTrace | None = None
     acceptance_spread: float = 0.0
+    spread_tokens: int | None = None
 
     def __post_init__(self):
         for what, spec in (("prompt length", self.prompt_len), ("output length", self.output_len)):
@@ -111,6 +113,8 @@ class Workload:
                 raise InputError(f"duration_s must be a finite number > 0, got {self.duration_s!r}")
         if not (isinstance(self.acceptance_spread, (int, float)) and 0 <= self.acceptance_spread < np.inf):
             raise InputError(f"acceptance_spread must be a finite number >= 0, got {self.acceptance_spread!r}")
+        if self.spread_tokens is not None and not (isinstance(self.spread_tokens, int) and self.spread_tokens >= 1):
+            raise InputError(f"spread_tokens must be a whole number >= 1 (or None), got {self.spread_tokens!r}")
         if self.n_requests is not None and self.n_requests < 1:
             raise InputError(f"n_requests must be >= 1, got {self.n_requests}")
         if self.arrival == "gamma" and not self.cv > 0:

@@ -42,3 +42,16 @@ def test_a_batch_started_together_lasts_as_long_as_its_slowest_request():
     assert np.mean([r.summary["throughput_tok_s"] for r in spread]) < np.mean([r.summary["throughput_tok_s"] for r in alike])
     unchanged = _together(0.0, 0)
     assert unchanged.summary == alike[0].summary                # no spread: the draws of every other run
+
+
+def test_the_steps_own_noise_is_taken_out_of_a_measured_spread():
+    """A spread measured on prompts of L tokens holds each prompt's step noise, var(a) T / L: only the
+    rest leans; a spread the noise alone explains leans nothing."""
+    sampler, rng = ChainSampler(3, np.full(3, 0.6)), np.random.default_rng(2)
+    accepted, p = np.arange(1, 5), np.array([0.4, 0.6 * 0.4, 0.36 * 0.4, 0.216])
+    tokens = float(p @ accepted)
+    noise_only = np.sqrt(float(p @ (accepted - tokens) ** 2) * tokens / 32) / (tokens - 1)   # as a spread
+    assert leanings(sampler, 0.5 * noise_only, 100, rng, spread_tokens=32) is None
+    lean_all = leanings(sampler, 0.4, 20000, np.random.default_rng(3))
+    lean_rest = leanings(sampler, 0.4, 20000, np.random.default_rng(3), spread_tokens=32)
+    assert 0.3 * lean_all.std() < lean_rest.std() < 0.95 * lean_all.std()
