@@ -25,6 +25,7 @@ from methods import BASELINE
 import methods
 from simulator import Cluster, Parallelism, Workload, simulate_serving, simulate_stream
 from simulator.methods import SETUP_OPTIONS, build_step_model, load_profile
+from simulator.leaning import profile_spread
 from simulator.replay import prompt_ids, replay_draws
 from simulator.workload import add_workload_options, check_load, realised_rate, trace_option
 from simulator.batch_load import BatchLoad
@@ -132,6 +133,10 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--draft-own-gpu", action="store_true", help="the draft model on its own GPU")
     v.add_argument("--gpu-mem-gb", type=float, help="memory per GPU (default: the profile's hardware)")
     v.add_argument("--per-step", action="store_true", help="also write iterations.csv")
+    v.add_argument("--acceptance-spread", default="0",
+                   help="how far one request's tokens per step strays from the average, relative to the gain: "
+                        "'profile' (the Profile's prompt spread, each prompt's own step noise taken out) or a "
+                        "number (default 0: every request drafts alike)")
     c = sub.add_parser("crossover", help="throughput against batch size, with and without speculative decoding")
     _common(c)
     c.add_argument("--configs", default=None,
@@ -187,18 +192,34 @@ def run_stream(args) -> None:
     _print(table, ["seed", "prompt_id", "steps", "tokens_per_step", "ttft_s", "tpot_s", "e2e_s", "speedup"])
 
 
+def acceptance_spread(value: str, profile, step) -> dict:
+    """`--acceptance-spread`: the Workload's per-request spread, 'profile' (the Profile's prompt spread of
+    the method on the dataset its acceptance entry is of) or a number >= 0 (`simulator.leaning`)."""
+    if value == "profile":
+        return profile_spread(profile, step.setup.acceptance.dataset or None, step.config.method)
+    try:
+        number = float(value)
+    except ValueError:
+        number = float("nan")
+    if not (number >= 0 and math.isfinite(number)):
+        raise InputError(f"--acceptance-spread must be 'profile' or a finite number >= 0, got {value!r}")
+    return {"acceptance_spread": number}
+
+
 def run_serve(args) -> None:
     for option, value in (("--cv", args.cv), ("--duration", args.duration)):
         if not (value > 0 and math.isfinite(value)):  # refuses nan and inf (--cv even when arrivals are poisson)
             raise InputError(f"{option} must be a finite number > 0, got {value}")
     trace = trace_option(args)
     profile = load_profile(args.profile)
-    build_step_model(profile, args.method, args.config)      # refuses a bad config before any run
+    step = build_step_model(profile, args.method, args.config)      # refuses a bad config before any run
+    spread = acceptance_spread(args.acceptance_spread, profile, step)
     cluster = Cluster(replicas=args.replicas, max_batch=args.max_batch, gpu_mem_gb=args.gpu_mem_gb,
                       parallel=Parallelism(tp=args.tp, pp=args.pp, lp=args.lp, draft_on_own_gpu=args.draft_own_gpu))
     rates = _rates(args.rates) if args.rates is not None else [None if trace is not None else 1.0]
     workloads = [Workload(rate=rate, duration_s=args.duration, arrival=args.arrival, cv=args.cv,
-                          prompt_len=args.prompt_len, output_len=args.output_len, trace=trace) for rate in rates]
+                          prompt_len=args.prompt_len, output_len=args.output_len, trace=trace, **spread)
+                 for rate in rates]
     check_load(workloads, args.max_hours, args.per_step, "the offered loads",
                "lower --rates or --duration" if trace is None or args.rates else "give a shorter --arrival-trace")
     requests, summaries, iterations = [], [], []

@@ -46,6 +46,8 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
         ["stream", "--profile", str(tmp_path / "missing.json"), "--method", "ar", "--out", str(tmp_path)],
         ["stream", "--profile", PROFILE, "--method", "sd", "--config", "{bad", "--out", str(tmp_path)],
         ["serve", "--profile", PROFILE, "--method", "sd", "--config", '{"gamma": 0}', "--out", str(tmp_path)],
+        ["serve", "--profile", PROFILE, "--method", "sd", "--acceptance-spread", "-1", "--out", str(tmp_path)],
+        ["serve", "--profile", PROFILE, "--method", "sd", "--acceptance-spread", "wide", "--out", str(tmp_path)],
     ]
     for argv in cases:
         assert simulate.main(argv) == 2
@@ -84,3 +86,16 @@ def test_stream_takes_a_label_and_writes_it(tmp_path):
                           "--n-tokens", "64", "--repeats", "1", "--out", str(tmp_path)]) == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["config"] == "sd g5" and summary["acceptance"]
+
+
+def test_acceptance_spread_profile_reads_the_dataset_of_the_runs_acceptance():
+    """'profile' is the Profile's prompt spread of the method on the dataset its acceptance entry is of, with
+    the tokens its prompts decoded; a number is taken as it is."""
+    from profiles.profile import Profile
+    from simulator.methods import build_step_model
+
+    profile = Profile.load("data/profiles/batch/smollm2-135m-cpu-batch-drafters.json")
+    step = build_step_model(profile, "sd", {"gamma": 2, "drafter": "vanilla", "dataset": "lib-edit"})
+    assert simulate.acceptance_spread("profile", profile, step) == {
+        "acceptance_spread": profile.prompt_spread("lib-edit", "sd")[0], "spread_tokens": 32}
+    assert simulate.acceptance_spread("0.25", profile, step) == {"acceptance_spread": 0.25}
