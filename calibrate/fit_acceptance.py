@@ -201,13 +201,15 @@ def chain_steps(rows: pd.DataFrame) -> np.ndarray:
     """Which rows are steps of a plain chain: a draft length (`config`'s gamma), no confidence bins
     (CAPE widens a step by its draft's confidence: which steps stay chains depends on how sure the
     drafter was) and that many drafts verified with one more token (not a tree, not cut short)."""
-    gammas = rows["config"].map(_config_gamma)
-    binned = rows["config"].map(lambda c: isinstance(c, str) and c.startswith("{") and json.loads(c).get("bins") is not None)
+    configs = rows["config"].map(_config_of)
+    gammas = configs.map(lambda c: c.get("gamma"))
+    binned = configs.map(lambda c: c.get("bins") is not None)
     return (gammas.notna() & ~binned & (rows["verify_tokens"] == gammas.fillna(-1) + 1)).to_numpy()
 
 
-def _config_gamma(config) -> float | None:
-    return json.loads(config).get("gamma") if isinstance(config, str) and config.startswith("{") else None
+def _config_of(config) -> dict:
+    """A StepTrace row's configuration (its `config` JSON), {} where it holds none."""
+    return json.loads(config) if isinstance(config, str) and config.startswith("{") else {}
 
 
 def _chain_masks(rows: pd.DataFrame) -> dict[int, list[np.ndarray]]:
@@ -237,7 +239,7 @@ def _chain_gammas(rows: pd.DataFrame) -> pd.Series | None:
     """Each row's configured chain length (its `config` JSON's gamma), or None where a row has none."""
     if "config" not in rows:
         return None
-    gammas = rows["config"].map(_config_gamma)
+    gammas = rows["config"].map(lambda c: _config_of(c).get("gamma"))
     return None if gammas.isna().any() else gammas.astype(int)
 
 
