@@ -87,7 +87,7 @@ class _Replica:
 
 
 class _Sim:
-    def __init__(self, profile, method, config, requests, cluster, seed, latencies, per_step, spread=(0.0, None)):
+    def __init__(self, profile, method, config, requests, cluster, seed, latencies, per_step, workload):
         self.env = simpy.Environment()
         self.step = build_step_model(profile, method, config)
         cluster.parallel.check_heads(profile.arch(), profile.target)
@@ -117,7 +117,8 @@ class _Sim:
         self.state = (self.step.sampler.initial_state(n) if getattr(self.step.sampler, "stateful", False) else None)
         self.reserve = self.step.reserve_tokens
         self.fixed_shape = getattr(self.step.sampler, "fixed_shape", None)
-        self.lean = leanings(self.step.sampler, spread[0], n, np.random.default_rng([seed, 1]), spread[1])  # None: alike
+        self.lean = leanings(self.step.sampler, workload.acceptance_spread, n, np.random.default_rng([seed, 1]),
+                             workload.spread_tokens)                                   # None: every request alike
         self.replicas = [_Replica(self.env, i, self.memory.capacity_tokens) for i in range(cluster.replicas)]
         self.in_system, self.area, self.last_change = 0, 0.0, 0.0
         self.iter_rows: list[tuple] = []
@@ -322,8 +323,7 @@ def simulate_serving(profile, method: str, config: Mapping | str | None = None,
     workload = workload or Workload()
     cluster = cluster or Cluster()
     requests = make_requests(workload, seed)
-    sim = _Sim(profile, method, config, requests, cluster, seed, latencies, per_step,
-               (workload.acceptance_spread, workload.spread_tokens))
+    sim = _Sim(profile, method, config, requests, cluster, seed, latencies, per_step, workload)
     sim.run()
     out = requests.assign(
         admitted_s=sim.admitted, first_token_s=sim.first_token, finish_s=sim.finish, status=sim.status.astype(str),

@@ -56,3 +56,25 @@ def test_recorded_chains_count_each_prompts_steps_once():
     assert out[key]["alpha_by_position_at_gamma"]["3"] == [2 / 3, 1 / 2, 1.0]
     assert "steps_glide-g3--glide.parquet (1 prompts)" in out[key]["source"]
     assert all(out[k] == acceptance[k] for k in acceptance if k != key)
+
+
+BUNDLED = "data/profiles/batch/smollm2-135m-cpu-batch-drafters.json"
+RUNS = "sd g1 @vanilla,sd g3 @vanilla,mcsd k2x2 norepl @vanilla,cape g1 S44442222111 @vanilla,glide g1 @glide,glide g3 @glide"
+FIT_REL = 1e-3          # what a bounded least-squares fit resolves on another CPU, not its last digits
+
+
+def test_the_bundled_batch_profile_follows_from_the_bundled_traces(tmp_path):
+    """Rebuilt from its traces wherever the drafters are (its latency rows name the recording machine's
+    path), the bundled batch Profile's acceptance, latency tables and engine terms come out again."""
+    import json
+
+    out = tmp_path / "p.json"
+    assert cli.main(["--stages", "profile", "--batches", "1,2,4,8,16", "--min-prompts", "4", "--runs", RUNS,
+                     "--drafters", str(tmp_path / "elsewhere"), "--out", "data/traces/smollm2-cpu-batch-drafters",
+                     "--profile", str(out)]) == 0
+    fresh, bundled = json.loads(out.read_text()), json.loads(open(BUNDLED).read())
+    assert fresh["acceptance"] == bundled["acceptance"]          # counts and fractions: exact
+    for model, table in bundled["latency"].items():
+        assert fresh["latency"][model]["params"] == table["params"]           # measured medians, copied
+    for method, terms in bundled["engine"]["methods"].items():
+        assert fresh["engine"]["methods"][method] == pytest.approx(terms, rel=FIT_REL, abs=1e-9)
