@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import math
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -48,10 +49,15 @@ def parse_methods(text: str) -> list[str]:
     return chosen
 
 
-def _recorded(what: str) -> list[str]:
-    """The datasets or temperatures the bundled profiles record (for --help)."""
-    values = sorted({v for path in bundled_profile_paths() for v in getattr(Profile.load(path), what)()})
-    return [f"{v:g}" if isinstance(v, float) else str(v) for v in values]
+def _recorded() -> str:
+    """What the bundled profiles record, for --help only (loading them is a second of work)."""
+    profiles = [Profile.load(path) for path in bundled_profile_paths()]
+    lines = []
+    for what in ("temperatures", "datasets"):
+        values = sorted({v for p in profiles for v in getattr(p, what)()})
+        lines.append(textwrap.fill(f"{what}: " + ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values),
+                                   78, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False))
+    return "The bundled profiles record (--temperature, --dataset):\n\n" + "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m experiments.sweep",
         description="Search every speculative-decoding method's configurations on one or more profiles, "
                     "rank them by predicted speedup, re-score the best in the simulator and write a report.",
+        epilog=_recorded,
     )
     p.add_argument("--profile", action="append", metavar="FILE",
                    help="a Profile JSON (profiles.schema); repeat for several. Default: every bundled "
@@ -68,11 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{', '.join(methods.names(sweep_only=True))}")
     p.add_argument("--temperature", type=float, default=None,
                    help="sampling temperature: scores each profile's acceptance models recorded at it "
-                        "(default: each profile's lowest recorded temperature, 0 where recorded). Bundled profiles "
-                        f"record: {', '.join(_recorded('temperatures'))}")
+                        "(default: each profile's lowest recorded temperature, 0 where recorded; the bundled "
+                        "profiles' are listed below)")
     p.add_argument("--dataset", default=None,
                    help="acceptance models of this dataset only; default: MT-Bench where a drafter has it, else its "
-                        f"first listed dataset. Bundled profiles record: {', '.join(_recorded('datasets'))}")
+                        "first listed dataset (the bundled profiles' are listed below)")
     p.add_argument("--batch", type=int, default=1,
                    help="sequences decoded together; the verify forward's cost grows with batch x tokens (default 1)")
     p.add_argument("--hardware", default=None,
