@@ -166,7 +166,7 @@ def stage_latency(args, log) -> None:
     log(f"wrote {len(frame)} drafter latency rows to {out}")
 
 
-def _record(args, config: MethodConfig, drafter: str | None, out: Path, log, prompts: str,
+def record_untimed(args, config: MethodConfig, drafter: str | None, out: Path, log, prompts: str,
             teacher_forced: bool = False) -> None:
     """One untimed `traces.record` run of `config` on `prompts` (a prompt spec)."""
     argv = ["--target", "smollm2", "--method", config.method, "--config", json.dumps(config.to_dict()),
@@ -206,14 +206,14 @@ def with_best_spreads(args, profile: Profile) -> Profile:
 def stage_tokens(args, log) -> None:
     for drafter, config in TOKEN_DRAFTERS.items():
         for dataset in DATASETS:
-            _record(args, config, drafter, token_path(args, drafter, dataset), log, token_prompts(args)[dataset],
+            record_untimed(args, config, drafter, token_path(args, drafter, dataset), log, token_prompts(args)[dataset],
                     teacher_forced=True)
 
 
 def stage_chains(args, log) -> None:
     for drafter, run in ACCEPTANCE_CHAINS.items():
         for dataset in DATASETS:
-            _record(args, run.config, drafter, chain_path(args, run.label, dataset), log, token_prompts(args)[dataset])
+            record_untimed(args, run.config, drafter, chain_path(args, run.label, dataset), log, token_prompts(args)[dataset])
 
 
 def token_prompts(args) -> dict[str, str]:

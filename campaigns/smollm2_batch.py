@@ -12,10 +12,13 @@ never ran one; here, on one pinned core and one thread:
 2. `steps`: BatchStepTraces of the batched methods (`RUNS`) on calibration prompts (`--prompts`, lib-edit
    prompts the TokenTraces of the base campaign already use), every configuration decoding them at
    each batch beside plain decoding of the same prompts at the same batch (`campaigns.measure`);
-3. `profile`: latency tables from 1., the engine terms fitted from 2. (`calibrate.batch_engine`,
+3. `chains`: untimed greedy chains (`traces.record`) of the batched drafters at the draft lengths their
+   acceptance would otherwise borrow from a longer chain (`lacking_chains`), on each dataset's
+   calibration prompts (the base campaign's TokenTrace prompts) -> `chains_<configuration>_<dataset>.parquet`;
+4. `profile`: latency tables from 1., the engine terms fitted from 2. (`calibrate.batch_engine`,
    per-row host work and per-request prefill included), the acceptance entries, drafters and workload
    carried from the base Profile (`--base-profile`: the same drafters and data; a chain length its
-   entry never recorded, measured in 2.'s own chains: `with_recorded_chains`), this machine
+   entry never recorded, measured in 2.'s own chains or 3.'s: `with_recorded_chains`), this machine
    (`profiles.machine.this_machine`) -> `--profile`.
 """
 from __future__ import annotations
@@ -29,10 +32,10 @@ import pandas as pd
 
 import methods
 from campaigns.measure import Bench, Candidate
-from campaigns.smollm2 import DRAFTERS, TARGET_ARCH, drafter_file, run_module, slug
+from campaigns.smollm2 import DATASETS, DRAFTERS, TARGET_ARCH, drafter_file, record_untimed, run_module, slug, token_prompts
 from common.errors import InputError
 
-STAGES = ("latency", "steps", "profile")
+STAGES = ("latency", "steps", "chains", "profile")
 BATCHES = "1,2,4,8,16,32"
 PROMPTS = "libedit:1-32"          # calibration prompts (the base campaign's TokenTraces hold libedit 1-48)
 MIN_PROMPTS = 8                   # a batch of B decodes max(B, MIN_PROMPTS) of them
@@ -71,6 +74,44 @@ def drafters_used(args) -> set[str]:
 
 def step_path(args, cand: Candidate) -> Path:
     return args.out / f"steps_{slug(cand.label)}.parquet"
+
+
+def chain_path(args, cand: Candidate, dataset: str) -> Path:
+    return args.out / f"chains_{slug(cand.label)}_{dataset}.parquet"
+
+
+def own_dataset(args, base) -> str:
+    """The base Profile's name of the one prompt set `--prompts` draws from ('libedit' -> 'lib-edit')."""
+    from runtime.prompts import parse_prompt_mix
+
+    sets = {name for name, _, _ in parse_prompt_mix(args.prompts)}
+    dataset = base.dataset_named(sets.pop()) if len(sets) == 1 else None
+    if dataset is None:
+        raise InputError(f"--prompts {args.prompts}: one prompt set of the base Profile's datasets "
+                         f"({', '.join(base.datasets())}), please")
+    return dataset
+
+
+def lacking_chains(args, base) -> list[tuple[Candidate, str]]:
+    """(configuration, dataset) of every chain the carried acceptance lacks: per batched drafter and
+    dataset, each draft length below the longest its entry records that neither the entry nor this
+    campaign's own runs (on their one dataset) hold. A prediction at such a length reads the next
+    longer chain (`AcceptanceModel.beta`); the base campaign timed those on two prompts per dataset,
+    which put GLIDE's tokens per step at g2 on HumanEval 11% under what batch 32 measured."""
+    runs = [cand for cand in selected_runs(args.runs) if cand.drafter]
+    own = own_dataset(args, base)
+    acceptance, _, _ = carried(base, drafters_used(args))
+    out = []
+    for entry in acceptance.values():
+        mine = [cand for cand in runs if cand.drafter == entry.get("drafter")]
+        if not mine or entry.get("temperature", 0.0) != 0.0 or entry.get("dataset") not in DATASETS:
+            continue
+        have = {int(g) for g in entry.get("alpha_by_position_at_gamma") or {}}
+        if entry["dataset"] == own:
+            have |= {int(getattr(cand.config, "gamma", 0)) for cand in mine}
+        out += [(Candidate(mine[0].config.replace(gamma=g), mine[0].drafter), entry["dataset"])
+                for g in range(2, max(have, default=0)) if g not in have]
+    return out
 
 
 # ------------------------------------------------------------------------------------ recording
@@ -126,6 +167,18 @@ def stage_steps(args, log) -> None:
     log(f"wrote {len(todo) + 1} batch step traces to {args.out}")
 
 
+def stage_chains(args, log) -> None:
+    """`lacking_chains` recorded (those not on disk), untimed, on each dataset's calibration prompts."""
+    from profiles.profile import Profile
+
+    prompts = token_prompts(args)
+    for cand, dataset in lacking_chains(args, Profile.load(args.base_profile)):
+        path = chain_path(args, cand, dataset)
+        if not path.exists():
+            record_untimed(args, cand.config, cand.drafter, path, log, prompts[dataset])
+            log(f"wrote {path}")
+
+
 def write_batch_steps(args, cand: Candidate, rows: pd.DataFrame) -> None:
     from common.rundir import git_commit
     from traces import schema
@@ -174,8 +227,8 @@ def carried(base, used: frozenset[str] | set[str] = frozenset(BATCHED_DRAFTERS))
 def with_recorded_chains(acceptance: dict, recorded: list[tuple[str, str, pd.DataFrame, str]]) -> dict:
     """The carried acceptance entries (`carried`) with the chain lengths their base Profile did not
     record measured in this campaign's own runs of the same drafter on the same data (`recorded`:
-    drafter, dataset, BatchStepTrace rows, file name), each prompt's steps once: rows decode alike at
-    every batch, and the runs at batch 1, 2 and 4 decode the same prompts."""
+    drafter, dataset, BatchStepTrace rows or chain StepTrace rows, file name), each prompt's steps
+    once: rows decode alike at every batch, and the runs at batch 1, 2 and 4 decode the same prompts."""
     from calibrate.fit_acceptance import with_chains
 
     out = dict(acceptance)
@@ -185,9 +238,10 @@ def with_recorded_chains(acceptance: dict, recorded: list[tuple[str, str, pd.Dat
         if not mine or entry.get("temperature", 0.0) != 0.0:
             continue
         rows = pd.concat([r for r, _ in mine], ignore_index=True)
-        rows = rows.assign(nth=rows.groupby(["run_id", "request_id"]).cumcount()).drop_duplicates(
-            ["config", "request_id", "nth"])
-        out[key] = with_chains(entry, rows, f"{', '.join(n for _, n in mine)} ({rows['request_id'].nunique()} prompts)")
+        ids = [rows[column] for column in ("request_id", "prompt_id") if column in rows]   # batch rows, chain rows
+        rows = rows.assign(prompt=ids[0] if len(ids) == 1 else ids[0].fillna(ids[1]))
+        rows = rows.assign(nth=rows.groupby(["run_id", "prompt"]).cumcount()).drop_duplicates(["config", "prompt", "nth"])
+        out[key] = with_chains(entry, rows, f"{', '.join(n for _, n in mine)} ({rows['prompt'].nunique()} prompts)")
     return out
 
 
@@ -214,6 +268,10 @@ def stage_profile(args, log) -> None:
         runs.append(StepRun(batch_steps(frame).assign(dataset=dataset), cand.drafter, dataset))
         if cand.drafter:
             chains.append((cand.drafter, dataset, frame, step_path(args, cand).name))
+    for cand, dataset in lacking_chains(args, base):
+        if chain_path(args, cand, dataset).exists():
+            chains.append((cand.drafter, dataset, read_trace(chain_path(args, cand, dataset), kind="step")[0],
+                           chain_path(args, cand, dataset).name))
     acceptance = with_recorded_chains(acceptance, chains)
     recorded = [p.prompt_id for p in load_prompt_mix(args.prompts)]
     profile = Profile.build(

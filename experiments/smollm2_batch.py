@@ -2,7 +2,8 @@
 
 Stages (`--stages`, default all; a recording already on disk is kept): `latency` (the batch grid of
 the target, the vanilla drafter and GLIDE), `steps` (BatchStepTraces of every batched method at
-batch 1-32 beside plain decoding) and `profile` (data/profiles/batch/smollm2-135m-cpu-batch32.json); what
+batch 1-32 beside plain decoding), `chains` (untimed chains of the draft lengths the drafters'
+acceptance lacks, on every dataset's calibration prompts) and `profile` (data/profiles/batch/smollm2-135m-cpu-batch32.json); what
 each does is `campaigns.smollm2_batch`. Run it on one pinned core with one thread, as it was
 recorded: `taskset -c 1 python -m experiments.smollm2_batch --threads 1`.
 """
@@ -12,12 +13,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from campaigns.smollm2_batch import (BATCHES, MIN_PROMPTS, PROMPTS, RUNS, STAGES, selected_runs, stage_latency,
-                                     stage_profile, stage_steps)
+from campaigns.smollm2_batch import (BATCHES, MIN_PROMPTS, PROMPTS, RUNS, STAGES, selected_runs, stage_chains,
+                                     stage_latency, stage_profile, stage_steps)
 from common.cli import CliParser, cli_entry, log, parse_stages, require_positive, run_stages
 from traces.timing import int_list
 
-STAGE_FUNCTIONS = {"latency": stage_latency, "steps": stage_steps, "profile": stage_profile}
+STAGE_FUNCTIONS = {"latency": stage_latency, "steps": stage_steps, "chains": stage_chains, "profile": stage_profile}
 
 
 def build_parser() -> argparse.ArgumentParser:

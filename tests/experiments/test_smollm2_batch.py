@@ -60,6 +60,40 @@ def test_recorded_chains_count_each_prompts_steps_once():
 
 BUNDLED = "data/profiles/batch/smollm2-135m-cpu-batch-drafters.json"
 RUNS = "sd g1 @vanilla,sd g3 @vanilla,mcsd k2x2 norepl @vanilla,cape g1 S44442222111 @vanilla,glide g1 @glide,glide g3 @glide"
+
+
+def test_the_chains_to_record_are_the_draft_lengths_no_entry_or_run_holds():
+    """GLIDE's base entries record chains of 1 and 4: lengths 2 and 3 are recorded on every dataset but
+    the campaign's own, whose runs hold 3; the vanilla drafter's TokenTraces give every length."""
+    from pathlib import Path
+
+    base = Profile.load("data/profiles/smollm2-135m-cpu.json")
+    args = SimpleNamespace(runs=RUNS, prompts="libedit:1-32", out=Path("t"))
+    lacking = sorted((cand.label, dataset) for cand, dataset in campaign.lacking_chains(args, base))
+    assert lacking == sorted([(f"glide g{g} @glide", d) for g in (2, 3) for d in ("mt-bench", "humaneval", "code-edit")]
+                             + [("glide g2 @glide", "lib-edit")])
+    assert campaign.lacking_chains(SimpleNamespace(runs="sd g1 @vanilla", prompts="libedit:1-32"), base) == []
+    with pytest.raises(InputError, match="one prompt set"):
+        campaign.lacking_chains(SimpleNamespace(runs=RUNS, prompts="libedit:1-4,mtbench:1-4"), base)
+
+
+def test_untimed_chains_join_the_batch_runs_chains():
+    """A chain StepTrace (rows keyed by prompt_id) adds its length beside the batch runs' (request_id)."""
+    import json
+
+    import pandas as pd
+
+    base = Profile.load("data/profiles/smollm2-135m-cpu.json")
+    acceptance, _, _ = campaign.carried(base, {"glide"})
+    batch = pd.DataFrame({"run_id": "glide B1#0", "request_id": "libedit/0", "config": json.dumps({"bins": None, "gamma": 3}),
+                          "verify_tokens": 4, "accept_mask": [[True, False, False]]})
+    chains = pd.DataFrame({"run_id": "r", "prompt_id": ["libedit/0", "libedit/1"], "verify_tokens": 3,
+                           "config": json.dumps({"bins": None, "gamma": 2}), "accept_mask": [[True, True], [False, False]]})
+    out = campaign.with_recorded_chains(acceptance, [("glide", "lib-edit", batch, "b"), ("glide", "lib-edit", chains, "c")])
+    entry = out["glide/lib-edit/T0/steps"]
+    assert entry["fit"]["chains_added"] == {"2": 2, "3": 1}
+    assert entry["alpha_by_position_at_gamma"]["2"] == [0.5, 1.0]
+    assert "b, c (2 prompts)" in entry["source"]
 FIT_REL = 1e-3          # what a bounded least-squares fit resolves on another CPU, not its last digits
 
 
