@@ -269,9 +269,9 @@ def stage_profile(args, log) -> None:
         if cand.drafter:
             chains.append((cand.drafter, dataset, frame, step_path(args, cand).name))
     for cand, dataset in lacking_chains(args, base):
-        if chain_path(args, cand, dataset).exists():
-            chains.append((cand.drafter, dataset, read_trace(chain_path(args, cand, dataset), kind="step")[0],
-                           chain_path(args, cand, dataset).name))
+        path = chain_path(args, cand, dataset)
+        if path.exists():
+            chains.append((cand.drafter, dataset, read_trace(path, kind="step")[0], path.name))
     acceptance = with_recorded_chains(acceptance, chains)
     recorded = [p.prompt_id for p in load_prompt_mix(args.prompts)]
     profile = Profile.build(
