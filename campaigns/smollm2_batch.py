@@ -34,6 +34,7 @@ import methods
 from campaigns.measure import Bench, Candidate
 from campaigns.smollm2 import DATASETS, DRAFTERS, TARGET_ARCH, drafter_file, record_untimed, run_module, slug, token_prompts
 from common.errors import InputError
+from traces.schema import read_trace
 
 STAGES = ("latency", "steps", "chains", "profile")
 BATCHES = "1,2,4,8,16,32"
@@ -146,25 +147,43 @@ def stage_latency(args, log) -> None:
 
 def stage_steps(args, log) -> None:
     """BatchStepTraces of RUNS on `--prompts` at every batch (`Bench.measure_batches`), one file per
-    configuration (plain decoding's file holds every configuration's partners)."""
+    configuration (plain decoding's file holds every configuration's partners). Batches that every
+    file lacks are recorded and added to the files (`batches_to_record`)."""
     from runtime.prompts import load_prompt_mix
     from traces.timing import int_list
 
     plain, *runs = selected_runs(args.runs)
-    todo = [c for c in runs if not step_path(args, c).exists()]
+    recorded = {cand: recorded_batches(step_path(args, cand)) for cand in [plain, *runs]}
+    todo = batches_to_record(int_list(args.batches, "batch", 1), recorded, step_path(args, plain))
     if not todo:
         return
-    if step_path(args, plain).exists():
-        raise InputError(f"{step_path(args, plain)} holds the partners of an earlier recording: record every "
-                         "configuration afresh (remove the folder's steps_*.parquet)")
+    earlier = {cand: read_trace(step_path(args, cand), kind="batch_step")[0] for cand in recorded if recorded[cand]}
+    first_pair = max((int(f["pair"].max()) + 1 for f in earlier.values()), default=0)
     bench = Bench("smollm2", DRAFTERS, args.drafters, args.threads)
     prompts = bench.encode(load_prompt_mix(args.prompts))
-    _, steps = bench.measure_batches([plain, *todo], prompts, int_list(args.batches, "batch", 1),
-                                     repeats=args.repeats, max_new_tokens=args.max_new_tokens, log=log,
+    _, steps = bench.measure_batches([plain, *runs], prompts, todo, repeats=args.repeats,
+                                     max_new_tokens=args.max_new_tokens, log=log, first_pair=first_pair,
                                      prompts_at=lambda batch: max(batch, args.min_prompts))
-    for cand in [plain, *todo]:
-        write_batch_steps(args, cand, steps[steps["candidate"] == cand.label].drop(columns=["candidate"]))
-    log(f"wrote {len(todo) + 1} batch step traces to {args.out}")
+    for cand in [plain, *runs]:
+        fresh = steps[steps["candidate"] == cand.label].drop(columns=["candidate"])
+        rows = pd.concat([earlier[cand], fresh], ignore_index=True) if cand in earlier else fresh
+        write_batch_steps(args, cand, rows, sorted(recorded[cand] | set(todo)))
+    log(f"wrote {len(runs) + 1} batch step traces at batch {','.join(map(str, todo))} to {args.out}")
+
+
+def recorded_batches(path: Path) -> set[int]:
+    """The batch limits a BatchStepTrace file holds runs at (none where there is no file)."""
+    return set(read_trace(path, kind="batch_step")[0]["max_batch"].astype(int)) if path.exists() else set()
+
+
+def batches_to_record(asked: list[int], recorded: dict[Candidate, set[int]], plain_path: Path) -> list[int]:
+    """The asked batches no file holds yet; InputError where the files disagree on the batches they
+    hold (a configuration added later would have no partners of its own at the earlier batches)."""
+    if len({frozenset(b) for b in recorded.values()}) > 1:
+        raise InputError(f"{plain_path} holds the partners of an earlier recording at other batches than some "
+                         "configuration's file: record every configuration afresh (remove the folder's steps_*.parquet)")
+    held = next(iter(recorded.values()))
+    return [b for b in asked if b not in held]
 
 
 def stage_chains(args, log) -> None:
@@ -179,7 +198,7 @@ def stage_chains(args, log) -> None:
             log(f"wrote {path}")
 
 
-def write_batch_steps(args, cand: Candidate, rows: pd.DataFrame) -> None:
+def write_batch_steps(args, cand: Candidate, rows: pd.DataFrame, batches: list[int]) -> None:
     from common.rundir import git_commit
     from traces import schema
 
@@ -187,7 +206,7 @@ def write_batch_steps(args, cand: Candidate, rows: pd.DataFrame) -> None:
                                                                                   if cand.drafter else {})},
                               hardware="CPU", dtype="fp32", temperature=0.0, dataset=args.prompts, seed=0,
                               commit=git_commit(), extra={"label": cand.label, "threads": args.threads,
-                                                          "repeats": args.repeats, "batches": args.batches,
+                                                          "repeats": args.repeats, "batches": ",".join(map(str, batches)),
                                                           "measured_by": "campaigns.measure.Bench.measure_batches"})
     schema.write_trace(step_path(args, cand), rows, meta)
 
@@ -197,7 +216,6 @@ def write_batch_steps(args, cand: Candidate, rows: pd.DataFrame) -> None:
 def latency_tables(args) -> dict[str, dict]:
     """Profile latency models (measured tables) of the target, the vanilla drafter and GLIDE."""
     from calibrate.latency import fit_latency
-    from traces.schema import read_trace
 
     used = drafters_used(args)
     files = ["latency.parquet", *(["vanilla_latency.parquet"] if "vanilla" in used else []),
@@ -253,7 +271,6 @@ def stage_profile(args, log) -> None:
     from profiles.parts import EngineTerms
     from profiles.profile import Profile
     from runtime.prompts import load_prompt_mix
-    from traces.schema import read_trace
 
     base = Profile.load(args.base_profile)
     acceptance, drafters, keys = carried(base, drafters_used(args))
