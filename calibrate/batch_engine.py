@@ -21,7 +21,12 @@ host work that grows with the rows:
 Every term is held within what the hardware allows (`BOUNDS`: a forward in the engine costs 0.5-2.5x
 its isolated time, host seconds are >= 0), fitted by bounded least squares on each step's error
 relative to its own time, and a term that ends on a bound is a warning line in the fit's record
-(`fit.warnings`). Steps measured beside plain decoding of the same prompts at the same batch
+(`fit.warnings`). The shared verify keeps the leading terms of its line that predict held-out
+configurations best (`VERIFY_STRUCTURES`, `verify_structure`): its per-row and per-padded-token terms
+can stand in for compute the forward's own table already prices at the step's batch and width, so
+they are kept only where they predict better than the table's scale and a fixed cost alone (on the
+batch 1-16 drafter steps they did not; with batch 32 added they did). Steps measured beside plain
+decoding of the same prompts at the same batch
 (`campaigns.measure.Bench.measure_batches`) are first rescaled by their pair's drift
 (`traces.drift`), per batch: a batch's own typical speed is what is fitted, not removed.
 Held out: each configuration is left out in turn (all its batches), the rest refitted, and its
@@ -65,6 +70,9 @@ class Term:
 
 VERIFY = (Term("verify_scale", "prior_verify"), Term("verify_fixed_s", "one"), Term("verify_per_row_s", "rows"),
           Term("verify_per_token_s", "padded_tokens"))
+# the shared verify's candidate structures, fewest terms first (a tie keeps the simpler)
+VERIFY_STRUCTURES = {"scale": VERIFY[:1], "scale and fixed": VERIFY[:2], "scale, fixed and per row": VERIFY[:3],
+                     "scale, fixed, per row and per padded token": VERIFY}
 OVERHEAD = (Term("overhead_s", "one"), Term("overhead_per_row_s", "rows"),
             Term("overhead_per_token_s", "padded_tokens"))
 DRAFTING = (Term("draft_scale", "prior_draft"), Term("draft_per_forward_s", "forwards"),
@@ -120,12 +128,14 @@ def fitted_terms(parts: pd.DataFrame) -> tuple[Term, ...]:
     return (*drafts, *OVERHEAD, *(PREFILL if bool((parts["joined"] > 0).any()) else ()))
 
 
-def fit_batch_calibrations(parts: pd.DataFrame) -> tuple[dict[str, StepCalibration], StepCalibration]:
+def fit_batch_calibrations(parts: pd.DataFrame, verify_terms: tuple[Term, ...] = VERIFY
+                           ) -> tuple[dict[str, StepCalibration], StepCalibration]:
     """(per method, pooled over every method) StepCalibrations of padded batch steps (module docstring):
-    the verify shared by every method, draft, overhead and prefill per method."""
+    the verify shared by every method (`verify_terms` of it fitted, the rest at their priors), draft,
+    overhead and prefill per method."""
     parts = _columns(parts)
     weight = (parts["draft_s"] + parts["verify_s"] + parts["overhead_s"]).to_numpy(float)
-    verify = _fit(parts, VERIFY, "verify_s", weight)
+    verify = {t.field: t.prior for t in VERIFY} | _fit(parts, verify_terms, "verify_s", weight)
 
     def own(group: pd.DataFrame, at: np.ndarray) -> dict[str, float]:
         terms = fitted_terms(group)
@@ -169,7 +179,7 @@ def normalised_parts(profile, runs: list[StepRun]) -> tuple[pd.DataFrame, pd.Ser
     return parts, pd.concat(factors) if factors else pd.Series(dtype=float)
 
 
-def heldout_errors(parts: pd.DataFrame) -> pd.DataFrame:
+def heldout_errors(parts: pd.DataFrame, verify_terms: tuple[Term, ...] = VERIFY) -> pd.DataFrame:
     """Leave one configuration out (all its batches): per (dataset, configuration, batch) its decode
     throughput over plain decoding's at the batch, measured and predicted (measured tokens, steps
     priced by the refit), and the relative error."""
@@ -178,7 +188,7 @@ def heldout_errors(parts: pd.DataFrame) -> pd.DataFrame:
         method = str(held["method"].iloc[0])
         if method == BASELINE:
             continue
-        per, pooled = fit_batch_calibrations(parts[parts["config"] != config])
+        per, pooled = fit_batch_calibrations(parts[parts["config"] != config], verify_terms)
         for batch, at in held.groupby("max_batch", sort=True):
             plain = parts[(parts["method"] == BASELINE) & (parts["dataset"] == dataset) & (parts["max_batch"] == batch)]
             if plain.empty:
@@ -190,6 +200,16 @@ def heldout_errors(parts: pd.DataFrame) -> pd.DataFrame:
                          "measured_speedup": measured, "predicted_speedup": predicted,
                          "rel_error": predicted / measured - 1.0})
     return pd.DataFrame(rows)
+
+
+def verify_structure(parts: pd.DataFrame) -> tuple[str, dict[str, float], pd.DataFrame]:
+    """The shared verify's structure (`VERIFY_STRUCTURES`) whose mean held-out error is lowest (the
+    mean: one that fits a few configurations wildly must not win on the typical one; a tie keeps the
+    fewer terms), the mean of each, and the chosen one's `heldout_errors`."""
+    judged = {name: heldout_errors(parts, terms) for name, terms in VERIFY_STRUCTURES.items()}
+    mean = {name: float(e["rel_error"].abs().mean()) if len(e) else 0.0 for name, e in judged.items()}
+    chosen = min(VERIFY_STRUCTURES, key=lambda name: (round(mean[name], 9), list(VERIFY_STRUCTURES).index(name)))
+    return chosen, mean, judged[chosen]
 
 
 def _decode(parts: pd.DataFrame) -> pd.Series:
@@ -217,9 +237,11 @@ def fit_batch_engine(profile, runs: list[StepRun]) -> dict:
     if any("batch" not in run.frame for run in runs):
         raise InputError("the batch engine calibration fits batch steps (calibrate.batch_engine.batch_steps)")
     parts, factors = normalised_parts(profile, runs)
-    per, pooled = fit_batch_calibrations(parts)
-    fitted = {"verify (shared)": VERIFY, **{m: fitted_terms(_columns(g)) for m, g in parts.groupby("method", sort=True)}}
-    errors = heldout_errors(parts)
+    structure, mean, errors = verify_structure(parts)
+    verify_terms = VERIFY_STRUCTURES[structure]
+    per, pooled = fit_batch_calibrations(parts, verify_terms)
+    fitted = {"verify (shared)": verify_terms,
+              **{m: fitted_terms(_columns(g)) for m, g in parts.groupby("method", sort=True)}}
     abs_err = errors["rel_error"].abs()
     plain = parts[parts["method"] == BASELINE]
     reference = {str(d): {"ar_step_s": float(_decode(g[g["max_batch"] == 1]).mean()) if (g["max_batch"] == 1).any()
@@ -233,8 +255,9 @@ def fit_batch_engine(profile, runs: list[StepRun]) -> dict:
         "fit": {"reference": reference, "drift": drift.summary(factors), "steps": int(len(parts)),
                 "configs": sorted(parts["config"].unique().tolist()),
                 "batches": sorted(int(b) for b in parts["max_batch"].unique()),
-                "structure": {"chosen": "padded batch: verify shared, draft, overhead and prefill per method, "
-                                        "per-row and per-padded-token host terms (calibrate.batch_engine)"},
+                "structure": {"chosen": f"padded batch: verify shared ({structure}), draft, overhead and prefill "
+                                        "per method with per-row and per-padded-token host terms (calibrate.batch_engine)",
+                              "verify": structure, "heldout_mean": {k: round(v, 5) for k, v in mean.items()}},
                 "bounds": {k: list(v) for k, v in BOUNDS.items()} | {"other terms": [0.0, None]},
                 "warnings": on_bounds(per, fitted),
                 "heldout": {"scheme": "leave one configuration out (all its batches); decode throughput over plain "

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from calibrate.batch_engine import (OVERHEAD, PROPOSING, VERIFY, batch_steps, fit_batch_calibrations, on_bounds,
-                                    predict_batch_parts)
+                                    predict_batch_parts, verify_structure)
 from costmodel.step import (PADDED, DraftPart, StepCalibration, StepShape, chain_width, draft_seconds,
                             prefill_seconds, step_cost, verify_seconds)
 
@@ -41,15 +41,15 @@ def priced(calibration: StepCalibration, gamma: int, batch: int, ctx: float):
     return step_cost(latency, replace(calibration.apply(raw), batching=PADDED), ctx, batch)
 
 
-def synthetic() -> pd.DataFrame:
+def synthetic(true: dict[str, StepCalibration] = TRUE) -> pd.DataFrame:
     rows = []
     for method, gammas in (("ar", (0,)), ("sd", (1, 3))):
         for gamma in gammas:
             for batch in (1, 2, 4, 8, 16):
                 for ctx in (100.0, 300.0):
-                    cost = priced(TRUE[method], gamma, batch, ctx)
+                    cost = priced(true[method], gamma, batch, ctx)
                     rows.append({**parts_of(method, gamma, batch, ctx), "draft_s": cost.draft_s[0],
-                                 "verify_s": cost.verify_s[0], "overhead_s": cost.overhead_s[0]})
+                                 "verify_s": cost.verify_s[0], "overhead_s": cost.overhead_s[0], "max_batch": batch})
     return pd.DataFrame(rows)
 
 
@@ -100,3 +100,16 @@ def test_batch_steps_take_the_widest_tree_and_the_longest_row():
     assert list(steps["ctx_len"]) == [30, 33] and list(steps["accepted"]) == [5, 3]
     assert list(steps["joined"]) == [2, 0] and list(steps["joined_tokens"]) == [40, 0]
     assert list(steps["prompt_id"]) == ["batch 2"] * 2
+
+
+def test_the_verify_keeps_the_terms_that_predict_held_out_configurations():
+    """Steps whose verify pays per row keep the per-row term (the shorter lines misprice a held-out
+    configuration; here a padded token's cost is the table's own, so its term adds nothing); steps whose
+    verify is the scaled forward and a fixed cost keep those two (the longer lines fit as well, and the
+    tie keeps the fewer terms)."""
+    chosen, mean, errors = verify_structure(synthetic())
+    assert chosen == "scale, fixed and per row" and errors["rel_error"].abs().max() < 0.01
+    assert mean["scale and fixed"] > 3 * mean[chosen]
+    plain = {m: replace(c, verify_per_row_s=0.0, verify_per_token_s=0.0) for m, c in TRUE.items()}
+    chosen, mean, _ = verify_structure(synthetic(plain))
+    assert chosen == "scale and fixed" and mean["scale"] > mean["scale and fixed"]

@@ -103,7 +103,7 @@ def test_the_bundled_batch_profile_follows_from_the_bundled_traces(tmp_path):
     import json
 
     out = tmp_path / "p.json"
-    assert cli.main(["--stages", "profile", "--batches", "1,2,4,8,16", "--min-prompts", "4", "--runs", RUNS,
+    assert cli.main(["--stages", "profile", "--batches", "1,2,4,8,16,32", "--min-prompts", "4", "--runs", RUNS,
                      "--drafters", str(tmp_path / "elsewhere"), "--out", "data/traces/smollm2-cpu-batch-drafters",
                      "--profile", str(out)]) == 0
     fresh, bundled = json.loads(out.read_text()), json.loads(open(BUNDLED).read())
@@ -112,3 +112,19 @@ def test_the_bundled_batch_profile_follows_from_the_bundled_traces(tmp_path):
         assert fresh["latency"][model]["params"] == table["params"]           # measured medians, copied
     for method, terms in bundled["engine"]["methods"].items():
         assert fresh["engine"]["methods"][method] == pytest.approx(terms, rel=FIT_REL, abs=1e-9)
+
+
+def test_batches_no_file_holds_are_recorded_and_files_that_disagree_are_refused(tmp_path):
+    """A recording at batch 1-16 asked for 1-32 records 32 alone (every file gains it); a configuration
+    whose file holds other batches than plain decoding's partners is one line, nothing recorded."""
+    from pathlib import Path
+
+    plain, sd = campaign.selected_runs("sd g1 @vanilla")
+    held = {plain: {1, 2, 4, 8, 16}, sd: {1, 2, 4, 8, 16}}
+    assert campaign.batches_to_record([1, 2, 4, 8, 16, 32], held, Path("steps_ar.parquet")) == [32]
+    assert campaign.batches_to_record([4, 8], held, Path("steps_ar.parquet")) == []
+    assert campaign.batches_to_record([1, 2], {plain: set(), sd: set()}, Path("steps_ar.parquet")) == [1, 2]
+    with pytest.raises(InputError, match="steps_ar.parquet holds the partners of an earlier recording"):
+        campaign.batches_to_record([1, 32], {plain: {1}, sd: set()}, Path("steps_ar.parquet"))
+    assert campaign.recorded_batches(Path("data/traces/smollm2-cpu-batch-drafters/steps_ar.parquet")) >= {1, 2, 4, 8, 16}
+    assert campaign.recorded_batches(tmp_path / "none.parquet") == set()
