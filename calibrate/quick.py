@@ -281,6 +281,16 @@ def quick_profile(profile: Profile, threads: int, seed: int = 0) -> tuple[Profil
     return moved, record
 
 
+def same_machine_note(profile: Profile, here, source) -> str:
+    """A note where `profile` was measured on this very machine ("" elsewhere): the re-profile re-times
+    each point once, and on the recording machine that moved the table's shape by more than the
+    machine had (docs/results.md, "The batch engine's verify, chosen by held-out error")."""
+    if not profile.machine.measured or profile.machine.differences(here):
+        return ""
+    return (f"note: {source} was measured on this machine ({here.describe()}); its predictions as it is held "
+            "better than through a re-profile here (docs/results.md): the re-profile is for another machine")
+
+
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = CliParser(prog="python -m calibrate.quick", description=__doc__.split("\n\n")[0])
@@ -298,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
         raise InputError(f"--out {args.out} is the source Profile: write the moved one beside it")
     profile = Profile.load(args.profile)
     claim_file(args.out, args.overwrite)
+    if (note := same_machine_note(profile, this_machine(args.threads), args.profile)):
+        print(note, file=sys.stderr)
     moved, record = quick_profile(profile, args.threads, args.seed)
     moved.save(args.out)
     print(f"{args.profile} -> {args.out} in {record['seconds']:.0f} s on {record['machine']}: target forwards x"

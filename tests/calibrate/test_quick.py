@@ -1,5 +1,6 @@
 """calibrate.quick: the points it times again lie inside what the Profile's table measured, and a Profile of
 the continuous-batching engine has its engine terms timed through that engine."""
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
@@ -102,3 +103,11 @@ def test_a_batched_correction_moves_each_width_at_a_batch_by_its_own_factor():
     assert at32[widths.index(12.0)] == pytest.approx(1.2)                 # past the widest timed: its factor
     assert factor[widths.index(4.0), :, batches.index(2.0)] == pytest.approx(1.0 + 0.2 / 5)   # a fifth of log2 32
     assert correction.at_batch([1.0, 32.0], [4.0, 1.0]) == pytest.approx([1.0, 0.8])
+
+
+def test_a_profile_of_this_very_machine_gets_a_note_and_another_machines_none():
+    profile = Profile.load(DRAFTERS)
+    note = quick.same_machine_note(profile, profile.machine, "P.json")
+    assert note.startswith("note: P.json was measured on this machine") and "\n" not in note
+    elsewhere = dataclasses.replace(profile.machine, cores=profile.machine.cores + 1)
+    assert quick.same_machine_note(profile, elsewhere, "P.json") == ""
