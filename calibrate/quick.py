@@ -45,7 +45,7 @@ from common.errors import InputError
 from common.rundir import claim_file, git_commit
 from costmodel.step import PADDED, StepCalibration
 from profiles.latency import TableLatency
-from profiles.machine import this_machine
+from profiles.machine import Machine, this_machine
 from profiles.parts import EngineTerms
 from profiles.profile import Profile
 from profiles.record import Record
@@ -281,7 +281,7 @@ def quick_profile(profile: Profile, threads: int, seed: int = 0) -> tuple[Profil
     return moved, record
 
 
-def same_machine_note(profile: Profile, here, source) -> str:
+def same_machine_note(profile: Profile, here: Machine, source: Path | str) -> str:
     """A note where `profile` was measured on this very machine ("" elsewhere): the re-profile re-times
     each point once, and on the recording machine that moved the table's shape by more than the
     machine had (docs/results.md, "The batch engine's verify, chosen by held-out error")."""

@@ -1,7 +1,10 @@
 """The batch campaign's choice of configurations (--runs): plain decoding always first, an unknown
 label one line naming the ones there are, and only the drafters the chosen runs use timed and carried."""
+import json
+from pathlib import Path
 from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 
 from campaigns import smollm2_batch as campaign
@@ -40,10 +43,6 @@ def test_only_the_drafters_the_runs_use_are_carried():
 def test_recorded_chains_count_each_prompts_steps_once():
     """The runs at batch 1, 2 and 4 decode the same prompts, each row as it decodes alone: the chains
     they add to a carried entry count each prompt's steps once; another drafter's entry is left alone."""
-    import json
-
-    import pandas as pd
-
     base = Profile.load("data/profiles/smollm2-135m-cpu.json")
     acceptance, _, _ = campaign.carried(base, {"glide", "vanilla"})
     key = "glide/lib-edit/T0/steps"
@@ -65,8 +64,6 @@ RUNS = "sd g1 @vanilla,sd g3 @vanilla,mcsd k2x2 norepl @vanilla,cape g1 S4444222
 def test_the_chains_to_record_are_the_draft_lengths_no_entry_or_run_holds():
     """GLIDE's base entries record chains of 1 and 4: lengths 2 and 3 are recorded on every dataset but
     the campaign's own, whose runs hold 3; the vanilla drafter's TokenTraces give every length."""
-    from pathlib import Path
-
     base = Profile.load("data/profiles/smollm2-135m-cpu.json")
     args = SimpleNamespace(runs=RUNS, prompts="libedit:1-32", out=Path("t"))
     lacking = sorted((cand.label, dataset) for cand, dataset in campaign.lacking_chains(args, base))
@@ -79,10 +76,6 @@ def test_the_chains_to_record_are_the_draft_lengths_no_entry_or_run_holds():
 
 def test_untimed_chains_join_the_batch_runs_chains():
     """A chain StepTrace (rows keyed by prompt_id) adds its length beside the batch runs' (request_id)."""
-    import json
-
-    import pandas as pd
-
     base = Profile.load("data/profiles/smollm2-135m-cpu.json")
     acceptance, _, _ = campaign.carried(base, {"glide"})
     batch = pd.DataFrame({"run_id": "glide B1#0", "request_id": "libedit/0", "config": json.dumps({"bins": None, "gamma": 3}),
@@ -94,14 +87,14 @@ def test_untimed_chains_join_the_batch_runs_chains():
     assert entry["fit"]["chains_added"] == {"2": 2, "3": 1}
     assert entry["alpha_by_position_at_gamma"]["2"] == [0.5, 1.0]
     assert "b, c (2 prompts)" in entry["source"]
+
+
 FIT_REL = 1e-3          # what a bounded least-squares fit resolves on another CPU, not its last digits
 
 
 def test_the_bundled_batch_profile_follows_from_the_bundled_traces(tmp_path):
     """Rebuilt from its traces wherever the drafters are (its latency rows name the recording machine's
     path), the bundled batch Profile's acceptance, latency tables and engine terms come out again."""
-    import json
-
     out = tmp_path / "p.json"
     assert cli.main(["--stages", "profile", "--batches", "1,2,4,8,16,32", "--min-prompts", "4", "--runs", RUNS,
                      "--drafters", str(tmp_path / "elsewhere"), "--out", "data/traces/smollm2-cpu-batch-drafters",
@@ -117,8 +110,6 @@ def test_the_bundled_batch_profile_follows_from_the_bundled_traces(tmp_path):
 def test_batches_no_file_holds_are_recorded_and_files_that_disagree_are_refused(tmp_path):
     """A recording at batch 1-16 asked for 1-32 records 32 alone (every file gains it); a configuration
     whose file holds other batches than plain decoding's partners is one line, nothing recorded."""
-    from pathlib import Path
-
     plain, sd = campaign.selected_runs("sd g1 @vanilla")
     held = {plain: {1, 2, 4, 8, 16}, sd: {1, 2, 4, 8, 16}}
     assert campaign.batches_to_record([1, 2, 4, 8, 16, 32], held, Path("steps_ar.parquet")) == [32]
