@@ -20,8 +20,8 @@ def curves_plot(curves: pd.DataFrame, opts: CapacityOptions, profile: str, path:
     """Throughput against TPOT p50 / p99 and TTFT p99, one colour per configuration in every panel,
     each SLO limit drawn and named, one legend; each curve's throughput shaded over the 90% interval
     of the Profile's held-out `error` where one is known (the deployment table's interval)."""
-    plt, sns = pyplot()
-    colours = palette(curves["label"], sns)
+    plt = pyplot()
+    colours = palette(curves["label"])
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     banded = False
     panels = (("tpot_s_p50", "TPOT p50 (ms)", opts.slo.tpot_p50), ("tpot_s_p99", "TPOT p99 (ms)", opts.slo.tpot_p99),

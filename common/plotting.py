@@ -9,19 +9,41 @@ MOST_TICKS = 8        # labelled ticks on an axis at most: each one is drawn as 
 LABEL_BOX = dict(facecolor="white", edgecolor="none", alpha=0.8, pad=0.5)   # a label stays readable over lines
 
 
+THEME = {            # a white grid behind the data, paper-sized type, light axes and ticks
+    "axes.facecolor": "white", "axes.edgecolor": ".8", "axes.grid": True, "axes.axisbelow": True,
+    "axes.labelcolor": ".15", "axes.linewidth": 1.0, "axes.labelsize": 9.6, "axes.titlesize": 9.6,
+    "font.size": 9.6, "grid.color": ".8", "legend.fontsize": 8.8, "legend.title_fontsize": 9.6,
+    "lines.linewidth": 1.2, "lines.markersize": 4.8, "lines.solid_capstyle": "round",
+    "patch.edgecolor": "w", "patch.force_edgecolor": True, "patch.linewidth": 0.8, "text.color": ".15",
+    "xtick.bottom": False, "ytick.left": False, "xtick.color": ".15", "ytick.color": ".15",
+    "xtick.labelsize": 8.8, "ytick.labelsize": 8.8,
+    # titles sit at the top of their axes: placing them "automatically" measures every tick label
+    # of every panel once more before drawing (nearly half of a many-panel figure's drawing time)
+    "axes.titley": 1.0,
+}
+
+
 def pyplot():
-    """(matplotlib.pyplot, seaborn) on the Agg backend with the project's theme."""
+    """matplotlib.pyplot on the Agg backend with the project's theme (THEME). matplotlib alone: a
+    plotting library built on scipy.stats was a second of every sweep's start."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
-    import seaborn as sns
 
-    sns.set_theme(style="whitegrid", context="paper")
-    # titles sit at the top of their axes: placing them "automatically" measures every tick label
-    # of every panel once more before drawing (nearly half of a many-panel figure's drawing time)
-    matplotlib.rcParams["axes.titley"] = 1.0
-    return plt, sns
+    matplotlib.rcParams.update(THEME)
+    return plt
+
+
+def colours(name: str, n: int) -> list[tuple[float, float, float]]:
+    """`n` colours of matplotlib colormap `name`: a qualitative one's in order (repeated past its
+    last), a continuous one's evenly spaced inside its ends (light and dark, not white and black)."""
+    import matplotlib
+
+    cmap = matplotlib.colormaps[name]
+    if getattr(cmap, "N", 256) < 256:           # qualitative (tab10: 10 colours)
+        return [tuple(cmap(i % cmap.N)[:3]) for i in range(n)]
+    return [tuple(cmap(x)[:3]) for x in np.linspace(0.0, 1.0, n + 2)[1:-1]]
 
 
 def readable_ticks(axis, values=None, base: float = 10) -> None:
@@ -82,12 +104,10 @@ def reference_line(ax, y: float, text: str, color: str = "dimgrey", keep_in_view
             color=color, bbox=LABEL_BOX, zorder=8)
 
 
-def palette(labels, sns=None, name: str = "tab10") -> dict:
+def palette(labels, name: str = "tab10") -> dict:
     """One colour per label, the same in every panel of a figure."""
-    if sns is None:
-        import seaborn as sns
     labels = list(dict.fromkeys(labels))
-    return dict(zip(labels, sns.color_palette(name, len(labels))))
+    return dict(zip(labels, colours(name, len(labels))))
 
 
 def error_band(ax, x, y, error: float, colour, along: str = "y") -> bool:
@@ -104,3 +124,27 @@ def error_band(ax, x, y, error: float, colour, along: str = "y") -> bool:
     y = np.asarray(y, dtype=float)
     ax.fill_between(x, y / (1 + error), y / (1 - error), color=colour, alpha=0.15, lw=0)
     return True
+
+
+def heatmap(ax, grid, centre: float, spread: float, label: str, annotate: bool, cmap: str = "RdYlGn") -> None:
+    """`grid` (a DataFrame: rows drawn top to bottom, columns left to right) as coloured cells around
+    `centre` (+- `spread`), a colour bar named `label`, each cell's value written in it when
+    `annotate`; cell (row i, column j) spans [j, j + 1] x [i, i + 1] in data coordinates."""
+    values = np.ma.masked_invalid(grid.to_numpy(dtype=float))
+    mesh = ax.pcolormesh(values, cmap=cmap, vmin=centre - spread, vmax=centre + spread)
+    ax.set_xlim(0, values.shape[1])
+    ax.set_ylim(values.shape[0], 0)
+    ax.set_xticks(np.arange(values.shape[1]) + 0.5, [f"{v:g}" if isinstance(v, float) else str(v) for v in grid.columns])
+    ax.set_yticks(np.arange(values.shape[0]) + 0.5, [f"{v:g}" if isinstance(v, float) else str(v) for v in grid.index])
+    ax.grid(False)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    ax.figure.colorbar(mesh, ax=ax, label=label).outline.set_visible(False)
+    if not annotate:
+        return
+    rgba = mesh.cmap(mesh.norm(values))
+    light = (0.2126 * rgba[..., 0] + 0.7152 * rgba[..., 1] + 0.0722 * rgba[..., 2]) > 0.408
+    for (i, j), value in np.ndenumerate(values.filled(np.nan)):
+        if np.isfinite(value):
+            ax.text(j + 0.5, i + 0.5, f"{value:.2f}", ha="center", va="center", fontsize=6,
+                    color=".15" if light[i, j] else "white")

@@ -8,7 +8,7 @@
 
 stream: one request's decode loop (optionally replayed from a TokenTrace); serve: arrivals to a
 cluster at one or more offered loads; crossover: throughput against batch size with and without
-speculative decoding. Each writes CSV, summary JSON, seaborn plots and prints a short table.
+speculative decoding. Each writes CSV, summary JSON, plots and prints a short table.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Simulator outputs: per-request / per-step CSV, summary JSON, seaborn plots, and the batch-size
+"""Simulator outputs: per-request / per-step CSV, summary JSON, plots, and the batch-size
 crossover study (at which batch size speculative decoding stops paying).
 
 Every file goes through `common.atomic`.
@@ -21,11 +21,11 @@ from common.progress import progress_bar
 def latency_cdf_plot(requests: pd.DataFrame, path: Path, hue: str = "label") -> Path:
     """ECDFs of TTFT, TPOT and end-to-end latency, one line per `hue` value (the offered load),
     one colour per load in every panel and one legend."""
-    plt, sns = pyplot()
+    plt = pyplot()
     done = requests[requests["status"] == "done"].assign(ttft_ms=lambda f: 1000 * f["ttft_s"],
                                                          tpot_ms=lambda f: 1000 * f["tpot_s"])
     labels = list(dict.fromkeys(done[hue])) if hue in done else []
-    colours = palette(labels, sns)
+    colours = palette(labels)
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     panels = (("ttft_ms", "TTFT (ms, wait in the queue included)", True),
               ("tpot_ms", "TPOT (ms per output token)", False), ("e2e_s", "end-to-end (s)", True))
@@ -53,10 +53,10 @@ def latency_cdf_plot(requests: pd.DataFrame, path: Path, hue: str = "label") -> 
 def load_plot(summaries: pd.DataFrame, path: Path, hue: str = "config") -> Path:
     """Throughput and p99 end-to-end latency against offered load: one connected line per
     configuration (`hue`), a point per load simulated."""
-    plt, sns = pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     groups = summaries.groupby(hue, sort=False) if hue in summaries else [("", summaries)]
-    colours = palette([k for k, _ in groups], sns)
+    colours = palette([k for k, _ in groups])
     for key, group in groups:
         group = group.sort_values("offered_rate")
         axes[0].plot(group["offered_rate"], group["throughput_tok_s"], marker="o", color=colours[key], label=key)
@@ -120,11 +120,11 @@ def write_crossover_report(out: Path, table: pd.DataFrame, baseline: str, profil
                            command: str, load: BatchLoad, heldout: float | None = None) -> list[Path]:
     """crossover.csv, crossover.png (throughput and speedup against batch, each speedup shaded within
     the Profile's held-out error `heldout` where it has one) and README.md."""
-    plt, sns = pyplot()
+    plt = pyplot()
     out = Path(out)
     pivot = table.pivot(index="batch", columns="label", values="throughput_tok_s").sort_index()
     speed = pivot.div(pivot[baseline], axis=0).drop(columns=[baseline])
-    colours = palette([baseline] + [c for c in dict.fromkeys(table["label"]) if c != baseline], sns)
+    colours = palette([baseline] + [c for c in dict.fromkeys(table["label"]) if c != baseline])
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     banded = False
     for label in colours:

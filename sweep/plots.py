@@ -22,10 +22,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
 from common import atomic
-from common.plotting import LABEL_BOX, error_band, pyplot, readable_ticks, reference_line
+from common.plotting import LABEL_BOX, colours, error_band, heatmap, pyplot, readable_ticks, reference_line
 from sweep import ranking
 from methods.spec import MethodSpec
 
@@ -41,7 +42,7 @@ HEAT_GAP = 1.6                      # across heatmaps: their colour bar and its 
 
 def _save(fig, path: Path, tight: bool = False) -> Path:
     """Save and close; a figure `_grid` laid out has nothing past its edges (not `tight`)."""
-    plt, _ = pyplot()
+    plt = pyplot()
     atomic.save_figure(path, fig, tight=tight)
     plt.close(fig)
     return path
@@ -197,7 +198,7 @@ def _grid(n: int, width: float = PANEL[0], height: float = PANEL[1], gap: float 
     the right for a `legend`), laid out by fixed margins (MARGINS, `gap` inches between columns):
     a layout engine, or a tight bounding box when saving, measures every label by drawing the
     figure once more each, which was most of the time the sweep spent writing."""
-    plt, _ = pyplot()
+    plt = pyplot()
     cols = min(COLUMNS, n)
     rows = math.ceil(n / cols)
     fig_w, fig_h = width * cols + (LEGEND if legend else 0.0), height * rows + 0.9
@@ -234,10 +235,10 @@ def plot_method(spec: MethodSpec, frame: pd.DataFrame, path: Path) -> Path | Non
     if y is not None:
         return _heatmaps(spec, panels, x, y, path)
     line = hue or ("drafter" if _varying(shown, "drafter") else None)
-    plt, sns = pyplot()
+    plt = pyplot()
     lines, levels = _lines_of(shown, line) if line else (pd.Series("all", index=shown.index), ["all"])
     ordered = bool(line) and pd.api.types.is_numeric_dtype(shown[line])     # a scale: light to dark
-    palette = dict(zip(levels, sns.color_palette("viridis" if ordered else "tab10", len(levels))))
+    palette = dict(zip(levels, colours("viridis" if ordered else "tab10", len(levels))))
     fig, axes = _grid(len(panels), legend=bool(line))
     drawn: set = set()
     banded = False
@@ -286,18 +287,13 @@ def _error(panel: pd.DataFrame) -> float:
 def _heatmaps(spec: MethodSpec, panels, x: str, y: str, path: Path) -> Path:
     """One heatmap of the best speedup over (x, y) per deployment, coloured around 1.0 (plain
     decoding), its best cell outlined and named under the panel's title."""
-    plt, sns = pyplot()
-    from matplotlib.patches import Rectangle
-
     cells = [_best_of(sub, [y, x]).pivot(index=y, columns=x, values="speedup") for _, sub in panels]
     width = max(4.4, 0.32 * max(c.shape[1] for c in cells) + 2.2)
     height = max(3.2, 0.2 * max(c.shape[0] for c in cells) + 1.4)
     fig, axes = _grid(len(panels), min(width, 9.0), min(height, 8.0), gap=HEAT_GAP)
     for ax, (title, sub), grid in zip(axes, panels, cells):
         spread = max(abs(np.nanmax(grid.to_numpy()) - 1.0), abs(np.nanmin(grid.to_numpy()) - 1.0), 0.05)
-        sns.heatmap(grid, annot=grid.size <= 120, fmt=".2f", cmap="RdYlGn", center=1.0, vmin=1 - spread,
-                    vmax=1 + spread, ax=ax, annot_kws={"size": 6},
-                    cbar_kws={"label": "best predicted speedup (1.0 = plain decoding)"})
+        heatmap(ax, grid, 1.0, spread, "best predicted speedup (1.0 = plain decoding)", annotate=grid.size <= 120)
         best = _best(sub)
         row, col = list(grid.index).index(best[y]), list(grid.columns).index(best[x])
         ax.add_patch(Rectangle((col, row), 1, 1, fill=False, edgecolor="black", lw=2.0))
@@ -318,12 +314,12 @@ def plot_deployments(answers, path: Path) -> Path | None:
     data = answers.dropna(subset=["throughput_ratio"]) if not answers.empty else answers
     if data.empty or data["batch"].nunique() < 2:
         return None
-    plt, sns = pyplot()
+    plt = pyplot()
     data = data.assign(deployment=data["profile"].astype(str) + " (" + data["dataset"].astype(str)
                        + ", T=" + data["temperature"].map("{:g}".format) + ")")
     fig, ax = plt.subplots(figsize=(7.0, 4.2))
     for (name, group), colour in zip(data.groupby("deployment", sort=True),
-                                     sns.color_palette("tab10", data["deployment"].nunique())):
+                                     colours("tab10", data["deployment"].nunique())):
         group = group.sort_values("batch")
         ax.plot(group["batch"], group["throughput_ratio"], marker="o", ms=4, color=colour, label=name)
     _x_axis(ax, data["batch"])

@@ -62,11 +62,11 @@ def best_k(predictions: pd.DataFrame) -> pd.DataFrame:
 
 def plot_speedups(predictions: pd.DataFrame, calibration: str, path: Path) -> Path:
     """Speedup against batch per dataset, a line per method x k, each oracle dashed."""
-    plt, sns = pyplot()
+    plt = pyplot()
     rows = predictions[predictions["calibration"] == calibration]
     datasets = list(dict.fromkeys(rows["dataset"]))
     series = [f"{m} k={k}" for m, k in rows[["method", "k"]].drop_duplicates().itertuples(index=False)]
-    colours = palette(series, sns)
+    colours = palette(series)
     fig, axes = plt.subplots(1, len(datasets), figsize=(4.2 * len(datasets), 3.8), sharey=True, squeeze=False)
     for ax, dataset in zip(axes[0], datasets):
         for (method, k), group in rows[rows["dataset"] == dataset].groupby(["method", "k"]):
@@ -87,11 +87,11 @@ def plot_speedups(predictions: pd.DataFrame, calibration: str, path: Path) -> Pa
 
 def plot_calibrations(predictions: pd.DataFrame, path: Path) -> Path:
     """The measured points (k = 3; n-gram k = 5) by ours, the study-fit and the peer."""
-    plt, sns = pyplot()
+    plt = pyplot()
     datasets = list(dict.fromkeys(predictions["dataset"]))
     styles = {"ours": "-", "study-fit": ":", "peer": "--"}
     points = headline(predictions)
-    colours = palette([f"{m} k={k}" for m, k in points], sns)
+    colours = palette([f"{m} k={k}" for m, k in points])
     fig, axes = plt.subplots(1, len(datasets), figsize=(4.2 * len(datasets), 3.8), sharey=True, squeeze=False)
     for ax, dataset in zip(axes[0], datasets):
         for method, k in points:

@@ -76,6 +76,30 @@ def test_generation_tokens_steady_state_and_limits():
         leviathan.generation_tokens(reach, 0)
 
 
+def _renewal_tokens(reach, new_tokens):
+    """new_tokens / E[steps] of one row by the plain renewal sum, every n < new_tokens summed."""
+    p = -np.diff(np.concatenate([[1.0], reach, [0.0]]))           # P(X = j), j = 1..G + 1
+    u = np.zeros(new_tokens)
+    u[0] = 1.0
+    for n in range(1, new_tokens):
+        u[n] = sum(p[j - 1] * u[n - j] for j in range(1, min(n, p.size) + 1))
+    return new_tokens / u.sum()
+
+
+def test_generation_tokens_rows_are_independent_and_match_the_plain_renewal_sum():
+    """Each row as the plain sum gives it (the settled rows' closed-form tail included), and a row's
+    value does not depend on the rows beside it: the in-place loop drops settled rows mid-way."""
+    rng = np.random.default_rng(3)
+    reach = np.cumprod(rng.uniform(0.2, 1.0, (300, 9)), axis=1)
+    reach[:20] = 1.0                                   # every draft accepted: never settles early
+    reach[20:40] = 0.0
+    together = leviathan.generation_tokens(reach, 256)
+    alone = np.array([float(leviathan.generation_tokens(row, 256)) for row in reach])
+    assert np.array_equal(together, alone)
+    plain = np.array([_renewal_tokens(row, 256) for row in reach[::15]])
+    np.testing.assert_allclose(together[::15], plain, rtol=1e-12)
+
+
 @pytest.mark.parametrize("alpha,gamma,b", [(0.425, 4, 15), (0.6, 3, 1), (0.3, 6, 4), (0.8, 2, 30)])
 def test_eq5_matches_monte_carlo_of_b_sequences(alpha, gamma, b):
     rng = np.random.default_rng(2)
