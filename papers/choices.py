@@ -62,7 +62,9 @@ def _in_order(group: pd.DataFrame) -> pd.DataFrame:
 def _mcsd(table: pd.DataFrame, profiles: dict) -> list[dict]:
     out = []
     ours = [r for r in papers.records("mcsd") if r.row.endswith("/ Ours") and r.column == "speedup"]
-    for (profile, drafter, dataset, temp), group in table.groupby(["profile", "drafter", "dataset", "temperature"]):
+    # the groups' rows are taken only where a paper row matches: a table of 10^6 rows has few of those
+    groups = table.groupby(["profile", "drafter", "dataset", "temperature"]).indices
+    for (profile, drafter, dataset, temp) in sorted(groups):
         target = profiles.get(profile, "")
         match = [r for r in ours if _norm(r.row.split("/")[0]) == _norm(drafter)
                  and _norm(r.row.split("/")[1]) == _norm(target) and _norm(r.row.split("/")[2]) == _norm(dataset)
@@ -70,7 +72,7 @@ def _mcsd(table: pd.DataFrame, profiles: dict) -> list[dict]:
         if not match or papers.k_config(match[0]) is None:
             continue
         label = methods.parse_config("mcsd", {"k": papers.k_config(match[0]), "replacement": True}).label
-        group = _in_order(group).reset_index(drop=True)
+        group = _in_order(table.iloc[groups[profile, drafter, dataset, temp]]).reset_index(drop=True)
         hit = group.index[group.config == label]
         paper_row = group.loc[hit[0]] if len(hit) else None
         best = group.iloc[0]
