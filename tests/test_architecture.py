@@ -144,3 +144,54 @@ def test_setup_installs_every_package():
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     on_disk = {".".join(p.parent.relative_to(ROOT).parts) for pkg in packages() for p in (ROOT / pkg).rglob("__init__.py")}
     assert on_disk - listed == set()
+
+
+# Files outside methods/ that may name a method by string, and why: each method's own engine decoder and
+# drafter, the papers' data and the recording campaigns' labels; each other entry is a kind the method
+# owns by name (a trace's method field, a sampler rule, one method's own check).
+NAMES_A_METHOD = {
+    "runtime/engine/": "each method's own engine decoder",
+    "runtime/drafters/": "each drafter's own module",
+    "training/": "each drafter's trainee",
+    "papers/": "the papers' data",
+    "calibrate/vllm/": "a published study's data: which engine method each of its runs was",
+    "campaigns/smollm2_batch.py": "the configurations a recording campaign records, by label",
+    "experiments/bench/": "benchmarks of one method's code",
+    "fidelity/lengths.py": "prompt lookup's acceptance by answer length: one method's check",
+    "calibrate/synthetic.py": "a synthetic chain StepTrace (its method field)",
+    "calibrate/ingest/": "the StepTrace method an engine's imported chain steps take (default sd)",
+    "verification/": "the sampler rules' names (the single-draft rule is 'sd')",
+}
+
+
+def method_names_in(path: Path, names: set[str]) -> list[tuple[int, str]]:
+    """(line, name) of each string constant in the file's code (docstrings aside) that is a method name."""
+    tree = ast.parse(path.read_text())
+    docs = {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return sorted((node.lineno, node.value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and node.value in names and id(node) not in docs)
+
+
+def test_no_file_outside_methods_names_a_method_unless_listed():
+    import methods
+
+    names = set(methods.names())
+    found = {}
+    for package in packages():
+        if package == "methods":
+            continue
+        for path in (ROOT / package).rglob("*.py"):
+            rel = path.relative_to(ROOT).as_posix()
+            if not any(rel.startswith(allowed) for allowed in NAMES_A_METHOD):
+                hits = method_names_in(path, names)
+                if hits:
+                    found[rel] = hits
+    assert found == {}, f"name a method by string (a hook of methods/ belongs there instead): {found}"
+
+
+def test_the_method_name_check_sees_a_name_in_code_and_not_in_a_docstring(tmp_path):
+    fake = tmp_path / "fake.py"
+    fake.write_text('"""Prices sd."""\n\ndef f():\n    """sd"""\n    return "sd" if True else "mcsd k2"\n')
+    assert method_names_in(fake, {"sd", "mcsd"}) == [(5, "sd")]
