@@ -134,8 +134,8 @@ def heatmap(ax, grid, centre: float, spread: float, label: str, annotate: bool, 
     mesh = ax.pcolormesh(values, cmap=cmap, vmin=centre - spread, vmax=centre + spread)
     ax.set_xlim(0, values.shape[1])
     ax.set_ylim(values.shape[0], 0)
-    ax.set_xticks(np.arange(values.shape[1]) + 0.5, [f"{v:g}" if isinstance(v, float) else str(v) for v in grid.columns])
-    ax.set_yticks(np.arange(values.shape[0]) + 0.5, [f"{v:g}" if isinstance(v, float) else str(v) for v in grid.index])
+    ax.set_xticks(np.arange(values.shape[1]) + 0.5, [_tick_text(v) for v in grid.columns])
+    ax.set_yticks(np.arange(values.shape[0]) + 0.5, [_tick_text(v) for v in grid.index])
     ax.grid(False)
     for side in ax.spines.values():
         side.set_visible(False)
@@ -148,3 +148,7 @@ def heatmap(ax, grid, centre: float, spread: float, label: str, annotate: bool, 
         if np.isfinite(value):
             ax.text(j + 0.5, i + 0.5, f"{value:.2f}", ha="center", va="center", fontsize=6,
                     color=".15" if light[i, j] else "white")
+
+
+def _tick_text(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
