@@ -17,7 +17,7 @@ from calibrate.vllm import facts
 from calibrate.vllm.acceptance import eagle_entry, ngram_entry
 from calibrate.vllm.engine import DTYPE, EngineFit, eagle_arch, fit_engine, target_arch
 from calibrate.vllm.grid import GRID, GridFit, fit_grid
-from calibrate.vllm.streams import Stream, read_streams
+from calibrate.vllm.streams import Stream, data_files, read_streams
 from calibrate.vllm.study_fit import STUDY_FIT
 from common.bundled import bundled
 from common.errors import InputError
@@ -75,6 +75,8 @@ def build_profile(streams: dict[str, Stream], grid: GridFit, engine: EngineFit, 
 
 
 def build(data: str | Path, grid_path: str | Path = GRID) -> Profile:
-    """The Profile from the study's files in `data` and the project's H100 grid at `grid_path`."""
+    """The Profile from the study's files in `data` and the project's H100 grid at `grid_path`. The
+    user's folder is checked first (one line naming the files it lacks), before the grid is read."""
+    data_files(data)
     grid = fit_grid(grid_path)
     return build_profile(read_streams(data), grid, fit_engine(grid), ingested_statistics())
