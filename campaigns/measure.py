@@ -36,8 +36,10 @@ from runtime.drafters.vanilla import draft_vocab_of
 from runtime.models import load_model, load_transformers
 from runtime.engine.__main__ import load_drafter, own_drafter_methods
 from runtime.engine import make_decoder
+from runtime.engine.batch import BatchEngine
 from campaigns.transformers_engine import TransformersDecoder, assistant_from_vanilla, check_same_tokenizer
 from runtime.prompts import encode_prompt
+from traces.batch_record import step_rows
 from traces.record import output_steps
 from traces.schema import step_wall_s
 
@@ -153,8 +155,6 @@ class Bench:
 
     def batch_engine(self, cand: Candidate, batch: int, context: int):
         """The continuous-batching engine of `cand` at `batch` rows of up to `context` tokens."""
-        from runtime.engine.batch import BatchEngine
-
         if self.engine != "specsim":
             raise InputError(f"batches are measured on this project's engine, not '{self.engine}'")
         return BatchEngine(cand.method, self.target.model, self._drafter_argument(cand), batch=batch, seed=self.seed,
@@ -170,8 +170,6 @@ class Bench:
         prompts (default all) at batch B; plain decoding (ar, added when missing) runs on the same
         prompts at the same B right beside each other candidate, first or second by turns; repeats
         rotate the candidates' order. Prompts must come from one dataset (a run is one request mix)."""
-        from traces.batch_record import step_rows
-
         if len({ds for ds, _, _ in prompts}) != 1:
             raise InputError("a batch run decodes prompts of one dataset")
         plain = Candidate(methods.get(BASELINE).config())

@@ -34,7 +34,20 @@ import methods
 from campaigns.measure import Bench, Candidate
 from campaigns.smollm2 import DATASETS, DRAFTERS, TARGET_ARCH, drafter_file, record_untimed, run_module, slug, token_prompts
 from common.errors import InputError
+from calibrate.batch_engine import batch_steps, fit_batch_engine
+from calibrate.engine import StepRun
+from calibrate.fit_acceptance import with_chains
+from calibrate.latency import fit_latency
+from common.rundir import git_commit
+from profiles.machine import this_machine
+from profiles.parts import EngineTerms
+from profiles.profile import Profile
+from runtime.prompts import load_prompt_mix, parse_prompt_mix
+from traces import schema
+from traces.drafter_timing import drafter_entries, write_drafter_latency
 from traces.schema import read_trace
+from traces.timer import Timer
+from traces.timing import int_list
 
 STAGES = ("latency", "steps", "chains", "profile")
 BATCHES = "1,2,4,8,16,32"
@@ -83,8 +96,6 @@ def chain_path(args, cand: Candidate, dataset: str) -> Path:
 
 def own_dataset(args, base) -> str:
     """The base Profile's name of the one prompt set `--prompts` draws from ('libedit' -> 'lib-edit')."""
-    from runtime.prompts import parse_prompt_mix
-
     sets = {name for name, _, _ in parse_prompt_mix(args.prompts)}
     dataset = base.dataset_named(sets.pop()) if len(sets) == 1 else None
     if dataset is None:
@@ -132,10 +143,6 @@ def stage_latency(args, log) -> None:
         return
     import torch
 
-    from traces.drafter_timing import drafter_entries, write_drafter_latency
-    from traces.timer import Timer
-    from traces.timing import int_list
-
     torch.set_num_threads(args.threads)
     device = torch.device("cpu")
     entries = {k: v for k, v in drafter_entries(TARGET_ARCH).items() if k == "glide"}
@@ -149,9 +156,6 @@ def stage_steps(args, log) -> None:
     """BatchStepTraces of RUNS on `--prompts` at every batch (`Bench.measure_batches`), one file per
     configuration (plain decoding's file holds every configuration's partners). Batches that every
     file lacks are recorded and added to the files (`batches_to_record`)."""
-    from runtime.prompts import load_prompt_mix
-    from traces.timing import int_list
-
     plain, *runs = selected_runs(args.runs)
     recorded = {cand: recorded_batches(step_path(args, cand)) for cand in [plain, *runs]}
     todo = batches_to_record(int_list(args.batches, "batch", 1), recorded, step_path(args, plain))
@@ -188,8 +192,6 @@ def batches_to_record(asked: list[int], recorded: dict[Candidate, set[int]], pla
 
 def stage_chains(args, log) -> None:
     """`lacking_chains` recorded (those not on disk), untimed, on each dataset's calibration prompts."""
-    from profiles.profile import Profile
-
     prompts = token_prompts(args)
     for cand, dataset in lacking_chains(args, Profile.load(args.base_profile)):
         path = chain_path(args, cand, dataset)
@@ -199,9 +201,6 @@ def stage_chains(args, log) -> None:
 
 
 def write_batch_steps(args, cand: Candidate, rows: pd.DataFrame, batches: list[int]) -> None:
-    from common.rundir import git_commit
-    from traces import schema
-
     meta = schema.RunMetadata(kind="batch_step", models={"target": "smollm2", **({"drafter": cand.drafter}
                                                                                   if cand.drafter else {})},
                               hardware="CPU", dtype="fp32", temperature=0.0, dataset=args.prompts, seed=0,
@@ -215,8 +214,6 @@ def write_batch_steps(args, cand: Candidate, rows: pd.DataFrame, batches: list[i
 
 def latency_tables(args) -> dict[str, dict]:
     """Profile latency models (measured tables) of the target, the vanilla drafter and GLIDE."""
-    from calibrate.latency import fit_latency
-
     used = drafters_used(args)
     files = ["latency.parquet", *(["vanilla_latency.parquet"] if "vanilla" in used else []),
              *(["drafter_latency.parquet"] if "glide" in used else [])]
@@ -247,8 +244,6 @@ def with_recorded_chains(acceptance: dict, recorded: list[tuple[str, str, pd.Dat
     record measured in this campaign's own runs of the same drafter on the same data (`recorded`:
     drafter, dataset, BatchStepTrace rows or chain StepTrace rows, file name), each prompt's steps
     once: rows decode alike at every batch, and the runs at batch 1, 2 and 4 decode the same prompts."""
-    from calibrate.fit_acceptance import with_chains
-
     out = dict(acceptance)
     for key, entry in acceptance.items():
         mine = [(rows, name) for drafter, dataset, rows, name in recorded
@@ -264,14 +259,6 @@ def with_recorded_chains(acceptance: dict, recorded: list[tuple[str, str, pd.Dat
 
 
 def stage_profile(args, log) -> None:
-    from calibrate.batch_engine import batch_steps, fit_batch_engine
-    from calibrate.engine import StepRun
-    from common.rundir import git_commit
-    from profiles.machine import this_machine
-    from profiles.parts import EngineTerms
-    from profiles.profile import Profile
-    from runtime.prompts import load_prompt_mix
-
     base = Profile.load(args.base_profile)
     acceptance, drafters, keys = carried(base, drafters_used(args))
     runs, chains = [], []
