@@ -18,6 +18,7 @@ the chain.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -27,7 +28,9 @@ import methods
 from common.errors import InputError
 from methods.config import MethodConfig
 from methods.match_chain import replay_table
+from profiles.acceptance import AcceptanceModel
 from profiles.profile import Profile
+from profiles.record import Record
 from sweep import scoring
 from traces.lookup_replay import replayed_steps
 
@@ -74,16 +77,12 @@ def refit(profile: Profile, dataset: str, prompts: Mapping[str, Sequence[int]],
     """`profile` with its prompt lookup entry of `dataset` fitted again on `outputs` (the calibration
     configurations and `configs` replayed on them, `methods.prompt_lookup.fit_replayed`)."""
     spec = methods.get(METHOD)
+    key = entry_key(profile, dataset)
     labels = {c.label for c in configs}
     every = [*configs, *(c for c in spec.calibration_configs() if c.label not in labels)]
     entry = spec.fit_replayed(replayed_steps(prompts, outputs, every), dataset=dataset, temperature=0.0,
                               source=source)
-    raw = profile.to_dict()
-    key = f"{METHOD}/{dataset}"
-    if key not in raw["acceptance"]:
-        raise InputError(f"profile '{profile.name}' has no {METHOD} entry '{key}' to fit again")
-    raw["acceptance"][key] = entry
-    return Profile.from_dict(raw, source=f"{profile.name} with {key} fitted on {source}")
+    return replace(profile, acceptance={**profile.acceptance, key: AcceptanceModel.from_dict(entry, name=key)})
 
 
 def with_length_shape(profile: Profile, dataset: str, prompts: Mapping[str, Sequence[int]],
@@ -92,20 +91,29 @@ def with_length_shape(profile: Profile, dataset: str, prompts: Mapping[str, Sequ
     with the answer's length (`length_shape`, `methods.match_chain.length_factors`): every configuration
     its replay holds, replayed again on the first L tokens of `outputs` at each of `lengths`. The
     entry's own replay (its level, on its own prompts) is kept; only its carry to other lengths changes."""
-    raw = profile.to_dict()
-    key = f"{METHOD}/{dataset}"
-    part = raw["acceptance"].get(key, {}).get(METHOD, {})
-    if not part.get("replayed"):
+    key = entry_key(profile, dataset)
+    entry = profile.acceptance[key]
+    part = entry.part(METHOD)
+    if not part.replayed:
         raise InputError(f"profile '{profile.name}' has no replayed {METHOD} entry '{key}' to give a length shape")
     spec = methods.get(METHOD)
-    configs = [methods.parse_label(label) for label in part["replayed"]]
+    configs = [methods.parse_label(label) for label in part.replayed]
     shape = {}
     for length in lengths:
         steps = replayed_steps(prompts, truncated(outputs, length), configs)
         labels = steps["config"].map({text: spec.parse(text).label for text in steps["config"].unique()})
-        shape[str(int(length))] = replay_table(steps.assign(config=labels, drafted=steps["verify_tokens"] - 1))
-    part.update(length_shape=shape, length_prompts=len(outputs))
-    return Profile.from_dict(raw, source=f"{profile.name} with {key}'s length shape")
+        table = replay_table(steps.assign(config=labels, drafted=steps["verify_tokens"] - 1))
+        shape[int(length)] = {label: (float(tokens), float(share)) for label, (tokens, share) in table.items()}
+    shaped = replace(part, length_shape=shape, length_prompts=len(outputs))
+    return replace(profile, acceptance={**profile.acceptance, key: replace(entry, own=Record({**entry.own, METHOD: shaped}))})
+
+
+def entry_key(profile: Profile, dataset: str) -> str:
+    """The key of `profile`'s greedy prompt lookup entry of `dataset` (InputError where it has none)."""
+    keys = profile.acceptance_for(None, temperature=0.0, dataset=dataset, needs=METHOD)
+    if not keys:
+        raise InputError(f"profile '{profile.name}' has no greedy {METHOD} entry of '{dataset}'")
+    return keys[0]
 
 
 def judge(profiles: Mapping[str, Profile], dataset: str, prompts: Mapping[str, Sequence[int]],

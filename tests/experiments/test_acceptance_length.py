@@ -7,6 +7,7 @@ import pytest
 
 import methods
 from common.bundled import bundled
+from common.errors import InputError
 from fidelity import lengths
 from profiles.profile import Profile
 from traces.lookup_replay import lookup_steps
@@ -63,3 +64,12 @@ def test_a_length_shape_keeps_the_entrys_own_length_and_follows_the_long_answers
     carried = lengths.predicted(shaped, "lib-edit", CONFIGS, 96, 300.0)
     assert carried == pytest.approx([own[i] * table[(c.label, 96)] / table[(c.label, 32)]
                                      for i, c in enumerate(CONFIGS)], rel=1e-4)     # the shape keeps 5 decimals
+
+
+def test_a_dataset_without_a_greedy_prompt_lookup_entry_is_named_in_one_line():
+    profile = Profile.load(bundled("profiles", "smollm2-135m-cpu.json"))
+    prompts, outputs = _answers(3)
+    with pytest.raises(InputError, match="no greedy prompt_lookup entry of 'gsm8k'"):
+        lengths.refit(profile, "gsm8k", prompts, outputs, CONFIGS, "toy answers")
+    with pytest.raises(InputError, match="no greedy prompt_lookup entry of 'gsm8k'"):
+        lengths.with_length_shape(profile, "gsm8k", prompts, outputs, [32, 96])
