@@ -104,8 +104,9 @@ def with_length_shape(profile: Profile, dataset: str, prompts: Mapping[str, Sequ
         labels = steps["config"].map({text: spec.parse(text).label for text in steps["config"].unique()})
         table = replay_table(steps.assign(config=labels, drafted=steps["verify_tokens"] - 1))
         shape[int(length)] = {label: (float(tokens), float(share)) for label, (tokens, share) in table.items()}
-    shaped = replace(part, length_shape=shape, length_prompts=len(outputs))
-    return replace(profile, acceptance={**profile.acceptance, key: replace(entry, own=Record({**entry.own, METHOD: shaped}))})
+    shaped = replace(entry, own=Record({**entry.own, METHOD: replace(part, length_shape=shape,
+                                                                     length_prompts=len(outputs))}))
+    return replace(profile, acceptance={**profile.acceptance, key: shaped})
 
 
 def entry_key(profile: Profile, dataset: str) -> str:
