@@ -29,15 +29,16 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 
 import methods
-from campaigns.measure import Bench, Candidate
-from campaigns.smollm2 import DATASETS, DRAFTERS, TARGET_ARCH, drafter_file, record_untimed, run_module, slug, token_prompts
-from common.errors import InputError
 from calibrate.batch_engine import batch_steps, fit_batch_engine
 from calibrate.engine import StepRun
 from calibrate.fit_acceptance import with_chains
 from calibrate.latency import fit_latency
+from campaigns.measure import Bench, Candidate
+from campaigns.smollm2 import DATASETS, DRAFTERS, TARGET_ARCH, drafter_file, record_untimed, run_module, slug, token_prompts
+from common.errors import InputError
 from common.rundir import git_commit
 from profiles.machine import this_machine
 from profiles.parts import EngineTerms
@@ -141,8 +142,6 @@ def stage_latency(args, log) -> None:
     out = args.out / "drafter_latency.parquet"
     if out.exists() or "glide" not in drafters_used(args):
         return
-    import torch
-
     torch.set_num_threads(args.threads)
     device = torch.device("cpu")
     entries = {k: v for k, v in drafter_entries(TARGET_ARCH).items() if k == "glide"}

@@ -26,7 +26,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
 from common import atomic
-from common.plotting import LABEL_BOX, colours, error_band, heatmap, pyplot, readable_ticks, reference_line
+from common.plotting import LABEL_BOX, error_band, heatmap, palette, pyplot, readable_ticks, reference_line
 from sweep import ranking
 from methods.spec import MethodSpec
 
@@ -238,7 +238,7 @@ def plot_method(spec: MethodSpec, frame: pd.DataFrame, path: Path) -> Path | Non
     plt = pyplot()
     lines, levels = _lines_of(shown, line) if line else (pd.Series("all", index=shown.index), ["all"])
     ordered = bool(line) and pd.api.types.is_numeric_dtype(shown[line])     # a scale: light to dark
-    palette = dict(zip(levels, colours("viridis" if ordered else "tab10", len(levels))))
+    colour_of = palette(levels, "viridis" if ordered else "tab10")
     fig, axes = _grid(len(panels), legend=bool(line))
     drawn: set = set()
     banded = False
@@ -254,8 +254,8 @@ def plot_method(spec: MethodSpec, frame: pd.DataFrame, path: Path) -> Path | Non
             for level in levels:
                 one = points[points["__line"] == level].sort_values(x)
                 if len(one):
-                    ax.plot(one[x], one["speedup"], marker="o", ms=3.5, lw=1.4, color=palette[level])
-                    banded |= error_band(ax, one[x], one["speedup"], _error(sub), palette[level])
+                    ax.plot(one[x], one["speedup"], marker="o", ms=3.5, lw=1.4, color=colour_of[level])
+                    banded |= error_band(ax, one[x], one["speedup"], _error(sub), colour_of[level])
                     drawn.add(level)
         _x_axis(ax, sub[along])
         ax.yaxis.set_major_locator(MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]))
@@ -266,7 +266,7 @@ def plot_method(spec: MethodSpec, frame: pd.DataFrame, path: Path) -> Path | Non
         ax.set_ylabel("best predicted speedup (x)", fontsize=8)
         ax.tick_params(labelsize=7)
     if drawn and line:
-        handles = [plt.Line2D([], [], color=palette[v], marker="o", ms=4, lw=1.4) for v in levels if v in drawn]
+        handles = [plt.Line2D([], [], color=colour_of[v], marker="o", ms=4, lw=1.4) for v in levels if v in drawn]
         names = [str(v) for v in levels if v in drawn]
         title = axis_label(spec, line) + (" (ranges)" if len(levels) != shown[line].nunique() else "")
         fig.legend(handles, names, title=textwrap.fill(title, 28), loc="upper left",
@@ -318,10 +318,11 @@ def plot_deployments(answers, path: Path) -> Path | None:
     data = data.assign(deployment=data["profile"].astype(str) + " (" + data["dataset"].astype(str)
                        + ", T=" + data["temperature"].map("{:g}".format) + ")")
     fig, ax = plt.subplots(figsize=(7.0, 4.2))
-    for (name, group), colour in zip(data.groupby("deployment", sort=True),
-                                     colours("tab10", data["deployment"].nunique())):
+    groups = data.groupby("deployment", sort=True)
+    colour_of = palette([name for name, _ in groups])
+    for name, group in groups:
         group = group.sort_values("batch")
-        ax.plot(group["batch"], group["throughput_ratio"], marker="o", ms=4, color=colour, label=name)
+        ax.plot(group["batch"], group["throughput_ratio"], marker="o", ms=4, color=colour_of[name], label=name)
     _x_axis(ax, data["batch"])
     reference_line(ax, 1.0, "plain decoding = 1.0x (at or below: run ar)")
     ax.set(xlabel="batch size (sequences decoding together)", ylabel="answer's throughput / plain decoding",

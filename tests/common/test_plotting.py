@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
-
 import pandas as pd
+import pytest
 
 from common.plotting import MOST_TICKS, colours, heatmap, pyplot, readable_ticks
 
