@@ -16,6 +16,7 @@ from simulator.methods import build_step_model
 
 KV_CAP = "KV memory"          # the batch cap is what fits in the replica's KV cache
 GIVEN_CAP = "--max-batch"     # the batch cap was given
+MEASURED_CAP = "measured batches"   # the Profile's latency tables stop there (no batch is extrapolated)
 
 
 def check_tp(profile, tps) -> None:
@@ -28,16 +29,21 @@ def check_tp(profile, tps) -> None:
 def batch_cap(profile, method: str, config: dict, load, tp: int, seed: int) -> tuple[int, str]:
     """(running sequences a replica of `tp` GPUs admits, where that cap comes from): `load.max_batch`
     when given, else as many sequences of the workload's mean prompt + mean output (+ a step's
-    reserved slots) as fit in the replica's KV memory; (0, KV_CAP) when the weights leave none."""
+    reserved slots) as fit in the replica's KV memory; (0, KV_CAP) when the weights leave none; at
+    most the largest batch the latency tables of the models it runs measured (`Profile.max_batch`,
+    MEASURED_CAP)."""
     step = build_step_model(profile, method, config)
     memory = memory_of(profile, step.drafter, Parallelism(tp=tp))
     if not memory.fits:
         return 0, KV_CAP
     if load.max_batch:
-        return int(load.max_batch), GIVEN_CAP
-    workload = load.workload(1.0)
-    per_sequence = workload.mean_prompt(seed) + workload.mean_output(seed) + step.reserve_tokens
-    return max(1, int(memory.capacity_tokens // per_sequence)), KV_CAP
+        cap, source = int(load.max_batch), GIVEN_CAP
+    else:
+        workload = load.workload(1.0)
+        per_sequence = workload.mean_prompt(seed) + workload.mean_output(seed) + step.reserve_tokens
+        cap, source = max(1, int(memory.capacity_tokens // per_sequence)), KV_CAP
+    measured = profile.max_batch({step.target, *step.models})
+    return (int(measured), MEASURED_CAP) if cap > measured else (cap, source)
 
 
 def fits_nowhere(profile, tps) -> str:

@@ -289,10 +289,11 @@ def run_batches(args, profile, chosen, datasets: dict[str, str], given, batches:
     cands = given or default_candidates(profile, dataset, float(np.mean(lengths)) + args.max_new_tokens / 2,
                                         args.per_setup, args.sim_tokens, args.select)
     check_cache_budget(bench, cands, batches, max(lengths) + args.max_new_tokens)     # before anything is written
-    start_run(args.out, "experiments.fidelity", args.argv, args.overwrite)
-    args.out.mkdir(parents=True, exist_ok=True)
+    # predicted before the folder is claimed: a batch the Profile's tables did not measure is refused in one line
     pred = predictions_with_intervals(predict_batches(profile, cands, dataset, lengths, batches, args.max_new_tokens,
                                                       args.seed, args.sim_repeats), profile, {dataset: len(prompts)})
+    start_run(args.out, "experiments.fidelity", args.argv, args.overwrite)
+    args.out.mkdir(parents=True, exist_ok=True)
     atomic.write_csv(args.out / "predictions.csv", pred)
     log(f"wrote {args.out / 'predictions.csv'} ({len(pred)} predictions) before measuring")
     started = time.perf_counter()

@@ -1,10 +1,11 @@
 """`python -m experiments.serve_load`: a served load priced by the simulator, then served by the engine.
 
-    taskset -c 1 python -m experiments.serve_load --profile data/profiles/smollm2-135m-cpu.json \\
+    taskset -c 1 python -m experiments.serve_load --profile data/profiles/batch/smollm2-135m-cpu-batch32.json \\
         --target smollm2 --prompts libedit:59-99 --configs configs.txt --threads 1 --out out/served
 
 (configs.txt: a configuration a line, e.g. "prompt_lookup g5 nmin2 nmax3"; a Profile whose engine pads its
-rows, written by `python -m experiments.smollm2_batch`, prices the batches as this engine runs them.)
+rows, written by `python -m experiments.smollm2_batch`, prices the batches as this engine runs them; one
+whose latency tables stop below `--max-batch` is refused before anything is written.)
 
 A fixed request mix (`--requests` held-out prompts of `--prompts` with output lengths of `--output-lens`,
 seeded) arrives as a Poisson process at each of `--rates` (requests/s, or xM: M times the capacity the

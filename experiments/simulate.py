@@ -213,6 +213,7 @@ def run_serve(args) -> None:
     trace = trace_option(args)
     profile = load_profile(args.profile)
     step = build_step_model(profile, args.method, args.config)      # refuses a bad config before any run
+    within_measured(profile, step, args.method, args.max_batch, "--max-batch")
     spread = acceptance_spread(args.acceptance_spread, profile, step)
     cluster = Cluster(replicas=args.replicas, max_batch=args.max_batch, gpu_mem_gb=args.gpu_mem_gb,
                       parallel=Parallelism(tp=args.tp, pp=args.pp, lp=args.lp, draft_on_own_gpu=args.draft_own_gpu))
@@ -241,6 +242,17 @@ def run_serve(args) -> None:
                                      "ttft_s_p50", "ttft_s_p99", "tpot_s_p50", "tpot_s_p99", "e2e_s_p99"])
 
 
+def within_measured(profile, step, label: str, batch: int | None, option: str) -> None:
+    """InputError where `batch` (None: no limit) lies past the latency tables of the models `step`
+    runs: a measured table is not extrapolated in batch (`profiles.latency`)."""
+    measured = profile.max_batch({step.target, *step.models})
+    if measured < math.inf and (batch is None or batch > measured):
+        asked = "no limit" if batch is None else f"batch {batch}"
+        raise InputError(f"{option}: {label} on '{profile.name}' is priced by latency tables measured up to batch "
+                         f"{measured:g}, and {asked} lies past them (a batch is not extrapolated): give {option} "
+                         f"{int(measured)} or less, or a Profile recorded at larger batches")
+
+
 def default_configs(profile) -> dict[str, list]:
     """{label: [method, config]}: every swept method's default configuration on `profile`, where it runs."""
     out = {}
@@ -266,9 +278,10 @@ def run_crossover(args) -> None:
     if not isinstance(configs, dict) or not all(isinstance(v, list) and len(v) == 2 for v in configs.values()):
         raise InputError("--configs must be a JSON object {label: [method, config]}")
     runs = [(BASELINE, BASELINE, {})] + [(label, m, c) for label, (m, c) in configs.items()]
-    for _, method, config in runs:
-        build_step_model(profile, method, config)      # refuses a bad config before any run
     batches = _ints(args.batches, "--batches")
+    for label, method, config in runs:
+        step = build_step_model(profile, method, config)      # refuses a bad config before any run
+        within_measured(profile, step, label, max(batches), "--batches")
     start_run(args.out, "experiments.simulate", args.argv, args.overwrite)
     load = BatchLoad(prompt_len=args.prompt_len, output_len=args.output_len)
     table = batch_crossover(profile, runs, batches, load, seed=args.seed, progress=progress_enabled(args.progress))

@@ -217,8 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         print("ASSUMED acceptance (not measured on the profile's target; the report says from where): "
               + ", ".join(f"{r.profile[:40]} {r.method} ({r.drafter})" for r in assumed.itertuples()))
     if result.skipped:
-        print(f"{len(result.skipped)} (profile, method) pairs not scored (the profile lacks what the method needs); "
-              f"listed in the report", file=sys.stderr)
+        print(f"{len(result.skipped)} (profile, method) pairs or batches not scored (the profile lacks what the "
+              "method needs, or its latency tables stop below the batch); listed in the report", file=sys.stderr)
     print(f"\n{n} configurations on {len(profiles)} profile(s) in {time.perf_counter() - started:.1f} s; "
           f"report: {written['report']}")
     return 0

@@ -13,6 +13,10 @@ Two kinds, both frozen, with `.predict(n_tokens, ctx_len, batch=1) -> np.ndarray
   that prices a forward below FLOOR_FRACTION of it (a slope that heads for 0 s: a free drafter, a
   free verify) is refused at the point it is asked for, naming the model, the point and the axis
   it left, so no consumer (closed form, simulator, capacity) prices a forward the machine never ran.
+  A batch past the grid's largest (`max_batch`) is refused outright: a batch's cost turns where
+  nothing was measured (a CPU's few-row kernels give way to blocked ones between batch 2 and 8, a
+  GPU turns compute-bound): extrapolated from batch 1-2, SmolLM2's CPU table priced plain decoding
+  at batch 32 at 1.9x its batch-1 step where the batch recording measured its forward at 3.2x.
 - "linear" (`LinearLatency`): seconds = fixed_s + per_token_s x query tokens + per_kv_token_s x cached
   tokens, summed over the batch: a step-time fit of that form (SpecDecode-Bench's predictor), kept as
   a second calibration beside a roofline.
@@ -39,6 +43,17 @@ from profiles.record import Record
 
 AXES = ("n_tokens", "ctx_len", "batch")
 FLOOR_FRACTION = 0.5       # a table's prediction below this share of its cheapest measured forward is refused
+
+
+class PastMeasuredBatch(InputError):
+    """A measured table asked for a batch past its grid: that batch is not priced (callers that
+    price many batches leave it out and say so)."""
+
+
+def _span(values) -> str:
+    """'1-2' (or '4') for the values an axis measured."""
+    low, high = min(values), max(values)
+    return f"{low:g}" if low == high else f"{low:g}-{high:g}"
 
 
 def _is_number(value: Any) -> bool:
@@ -69,6 +84,7 @@ class RooflineLatency:
     _hw: Any = field(init=False, repr=False, compare=False)
     _shape: Any = field(init=False, repr=False, compare=False)
     kind = "roofline"
+    max_batch = math.inf       # the roofline prices any batch from the hardware's figures
 
     def __post_init__(self) -> None:
         try:
@@ -182,6 +198,12 @@ class TableLatency:
         n, c, b = np.broadcast_arrays(np.asarray(n_tokens, float), np.asarray(ctx_len, float), np.asarray(batch, float))
         if np.any(n < 1) or np.any(b < 1) or np.any(c < 0):
             raise InputError(f"latency model '{self.name}': n_tokens and batch must be >= 1, ctx_len >= 0")
+        if np.any(b > self.max_batch):
+            raise PastMeasuredBatch(f"latency model '{self.name}' (a measured table) was measured at batch "
+                                    f"{_span(self.batch)}; batch {int(np.max(b)):d} lies past it and a batch is not "
+                                    "extrapolated (the step's cost turns there: a CPU's few-row kernels, a GPU's "
+                                    "compute bound); measure that batch (python -m traces.timing --batch) or use a "
+                                    "Profile recorded at it")
         points = [np.log2(n), c, np.log2(b)]
         seconds = np.exp(_multilinear(self._coords, self._log_seconds, points))
         floor = FLOOR_FRACTION * float(self.seconds.min())
@@ -196,6 +218,11 @@ class TableLatency:
                              f"extrapolation past {', '.join(past)} is not a forward this machine runs; measure that "
                              "range")
         return seconds
+
+    @property
+    def max_batch(self) -> float:
+        """The largest batch the grid measured: `predict` refuses a batch past it."""
+        return self.batch[-1]
 
     def predict_rows(self, sums: RowSums) -> np.ndarray:
         raise InputError(f"latency model '{self.name}' is a measured table of uniform batches: it cannot price a "
@@ -235,6 +262,7 @@ class LinearLatency:
     name: str = "model"
     kind = "linear"
     TERMS = ("fixed_s", "per_token_s", "per_kv_token_s")
+    max_batch = math.inf       # a fitted form prices any batch
 
     def __post_init__(self) -> None:
         for key in self.TERMS:

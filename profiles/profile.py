@@ -11,6 +11,8 @@ below, and a worker receives the Profile itself (it pickles), never its JSON.
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -90,6 +92,13 @@ class Profile:
     def seconds(self, model: str, n_tokens, ctx_len, batch=1) -> np.ndarray:
         """Seconds of one forward of `model` over numpy arrays (the step-cost model's latency)."""
         return np.asarray(self.latency_model(model).predict(n_tokens, ctx_len, batch), dtype=float)
+
+    def max_batch(self, models=None) -> float:
+        """The largest batch every latency model of `models` (default: all) prices: a measured table's
+        largest batch (past it nothing is extrapolated, `profiles.latency`), infinite where each is a
+        fitted form."""
+        named = self.latency if models is None else {m: self.latency_model(m) for m in models}
+        return min((float(m.max_batch) for m in named.values()), default=math.inf)
 
     def step_calibration(self, method: str) -> StepCalibration:
         """`costmodel.step.StepCalibration` of `method`: its own fit, else the pooled one, else none."""

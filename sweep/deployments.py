@@ -17,7 +17,8 @@ once admitted (`latency_s_p50`, no queueing) and the latency of one request serv
 batch it ran (`reached`). A row that cannot be served says why in words (`not_served`: the memory
 arithmetic when the weights leave no KV memory, or the batch its KV memory reached when that is
 below B: such a row is never an answer at B). A batch size no profile's KV memory could hold is
-refused before the sweep (`check_batch_sizes`).
+refused before the sweep (`check_batch_sizes`). A batch past the Profile's measured latency tables is
+answered NOT_PRICED: a table is not extrapolated in batch (`profiles.latency`).
 
 `best_per_batch` gives the answer per (deployment, batch): the fastest speculative configuration
 served where it beats plain decoding, else ar, each with its own numbers and a `why`; candidates
@@ -39,7 +40,7 @@ from common.errors import InputError
 from sweep import ranking, scoring
 from profiles import Profile
 from calibrate.assumed import ASSUMED
-from profiles.latency import TableLatency
+from profiles.latency import PastMeasuredBatch
 from simulator.batch_load import BatchLoad, serve_at_batch
 from simulator.memory import memory_of
 
@@ -47,6 +48,7 @@ DEPLOYMENT = ["profile", "target", "hardware", "dataset", "temperature"]
 SERVED = ["throughput_tok_s", "tpot_ms", "ttft_ms", "e2e_s_p50", "e2e_s_p99", "queue_s_p50", "latency_s_p50",
           "alone_s", "oom", "reached", "not_served"]
 NOTHING_FITS = "nothing fits"      # the answer where plain decoding itself does not fit, or not the batch
+NOT_PRICED = "not priced"          # the answer at a batch past the Profile's measured latency tables
 LATENCIES = ["tpot_ms", "ttft_ms", "e2e_s_p50", "queue_s_p50", "latency_s_p50", "alone_s"]
 ANSWER_COLUMNS = ["answer", "method", "drafter", "config", "throughput_tok_s", "ar_throughput_tok_s",
                   "throughput_ratio", "serving_verdict", *LATENCIES, "best_speculative", "best_speculative_ratio",
@@ -91,11 +93,13 @@ def candidates(tables: dict[str, pd.DataFrame], hardware: dict[str, str], top: i
 
 
 def serve_tasks(cands: pd.DataFrame, profiles: dict[str, Profile], batch: int, loads: dict[str, BatchLoad],
-                seed: int) -> tuple[list[ServeTask], pd.DataFrame]:
-    """Serving tasks for every candidate and, once per deployment, for plain decoding (ar); returns
-    the tasks and the rows they belong to (candidates first, then one ar row per deployment)."""
-    plain = cands.drop_duplicates(DEPLOYMENT)[DEPLOYMENT].assign(method=BASELINE, drafter="-", config=BASELINE,
-                                                                  acceptance="-")
+                seed: int, every: pd.DataFrame | None = None) -> tuple[list[ServeTask], pd.DataFrame]:
+    """Serving tasks for every candidate and, once per deployment of `cands` and of `every` (the
+    deployments to answer for, though no method was priced at this batch), for plain decoding (ar);
+    returns the tasks and the rows they belong to (candidates first, then one ar row per deployment)."""
+    deployed = pd.concat([c[DEPLOYMENT] for c in (cands, every) if c is not None and not c.empty], ignore_index=True)
+    plain = deployed.drop_duplicates(DEPLOYMENT)[DEPLOYMENT].assign(method=BASELINE, drafter="-", config=BASELINE,
+                                                                    acceptance="-")
     rows = pd.concat([cands, plain], ignore_index=True)
     tasks = []
     for i in range(len(rows)):
@@ -116,6 +120,8 @@ def serve_task(task: ServeTask) -> dict[str, float]:
 
     try:
         run = serve(task.batch)
+    except PastMeasuredBatch as exc:    # a latency table measured below this batch: nothing extrapolated
+        return {**{k: np.nan for k in SERVED if k != "not_served"}, "not_served": f"{NOT_PRICED}: {exc}"}
     except InputError as exc:       # e.g. the weights leave no KV memory on one GPU: not served, said why
         return {**{k: np.nan for k in SERVED if k != "not_served"}, "not_served": str(exc)}
     s, steps = run.summary, run.iterations
@@ -161,25 +167,16 @@ def check_batch_sizes(profiles: list[Profile], sizes: list[int], loads: dict[str
                          f"give batch sizes up to {max(m for m, _ in most.values()):,}")
 
 
-def measured_batch(profile) -> float | None:
-    """The largest batch every measured latency table of the Profile covers (None: its latencies
-    come from roofline models, which price any batch); beyond it the tables are extrapolated."""
-    tables = [model.batch for model in profile.latency.values() if isinstance(model, TableLatency)]
-    return float(min(max(b) for b in tables)) if tables else None
-
-
 def answers(rows: pd.DataFrame, served: list[dict[str, float]], batch: int, loads: dict[str, BatchLoad],
             profiles: dict[str, Profile]) -> pd.DataFrame:
     """Simulated rows at one batch, each with its throughput against ar of its deployment, the
-    verdict that its Profile's held-out error allows (`scoring.confidence`), where that error was
-    measured when the Profile was moved to other hardware and, where the batch lies beyond the
-    Profile's measured latency tables, the batch they were measured up to."""
+    verdict that its Profile's held-out error allows (`scoring.confidence`) and where that error was
+    measured when the Profile was moved to other hardware."""
     out = pd.concat([rows.reset_index(drop=True), pd.DataFrame(served)], axis=1).assign(batch=int(batch))
     ar = out[out["method"] == BASELINE].set_index(DEPLOYMENT)["throughput_tok_s"].rename("ar_throughput_tok_s")
     out = out.join(ar, on=DEPLOYMENT)
     out["throughput_ratio"] = out["throughput_tok_s"] / out["ar_throughput_tok_s"]
     heldout = {name: p.heldout_error() for name, p in profiles.items()}
-    measured = {name: measured_batch(p) for name, p in profiles.items()}
     out["heldout_error"] = out["profile"].map(lambda p: np.nan if heldout[p] is None else heldout[p])
     moved = out["profile"].map({name: p.provenance.moved_from for name, p in profiles.items()})
     verdicts = [scoring.confidence(np.asarray([r]), heldout[p])["verdict"][0]
@@ -187,12 +184,10 @@ def answers(rows: pd.DataFrame, served: list[dict[str, float]], batch: int, load
     out["serving_verdict"] = np.where(out["method"] == BASELINE, "-",
                                       np.where(out["not_served"] != "", scoring.DOES_NOT_FIT, verdicts))
     out["arrivals"] = out["profile"].map(lambda p: loads[p].describe(batch))
-    limit = out["profile"].map(lambda p: measured[p])
-    out["measured_up_to_batch"] = np.where(limit.notna() & (limit < batch), limit, np.nan)
     keep = DEPLOYMENT + ["batch", "method", "drafter", "config", "acceptance", "acceptance_source", "speedup",
                          "heldout_error", "verdict"]
     columns = [c for c in keep if c in out] + SERVED + ["ar_throughput_tok_s", "throughput_ratio", "serving_verdict",
-                                                        "arrivals", "measured_up_to_batch"]
+                                                        "arrivals"]
     if moved.astype(bool).any():     # a Profile moved to other hardware: its error was measured on the first
         out["heldout_fitted_on"] = moved
         columns.append("heldout_fitted_on")
@@ -216,6 +211,11 @@ def _answer(group: pd.DataFrame) -> dict[str, Any]:
     error = float(group["heldout_error"].max()) if "heldout_error" in group else np.nan
     notes = [f"{_named(r)} {_refusal(r['not_served'])}" for _, r in refused.iterrows()] if "not_served" in spec else []
     out: dict[str, Any] = {"best_speculative": "", "best_speculative_ratio": np.nan, "tied_with": ""}
+    if str(plain.get("not_served", "")).startswith(NOT_PRICED):
+        why = str(plain["not_served"]).removeprefix(f"{NOT_PRICED}: ")
+        return {**out, "answer": NOT_PRICED, "method": "", "drafter": "", "config": "", "why": why,
+                **{k: np.nan for k in ("throughput_tok_s", "ar_throughput_tok_s", "throughput_ratio")},
+                "serving_verdict": "-"}
     if not _served(group[group["method"] == BASELINE]).iat[0]:
         refusal = _refusal(plain.get('not_served', ''))
         why = (f"plain decoding {refusal}; no configuration runs "
@@ -255,10 +255,6 @@ def _answer(group: pd.DataFrame) -> dict[str, Any]:
         why += f"; tied within the error with {out['tied_with']}"
     if notes:
         why += (": " if not len(ran) else "; ") + "; ".join(notes)
-    beyond = plain.get("measured_up_to_batch", np.nan)
-    if beyond == beyond:
-        why += (f"; the Profile's latencies were measured up to batch {beyond:g} only, so every number at batch "
-                f"{int(plain['batch'])} is extrapolated from them: do not decide from it")
     return {**out, "answer": chosen["config"], "method": chosen["method"], "drafter": chosen["drafter"],
             "config": chosen["config"], "throughput_tok_s": chosen["throughput_tok_s"],
             "ar_throughput_tok_s": plain["throughput_tok_s"],
@@ -313,5 +309,5 @@ def stops_paying(table: pd.DataFrame) -> pd.DataFrame:
         ran = batches.merge(group[DEPLOYMENT + ["batch"]], how="inner")
         worse = ran.loc[ran["best_ratio"] <= 1.0, "batch"]
         rows.append(dict(zip(DEPLOYMENT, key), stops_paying_at=float(worse.min()) if len(worse) else np.nan,
-                         largest_batch=int(group["batch"].max()), runs=bool(len(ran))))
+                         largest_batch=int((ran if len(ran) else group)["batch"].max()), runs=bool(len(ran))))
     return pd.DataFrame(rows, columns=DEPLOYMENT + ["stops_paying_at", "largest_batch", "runs"])

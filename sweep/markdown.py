@@ -20,7 +20,7 @@ import methods
 from calibrate.assumed import ASSUMED
 from sweep import ranking, scoring
 from simulator.batch_load import WAVES
-from sweep.deployments import DEPLOYMENT, NOTHING_FITS
+from sweep.deployments import DEPLOYMENT, NOT_PRICED, NOTHING_FITS
 from sweep.plots import no_figure_note, not_drawn
 
 REPORT_ROWS = 5            # rows per (profile, method) in a method's section (at most --top)
@@ -85,8 +85,9 @@ def markdown_report(result: Any, written: dict[str, Path], out_dir: Path) -> str
     lines += choices_section(result.paper_choices)
     lines += method_sections(result, written, out_dir)
     if result.skipped:
-        lines += ["## Not scored", "", "(profile, method) pairs the profile lacks what the method needs for; the full "
-                  "list is in run.json (`skipped`).", ""] + [f"- {line}" for line in not_scored(result.skipped)] + [""]
+        lines += ["## Not scored", "", "(profile, method) pairs the profile lacks what the method needs for, and "
+                  "batches past what a profile's latency tables measured; the full list is in run.json (`skipped`).",
+                  ""] + [f"- {line}" for line in not_scored(result.skipped)] + [""]
     return "\n".join(lines)
 
 
@@ -101,10 +102,10 @@ def what_to_run_rows(result: Any) -> pd.DataFrame:
     rows = []
     for row in first.itertuples(index=False):
         d = row._asdict()
-        run = d["answer"] if d["drafter"] in ("", "-") or d["answer"] in (methods.BASELINE, NOTHING_FITS) \
+        run = d["answer"] if d["drafter"] in ("", "-") or d["answer"] in (methods.BASELINE, NOTHING_FITS, NOT_PRICED) \
             else f"{d['answer']} (drafter {d['drafter']})"
         why = d["why"]
-        if stops is not None and len(answers["batch"].unique()) > 1 and d["answer"] != NOTHING_FITS:
+        if stops is not None and len(answers["batch"].unique()) > 1 and d["answer"] not in (NOTHING_FITS, NOT_PRICED):
             stop = stops.loc[tuple(d[k] for k in DEPLOYMENT)]
             why += (f"; speculation stops paying at batch {int(stop['stops_paying_at'])}"
                     if pd.notna(stop["stops_paying_at"]) else f"; it pays up to batch {int(stop['largest_batch'])}")
@@ -124,7 +125,8 @@ def what_to_run(result: Any) -> list[str]:
             f"plain decoding (x plain), the latency of a {int(result.options['sim_tokens'])}-token answer to one "
             f"request served alone (no queue, batch 1), and why. A run named `ar` is plain decoding; "
             f"`{NOTHING_FITS}` means not even plain decoding runs that batch's sequences at once in one GPU's KV "
-            "memory (none at all, or fewer than the batch: `why` says which).", "",
+            "memory (none at all, or fewer than the batch: `why` says which); "
+            f"`{NOT_PRICED}` that the Profile's latency tables were measured at smaller batches only.", "",
             md_table(rows, ["deployment", "batch", "run", "tok/s", "x plain", "latency s, one request alone", "why"]),
             ""]
 

@@ -31,6 +31,7 @@ import pandas as pd
 import methods
 from calibrate import assumed
 from common.bundled import bundled
+from profiles.latency import PastMeasuredBatch
 from profiles.profile import Profile
 from common.errors import InputError
 from common.seeds import derive_seed
@@ -172,6 +173,8 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor, choices: Ca
             raise InputError(skipped[0])
         profiles = moved
     tables = _score_tables(profiles, opts, executor, opts.batch, skipped)
+    if not tables:
+        raise InputError(f"no (profile, method) pair can be priced at batch {opts.batch}: {skipped[-1]}")
     timings["score"] = time.perf_counter() - t0
     if scored is not None:
         scored(tables)
@@ -196,7 +199,7 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor, choices: Ca
 
     t2 = time.perf_counter()
     loads = deployments.loads_of(profiles, opts.sim_tokens, lambda p: setting_of(p, opts).ctx_len)
-    served = _serve_deployments(profiles, opts, executor, tables, loads)
+    served = _serve_deployments(profiles, opts, executor, tables, loads, skipped)
     exports = export.plan(served, by_profile, opts.export, loads, opts.seed) if opts.export else []
     timings["deployments"] = time.perf_counter() - t2
     return SweepResult(tables=tables, best=best_one.reset_index(drop=True), paper_choices=paper_choices,
@@ -220,22 +223,36 @@ class SpaceTask:
     replayed: bool = False           # --token-trace: the part of the space replay scores
 
 
-def score_space(task: SpaceTask) -> pd.DataFrame:
+@dataclass
+class Unpriced:
+    """A task whose Profile measured no latency at its batch (`profiles.latency.PastMeasuredBatch`)."""
+
+    profile: str
+    method: str
+    reason: str
+
+
+def score_space(task: SpaceTask) -> pd.DataFrame | Unpriced:
     """Executor entry point: the task's configurations scored and ranked (`sweep.ranking`; one
-    profile's rows, so no profile key to sort by), in the order `_rank` keeps."""
+    profile's rows, so no profile key to sort by), in the order `_rank` keeps; `Unpriced` where a
+    latency table of the Profile stops short of the task's batch."""
     spec = methods.get(task.method)
     parts = []
-    for base in task.bases:
-        setup = scoring.setup_of(task.profile, base)
-        space = _built_space(spec, setup, task.space, task.replayed)
-        parts += [scoring.score(setup, task.method, chunk, task.setting) for chunk in _chunks(space, CHUNK_ROWS)]
+    try:
+        for base in task.bases:
+            setup = scoring.setup_of(task.profile, base)
+            space = _built_space(spec, setup, task.space, task.replayed)
+            parts += [scoring.score(setup, task.method, chunk, task.setting) for chunk in _chunks(space, CHUNK_ROWS)]
+    except PastMeasuredBatch as exc:
+        return Unpriced(task.profile.name, task.method, str(exc))
     return ranking.ranked(pd.concat(parts, ignore_index=True), "speedup")
 
 
 def _score_tables(profiles: list[Profile], opts: SweepOptions, executor, batch: int,
                   skipped: list[str]) -> dict[str, pd.DataFrame]:
     """Every configuration of every method on every profile scored by the closed forms at `batch`;
-    a (profile, method) without a setup is added to `skipped` with the reason."""
+    a (profile, method) without a setup, or whose latency tables stop short of `batch`, is added to
+    `skipped` with the reason."""
     tasks: list[SpaceTask] = []
     for profile in profiles:
         setting = setting_of(profile, opts, batch)
@@ -250,20 +267,28 @@ def _score_tables(profiles: list[Profile], opts: SweepOptions, executor, batch: 
                                        space_options(methods.get(method), opts), bool(opts.token_trace)))
     if not tasks:
         raise InputError("no (profile, method) pair can be scored: " + "; ".join(skipped[:3]))
-    return _rank(executor.map(score_space, tasks, desc=f"scoring configurations (batch {batch})"))
+    scored = executor.map(score_space, tasks, desc=f"scoring configurations (batch {batch})")
+    unpriced = [s for s in scored if isinstance(s, Unpriced)]
+    skipped += list(dict.fromkeys(f"profile '{u.profile}' at batch {batch}: {u.reason}" for u in unpriced))
+    return _rank([s for s in scored if not isinstance(s, Unpriced)])
 
 
 def _serve_deployments(profiles: list[Profile], opts: SweepOptions, executor, tables: dict[str, pd.DataFrame],
-                       loads: dict[str, BatchLoad]) -> pd.DataFrame:
+                       loads: dict[str, BatchLoad], skipped: list[str]) -> pd.DataFrame:
     """At each batch size: the closed forms' best per (deployment, method, drafter), scored at that
-    batch, served by the simulator beside plain decoding under each deployment's load (`sweep.deployments`)."""
+    batch, served by the simulator beside plain decoding under each deployment's load (`sweep.deployments`);
+    a pair a Profile cannot price at a batch is added to `skipped`, and a deployment none of whose methods it
+    prices there answers that it is not priced."""
     by_name = {p.name: p for p in profiles}
     hardware = {p.name: p.hardware for p in profiles}
+    deployed = deployments.candidates(tables, hardware)      # every deployment scored at --batch answers at each
     frames = []
     for batch in opts.batch_sizes or [opts.batch]:
-        scored = tables if batch == opts.batch else _score_tables(profiles, opts, executor, batch, [])
+        lacking: list[str] = []      # the reasons --batch's scoring gave again, and the batches not priced
+        scored = tables if batch == opts.batch else _score_tables(profiles, opts, executor, batch, lacking)
+        skipped += [reason for reason in lacking if reason not in skipped]
         cands = deployments.candidates(scored, hardware)
-        tasks, rows = deployments.serve_tasks(cands, by_name, batch, loads, opts.seed)
+        tasks, rows = deployments.serve_tasks(cands, by_name, batch, loads, opts.seed, every=deployed)
         served = executor.map(deployments.serve_task, tasks, desc=f"serving the best (batch {batch})")
         frames.append(deployments.answers(rows, served, batch, loads, by_name))
     return pd.concat(frames, ignore_index=True)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from calibrate.latency import fit_latency
-from profiles.latency import RooflineLatency, TableLatency, latency_model as latency_model_from_dict
+from profiles.latency import PastMeasuredBatch, RooflineLatency, TableLatency, latency_model as latency_model_from_dict
 from calibrate.synthetic import synthetic_latency_trace
 from costmodel.hardware import get_hardware
 from costmodel.latency import ForwardShape, forward_bytes_flops, kv_capacity_tokens, ridge_tokens, roofline_seconds
@@ -102,6 +102,19 @@ def test_a_table_extrapolating_towards_free_forwards_is_refused_where_asked():
                                          r"n_tokens 1, ctx_len 0, batch 1, below 0.5 x its cheapest measured forward "
                                          r"\(0.01 s\): its extrapolation past ctx_len 0 \(measured 512-1024\)"):
         table.predict(1, [768, 0])
+
+
+def test_a_table_prices_no_batch_past_the_ones_it_measured():
+    """Measured at batch 1 and 2: batch 2 is served, batch 3 refused as PastMeasuredBatch (an InputError) naming
+    the model and the batches it measured; a roofline prices any batch."""
+    table = TableLatency(n_tokens=(1.0,), ctx_len=(0.0,), batch=(1.0, 2.0), seconds=np.array([[[0.010, 0.012]]]),
+                         name="target")
+    assert table.max_batch == 2 and table.predict(1, 0, 2) == pytest.approx(0.012)
+    with pytest.raises(PastMeasuredBatch, match=r"latency model 'target' \(a measured table\) was measured at batch "
+                                                r"1-2; batch 3 lies past it and a batch is not extrapolated"):
+        table.predict(1, 0, [1, 3])
+    assert issubclass(PastMeasuredBatch, InputError)
+    assert RooflineLatency(arch_dict("vicuna-7b"), "H100", "fp16").max_batch == np.inf
 
 
 def test_table_needs_full_grid_and_kinds_are_checked():

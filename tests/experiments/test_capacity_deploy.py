@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from capacity import deploy
+from common.bundled import bundled
 from capacity import plan as capacity
 from capacity import report as capacity_report
 from experiments import capacity as capacity_cli
@@ -46,6 +47,17 @@ def test_the_batch_cap_is_what_fits_in_kv_memory_unless_given():
     two, _ = deploy.batch_cap(profile, "ar", {}, load, 2, 0)
     assert two > 2 * cap                                    # two GPUs: the weights split, the cache more than doubles
     assert deploy.batch_cap(profile, "ar", {}, capacity.LoadSpec(max_batch=32), 1, 0) == (32, deploy.GIVEN_CAP)
+
+
+def test_the_batch_cap_stops_at_the_batches_the_latency_tables_measured():
+    """SmolLM2's CPU Profile measured its target at batch 1-2 and GLIDE's drafter at batch 1: plain decoding is
+    capped at 2, GLIDE at 1, given or not; a Profile measured at 1-32 keeps the cap given."""
+    cpu = Profile.load(bundled("profiles", "smollm2-135m-cpu.json"))
+    for load in (capacity.LoadSpec(), capacity.LoadSpec(max_batch=32)):
+        assert deploy.batch_cap(cpu, "ar", {}, load, 1, 0) == (2, deploy.MEASURED_CAP)
+        assert deploy.batch_cap(cpu, "glide", {"gamma": 2}, load, 1, 0) == (1, deploy.MEASURED_CAP)
+    batch = Profile.load(bundled("profiles", "batch/smollm2-135m-cpu-batch-drafters.json"))
+    assert deploy.batch_cap(batch, "ar", {}, capacity.LoadSpec(max_batch=16), 1, 0) == (16, deploy.GIVEN_CAP)
 
 
 def test_cheapest_shape_is_the_fewest_gpus_then_the_smaller_tp():

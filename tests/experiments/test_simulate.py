@@ -55,6 +55,21 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
         assert err.startswith("error: ") and "\n" not in err
 
 
+def test_a_batch_past_the_profiles_measured_tables_is_refused_before_anything_is_written(tmp_path, capsys):
+    """SmolLM2's CPU Profile measured its target at batch 1-2: crossover at batch 4 and serving at the default
+    --max-batch 32 are refused in one line naming the option and the batches measured; batch 2 runs."""
+    cpu = "data/profiles/smollm2-135m-cpu.json"
+    out = tmp_path / "o"
+    for argv, option in ((["crossover", "--batches", "1,4"], "--batches"), (["serve", "--method", "ar"], "--max-batch")):
+        assert simulate.main([*argv, "--profile", cpu, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"error: {option}: ar on 'smollm2-135m on this CPU (project recordings)' is priced by "
+                              "latency tables measured up to batch 2") and "\n" not in err and not out.exists()
+    configs = '{"prompt_lookup g3": ["prompt_lookup", {"gamma": 3}]}'
+    assert simulate.main(["crossover", "--profile", cpu, "--batches", "1,2", "--configs", configs, "--prompt-len", "32",
+                          "--output-len", "16", "--out", str(out)]) == 0
+
+
 def test_profile_without_needed_latency_model(tmp_path, capsys):
     raw = json.loads(open(PROFILE).read())
     del raw["latency"]["llama-68m"]

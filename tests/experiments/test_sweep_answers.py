@@ -142,14 +142,24 @@ def test_ties_are_marked_and_one_configuration_is_named_everywhere(tmp_path):
     assert any(t.startswith(f"best: {top['config']} (") for t in labels), labels
 
 
-def test_batches_beyond_the_measured_latency_tables_are_flagged():
-    """The SmolLM2 Profile's latency tables were measured at batch 1 and 2: a batch-16 answer is an
-    extrapolation and says so; batch 1 is not."""
+def test_a_batch_past_the_measured_latency_tables_is_not_priced():
+    """The SmolLM2 Profile's latency tables were measured at batch 1 and 2 (its drafters' at 1): at batch 16
+    the deployment answers 'not priced', naming the table and the batches it measured, and the pair is among
+    the skipped; nothing is extrapolated. Batch 1 is priced; a Profile measured at 1-32 prices batch 16."""
+    from sweep.deployments import NOT_PRICED
+
     result = _run([Profile.load(SMOLLM2)], ["sd"], batch_sizes=[1, 16])
-    why = result.deployments.set_index("batch")["why"]
-    assert "extrapolated" not in why[1]
-    assert "measured up to batch 1 only, so every number at batch 16 is extrapolated" in why[16]
-    assert result.served.loc[result.served["batch"] == 16, "measured_up_to_batch"].eq(1).all()
+    answers = result.deployments.set_index("batch")
+    assert answers.loc[1, "answer"] != NOT_PRICED and answers.loc[1, "throughput_ratio"] > 0
+    assert answers.loc[16, "answer"] == NOT_PRICED and pd.isna(answers.loc[16, "throughput_ratio"])
+    assert "(a measured table) was measured at batch 1" in answers.loc[16, "why"]
+    assert "not extrapolated" in answers.loc[16, "why"]
+    assert any(reason.startswith("profile 'smollm2-135m on this CPU (project recordings)' at batch 16: latency model")
+               for reason in result.skipped)
+    assert result.stops_paying["largest_batch"].tolist() == [1]
+    recorded = _run([Profile.load(bundled("profiles", "batch/smollm2-135m-cpu-batch-drafters.json"))], ["sd"],
+                    batch_sizes=[1, 16])
+    assert (recorded.deployments["answer"] != NOT_PRICED).all()
 
 
 def test_a_report_served_at_one_batch_does_not_claim_speculation_pays_at_every_batch(tmp_path):
