@@ -16,7 +16,7 @@ kept:
   QUICK_BATCHES too (the batch's own factor over batch 1's, per width), and a joining request's prefill
   (PREFILL_PROMPTS through the batch engine, against the fitted prefill terms, which it scales);
 - each drafter the methods build from the target (`traces.drafter_timing`) timed at one token and
-  QUICK_CTX: its own ratio;
+  QUICK_CTX, moved inside the contexts its table measured: its own ratio;
 - the engine's seconds beside the forwards (`profiles.parts.EngineTerms`: fixed per-step, per-token
   and per-forward work, Python's): plain decoding run through the engine for QUICK_STEPS steps, its
   step beside its forward, against what the Profile says plain decoding pays beyond its forward (through
@@ -180,11 +180,16 @@ def prefill_ratio(profile: Profile, model, seed: int) -> float | None:
 
 def drafter_ratios(profile: Profile, timer: Timer, seed: int) -> dict[str, float]:
     """Latency model -> this machine's one-token draft forward over the Profile's, for every drafter
-    the methods build from the target that the Profile prices."""
+    the methods build from the target that the Profile prices, timed at QUICK_CTX moved inside the
+    contexts its table measured (`quick_grid`)."""
     entries = {n: e for n, e in drafter_entries(profile.target).items() if e["model"] in profile.latency}
-    if not entries:
-        return {}
-    rows = drafter_rows(profile.target, QUICK_CTX, timer, torch.device("cpu"), torch.float32, seed, entries=entries)
+    by_ctx: dict[tuple[int, ...], dict] = {}
+    for name, entry in entries.items():
+        model = profile.latency_model(entry["model"])
+        ctx = quick_grid(model)[1] if isinstance(model, TableLatency) else QUICK_CTX
+        by_ctx.setdefault(ctx, {})[name] = entry
+    rows = [row for ctx, some in by_ctx.items()
+            for row in drafter_rows(profile.target, ctx, timer, torch.device("cpu"), torch.float32, seed, entries=some)]
     ratios: dict[str, list[float]] = {}
     for r in rows:
         old = float(profile.latency_model(r["model"]).predict(1, r["ctx_len"], 1))

@@ -21,6 +21,23 @@ def test_the_quick_grid_stays_inside_the_table_it_is_set_against():
     assert quick.quick_grid(batch) == ((1, 2, 4, 8, 12), (128, 512))
 
 
+def test_each_drafter_is_timed_inside_the_contexts_its_table_measured(monkeypatch):
+    """The drafters Profile's GLIDE table measured contexts 128-512: its forward is timed there, not at
+    QUICK_CTX (0 and 1024, an extrapolation of the table the ratio would be set against)."""
+    profile = Profile.load(DRAFTERS)
+    timed = {}
+
+    def rows(target, ctx, timer, device, dtype, seed, entries):
+        timed.update({entry["model"]: tuple(ctx) for entry in entries.values()})
+        return [{"model": entry["model"], "ctx_len": c, "seconds": 2 * float(profile.latency_model(entry["model"])
+                                                                                .predict(1, c, 1))}
+                for entry in entries.values() for c in ctx]
+
+    monkeypatch.setattr(quick, "drafter_rows", rows)
+    assert quick.drafter_ratios(profile, None, 0) == {"glide@smollm2-135m": pytest.approx(2.0)}
+    assert timed == {"glide@smollm2-135m": (128, 512)}
+
+
 class _Step(SimpleNamespace):
     pass
 
