@@ -242,15 +242,14 @@ def run_serve(args) -> None:
                                      "ttft_s_p50", "ttft_s_p99", "tpot_s_p50", "tpot_s_p99", "e2e_s_p99"])
 
 
-def within_measured(profile, step, label: str, batch: int | None, option: str) -> None:
-    """InputError where `batch` (None: no limit) lies past the latency tables of the models `step`
-    runs: a measured table is not extrapolated in batch (`profiles.latency`)."""
+def within_measured(profile, step, label: str, batch: int, option: str) -> None:
+    """InputError where `batch` lies past the latency tables of the models `step` runs: a measured
+    table is not extrapolated in batch (`profiles.latency`)."""
     measured = profile.max_batch({step.target, *step.models})
-    if measured < math.inf and (batch is None or batch > measured):
-        asked = "no limit" if batch is None else f"batch {batch}"
+    if batch > measured:
         raise InputError(f"{option}: {label} on '{profile.name}' is priced by latency tables measured up to batch "
-                         f"{measured:g}, and {asked} lies past them (a batch is not extrapolated): give {option} "
-                         f"{int(measured)} or less, or a Profile recorded at larger batches")
+                         f"{measured:g}, and batch {batch} lies past them (a batch is not extrapolated): give "
+                         f"{option} {int(measured)} or less, or a Profile recorded at larger batches")
 
 
 def default_configs(profile) -> dict[str, list]:
