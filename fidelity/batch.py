@@ -38,10 +38,10 @@ from runtime.engine.batch import check_cache_budget as check_rows
 from simulator import Cluster, Workload, simulate_serving
 from simulator.leaning import profile_spread
 from sweep import scoring
+from sweep.deployments import PAYS, stop_and_resume
 from sweep.markdown import md_table
 
 SIM_REPEATS = 20        # seeds per (configuration, batch)
-PAYS = 1.0              # a configuration pays at a batch while its speedup is above this
 WITHIN_K = 0.02         # a predicted best K is right when it measures within this of the best measured
 
 
@@ -119,17 +119,11 @@ def predict_batches(profile, cands: list[Candidate], dataset: str, lengths, batc
 
 # ------------------------------------------------------------------------------ read off the curves
 
-def _stops(speedups: pd.Series) -> float:
-    """The smallest batch at which a speedup curve (indexed by batch) is at or below PAYS; inf where it
-    pays at every batch."""
-    below = speedups[speedups <= PAYS]
-    return float(below.index.min()) if len(below) else math.inf
-
-
 def crossovers(fid: pd.DataFrame) -> pd.DataFrame:
     """Per configuration and per method (its best configuration at each batch): the batch where
-    speculation stops paying, predicted (closed form, simulator) and measured, and how many grid steps
-    apart they are (`grid_steps`; inf stands for "pays at every batch")."""
+    speculation stops paying, predicted (closed form, simulator) and measured, how many grid steps
+    apart they are (`grid_steps`; inf stands for "pays at every batch"), and the larger batch where each
+    curve pays again (`*_pays_again_at`, NaN where none: `sweep.deployments.stop_and_resume`)."""
     grid = sorted(fid["batch"].unique())
     index = {b: i for i, b in enumerate(grid)} | {math.inf: len(grid)}
     spec = fid[fid["method"] != BASELINE]
@@ -140,10 +134,12 @@ def crossovers(fid: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for name, kind, g in curves:
         by = g.set_index("batch")
-        found = {col: _stops(by[f"{col}_speedup"]) for col in ("predicted", "simulated", "measured")}
+        turns = {col: stop_and_resume(by[f"{col}_speedup"]) for col in ("predicted", "simulated", "measured")}
+        found = {col: stop for col, (stop, _) in turns.items()}
         rows.append({"curve": name, "kind": kind, **{f"{k}_stops_at": v for k, v in found.items()},
                      "grid_steps": abs(index[found["predicted"]] - index[found["measured"]]),
-                     "sim_grid_steps": abs(index[found["simulated"]] - index[found["measured"]])})
+                     "sim_grid_steps": abs(index[found["simulated"]] - index[found["measured"]]),
+                     **{f"{k}_pays_again_at": again for k, (_, again) in turns.items()}})
     return pd.DataFrame(rows)
 
 
@@ -214,7 +210,9 @@ def batch_sections(fid: pd.DataFrame, out: Path) -> list[str]:
                 "\n## Where speculation stops paying (crossover.csv)\n",
                 md_table(cross, list(cross.columns), ".0f"),
                 "\nThe smallest batch of the grid at which a curve is at or below 1x (inf: it pays at every batch); "
-                "grid_steps: how many batch sizes of the grid the prediction sits from the measurement."]
+                "grid_steps: how many batch sizes of the grid the prediction sits from the measurement; "
+                "*_pays_again_at: a larger batch where the curve is above 1x again (a CPU's step turns with the "
+                "kernels a row count takes)."]
     if len(k):
         sections += ["\n## Best draft length per batch (best_k.csv)\n", md_table(k, list(k.columns), ".3f")]
     return sections + [""]

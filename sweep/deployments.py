@@ -29,6 +29,7 @@ best speculative configuration serves no more tokens/s than plain decoding.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,7 @@ SERVED = ["throughput_tok_s", "tpot_ms", "ttft_ms", "e2e_s_p50", "e2e_s_p99", "q
           "alone_s", "oom", "reached", "not_served"]
 NOTHING_FITS = "nothing fits"      # the answer where plain decoding itself does not fit, or not the batch
 NOT_PRICED = "not priced"          # the answer at a batch past the Profile's measured latency tables
+PAYS = 1.0                         # speculation pays at a batch while it serves more than this x plain decoding
 LATENCIES = ["tpot_ms", "ttft_ms", "e2e_s_p50", "queue_s_p50", "latency_s_p50", "alone_s"]
 ANSWER_COLUMNS = ["answer", "method", "drafter", "config", "throughput_tok_s", "ar_throughput_tok_s",
                   "throughput_ratio", "serving_verdict", *LATENCIES, "best_speculative", "best_speculative_ratio",
@@ -228,7 +230,7 @@ def _answer(group: pd.DataFrame) -> dict[str, Any]:
         tied = ran.iloc[1:][ranking.within_error(ran["throughput_tok_s"].iloc[1:], best["throughput_tok_s"], error)]
         out.update(best_speculative=best["config"], best_speculative_ratio=float(best["throughput_ratio"]),
                    tied_with=", ".join(_named(r) for _, r in tied.iterrows()))
-    pays = len(ran) and float(ran["throughput_ratio"].iat[0]) > 1.0
+    pays = len(ran) and float(ran["throughput_ratio"].iat[0]) > PAYS
     chosen = ran.iloc[0] if pays else plain
     fitted_on = str(plain.get("heldout_fitted_on", "") or "")
     err = ("" if error != error else f" (the Profile's held-out error is {error:.1%})" if not fitted_on else
@@ -294,10 +296,23 @@ def best_per_batch(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=DEPLOYMENT + ["batch"] + ANSWER_COLUMNS + ["arrivals"])
 
 
+def stop_and_resume(ratios: pd.Series) -> tuple[float, float]:
+    """(the smallest batch at which a speedup curve, indexed by batch, is at or below PAYS, inf where it
+    pays at every batch; the smallest larger batch at which it pays again, NaN where none): on a CPU a
+    curve turns with the kernels a row count takes, and a draft model that loses at batch 4 may pay at 8."""
+    ratios = ratios.sort_index()
+    below = ratios.index[ratios.to_numpy() <= PAYS]
+    if not len(below):
+        return math.inf, np.nan
+    again = ratios.index[(ratios.index > below.min()) & (ratios.to_numpy() > PAYS)]
+    return float(below.min()), float(again.min()) if len(again) else np.nan
+
+
 def stops_paying(table: pd.DataFrame) -> pd.DataFrame:
     """Per deployment: the smallest batch at which the best speculative configuration serves no
     more tokens/s than plain decoding (NaN when it pays at every batch simulated, or when plain
-    decoding itself was served at none: `runs` False)."""
+    decoding itself was served at none: `runs` False), and the smallest larger batch where it pays
+    again (`pays_again_at`, NaN where none)."""
     spec = table[(table["method"] != BASELINE) & _served(table)]
     spec = spec[preferred(spec)]
     best = spec.groupby(DEPLOYMENT + ["batch"])["throughput_ratio"].max().rename("best_ratio").reset_index()
@@ -307,7 +322,8 @@ def stops_paying(table: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for key, group in plain.groupby(DEPLOYMENT, sort=False):
         ran = batches.merge(group[DEPLOYMENT + ["batch"]], how="inner")
-        worse = ran.loc[ran["best_ratio"] <= 1.0, "batch"]
-        rows.append(dict(zip(DEPLOYMENT, key), stops_paying_at=float(worse.min()) if len(worse) else np.nan,
-                         largest_batch=int((ran if len(ran) else group)["batch"].max()), runs=bool(len(ran))))
-    return pd.DataFrame(rows, columns=DEPLOYMENT + ["stops_paying_at", "largest_batch", "runs"])
+        stop, again = stop_and_resume(ran.set_index("batch")["best_ratio"])
+        rows.append(dict(zip(DEPLOYMENT, key), stops_paying_at=stop if stop < math.inf else np.nan,
+                         pays_again_at=again, largest_batch=int((ran if len(ran) else group)["batch"].max()),
+                         runs=bool(len(ran))))
+    return pd.DataFrame(rows, columns=DEPLOYMENT + ["stops_paying_at", "pays_again_at", "largest_batch", "runs"])

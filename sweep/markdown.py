@@ -107,7 +107,7 @@ def what_to_run_rows(result: Any) -> pd.DataFrame:
         why = d["why"]
         if stops is not None and len(answers["batch"].unique()) > 1 and d["answer"] not in (NOTHING_FITS, NOT_PRICED):
             stop = stops.loc[tuple(d[k] for k in DEPLOYMENT)]
-            why += (f"; speculation stops paying at batch {int(stop['stops_paying_at'])}"
+            why += (f"; speculation stops paying at batch {int(stop['stops_paying_at'])}{_again(stop)}"
                     if pd.notna(stop["stops_paying_at"]) else f"; it pays up to batch {int(stop['largest_batch'])}")
         rows.append({"deployment": _deployment_name(d), "batch": d["batch"], "run": run,
                      "tok/s": d["throughput_tok_s"], "x plain": d["throughput_ratio"],
@@ -245,12 +245,18 @@ def deployment_section(result: Any, written: dict[str, Path], out_dir: Path) -> 
             lines += ["Nothing runs at any batch simulated: the target needs more memory than one GPU has "
                       "(tensor parallelism over several GPUs, or a smaller dtype).", ""]
         elif pd.notna(stop["stops_paying_at"]):
-            lines += [f"Speculation stops paying at batch **{int(stop['stops_paying_at'])}**.", ""]
+            lines += [f"Speculation stops paying at batch **{int(stop['stops_paying_at'])}**{_again(stop)}.", ""]
         elif group["batch"].nunique() > 1:
             lines += [f"Speculation pays at every batch simulated (up to {int(stop['largest_batch'])}).", ""]
         elif not one_batch:
             lines += [_stop_unknown(stop["largest_batch"]), ""]
     return lines
+
+
+def _again(stop) -> str:
+    """', and pays again at batch B' where the served curve turns back above plain decoding."""
+    again = stop.get("pays_again_at", float("nan"))
+    return f", and pays again at batch {int(again)}" if pd.notna(again) else ""
 
 
 def _stop_unknown(batch) -> str:

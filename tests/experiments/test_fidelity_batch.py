@@ -123,9 +123,22 @@ def test_crossovers_and_the_best_draft_length_are_read_off_the_curves():
     assert cross.loc["prompt_lookup g5 nmin2 nmax3", "predicted_stops_at"] == np.inf
     assert cross.loc["prompt_lookup g5 nmin2 nmax3", "grid_steps"] == 1            # inf is one step past 8
     assert cross.loc["sd", "measured_stops_at"] == 4                                 # the method's best at each batch
+    assert cross["measured_pays_again_at"].isna().all()
     k = fb.best_k(fid).set_index("batch")
     assert list(k["predicted_k"]) == [3, 1, 1, 1] and list(k["measured_k"]) == [1, 3, 1, 1]
     assert k.loc[1, "regret"] == pytest.approx(1 - 1.1 / 1.15) and not k.loc[2, "within"] and k.loc[4, "within"]
+
+
+def test_a_curve_that_pays_again_at_a_larger_batch_says_where():
+    """sd g1 on the CPU engine measured 1.09x, 0.73x and 1.15x at batch 2, 4 and 8: it stops at 4 and pays
+    again at 8; a curve that stays below after its stop has no such batch."""
+    fid = _fid({"sd g1 @vanilla": ([1.25, 0.92, 1.05], [1.09, 0.73, 1.15]),
+                "sd g2 @vanilla": ([0.93, 0.86, 0.90], [0.80, 0.80, 0.88])}, batches=(2, 4, 8))
+    cross = fb.crossovers(fid).set_index("curve")
+    assert cross.loc["sd g1 @vanilla", ["measured_stops_at", "measured_pays_again_at", "predicted_pays_again_at"]
+                     ].tolist() == [4, 8, 8]
+    assert cross.loc["sd g2 @vanilla", "measured_stops_at"] == 2 and np.isnan(cross.loc["sd g2 @vanilla",
+                                                                                        "measured_pays_again_at"])
 
 
 def test_the_best_draft_length_groups_configurations_that_hold_lists():

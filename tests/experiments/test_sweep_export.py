@@ -198,6 +198,17 @@ def test_where_speculation_stops_paying():
     assert best["arrivals"].iat[2] == ("48 requests (prompt 236, output 128 tokens) arrive together at t = 0, batch "
                                        "limit 16: 16 decode at once, the others wait for a slot")
     assert np.isnan(deployments.stops_paying(_served({1: 2.0, 8: 1.1}))["stops_paying_at"].iat[0])
+    assert np.isnan(deployments.stops_paying(served)["pays_again_at"].iat[0])
+
+
+def test_a_served_curve_that_pays_again_says_where():
+    """Losing at batch 4 and paying at 8 (as a draft model measured on the CPU engine, decode alone): it stops
+    paying at 4 and pays again at 8, and the report's line says both."""
+    from sweep.markdown import _again
+
+    stop = deployments.stops_paying(_served({1: 1.2, 2: 1.08, 4: 0.91, 8: 1.1, 32: 0.87})).iloc[0]
+    assert (stop["stops_paying_at"], stop["pays_again_at"]) == (4, 8)
+    assert _again(stop) == ", and pays again at batch 8"
 
 
 def test_one_answer_per_deployment_and_batch(toy):
