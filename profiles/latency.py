@@ -14,7 +14,7 @@ Two kinds, both frozen, with `.predict(n_tokens, ctx_len, batch=1) -> np.ndarray
   free verify) is refused at the point it is asked for, naming the model, the point and the axis
   it left, so no consumer (closed form, simulator, capacity) prices a forward the machine never ran.
   A batch past the grid's largest (`max_batch`) is refused outright: a batch's cost turns where
-  nothing was measured (a CPU's few-row kernels give way to blocked ones between batch 2 and 8, a
+  nothing was measured (on a CPU the few-row kernels take up to 8 rows and blocked ones the rest, a
   GPU turns compute-bound): extrapolated from batch 1-2, SmolLM2's CPU table priced plain decoding
   at batch 32 at 1.9x its batch-1 step where the batch recording measured its forward at 3.2x.
 - "linear" (`LinearLatency`): seconds = fixed_s + per_token_s x query tokens + per_kv_token_s x cached

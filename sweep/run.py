@@ -228,7 +228,6 @@ class Unpriced:
     """A task whose Profile measured no latency at its batch (`profiles.latency.PastMeasuredBatch`)."""
 
     profile: str
-    method: str
     reason: str
 
 
@@ -244,7 +243,7 @@ def score_space(task: SpaceTask) -> pd.DataFrame | Unpriced:
             space = _built_space(spec, setup, task.space, task.replayed)
             parts += [scoring.score(setup, task.method, chunk, task.setting) for chunk in _chunks(space, CHUNK_ROWS)]
     except PastMeasuredBatch as exc:
-        return Unpriced(task.profile.name, task.method, str(exc))
+        return Unpriced(task.profile.name, str(exc))
     return ranking.ranked(pd.concat(parts, ignore_index=True), "speedup")
 
 
