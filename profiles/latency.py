@@ -47,7 +47,23 @@ FLOOR_FRACTION = 0.5       # a table's prediction below this share of its cheape
 
 class PastMeasuredBatch(InputError):
     """A measured table asked for a batch past its grid: that batch is not priced (callers that
-    price many batches leave it out and say so)."""
+    price many batches leave it out and say so, `short` in a list of them). Its args are its parts,
+    so the simulator's event loop and a worker process can build it again."""
+
+    def __init__(self, model: str, measured: str, batch: int):
+        super().__init__(model, measured, batch)
+
+    def __str__(self) -> str:
+        model, measured, batch = self.args
+        return (f"latency model '{model}' (a measured table) was measured at batch {measured}; batch {batch} lies "
+                "past it and a batch is not extrapolated (the step's cost turns there: a CPU's few-row kernels, "
+                "a GPU's compute bound); measure that batch (python -m traces.timing --batch) or use a Profile "
+                "recorded at it")
+
+    @property
+    def short(self) -> str:
+        model, measured, _ = self.args
+        return f"latency model '{model}' measured at batch {measured} only"
 
 
 def _span(values) -> str:
@@ -199,11 +215,7 @@ class TableLatency:
         if np.any(n < 1) or np.any(b < 1) or np.any(c < 0):
             raise InputError(f"latency model '{self.name}': n_tokens and batch must be >= 1, ctx_len >= 0")
         if np.any(b > self.max_batch):
-            raise PastMeasuredBatch(f"latency model '{self.name}' (a measured table) was measured at batch "
-                                    f"{_span(self.batch)}; batch {int(np.max(b)):d} lies past it and a batch is not "
-                                    "extrapolated (the step's cost turns there: a CPU's few-row kernels, a GPU's "
-                                    "compute bound); measure that batch (python -m traces.timing --batch) or use a "
-                                    "Profile recorded at it")
+            raise PastMeasuredBatch(self.name, _span(self.batch), int(np.max(b)))
         points = [np.log2(n), c, np.log2(b)]
         seconds = np.exp(_multilinear(self._coords, self._log_seconds, points))
         floor = FLOOR_FRACTION * float(self.seconds.min())

@@ -243,7 +243,7 @@ def score_space(task: SpaceTask) -> pd.DataFrame | Unpriced:
             space = _built_space(spec, setup, task.space, task.replayed)
             parts += [scoring.score(setup, task.method, chunk, task.setting) for chunk in _chunks(space, CHUNK_ROWS)]
     except PastMeasuredBatch as exc:
-        return Unpriced(task.profile.name, str(exc))
+        return Unpriced(task.profile.name, exc.short)
     return ranking.ranked(pd.concat(parts, ignore_index=True), "speedup")
 
 
@@ -268,7 +268,8 @@ def _score_tables(profiles: list[Profile], opts: SweepOptions, executor, batch: 
         raise InputError("no (profile, method) pair can be scored: " + "; ".join(skipped[:3]))
     scored = executor.map(score_space, tasks, desc=f"scoring configurations (batch {batch})")
     unpriced = [s for s in scored if isinstance(s, Unpriced)]
-    skipped += list(dict.fromkeys(f"profile '{u.profile}' at batch {batch}: {u.reason}" for u in unpriced))
+    skipped += list(dict.fromkeys(f"profile '{u.profile}' at batch {batch}: not priced, {u.reason} (a batch is not "
+                                  "extrapolated)" for u in unpriced))
     return _rank([s for s in scored if not isinstance(s, Unpriced)])
 
 

@@ -1,4 +1,6 @@
 """costmodel.latency and calibrate.latency: the roofline, its fit from LatencyTraces, the table kind."""
+import pickle
+
 import numpy as np
 import pytest
 
@@ -114,6 +116,12 @@ def test_a_table_prices_no_batch_past_the_ones_it_measured():
                                                 r"1-2; batch 3 lies past it and a batch is not extrapolated"):
         table.predict(1, 0, [1, 3])
     assert issubclass(PastMeasuredBatch, InputError)
+    try:
+        table.predict(1, 0, 4)
+    except PastMeasuredBatch as exc:
+        back = pickle.loads(pickle.dumps(exc))        # from a worker process, as the sweep's executor returns it
+        assert str(back) == str(exc) and back.short == "latency model 'target' measured at batch 1-2 only"
+        assert str(type(exc)(*exc.args)) == str(exc)   # simpy's event loop raises it again from its args
     assert RooflineLatency(arch_dict("vicuna-7b"), "H100", "fp16").max_batch == np.inf
 
 

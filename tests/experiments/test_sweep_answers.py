@@ -154,8 +154,8 @@ def test_a_batch_past_the_measured_latency_tables_is_not_priced():
     assert answers.loc[16, "answer"] == NOT_PRICED and pd.isna(answers.loc[16, "throughput_ratio"])
     assert "(a measured table) was measured at batch 1" in answers.loc[16, "why"]
     assert "not extrapolated" in answers.loc[16, "why"]
-    assert any(reason.startswith("profile 'smollm2-135m on this CPU (project recordings)' at batch 16: latency model")
-               for reason in result.skipped)
+    assert "profile 'smollm2-135m on this CPU (project recordings)' at batch 16: not priced, latency model " \
+           "'vanilla-1l' measured at batch 1-2 only (a batch is not extrapolated)" in result.skipped
     assert result.stops_paying["largest_batch"].tolist() == [1]
     recorded = _run([Profile.load(bundled("profiles", "batch/smollm2-135m-cpu-batch-drafters.json"))], ["sd"],
                     batch_sizes=[1, 16])
