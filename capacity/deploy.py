@@ -42,7 +42,7 @@ def batch_cap(profile, method: str, config: dict, load, tp: int, seed: int) -> t
         workload = load.workload(1.0)
         per_sequence = workload.mean_prompt(seed) + workload.mean_output(seed) + step.reserve_tokens
         cap, source = max(1, int(memory.capacity_tokens // per_sequence)), KV_CAP
-    measured = profile.max_batch({step.target, *step.models})
+    measured = profile.max_batch(step.priced_models)
     return (int(measured), MEASURED_CAP) if cap > measured else (cap, source)
 
 

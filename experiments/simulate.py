@@ -245,7 +245,7 @@ def run_serve(args) -> None:
 def within_measured(profile, step, label: str, batch: int, option: str) -> None:
     """InputError where `batch` lies past the latency tables of the models `step` runs: a measured
     table is not extrapolated in batch (`profiles.latency`)."""
-    measured = profile.max_batch({step.target, *step.models})
+    measured = profile.max_batch(step.priced_models)
     if batch > measured:
         raise InputError(f"{option}: {label} on '{profile.name}' is priced by latency tables measured up to batch "
                          f"{measured:g}, and batch {batch} lies past them (a batch is not extrapolated): give "

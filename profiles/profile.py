@@ -12,7 +12,6 @@ below, and a worker receives the Profile itself (it pickles), never its JSON.
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any

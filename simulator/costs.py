@@ -52,7 +52,7 @@ def latency_for(profile, step: StepModel, latencies: Mapping[str, Any] | None = 
     else the Profile's fitted model (InputError naming a model the Profile lacks)."""
     given = dict(latencies or {})
     fn = {m: _vectorised(given[m] if m in given else profile.latency_model(m))
-          for m in sorted(set(step.models) | {step.target})}
+          for m in step.priced_models}
 
     def seconds(model, n_tokens, ctx, batch=1):
         return fn[model](n_tokens, ctx, batch)

@@ -61,6 +61,11 @@ class StepModel:
         return self.shape.models
 
     @property
+    def priced_models(self) -> list[str]:
+        """Every model whose latency pricing this step reads: its forwards' and the target's (its prefill)."""
+        return sorted(set(self.models) | {self.target})
+
+    @property
     def max_drafted(self) -> int:
         return self.shape.max_drafted
 

@@ -50,6 +50,7 @@ SERVED = ["throughput_tok_s", "tpot_ms", "ttft_ms", "e2e_s_p50", "e2e_s_p99", "q
           "alone_s", "oom", "reached", "not_served"]
 NOTHING_FITS = "nothing fits"      # the answer where plain decoding itself does not fit, or not the batch
 NOT_PRICED = "not priced"          # the answer at a batch past the Profile's measured latency tables
+NO_RUN = (NOTHING_FITS, NOT_PRICED)     # answers that name no configuration to run
 PAYS = 1.0                         # speculation pays at a batch while it serves more than this x plain decoding
 LATENCIES = ["tpot_ms", "ttft_ms", "e2e_s_p50", "queue_s_p50", "latency_s_p50", "alone_s"]
 ANSWER_COLUMNS = ["answer", "method", "drafter", "config", "throughput_tok_s", "ar_throughput_tok_s",
@@ -214,17 +215,12 @@ def _answer(group: pd.DataFrame) -> dict[str, Any]:
     notes = [f"{_named(r)} {_refusal(r['not_served'])}" for _, r in refused.iterrows()] if "not_served" in spec else []
     out: dict[str, Any] = {"best_speculative": "", "best_speculative_ratio": np.nan, "tied_with": ""}
     if str(plain.get("not_served", "")).startswith(NOT_PRICED):
-        why = str(plain["not_served"]).removeprefix(f"{NOT_PRICED}: ")
-        return {**out, "answer": NOT_PRICED, "method": "", "drafter": "", "config": "", "why": why,
-                **{k: np.nan for k in ("throughput_tok_s", "ar_throughput_tok_s", "throughput_ratio")},
-                "serving_verdict": "-"}
+        return _no_run(out, NOT_PRICED, str(plain["not_served"]).removeprefix(f"{NOT_PRICED}: "), "-")
     if not _served(group[group["method"] == BASELINE]).iat[0]:
         refusal = _refusal(plain.get('not_served', ''))
         why = (f"plain decoding {refusal}; no configuration runs "
                + ("on one GPU" if refusal.startswith("does not fit") else f"batch {int(plain['batch'])} on one GPU"))
-        return {**out, "answer": NOTHING_FITS, "method": "", "drafter": "", "config": "", "why": why,
-                **{k: np.nan for k in ("throughput_tok_s", "ar_throughput_tok_s", "throughput_ratio")},
-                "serving_verdict": scoring.DOES_NOT_FIT}
+        return _no_run(out, NOTHING_FITS, why, scoring.DOES_NOT_FIT)
     if len(ran):
         best = ran.iloc[0]
         tied = ran.iloc[1:][ranking.within_error(ran["throughput_tok_s"].iloc[1:], best["throughput_tok_s"], error)]
@@ -263,6 +259,13 @@ def _answer(group: pd.DataFrame) -> dict[str, Any]:
             "throughput_ratio": chosen["throughput_tok_s"] / plain["throughput_tok_s"],
             "serving_verdict": chosen["serving_verdict"] if pays else "-", "why": why,
             **{k: chosen.get(k, np.nan) for k in LATENCIES}}
+
+
+def _no_run(out: dict[str, Any], answer: str, why: str, verdict: str) -> dict[str, Any]:
+    """An answer that names no configuration (NO_RUN): `answer`, why, and no throughput."""
+    return {**out, "answer": answer, "method": "", "drafter": "", "config": "", "why": why,
+            **{k: np.nan for k in ("throughput_tok_s", "ar_throughput_tok_s", "throughput_ratio")},
+            "serving_verdict": verdict}
 
 
 def preferred(spec: pd.DataFrame) -> pd.Series:

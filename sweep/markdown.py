@@ -20,7 +20,7 @@ import methods
 from calibrate.assumed import ASSUMED
 from sweep import ranking, scoring
 from simulator.batch_load import WAVES
-from sweep.deployments import DEPLOYMENT, NOT_PRICED, NOTHING_FITS
+from sweep.deployments import DEPLOYMENT, NO_RUN, NOT_PRICED, NOTHING_FITS
 from sweep.plots import no_figure_note, not_drawn
 
 REPORT_ROWS = 5            # rows per (profile, method) in a method's section (at most --top)
@@ -102,10 +102,10 @@ def what_to_run_rows(result: Any) -> pd.DataFrame:
     rows = []
     for row in first.itertuples(index=False):
         d = row._asdict()
-        run = d["answer"] if d["drafter"] in ("", "-") or d["answer"] in (methods.BASELINE, NOTHING_FITS, NOT_PRICED) \
+        run = d["answer"] if d["drafter"] in ("", "-") or d["answer"] in (methods.BASELINE, *NO_RUN) \
             else f"{d['answer']} (drafter {d['drafter']})"
         why = d["why"]
-        if stops is not None and len(answers["batch"].unique()) > 1 and d["answer"] not in (NOTHING_FITS, NOT_PRICED):
+        if stops is not None and len(answers["batch"].unique()) > 1 and d["answer"] not in NO_RUN:
             stop = stops.loc[tuple(d[k] for k in DEPLOYMENT)]
             why += (f"; speculation stops paying at batch {int(stop['stops_paying_at'])}{_again(stop)}"
                     if pd.notna(stop["stops_paying_at"]) else f"; it pays up to batch {int(stop['largest_batch'])}")
