@@ -25,8 +25,11 @@ from calibrate.transfer import hardware_terms_of, read_arch
 from common.bundled import bundled
 from common.errors import InputError
 from costmodel.params import Arch
-from profiles.acceptance import AcceptanceModel
+from profiles.acceptance import AcceptanceModel, part_owners
+from profiles.parts import Drafter, typed_drafters
 from profiles.profile import ASSUMED_FOR, Profile
+from profiles.record import Record
+from profiles.schema import model_entry
 
 ASSUMED = "ASSUMED"           # how an assumed entry's source begins, and the sweep's acceptance_source
 MODES = ("missing", "all", "none")   # methods without a setup / also a shape the Profile lacks / nothing
@@ -55,10 +58,9 @@ def _carried(donor: Profile, drafter: str, prefer: str, dataset: str, temperatur
                      f"'{dataset}' or '{prefer}'")
 
 
-def _like(profile: Profile, entry: dict) -> bool:
+def _like(profile: Profile, entry: Drafter) -> bool:
     """Whether the Profile has a drafter of the entry's kind and shape (a tree, or a chain)."""
-    return any(d.kind == entry["kind"] and (d.tree is None) == (entry.get("tree") is None)
-               for d in profile.drafters.values())
+    return any(d.kind == entry.kind and (d.tree is None) == (entry.tree is None) for d in profile.drafters.values())
 
 
 def _missing(profile: Profile, spec) -> bool:
@@ -83,22 +85,22 @@ def _draft_model(spec: str, target: Arch) -> tuple[str, dict]:
     return name, arch
 
 
-def _entries(target: str, method: str, drafter: str, assumed, combos) -> dict[str, dict]:
+def _entries(target: str, method: str, drafter: str, assumed, combos) -> dict[str, AcceptanceModel]:
     """The acceptance entries of `drafter` (method `method`'s alone) at each (dataset, temperature)
-    of `combos`, each carried from the donor Profile's nearest entry and its source saying so."""
+    of `combos`, each carried from the donor Profile's nearest entry (the parts that hold on another
+    target: `MethodSpec.carried_part`) and its source saying so."""
     donor = _donor(assumed.donor)
+    owners = part_owners()
     entries = {}
     for dataset, temperature in combos:
         src = _carried(donor, assumed.donor_drafter, assumed.prefer, dataset, temperature)
-        entry = {**src.to_dict(), "drafter": drafter, "dataset": dataset, "temperature": temperature,
-                 ASSUMED_FOR: method}
-        for key in assumed.drop:
-            part, _, field = key.partition(".")
-            entry[part] = {k: v for k, v in entry[part].items() if k != field}
-        entry["source"] = (f"{ASSUMED}: drafter {drafter} of {target}, {assumed.why}, measured on "
-                           f"{src.dataset} at T={src.temperature:g} (profile '{donor.name}', entry "
-                           f"'{src.name}': {src.source}); carried to {target} on {dataset} at T={temperature:g}")
-        entries[f"{drafter}/{dataset}/T{temperature:g}"] = entry
+        key = f"{drafter}/{dataset}/T{temperature:g}"
+        source = (f"{ASSUMED}: drafter {drafter} of {target}, {assumed.why}, measured on {src.dataset} at "
+                  f"T={src.temperature:g} (profile '{donor.name}', entry '{src.name}': {src.source}); carried to "
+                  f"{target} on {dataset} at T={temperature:g}")
+        own = {part: owners[part].carried_part(value) for part, value in src.own.items()}
+        entries[key] = replace(src, name=key, drafter=drafter, dataset=dataset, temperature=temperature,
+                               source=source, own=Record(own), extra=Record({**src.extra, ASSUMED_FOR: method}))
     return entries
 
 
@@ -118,7 +120,8 @@ def with_assumed(profile: Profile, names: Iterable[str], mode: str = "missing",
         terms = hardware_terms_of(profile)
     except InputError:          # a measured table prices its own models only
         terms = None
-    raw = profile.to_dict()
+    models, latency = dict(profile.models), dict(profile.latency)
+    drafters, acceptance = dict(profile.drafters), dict(profile.acceptance)
     combos = list(dict.fromkeys((a.dataset, a.temperature) for a in profile.acceptance.values()))   # its order
     added = []
     for name in names:
@@ -132,22 +135,25 @@ def with_assumed(profile: Profile, names: Iterable[str], mode: str = "missing",
                 model, arch = _draft_model(draft_model, profile.arch())
                 drafter = model
                 assumed = replace(assumed, entry={**assumed.entry, "model": model}, arch=arch)
-            if drafter in profile.drafters or (not chosen and (measured or _like(profile, assumed.entry))) \
+            entry = typed_drafters({drafter: assumed.entry})[drafter]
+            if drafter in profile.drafters or (not chosen and (measured or _like(profile, entry))) \
                     or (assumed.model and terms is None):
                 continue
             model = assumed.model
-            if model and model not in profile.models:
+            if model and model not in models:
                 how = (f"priced from its architecture with the hardware terms of '{profile.name}''s target "
                        "(calibrate.assumed)")
-                raw["models"][model] = assumed.arch
-                raw["latency"][model] = model_latency(assumed.arch, profile.hardware, terms, model, how,
-                                                      profile.latency_model(profile.target).dtype).to_dict()
-            raw["drafters"][drafter] = dict(assumed.entry)
-            raw["acceptance"].update(_entries(profile.target, name, drafter, assumed, combos))
+                models[model] = model_entry(assumed.arch, model)
+                latency[model] = model_latency(assumed.arch, profile.hardware, terms, model, how,
+                                               profile.latency_model(profile.target).dtype)
+            drafters[drafter] = entry
+            acceptance.update(_entries(profile.target, name, drafter, assumed, combos))
             added.append(f"{name} with drafter {drafter}")
     if not added:
         return profile
-    provenance = raw.setdefault("provenance", {})
-    provenance["assumptions"] = list(provenance.get("assumptions", [])) + [
-        f"{what}: acceptance ASSUMED (calibrate.assumed), no measurement of it on this target" for what in added]
-    return Profile.from_dict(raw, source=profile.name)
+    details = profile.provenance.details
+    assumptions = [*details.get("assumptions", []), *(
+        f"{what}: acceptance ASSUMED (calibrate.assumed), no measurement of it on this target" for what in added)]
+    provenance = replace(profile.provenance, details=Record({**details, "assumptions": assumptions}))
+    return replace(profile, models=models, latency=latency, drafters=drafters, acceptance=acceptance,
+                   provenance=provenance)

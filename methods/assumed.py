@@ -33,7 +33,6 @@ class AssumedDrafter:
     prefer: str
     why: str
     any_model: bool = False      # a draft model of the target's tokenizer: another one may take its place
-    drop: tuple[str, ...] = ()   # "part.key" of the donor's entry that is about its own generations: not carried
 
     @property
     def model(self) -> str | None:

@@ -8,7 +8,7 @@ writing new text) with every sweep configuration's exact replay beside it: `meth
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -59,9 +59,12 @@ class PromptLookup(MethodSpec):
         replay of its own window's configurations stays with its target, the fitted chain is carried."""
         return {self.name: AssumedDrafter({"kind": self.name}, None, "llama-3.1-8b-h100-vllm", self.name, "sharegpt",
                                           "the acceptance of vLLM's n-gram proposer (window 3-7) replayed on "
-                                          "Llama-3.1-8B-Instruct's outputs (SpecDecode-Bench)",
-                                          drop=(f"{self.name}.replayed", f"{self.name}.replayed_new_tokens",
-                                                f"{self.name}.length_shape", f"{self.name}.length_prompts"))}
+                                          "Llama-3.1-8B-Instruct's outputs (SpecDecode-Bench)")}
+
+    def carried_part(self, part):
+        """The fitted chain alone: the replays and their shape by answer length are of the donor's own
+        generations."""
+        return replace(part, replayed=None, replayed_new_tokens=None, length_shape=None, length_prompts=None)
 
     def drafters(self, arch):
         return {self.name: {"kind": self.name}}        # no model: the entry holds its own acceptance

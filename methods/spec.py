@@ -219,6 +219,11 @@ class MethodSpec:
         object with `.to_dict()`, and `.alpha` for the method's own), InputError naming the bad field."""
         raise NotImplementedError(f"{self.name} has no acceptance part of its own")
 
+    def carried_part(self, part: Any) -> Any:
+        """What of its acceptance part `part` holds on a target it was not measured on (an entry
+        `calibrate.assumed` carries there): all of it, unless the part records the donor's own generations."""
+        return part
+
     def assumed_drafters(self, target: str, arch) -> dict[str, Any]:
         """{drafter name: `methods.assumed.AssumedDrafter`} it runs with on target `target` (its
         `costmodel.params.Arch`) where no Profile measured it (`engine_offered` methods state some)."""

@@ -305,7 +305,7 @@ class AcceptanceModel:
                 raise InputError(f"{where}: markov.n_transitions must be a whole number >= 0, got {count!r}")
             markov = MarkovAcceptance(_probability(m["p_aa"], f"{where}: markov.p_aa"),
                                       _probability(m["p_ra"], f"{where}: markov.p_ra"), count)
-        own = {part: spec.acceptance_part(raw[part], where, part) for part, spec in _method_parts().items()
+        own = {part: spec.acceptance_part(raw[part], where, part) for part, spec in part_owners().items()
                if raw.get(part) is not None}
         persistence = raw.get("persistence")
         if persistence is not None and (isinstance(persistence, bool) or not isinstance(persistence, (int, float))
@@ -351,7 +351,7 @@ _KNOWN_FIELDS = {"alpha", "alpha_by_position", "alpha_by_position_at_gamma", "al
                  "dataset", "source"}
 
 
-def _method_parts() -> dict:
+def part_owners() -> dict:
     """Part key -> the method that reads and parses it (`MethodSpec.acceptance_parts`)."""
     return {part: spec for spec in methods.specs() for part in spec.acceptance_parts}
 

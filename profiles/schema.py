@@ -88,7 +88,7 @@ def parse(raw: Any, source: str = "profile") -> dict[str, Any]:
     try:
         return dict(
             name=raw["name"], hardware=raw["hardware"], dtype=raw["dtype"], target=raw["target"],
-            models={name: _arch(arch, name) for name, arch in raw["models"].items()},
+            models={name: model_entry(arch, name) for name, arch in raw["models"].items()},
             latency={name: latency_model(spec, name) for name, spec in raw["latency"].items()},
             acceptance={key: AcceptanceModel.from_dict(spec, name=key) for key, spec in raw["acceptance"].items()},
             drafters=typed_drafters(raw.get("drafters", {})),
@@ -100,7 +100,8 @@ def parse(raw: Any, source: str = "profile") -> dict[str, Any]:
         raise InputError(f"{source}: {exc}") from None
 
 
-def _arch(raw: Any, name: str) -> Arch | NoArch:
+def model_entry(raw: Any, name: str) -> Arch | NoArch:
+    """A `models` entry typed: its architecture, or a table's model that states none (`NoArch`)."""
     if not isinstance(raw, dict):
         raise InputError(f"model '{name}' must be an object (its architecture numbers, or a 'source')")
     if not any(key in raw for key in ARCH_REQUIRED):

@@ -28,7 +28,7 @@ from calibrate.vllm.streams import Stream
 from calibrate.vllm.study_fit import STUDY_FIT
 from papers.specdecode.peer import peer_predictions
 from costmodel.hardware import dtype_bytes
-from costmodel.params import kv_bytes_per_token, own_kv_bytes_per_token, own_params
+from costmodel.params import kv_bytes_per_token, own_kv_bytes_per_token, own_params, total_params
 from profiles.profile import Profile
 from simulator.closed_loop import EngineLimits, LoopResult, engine_pricer, price, schedule
 from simulator.costs import rows_latency_for
@@ -184,7 +184,7 @@ def sanity_lines(profile: Profile, loops: pd.DataFrame) -> list[str]:
                  f"our weights-only arithmetic gives {memory.capacity_tokens:,} (it leaves out activations and the "
                  f"CUDA-graph pool); published {facts.KV_CACHE_CHECK[0]:,}")
     forward = float(profile.latency_model(facts.TARGET).predict(1, 0))
-    floor = profile.arch().to_dict()["params"] * 2 / 3.35e12
+    floor = total_params(profile.arch()) * 2 / 3.35e12
     lines.append(f"one-token forward {forward * 1e3:.2f} ms against the HBM floor {floor * 1e3:.2f} ms (all weights at "
                  f"3.35 TB/s); the rest of the published 7.07 ms TPOT is the engine's")
     for dataset in dict.fromkeys(loops["dataset"]):

@@ -123,3 +123,18 @@ def test_a_draft_model_of_the_registry_or_a_config_json_is_priced_beside_the_mea
         assert added == {name} and isinstance(priced.latency_model(name), RooflineLatency)
         frames = scored(priced, spec.name)
         assert {f["drafter"].iat[0] for f in frames} >= {name} | set(profile.drafters_of(*spec.drafter_kinds))
+
+
+def test_an_assumed_entry_carries_what_holds_on_another_target_and_the_donors_own_replays_stay(priced):
+    """Prompt lookup's donor entry holds replays of the donor's own generations: the fitted chain is carried,
+    the replays and their shape by answer length are not (`MethodSpec.carried_part`); the rest of the entry
+    is the donor's, under the new key, drafter, dataset and temperature."""
+    spec = methods.get("prompt_lookup")
+    carried = [(p, a) for _, p in priced for a in p.acceptance.values() if a.drafter == spec.name
+               and a.source.startswith(ASSUMED)]
+    assert carried
+    for profile, entry in carried:
+        part = entry.part(spec.name)
+        assert part.replayed is None and part.length_shape is None and part.replayed_new_tokens is None
+        assert 0 < part.alpha <= 1 and entry.extra["assumed_for"] == spec.name
+        assert profile.acceptance[f"{spec.name}/{entry.dataset}/T{entry.temperature:g}"] is entry
