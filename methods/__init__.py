@@ -8,15 +8,16 @@
 Every module of this package that defines `SPEC` (a MethodSpec instance) is a method: it is found
 here (pkgutil) and registered in the order of its `ORDER` (the order of tables, reports and CLI
 defaults; modules without one follow by name). A method defined outside the package calls
-`register` itself (see tests/methods/toy_method.py). `BASELINE` names plain decoding.
+`register` itself (see tests/methods/toy_method.py). `BASELINE` names plain decoding; `CHAIN`,
+one draft model's chain.
 """
 import importlib
 import math
 import pkgutil
 
 from methods.config import MethodConfig
-from methods.spec import (BASELINE, MethodSpec, PlotSpec, Setup, SpaceOption, get, names, parse_config, parse_label,
-                          parse_methods, register, space_options, specs, unregister)
+from methods.spec import (BASELINE, CHAIN, MethodSpec, PlotSpec, Setup, SpaceOption, get, names, parse_config,
+                          parse_label, parse_methods, register, space_options, specs, unregister)
 
 
 def _register_package_methods() -> None:
@@ -28,5 +29,5 @@ def _register_package_methods() -> None:
 
 _register_package_methods()
 
-__all__ = ["BASELINE", "MethodConfig", "MethodSpec", "PlotSpec", "Setup", "SpaceOption", "get", "names",
+__all__ = ["BASELINE", "CHAIN", "MethodConfig", "MethodSpec", "PlotSpec", "Setup", "SpaceOption", "get", "names",
            "parse_config", "parse_label", "parse_methods", "register", "space_options", "specs", "unregister"]

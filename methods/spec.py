@@ -42,6 +42,7 @@ if TYPE_CHECKING:       # profiles sits above methods: a Profile is built of wha
     from profiles.parts import Drafter
 
 BASELINE = "ar"         # plain decoding: every speedup's denominator
+CHAIN = "sd"            # one draft model's chain: what an engine's imported chain steps, and a synthetic StepTrace, are
 
 
 @dataclass(frozen=True)

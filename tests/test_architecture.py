@@ -156,10 +156,8 @@ NAMES_A_METHOD = {
     "papers/": "the papers' data",
     "calibrate/vllm/": "a published study's data: which engine method each of its runs was",
     "campaigns/smollm2_batch.py": "the configurations a recording campaign records, by label",
-    "experiments/bench/": "benchmarks of one method's code",
+    "experiments/bench/lookup_chain.py": "a benchmark of one method's code",
     "fidelity/lengths.py": "prompt lookup's acceptance by answer length: one method's check",
-    "calibrate/synthetic.py": "a synthetic chain StepTrace (its method field)",
-    "calibrate/ingest/": "the StepTrace method an engine's imported chain steps take (default sd)",
     "verification/": "the sampler rules' names (the single-draft rule is 'sd')",
 }
 

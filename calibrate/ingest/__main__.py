@@ -18,6 +18,7 @@ import re
 import sys
 from pathlib import Path
 
+import methods
 from calibrate.ingest import FORMATS, IngestOptions, Ingested, ingest
 from calibrate.ingest.result import merge_into_profile
 from calibrate.ingest.sglang_bench import ACCEPT_LENGTH
@@ -150,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
                              "does not record it (default: the file's; never assumed 0)")
     parser.add_argument("--gamma", type=int, help="draft length when the source does not state it (default: the "
                                                   "source's)")
-    parser.add_argument("--method", default="sd", help="StepTrace method of imported chain steps (default sd)")
+    parser.add_argument("--method", default=methods.CHAIN,
+                        help=f"StepTrace method of imported chain steps (default {methods.CHAIN})")
     parser.add_argument("--k", dest="draft_lengths", type=draft_lengths, metavar="LIST",
                         help="specdecode-bench: the draft lengths to replay, e.g. 1-20 or 1,3,5 (default: 1 to the "
                              "recorded proposer's k)")

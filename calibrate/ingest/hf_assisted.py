@@ -37,6 +37,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+import methods
 from calibrate.ingest.result import IngestOptions, Ingested, chain_config, chain_mask, from_steps, run_temperature
 from common.errors import InputError
 from traces.schema import RunMetadata, read_trace, write_trace
@@ -66,7 +67,7 @@ def _top1(logits: Any) -> list[float]:
 class AssistedRecorder:
     """Records every assisted-decoding step of `model.generate` while inside `with`."""
 
-    def __init__(self, model: Any, *, method: str = "sd", clock: Callable[[], float] = time.perf_counter):
+    def __init__(self, model: Any, *, method: str = methods.CHAIN, clock: Callable[[], float] = time.perf_counter):
         if not hasattr(model, "_get_candidate_generator"):
             raise InputError(f"{type(model).__name__} has no _get_candidate_generator: not a transformers "
                              "generation model (assisted generation is what this recorder hooks)")

@@ -42,7 +42,7 @@ class IngestOptions:
     dataset: str | None = None
     temperature: float | None = None
     gamma: int | None = None          # draft length when the source does not state it
-    method: str = "sd"                # StepTrace method of imported chain steps
+    method: str = methods.CHAIN       # StepTrace method of imported chain steps
     accept_length: str = "cumulative"  # sglang-bench: bench_serving's accept_length since the server start, or per run
     draft_lengths: tuple[int, ...] | None = None          # specdecode-bench: the k to replay (None: 1..recorded)
     ngram_windows: tuple[tuple[int, int], ...] | None = None   # specdecode-bench: (n_min, n_max) to replay (None: default)

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import methods
 from simulator import Cluster, Workload, simulate_serving, simulate_stream
 from simulator.methods import load_profile
 from common import atomic
@@ -42,8 +43,8 @@ def bench(profile_path: Path, repeats: int, stream_tokens: int, serve_seconds: f
     profile = load_profile(profile_path)
     results = {"profile": profile.name, "repeats": repeats}
     for engine, n_tokens in (("fast", stream_tokens), ("simpy", max(2, stream_tokens // 20))):
-        steps = simulate_stream(profile, "sd", SD, n_tokens, 0, engine=engine).summary["steps"]
-        wall, cpu = _median_seconds(lambda: simulate_stream(profile, "sd", SD, n_tokens, 0, engine=engine), repeats)
+        steps = simulate_stream(profile, methods.CHAIN, SD, n_tokens, 0, engine=engine).summary["steps"]
+        wall, cpu = _median_seconds(lambda: simulate_stream(profile, methods.CHAIN, SD, n_tokens, 0, engine=engine), repeats)
         results[f"stream_{engine}_steps_per_s"] = steps / wall
         results[f"stream_{engine}_steps_per_cpu_s"] = steps / cpu
     workload = Workload(rate=10.0, duration_s=serve_seconds, prompt_len="uniform:64:512", output_len="uniform:64:512")
@@ -51,7 +52,7 @@ def bench(profile_path: Path, repeats: int, stream_tokens: int, serve_seconds: f
     state = {}
 
     def serve():
-        state["summary"] = simulate_serving(profile, "sd", SD, workload, cluster, 0).summary
+        state["summary"] = simulate_serving(profile, methods.CHAIN, SD, workload, cluster, 0).summary
 
     results["serving_sim_seconds"] = serve_seconds
     results["serving_wall_s"], results["serving_cpu_s"] = _median_seconds(serve, max(1, repeats // 3))
