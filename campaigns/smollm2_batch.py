@@ -7,7 +7,7 @@ The base campaign (`campaigns.smollm2`) priced batches from forwards timed at ba
 never ran one; here, on one pinned core and one thread:
 1. `latency`: `traces.timing --cache batch` (the batch engine's own cache and masks) of the target
    over every verify width the recorded configurations run, the contexts of the lib-edit prompts and
-   batch 1-32; the trained vanilla drafter's forwards over its tree widths; GLIDE's decode-step draft
+   the recorded batches and every batch to `DENSE_TO` (`latency_batches`); the trained vanilla drafter's forwards over its tree widths; GLIDE's decode-step draft
    forward (`traces.drafter_timing`, in the engine's caches) -> `latency.parquet`, `drafter_latency.parquet`;
 2. `steps`: BatchStepTraces of the batched methods (`RUNS`) on calibration prompts (`--prompts`, lib-edit
    prompts the TokenTraces of the base campaign already use), every configuration decoding them at
@@ -58,6 +58,10 @@ MIN_PROMPTS = 8                   # a batch of B decodes max(B, MIN_PROMPTS) of 
 TARGET_TOKENS = "1,2,3,4,5,6,7,8,9,10,12"
 DRAFT_TOKENS = "1,2,4,8"          # the vanilla drafter's chains (1) and tree levels (2-8 per row)
 CONTEXTS = "128,256,384,512"      # lib-edit prompts hold 136-459 tokens, the longest row of a batch up to ~500
+# the latency grid times every batch up to this one: below ~8 rows a forward's cost on this CPU is not monotone in
+# its rows (width 1, context 256: 0.136 s at batch 3, 0.112 s at 4, 0.100 s at 5), and a served load's steps visit
+# every batch; batch 3, 5, 6 and 7 read off 1, 2, 4 and 8 of the same session missed by 14% median, 36% worst
+DENSE_TO = 8
 # the calibration configurations: each batched method, two sizes where it has them (a part's scale and
 # its fixed and per-row costs can be told apart), on its Profile drafter
 RUNS = [Candidate(methods.parse_label(label), drafter) for label, drafter in (
@@ -129,10 +133,17 @@ def lacking_chains(args, base) -> list[tuple[Candidate, str]]:
 
 # ------------------------------------------------------------------------------------ recording
 
+def latency_batches(batches: str) -> list[int]:
+    """The batches the latency grid times: the recorded ones and every batch up to `DENSE_TO` below their largest."""
+    asked = int_list(batches, "batch", 1)
+    return sorted(set(asked) | set(range(1, min(DENSE_TO, max(asked)) + 1)))
+
+
 def stage_latency(args, log) -> None:
     out = args.out / "latency.parquet"
-    common = ["--ctx", CONTEXTS, "--batch", args.batches, "--cache", "batch", "--threads", str(args.threads),
-              "--rounds", str(args.rounds), "--quiet"]
+    batches = latency_batches(args.batches)
+    common = ["--ctx", CONTEXTS, "--batch", ",".join(map(str, batches)), "--cache", "batch",
+              "--threads", str(args.threads), "--rounds", str(args.rounds), "--quiet"]
     if not out.exists():
         run_module("traces.timing", ["--model", "smollm2", "--tokens", TARGET_TOKENS, *common, "--out", str(out)], log)
     out = args.out / "vanilla_latency.parquet"
@@ -146,7 +157,7 @@ def stage_latency(args, log) -> None:
     device = torch.device("cpu")
     entries = {k: v for k, v in drafter_entries(TARGET_ARCH).items() if k == "glide"}
     frame = write_drafter_latency(out, (TARGET_ARCH,), int_list(CONTEXTS, "ctx", 0), Timer(device, 1, 5, 3, 2.0),
-                                  device, torch.float32, entries=entries, batches=int_list(args.batches, "batch", 1),
+                                  device, torch.float32, entries=entries, batches=batches,
                                   rows=True)
     log(f"wrote {len(frame)} GLIDE latency rows to {out}")
 

@@ -119,3 +119,10 @@ def test_batches_no_file_holds_are_recorded_and_files_that_disagree_are_refused(
         campaign.batches_to_record([1, 32], {plain: {1}, sd: set()}, Path("steps_ar.parquet"))
     assert campaign.recorded_batches(Path("data/traces/smollm2-cpu-batch-drafters/steps_ar.parquet")) >= {1, 2, 4, 8, 16}
     assert campaign.recorded_batches(tmp_path / "none.parquet") == set()
+
+
+def test_the_latency_grid_times_every_batch_to_eight_and_the_recorded_ones_past_it():
+    """A served load's steps visit every batch, and below ~8 rows this CPU's forward is not monotone in its rows."""
+    assert campaign.latency_batches("1,2,4,8,16,32") == [1, 2, 3, 4, 5, 6, 7, 8, 16, 32]
+    assert campaign.latency_batches("1,4") == [1, 2, 3, 4]
+    assert campaign.latency_batches("16") == [1, 2, 3, 4, 5, 6, 7, 8, 16]
