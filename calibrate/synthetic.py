@@ -80,8 +80,8 @@ def synthetic_chain_steps(betas: list[float], n_steps: int = 5000, seed: int = 0
     masks = np.arange(gamma)[None, :] < leading[:, None]
     confidences = np.where(masks, rng.beta(5, 1.5, masks.shape), rng.beta(1.5, 3, masks.shape))
     frame = pd.DataFrame({
-        "run_id": "synthetic", "method": methods.CHAIN, "config": _config_json(methods.CHAIN, gamma=gamma), "prompt_id": "p0",
-        "step": np.arange(n_steps), "ctx_len": 128 + np.arange(n_steps), "draft_forwards": gamma,
+        "run_id": "synthetic", "method": methods.CHAIN, "config": _config_json(methods.CHAIN, gamma=gamma),
+        "prompt_id": "p0", "step": np.arange(n_steps), "ctx_len": 128 + np.arange(n_steps), "draft_forwards": gamma,
         "draft_s": 1e-3 * gamma, "verify_tokens": gamma + 1, "verify_s": 2e-2, "overhead_s": 1e-4,
         "accepted": leading + 1, "accept_mask": list(masks), "confidences": list(confidences)})
     meta = RunMetadata(kind="step", seed=seed, extra={"synthetic": True, "betas": list(betas)})

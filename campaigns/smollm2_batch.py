@@ -7,8 +7,9 @@ The base campaign (`campaigns.smollm2`) priced batches from forwards timed at ba
 never ran one; here, on one pinned core and one thread:
 1. `latency`: `traces.timing --cache batch` (the batch engine's own cache and masks) of the target
    over every verify width the recorded configurations run, the contexts of the lib-edit prompts and
-   the recorded batches and every batch to `DENSE_TO` (`latency_batches`); the trained vanilla drafter's forwards over its tree widths; GLIDE's decode-step draft
-   forward (`traces.drafter_timing`, in the engine's caches) -> `latency.parquet`, `drafter_latency.parquet`;
+   the recorded batches and every batch to `DENSE_TO` (`latency_batches`); the trained vanilla drafter's
+   forwards over its tree widths; GLIDE's decode-step draft forward (`traces.drafter_timing`, in the engine's
+   caches) -> `latency.parquet`, `drafter_latency.parquet`;
 2. `steps`: BatchStepTraces of the batched methods (`RUNS`) on calibration prompts (`--prompts`, lib-edit
    prompts the TokenTraces of the base campaign already use), every configuration decoding them at
    each batch beside plain decoding of the same prompts at the same batch (`campaigns.measure`);

@@ -44,7 +44,8 @@ def bench(profile_path: Path, repeats: int, stream_tokens: int, serve_seconds: f
     results = {"profile": profile.name, "repeats": repeats}
     for engine, n_tokens in (("fast", stream_tokens), ("simpy", max(2, stream_tokens // 20))):
         steps = simulate_stream(profile, methods.CHAIN, SD, n_tokens, 0, engine=engine).summary["steps"]
-        wall, cpu = _median_seconds(lambda: simulate_stream(profile, methods.CHAIN, SD, n_tokens, 0, engine=engine), repeats)
+        wall, cpu = _median_seconds(lambda: simulate_stream(profile, methods.CHAIN, SD, n_tokens, 0, engine=engine),
+                                    repeats)
         results[f"stream_{engine}_steps_per_s"] = steps / wall
         results[f"stream_{engine}_steps_per_cpu_s"] = steps / cpu
     workload = Workload(rate=10.0, duration_s=serve_seconds, prompt_len="uniform:64:512", output_len="uniform:64:512")
