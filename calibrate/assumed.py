@@ -58,9 +58,9 @@ def _carried(donor: Profile, drafter: str, prefer: str, dataset: str, temperatur
                      f"'{dataset}' or '{prefer}'")
 
 
-def _like(profile: Profile, entry: Drafter) -> bool:
-    """Whether the Profile has a drafter of the entry's kind and shape (a tree, or a chain)."""
-    return any(d.kind == entry.kind and (d.tree is None) == (entry.tree is None) for d in profile.drafters.values())
+def _like(profile: Profile, drafter: Drafter) -> bool:
+    """Whether the Profile has a drafter of this one's kind and shape (a tree, or a chain)."""
+    return any(d.kind == drafter.kind and (d.tree is None) == (drafter.tree is None) for d in profile.drafters.values())
 
 
 def _missing(profile: Profile, spec) -> bool:
@@ -135,8 +135,8 @@ def with_assumed(profile: Profile, names: Iterable[str], mode: str = "missing",
                 model, arch = _draft_model(draft_model, profile.arch())
                 drafter = model
                 assumed = replace(assumed, entry={**assumed.entry, "model": model}, arch=arch)
-            entry = typed_drafters({drafter: assumed.entry})[drafter]
-            if drafter in profile.drafters or (not chosen and (measured or _like(profile, entry))) \
+            typed = typed_drafters({drafter: assumed.entry})[drafter]
+            if drafter in profile.drafters or (not chosen and (measured or _like(profile, typed))) \
                     or (assumed.model and terms is None):
                 continue
             model = assumed.model
@@ -146,7 +146,7 @@ def with_assumed(profile: Profile, names: Iterable[str], mode: str = "missing",
                 models[model] = model_entry(assumed.arch, model)
                 latency[model] = model_latency(assumed.arch, profile.hardware, terms, model, how,
                                                profile.latency_model(profile.target).dtype)
-            drafters[drafter] = entry
+            drafters[drafter] = typed
             acceptance.update(_entries(profile.target, name, drafter, assumed, combos))
             added.append(f"{name} with drafter {drafter}")
     if not added:
