@@ -123,10 +123,9 @@ def serve_task(task: ServeTask) -> dict[str, float]:
 
     try:
         run = serve(task.batch)
-    except PastMeasuredBatch as exc:    # a latency table measured below this batch: nothing extrapolated
-        return {**{k: np.nan for k in SERVED if k != "not_served"}, "not_served": f"{NOT_PRICED}: {exc}"}
-    except InputError as exc:       # e.g. the weights leave no KV memory on one GPU: not served, said why
-        return {**{k: np.nan for k in SERVED if k != "not_served"}, "not_served": str(exc)}
+    except InputError as exc:       # no KV memory left by the weights, or a table measured below this batch: said why
+        why = f"{NOT_PRICED}: {exc}" if isinstance(exc, PastMeasuredBatch) else str(exc)
+        return {**{k: np.nan for k in SERVED if k != "not_served"}, "not_served": why}
     s, steps = run.summary, run.iterations
     reached = int(steps.loc[steps["kind"] == "decode", "batch"].max()) if (steps["kind"] == "decode").any() else 0
     alone = s["service_s_p50"] if task.batch == 1 else serve(1, requests=1).summary["e2e_s_p50"]

@@ -285,9 +285,11 @@ def _serve_deployments(profiles: list[Profile], opts: SweepOptions, executor, ta
     frames = []
     for batch in opts.batch_sizes or [opts.batch]:
         lacking: list[str] = []      # the reasons --batch's scoring gave again, and the batches not priced
-        scored = tables if batch == opts.batch else _score_tables(profiles, opts, executor, batch, lacking)
+        if batch == opts.batch:
+            cands = deployed
+        else:
+            cands = deployments.candidates(_score_tables(profiles, opts, executor, batch, lacking), hardware)
         skipped += [reason for reason in lacking if reason not in skipped]
-        cands = deployments.candidates(scored, hardware)
         tasks, rows = deployments.serve_tasks(cands, by_name, batch, loads, opts.seed, every=deployed)
         served = executor.map(deployments.serve_task, tasks, desc=f"serving the best (batch {batch})")
         frames.append(deployments.answers(rows, served, batch, loads, by_name))
