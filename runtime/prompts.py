@@ -21,9 +21,10 @@ prompts can be kept apart across sets (`overlapping_sources`).
 
 `libedit` asks for the same edits of functions nobody here has measured: the documented public
 top-level functions of boltons (LIBEDIT_PACKAGE, a pinned install; 5-40 lines, at most 1,600
-characters, like HumanEval's; not the two it copied from the standard library, which the drafters'
-corpus reads), taken from its source files with `ast`, never imported. They are
-ordered by a hash of their name, so any first k prompts mix the library's modules, and prompt k
+characters, like HumanEval's; not those it copied from the standard library, which the drafters'
+corpus reads), taken from its source files with `ast`, never imported, then its public classes'
+documented public methods under the same rules (libedit/99 on; each method's code asked once). Each
+part is ordered by a hash of the name, so any first k prompts mix the library's modules, and prompt k
 asks for edit k mod 5.
 
 Nothing here imports torch; the dataset files are located without importing their packages.
@@ -37,6 +38,7 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -54,8 +56,10 @@ EDIT_REQUESTS = (
 LIBEDIT_PACKAGE = ("boltons", "25.0.0")       # (package, the version the Makefile installs)
 LIBEDIT_LINES, LIBEDIT_CHARS = (5, 40), 1600
 # boltons' copies of standard-library code, which the drafters' training corpus reads
-# (training.corpus.find_leaks found them in it): never an evaluation prompt
-LIBEDIT_EXCLUDED = ("urlutils.unquote_to_bytes", "strutils.args2sh")
+# (training.corpus.find_leaks found them in it, or an 8-word run of them in the standard library's
+# source files it samples): never an evaluation prompt
+LIBEDIT_EXCLUDED = ("urlutils.unquote_to_bytes", "strutils.args2sh", "tbutils.TracebackInfo.from_traceback",
+                    "tbutils.TracebackInfo.from_frame", "dictutils.OneToOne.unique")
 ID_FIELDS = ("id", "question_id", "task_id", "prompt_id")
 
 
@@ -156,33 +160,49 @@ def _codeedit() -> list[Prompt]:
 
 @functools.lru_cache(maxsize=1)
 def library_functions() -> tuple[tuple[str, str], ...]:
-    """(`module.function`, source) of LIBEDIT_PACKAGE's documented public top-level functions within
-    LIBEDIT_LINES and LIBEDIT_CHARS (less LIBEDIT_EXCLUDED), ordered by a hash of the name (read once:
-    parsing the library takes most of a second)."""
+    """(`module.function`, source) of LIBEDIT_PACKAGE's documented public top-level functions, then
+    (`module.Class.method`, source) of its public classes' documented public methods (dedented,
+    decorators kept), each part within LIBEDIT_LINES and LIBEDIT_CHARS (less LIBEDIT_EXCLUDED) and
+    ordered by a hash of the name (read once: parsing the library takes most of a second). The
+    methods come after the functions, so a function's prompt id stays what it was before they came."""
     package, version = LIBEDIT_PACKAGE
     root = _package_dir(package)
     found = importlib.metadata.version(package)
     if found != version:
         raise InputError(f"prompt set libedit is built from {package}=={version}, found {found} "
                          f"(pip install --no-deps {package}=={version})")
-    functions = []
+    functions, methods = [], []
     for path in sorted(root.glob("*.py")):
         text = path.read_text(encoding="utf-8")
+        lines = text.splitlines()
         for node in ast.parse(text).body:
-            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_") and ast.get_docstring(node):
-                code = ast.get_source_segment(text, node)
-                lines = code.count("\n") + 1
-                name = f"{path.stem}.{node.name}"
-                if (LIBEDIT_LINES[0] <= lines <= LIBEDIT_LINES[1] and len(code) <= LIBEDIT_CHARS
-                        and name not in LIBEDIT_EXCLUDED):
-                    functions.append((name, code))
-    return tuple(sorted(functions, key=lambda f: hashlib.sha256(f[0].encode()).hexdigest()))
+            if _documented(node):
+                functions.append((f"{path.stem}.{node.name}", _source(lines, node)))
+            elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                methods += [(f"{path.stem}.{node.name}.{m.name}", _source(lines, m)) for m in node.body if _documented(m)]
+    seen = {code for _, code in functions}       # a method one module copies from another is asked once
+    methods = [(name, code) for name, code in methods if not (code in seen or seen.add(code))]
+    return tuple(part for found in (functions, methods) for part in sorted(
+        ((name, code) for name, code in found if LIBEDIT_LINES[0] <= code.count("\n") + 1 <= LIBEDIT_LINES[1]
+         and len(code) <= LIBEDIT_CHARS and name not in LIBEDIT_EXCLUDED),
+        key=lambda f: hashlib.sha256(f[0].encode()).hexdigest()))
+
+
+def _documented(node: ast.AST) -> bool:
+    """A public function or method with a docstring."""
+    return isinstance(node, ast.FunctionDef) and not node.name.startswith("_") and bool(ast.get_docstring(node))
+
+
+def _source(lines: list[str], node: ast.FunctionDef) -> str:
+    """A function's source, its decorators first, dedented (a method's body sits one level in)."""
+    first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+    return textwrap.dedent("\n".join(lines[first - 1:node.end_lineno]))
 
 
 def _libedit() -> list[Prompt]:
     package = LIBEDIT_PACKAGE[0]
-    return [Prompt(prompt_id=f"libedit/{k}", turns=(_edit_request(code, k, name.split(".")[1]),), dataset="libedit",
-                   category="code edit", source=f"{package}.{name}")
+    return [Prompt(prompt_id=f"libedit/{k}", turns=(_edit_request(code, k, name.rsplit(".", 1)[1]),),
+                    dataset="libedit", category="code edit", source=f"{package}.{name}")
             for k, (name, code) in enumerate(library_functions())]
 
 

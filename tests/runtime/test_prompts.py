@@ -132,9 +132,16 @@ def test_the_library_edit_set_hands_back_boltons_functions_in_a_fixed_mixed_orde
     from runtime.prompts import EDIT_REQUESTS, LIBEDIT_EXCLUDED, overlapping_sources
 
     edits = load_prompts("libedit")
-    assert len(edits) == 99 and len({p.source for p in edits}) == 99
+    assert len(edits) == 232 and len({p.source for p in edits}) == 232
+    assert len({p.turns[0].split("```")[1] for p in edits}) == 232          # each function's code asked once
     assert [p.source for p in edits[:3]] == ["boltons.funcutils.format_invocation", "boltons.iterutils.is_collection",
                                              "boltons.strutils.removeprefix"]
+    assert all(p.source.count(".") == 2 for p in edits[:99])               # the top-level functions, then
+    assert all(p.source.count(".") == 3 for p in edits[99:])               # the classes' methods
+    assert edits[99].source == "boltons.dictutils.FrozenDict.updated"
+    assert "def updated(self" in edits[99].turns[0] and "\n    def" not in edits[99].turns[0]   # dedented
+    assert "@classmethod\ndef from_text(cls" in edits[100].turns[0]           # its decorator kept
+    assert "Rename the function to `add_arg_v2`" in edits[101].turns[0]      # the method's own name
     assert "def format_invocation(" in edits[0].turns[0] and edits[0].turns[0].endswith(EDIT_REQUESTS[0])
     assert "Rename the function to `is_collection_v2`" in edits[1].turns[0]       # prompt k asks for edit k mod 5
     assert {p.source.split(".")[1] for p in edits[:12]} >= {"iterutils", "strutils", "funcutils"}
