@@ -7,7 +7,7 @@ threads and the torch build; acceptance does not. So the latency part is measure
 kept:
 - the target's forward on a coarse grid (QUICK_TOKENS x QUICK_CTX at batch 1, moved inside the widths and
   contexts the table measured; random weights of its architecture: latency does not depend on the weights),
-  each point against what the Profile's table
+  timed in QUICK_ROUNDS rounds, each point's median against what the Profile's table
   prices there: a ratio per point, interpolated in (log2 tokens, context) and held past the grid's
   edges (`Correction`), multiplies every point of the target's table, and every drafter table the
   machine could not time itself (a draft model is the same kernels at the same widths);
@@ -25,7 +25,7 @@ kept:
   are under ENGINE_MIN_SHARE of the plain step the residual is noise, and they are kept as they are.
 The new Profile records this machine (`profiles.machine.this_machine`) and, in its provenance, what was
 measured again, the ratios and the machine, beside the source Profile's name; the source file is never
-touched (the new one is written atomically to --out). About a minute on 2 cores for SmolLM2.
+touched (the new one is written atomically to --out). 35 s on 2 cores for the single-request SmolLM2 Profile.
 """
 from __future__ import annotations
 
@@ -58,6 +58,10 @@ from traces.timing import Grid, profile_model
 
 QUICK_TOKENS = (1, 2, 4, 8, 16, 64)      # widths of the target's forwards timed again
 QUICK_CTX = (0, 1024)                    # contexts they are timed at
+QUICK_ROUNDS = 3                          # the batch-1 grid timed this many times over, each point its median:
+# one reading of a point moved by 10-35% from one round to the next on a shared 2-core machine (three rounds in one
+# process, 2026-11-29: a 2-token forward read x1.36, x0.97 and x0.92 its table), and a single reading put that into
+# the step's shape (a 2-token verify priced below a plain step)
 QUICK_STEPS = 24                          # plain decoding steps that time the engine's own work
 QUICK_BATCHES = (8, 32)                   # a batched table's forwards timed again at these batches too,
 QUICK_BATCH_TOKENS = (1, 2, 4, 8)         # at these widths: how a width's cost moved is not one batch's to another's
@@ -142,8 +146,9 @@ def target_correction(profile: Profile, model, timer: Timer, seed: int) -> Corre
     cache = "batch" if profile.engine.batching == PADDED else "kv"
     widest = float(np.max(old.batch))
     batches = sorted({int(min(b, widest)) for b in QUICK_BATCHES} - {1}) if widest > 1 else []
-    rows = profile_model(model, Grid(tokens, ctx, (1,)), timer, seed, cache_kind=cache)
-    ratio = np.array([[r["seconds"] / float(old.predict(r["n_tokens"], r["ctx_len"], 1)) for r in rows
+    rounds = [profile_model(model, Grid(tokens, ctx, (1,)), timer, seed, cache_kind=cache) for _ in range(QUICK_ROUNDS)]
+    seconds = np.median([[r["seconds"] for r in rows] for rows in rounds], axis=0)     # rows in the grid's order
+    ratio = np.array([[s / float(old.predict(r["n_tokens"], r["ctx_len"], 1)) for r, s in zip(rounds[0], seconds)
                        if r["n_tokens"] == n] for n in tokens])
     correction = Correction(tuple(map(float, tokens)), tuple(map(float, ctx)), ratio)
     if not batches:

@@ -1,6 +1,7 @@
 """calibrate.quick: the points it times again lie inside what the Profile's table measured, and a Profile of
 the continuous-batching engine has its engine terms timed through that engine."""
 import dataclasses
+import itertools
 from types import SimpleNamespace
 
 import numpy as np
@@ -19,6 +20,22 @@ def test_the_quick_grid_stays_inside_the_table_it_is_set_against():
     assert quick.quick_grid(single) == (quick.QUICK_TOKENS, quick.QUICK_CTX)      # a wide table: the grid as it is
     batch = Profile.load(BATCH32).latency_model("smollm2-135m")                    # 1-12 tokens, 128-512 context
     assert quick.quick_grid(batch) == ((1, 2, 4, 8, 12), (128, 512))
+
+
+def test_each_point_of_the_target_is_the_median_of_its_rounds(monkeypatch):
+    profile = Profile.load(SINGLE)
+    table = profile.latency_model(profile.target)
+    readings = itertools.chain([1.4, 1.0, 0.9], itertools.repeat(1.0))   # three rounds, the first an outlier;
+                                                                            # then the batch grid
+    def timed(model, grid, timer, seed, cache_kind):
+        level = next(readings)
+        return [{"n_tokens": n, "ctx_len": c, "batch": b, "seconds": level * float(table.predict(n, c, b))}
+                for b in grid.batch for c in grid.ctx for n in grid.tokens]
+
+    monkeypatch.setattr(quick, "profile_model", timed)
+    monkeypatch.setattr(quick, "QUICK_ROUNDS", 3)
+    correction = quick.target_correction(profile, None, None, 0)
+    assert correction.ratio == pytest.approx(np.ones((len(quick.QUICK_TOKENS), len(quick.QUICK_CTX))))
 
 
 def test_each_drafter_is_timed_inside_the_contexts_its_table_measured(monkeypatch):
