@@ -59,9 +59,9 @@ from traces.timing import Grid, profile_model
 QUICK_TOKENS = (1, 2, 4, 8, 16, 64)      # widths of the target's forwards timed again
 QUICK_CTX = (0, 1024)                    # contexts they are timed at
 QUICK_ROUNDS = 3                          # the batch-1 grid timed this many times over, each point its median:
-# one reading of a point moved by 10-35% from one round to the next on a shared 2-core machine (three rounds in one
-# process, 2026-11-29: a 2-token forward read x1.36, x0.97 and x0.92 its table), and a single reading put that into
-# the step's shape (a 2-token verify priced below a plain step)
+# the first round of a fresh process read one point far off (three rounds in one process, 2026-11-29: a 2-token
+# forward read x1.36, x0.97 and x0.92 its table), and a single reading put that into the step's shape (a 2-token
+# verify priced below a plain step)
 QUICK_STEPS = 24                          # plain decoding steps that time the engine's own work
 QUICK_BATCHES = (8, 32)                   # a batched table's forwards timed again at these batches too,
 QUICK_BATCH_TOKENS = (1, 2, 4, 8)         # at these widths: how a width's cost moved is not one batch's to another's

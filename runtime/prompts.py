@@ -180,12 +180,17 @@ def library_functions() -> tuple[tuple[str, str], ...]:
                 functions.append((f"{path.stem}.{node.name}", _source(lines, node)))
             elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
                 methods += [(f"{path.stem}.{node.name}.{m.name}", _source(lines, m)) for m in node.body if _documented(m)]
+    functions, methods = _within_limits(functions), _within_limits(methods)
     seen = {code for _, code in functions}       # a method one module copies from another is asked once
     methods = [(name, code) for name, code in methods if not (code in seen or seen.add(code))]
-    return tuple(part for found in (functions, methods) for part in sorted(
-        ((name, code) for name, code in found if LIBEDIT_LINES[0] <= code.count("\n") + 1 <= LIBEDIT_LINES[1]
-         and len(code) <= LIBEDIT_CHARS and name not in LIBEDIT_EXCLUDED),
-        key=lambda f: hashlib.sha256(f[0].encode()).hexdigest()))
+    return tuple(part for kind in (functions, methods)
+                 for part in sorted(kind, key=lambda f: hashlib.sha256(f[0].encode()).hexdigest()))
+
+
+def _within_limits(parts: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The (name, source) within LIBEDIT_LINES and LIBEDIT_CHARS, less LIBEDIT_EXCLUDED."""
+    return [(name, code) for name, code in parts if LIBEDIT_LINES[0] <= code.count("\n") + 1 <= LIBEDIT_LINES[1]
+            and len(code) <= LIBEDIT_CHARS and name not in LIBEDIT_EXCLUDED]
 
 
 def _documented(node: ast.AST) -> bool:
@@ -202,7 +207,7 @@ def _source(lines: list[str], node: ast.FunctionDef) -> str:
 def _libedit() -> list[Prompt]:
     package = LIBEDIT_PACKAGE[0]
     return [Prompt(prompt_id=f"libedit/{k}", turns=(_edit_request(code, k, name.rsplit(".", 1)[1]),),
-                    dataset="libedit", category="code edit", source=f"{package}.{name}")
+                   dataset="libedit", category="code edit", source=f"{package}.{name}")
             for k, (name, code) in enumerate(library_functions())]
 
 
