@@ -4,11 +4,15 @@ it is read on another.
 Latency belongs to the hardware; on a CPU the step's shape (how a 4-token verify compares with a
 plain step, what the BLAS does at 1-8 rows) moves with the CPU model, its SIMD instructions, the
 threads used and the torch/BLAS build, not only its speed. `Machine` records those (and a GPU's name,
-driver and clocks), `this_machine` reads them here, `differences` says what differs. A paper's Profile
-states only the GPU it was measured on (its datasheet hardware): `Machine.datasheet`.
+driver and clocks), `this_machine` reads them here, `differences` says what differs. Two cloud machines
+of one kind read alike on all of these and still price a step differently (another 2-core guest of the
+same kind ran plain decoding at 22-23 ms a step where the bundled Profile was recorded at 32-34 ms), so a
+machine also records a hash of its own identity (`host`), compared where both sides have one. A paper's
+Profile states only the GPU it was measured on (its datasheet hardware): `Machine.datasheet`.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import re
@@ -25,7 +29,8 @@ ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx
              "bf16", "i8mm")
 # what makes two machines price a step differently (clocks and the CPU's speed are not here: pairing a
 # measurement with its own plain decoding divides a uniform speed out; the shape is what does not divide)
-IDENTITY = ("cpu", "isa", "cores", "threads", "torch", "blas", "gpu", "gpu_driver")
+IDENTITY = ("cpu", "isa", "cores", "threads", "torch", "blas", "gpu", "gpu_driver", "host")
+HOST_IDS = ("/sys/class/dmi/id/product_uuid", "/etc/machine-id")   # this machine's own id, the first readable
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,7 @@ class Machine:
     gpu_driver: str = ""
     gpu_clocks: str = ""            # max SM and memory clocks, MHz
     datasheet: str = ""             # a Profile fitted to published figures: the hardware they name
+    host: str = ""                  # a hash of this machine's own id (HOST_IDS); "" where none was readable
 
     @classmethod
     def of(cls, raw: Any, where: str = "machine") -> "Machine":
@@ -76,7 +82,7 @@ class Machine:
             return f"{self.datasheet or 'unknown hardware'} (datasheet)"
         parts = [self.gpu] if self.gpu else []
         parts.append(f"{self.cpu}, {self.threads} thread(s) of {self.cores} core(s)")
-        return "; ".join(parts) + f"; torch {self.torch}, {self.blas}"
+        return "; ".join(parts) + f"; torch {self.torch}, {self.blas}" + (f"; host {self.host}" if self.host else "")
 
     def differences(self, other: "Machine") -> list[str]:
         """What differs between the two in what shapes a step's cost (`IDENTITY`), one 'field: a vs b'
@@ -86,7 +92,7 @@ class Machine:
         out = []
         for key in IDENTITY:
             a, b = getattr(self, key), getattr(other, key)
-            if a != b:
+            if a != b and (key != "host" or (a and b)):     # a Profile recorded before hosts were: not compared
                 show = (lambda v: " ".join(v) or "none") if key == "isa" else str
                 out.append(f"{key}: {show(a)} vs {show(b)}")
         return out
@@ -123,7 +129,21 @@ def this_machine(threads: int | None = None, device: str = "cpu") -> Machine:
     return Machine(cpu=_cpu_model(), isa=_isa_flags(), cores=len(os.sched_getaffinity(0)),
                    threads=int(threads if threads is not None else torch.get_num_threads()),
                    torch=torch.__version__.split("+")[0], blas=_blas(torch), gpu=gpu, gpu_driver=driver,
-                   gpu_clocks=clocks)
+                   gpu_clocks=clocks, host=host_id())
+
+
+def host_id() -> str:
+    """12 hex digits of a hash of the first readable of HOST_IDS (a VM's or board's UUID, the OS
+    install's id): the same on one machine from run to run, another on its twin; "" where none is readable."""
+    for path in HOST_IDS:
+        try:
+            with open(path, encoding="utf-8") as f:
+                found = f.read().strip()
+        except OSError:
+            continue
+        if found:
+            return hashlib.sha256(found.encode()).hexdigest()[:12]
+    return ""
 
 
 def _cpuinfo() -> str:

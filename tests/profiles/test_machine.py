@@ -27,6 +27,26 @@ def test_another_machine_is_refused_naming_both_and_what_differs():
     assert check_machine(other, HERE, "p.json", True).startswith("note: p.json was measured on Intel Xeon")
 
 
+def test_twin_machines_of_one_kind_are_told_apart_by_their_host_and_an_older_record_is_not():
+    with pytest.raises(InputError, match="host: aaaa vs bbbb"):
+        check_machine(dataclasses.replace(HERE, host="aaaa"), dataclasses.replace(HERE, host="bbbb"), "p.json", False)
+    assert check_machine(HERE, dataclasses.replace(HERE, host="bbbb"), "p.json", False) == ""    # recorded without one
+    assert Machine.of(dataclasses.replace(HERE, host="aaaa").to_dict()).host == "aaaa"
+
+
+def test_the_host_is_a_hash_of_the_first_id_readable(tmp_path, monkeypatch):
+    from profiles import machine
+
+    uuid, install = tmp_path / "product_uuid", tmp_path / "machine-id"
+    install.write_text("install-id\n")
+    monkeypatch.setattr(machine, "HOST_IDS", (str(uuid), str(install)))
+    assert machine.host_id() == machine.hashlib.sha256(b"install-id").hexdigest()[:12]   # the UUID unreadable
+    uuid.write_text("vm-uuid\n")
+    assert machine.host_id() == machine.hashlib.sha256(b"vm-uuid").hexdigest()[:12]
+    monkeypatch.setattr(machine, "HOST_IDS", (str(tmp_path / "none"),))
+    assert machine.host_id() == ""
+
+
 def test_a_profile_that_records_no_machine_is_a_note_not_a_refusal():
     said = check_machine(Machine(datasheet="CPU"), HERE, "p.json", False)
     assert said.startswith("note: p.json does not record the machine") and "AMD EPYC" in said
