@@ -179,7 +179,8 @@ def library_functions() -> tuple[tuple[str, str], ...]:
             if _documented(node):
                 functions.append((f"{path.stem}.{node.name}", _source(lines, node)))
             elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
-                methods += [(f"{path.stem}.{node.name}.{m.name}", _source(lines, m)) for m in node.body if _documented(m)]
+                methods += [(f"{path.stem}.{node.name}.{m.name}", _source(lines, m))
+                            for m in node.body if _documented(m)]
     functions, methods = _within_limits(functions), _within_limits(methods)
     seen = {code for _, code in functions}       # a method one module copies from another is asked once
     methods = [(name, code) for name, code in methods if not (code in seen or seen.add(code))]
