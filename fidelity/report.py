@@ -256,6 +256,21 @@ def first_predictions(args, runs: pd.DataFrame) -> list[str]:
             f"(predictions_first.csv) erred by median {100 * err.median():.1f}%, worst {100 * err.max():.1f}%"]
 
 
+def length_lines(runs: pd.DataFrame, args) -> list[str]:
+    """How long the answers ran against the length the predictions priced (`--sim-tokens`): an answer that
+    ends at the target's end of sequence is shorter than asked, and the prediction does not know it."""
+    if runs is None or not {"method", "prompt_id", "tokens"} <= set(runs.columns):
+        return []
+    answers = runs[runs["method"] == BASELINE].groupby("prompt_id")["tokens"].max()
+    priced = int(getattr(args, "sim_tokens", None) or args.max_new_tokens)
+    short = answers[answers < priced]
+    if short.empty:
+        return []
+    return [f"- answers: {len(short)} of {len(answers)} prompts' plain-decoding answers ended before the {priced} "
+            f"tokens priced ({int(short.min())}-{int(short.max())} tokens, the target's end of sequence): their "
+            "speedups were measured over shorter answers than the prediction priced"]
+
+
 def interval_lines(spec: pd.DataFrame) -> list[str]:
     """How often the measured speedup fell in its predicted 90% interval, how wide the intervals
     were, and the prompts a run needs to tell the configurations from plain decoding."""
@@ -297,6 +312,7 @@ def report(fid: pd.DataFrame, reg: pd.DataFrame, args, profile, prompts: list[st
         agreement(spec),
         f"- of which acceptance (tokens/step): median |error| {100 * spec['acceptance_error'].abs().median():.1f}%, "
         f"latency (step time): median |error| {100 * spec['latency_error'].abs().median():.1f}%",
+        *length_lines(runs, args),
         f"- within 2x the measurement noise: {int(spec['within_2x_noise'].sum())}/{len(spec)}",
         *interval_lines(spec),
         *winners(spec),

@@ -332,3 +332,14 @@ def test_a_drafter_trained_with_another_vocabulary_than_its_profile_is_refused()
         check_draft_vocab("vanilla", {}, reduced, "v.safetensors")
     with pytest.raises(InputError, match="drafts over every token"):
         check_draft_vocab("vanilla", {"draft_vocab": 8}, build_vanilla(target, 1), "v.safetensors")
+
+
+def test_the_report_says_when_answers_ended_before_the_length_priced():
+    from types import SimpleNamespace
+
+    runs = pd.DataFrame({"method": ["ar", "ar", "ar", "prompt_lookup"], "prompt_id": ["a", "b", "c", "a"],
+                         "tokens": [256, 71, 189, 70]})
+    (line,) = fidelity_report.length_lines(runs, SimpleNamespace(sim_tokens=256, max_new_tokens=256))
+    assert line.startswith("- answers: 2 of 3 prompts' plain-decoding answers ended before the 256 tokens priced")
+    assert "(71-189 tokens" in line
+    assert fidelity_report.length_lines(runs, SimpleNamespace(sim_tokens=64, max_new_tokens=256)) == []
