@@ -7,7 +7,7 @@ threads and the torch build; acceptance does not. So the latency part is measure
 kept:
 - the target's forward on a coarse grid (QUICK_TOKENS x QUICK_CTX at batch 1, moved inside the widths and
   contexts the table measured; random weights of its architecture: latency does not depend on the weights),
-  timed in QUICK_ROUNDS rounds, each point's median against what the Profile's table
+  timed in QUICK_ROUNDS rounds, each point's median (`traces.timer.across_rounds`) against what the Profile's table
   prices there: a ratio per point, interpolated in (log2 tokens, context) and held past the grid's
   edges (`Correction`), multiplies every point of the target's table, and every drafter table the
   machine could not time itself (a draft model is the same kernels at the same widths);
@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 
 import methods
@@ -53,7 +54,7 @@ from runtime.engine import make_decoder
 from runtime.engine.batch import BatchEngine
 from runtime.models import random_architecture
 from traces.drafter_timing import drafter_entries, drafter_rows
-from traces.timer import Timer
+from traces.timer import Timer, across_rounds
 from traces.timing import Grid, profile_model
 
 QUICK_TOKENS = (1, 2, 4, 8, 16, 64)      # widths of the target's forwards timed again
@@ -146,9 +147,9 @@ def target_correction(profile: Profile, model, timer: Timer, seed: int) -> Corre
     cache = "batch" if profile.engine.batching == PADDED else "kv"
     widest = float(np.max(old.batch))
     batches = sorted({int(min(b, widest)) for b in QUICK_BATCHES} - {1}) if widest > 1 else []
-    rounds = [profile_model(model, Grid(tokens, ctx, (1,)), timer, seed, cache_kind=cache) for _ in range(QUICK_ROUNDS)]
-    seconds = np.median([[r["seconds"] for r in rows] for rows in rounds], axis=0)     # rows in the grid's order
-    ratio = np.array([[s / float(old.predict(r["n_tokens"], r["ctx_len"], 1)) for r, s in zip(rounds[0], seconds)
+    rows = across_rounds(pd.DataFrame([r for _ in range(QUICK_ROUNDS) for r in profile_model(
+        model, Grid(tokens, ctx, (1,)), timer, seed, cache_kind=cache)])).to_dict("records")
+    ratio = np.array([[r["seconds"] / float(old.predict(r["n_tokens"], r["ctx_len"], 1)) for r in rows
                        if r["n_tokens"] == n] for n in tokens])
     correction = Correction(tuple(map(float, tokens)), tuple(map(float, ctx)), ratio)
     if not batches:

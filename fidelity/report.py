@@ -262,7 +262,7 @@ def length_lines(runs: pd.DataFrame, args) -> list[str]:
     if runs is None or not {"method", "prompt_id", "tokens"} <= set(runs.columns):
         return []
     answers = runs[runs["method"] == BASELINE].groupby("prompt_id")["tokens"].max()
-    priced = int(getattr(args, "sim_tokens", None) or args.max_new_tokens)
+    priced = int(args.sim_tokens)
     short = answers[answers < priced]
     if short.empty:
         return []

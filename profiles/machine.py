@@ -30,6 +30,8 @@ ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx
 # what makes two machines price a step differently (clocks and the CPU's speed are not here: pairing a
 # measurement with its own plain decoding divides a uniform speed out; the shape is what does not divide)
 IDENTITY = ("cpu", "isa", "cores", "threads", "torch", "blas", "gpu", "gpu_driver", "host")
+CPUINFO = "/proc/cpuinfo"
+RECORDED_LATER = ("host",)          # fields older Profiles lack: compared only where both sides record one
 HOST_IDS = ("/sys/class/dmi/id/product_uuid", "/etc/machine-id")   # this machine's own id, the first readable
 
 
@@ -92,7 +94,7 @@ class Machine:
         out = []
         for key in IDENTITY:
             a, b = getattr(self, key), getattr(other, key)
-            if a != b and (key != "host" or (a and b)):     # a Profile recorded before hosts were: not compared
+            if a != b and (key not in RECORDED_LATER or (a and b)):
                 show = (lambda v: " ".join(v) or "none") if key == "isa" else str
                 out.append(f"{key}: {show(a)} vs {show(b)}")
         return out
@@ -136,31 +138,27 @@ def host_id() -> str:
     """12 hex digits of a hash of the first readable of HOST_IDS (a VM's or board's UUID, the OS
     install's id): the same on one machine from run to run, another on its twin; "" where none is readable."""
     for path in HOST_IDS:
-        try:
-            with open(path, encoding="utf-8") as f:
-                found = f.read().strip()
-        except OSError:
-            continue
-        if found:
+        if found := _read(path).strip():
             return hashlib.sha256(found.encode()).hexdigest()[:12]
     return ""
 
 
-def _cpuinfo() -> str:
+def _read(path: str) -> str:
+    """A system file's text, "" where it cannot be read."""
     try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f:
             return f.read()
     except OSError:
         return ""
 
 
 def _cpu_model() -> str:
-    found = re.search(r"^(?:model name|Model|Hardware)\s*:\s*(.+)$", _cpuinfo(), flags=re.M)
+    found = re.search(r"^(?:model name|Model|Hardware)\s*:\s*(.+)$", _read(CPUINFO), flags=re.M)
     return found.group(1).strip() if found else (platform.processor() or platform.machine())
 
 
 def _isa_flags() -> tuple[str, ...]:
-    found = re.search(r"^(?:flags|Features)\s*:\s*(.+)$", _cpuinfo(), flags=re.M)
+    found = re.search(r"^(?:flags|Features)\s*:\s*(.+)$", _read(CPUINFO), flags=re.M)
     have = set(found.group(1).split()) if found else set()
     return tuple(f for f in ISA_FLAGS if f in have)
 

@@ -29,7 +29,8 @@ def test_each_point_of_the_target_is_the_median_of_its_rounds(monkeypatch):
                                                                             # then the batch grid
     def timed(model, grid, timer, seed, cache_kind):
         level = next(readings)
-        return [{"n_tokens": n, "ctx_len": c, "batch": b, "seconds": level * float(table.predict(n, c, b))}
+        return [{"n_tokens": n, "ctx_len": c, "batch": b, "seconds": level * float(table.predict(n, c, b)),
+                 "repeats": 7}
                 for b in grid.batch for c in grid.ctx for n in grid.tokens]
 
     monkeypatch.setattr(quick, "profile_model", timed)
