@@ -20,18 +20,18 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 import methods
-from campaigns.measure import Bench, Candidate
+from calibrate.answers import (LENGTHS, answers_by_prompt, check_target, greedy_answers, read_answers, refit,
+                               with_length_shape)
+from campaigns.measure import Bench
 from common import atomic
 from common.cli import CliParser, cli_entry, log, require_positive
 from common.errors import InputError
 from common.rundir import add_overwrite_option, start_run
-from fidelity.lengths import LENGTHS, METHOD, judge, refit, with_length_shape
-from fidelity.run import check_held_out, check_target, dataset_of
-from methods import BASELINE
+from fidelity.lengths import judge, one_method
+from fidelity.run import check_held_out, dataset_of
 from profiles.profile import Profile
 from runtime.prompts import load_prompt_mix
 from sweep.markdown import md_table
@@ -66,40 +66,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _configs(text: str):
-    configs = []
-    for label in (part.strip() for part in text.split(",") if part.strip()):
-        config = methods.parse_label(label)
-        if config.method != METHOD:
-            raise InputError(f"--configs: '{label}' is not a {METHOD} configuration")
-        configs.append(config)
+    configs = [methods.parse_label(label) for label in (part.strip() for part in text.split(",")) if label]
     if not configs:
         raise InputError("--configs names no configuration")
+    try:
+        one_method(configs)
+    except InputError as exc:
+        raise InputError(f"--configs: {exc}") from None
     return configs
 
 
-def _outputs(args, bench: Bench | None, encoded, longest: int) -> pd.DataFrame:
-    """One greedy answer per prompt (dataset, prompt_id, pos, token), generated or read back."""
+def _outputs(args, bench: Bench, encoded, longest: int) -> pd.DataFrame:
+    """One greedy answer per prompt (calibrate.answers.ANSWER_COLUMNS), read back or generated."""
     if args.outputs is not None:
-        for path in args.outputs:
-            if not path.is_file():
-                raise InputError(f"--outputs {path} is not a file")
-        frame = pd.concat([pd.read_parquet(path) for path in args.outputs], ignore_index=True)
-        frame = frame.drop_duplicates(["prompt_id", "pos"])
+        frame = read_answers(args.outputs, longest, option="--outputs")
         missing = sorted({pid for _, pid, _ in encoded} - set(frame["prompt_id"]))
         if missing:
-            raise InputError(f"--outputs holds no answer to {missing[0]} ({len(missing)} in all)")
-        if int(frame["max_new_tokens"].min()) < longest:
-            raise InputError(f"--outputs answers at most {int(frame['max_new_tokens'].min())} tokens; --lengths "
-                             f"asks for {longest}")
+            raise InputError(f"--outputs holds no answer of {longest} tokens or more to {missing[0]} "
+                             f"({len(missing)} in all)")
         return frame
-    decoder = bench.decoder(Candidate(methods.get(BASELINE).config()))
-    rows = []
-    for i, (prompt_set, pid, ids) in enumerate(encoded):
-        tokens = decoder.generate(ids, longest, bench.eos).tokens
-        rows += [{"prompt_set": prompt_set, "prompt_id": pid, "pos": pos, "token": int(t), "max_new_tokens": longest}
-                 for pos, t in enumerate(tokens)]
-        log(f"answer {i + 1}/{len(encoded)}: {pid}, {len(tokens)} tokens")
-    frame = pd.DataFrame(rows)
+    frame = greedy_answers(bench.target.model, bench.eos, encoded, longest)
     atomic.write_parquet(args.out / "outputs.parquet", frame)
     return frame
 
@@ -147,21 +133,20 @@ def main(argv: list[str] | None = None) -> int:
     start_run(args.out, "experiments.acceptance_length", argv, args.overwrite)
     args.out.mkdir(parents=True, exist_ok=True)
     bench = Bench(args.target, {}, Path("artifacts/drafters"), args.threads)
-    check_target(profile, bench)
+    check_target(profile, bench.target.model)
     encoded = bench.encode(calibration + held)
-    answers = _outputs(args, None if args.outputs else bench, encoded, max(lengths))
-    outputs = {pid: rows.sort_values("pos")["token"].tolist() for pid, rows in answers.groupby("prompt_id", sort=False)}
+    outputs = answers_by_prompt(_outputs(args, bench, encoded, max(lengths)))
     prompts = {pid: ids for _, pid, ids in encoded}
-    tables, shaped = [], profile
+    tables, shaped, spec = [], profile, one_method(configs)
     for prompt_set in sorted({p.dataset for p in held}):
         dataset = datasets[prompt_set]
         own = lambda chosen: {p.prompt_id: outputs[p.prompt_id] for p in chosen if p.dataset == prompt_set}  # noqa: E731
         fit_on = own(calibration)
         if len(fit_on) < 2:
             raise InputError(f"--calibration has {len(fit_on)} prompt(s) of {prompt_set}: fitting needs two or more")
-        refitted = refit(profile, dataset, prompts, fit_on, configs,
+        refitted = refit(profile, spec, dataset, prompts, fit_on, configs,
                          f"greedy answers of {len(fit_on)} calibration prompts, {max(lengths)} new tokens at most")
-        shaped = with_length_shape(shaped, dataset, prompts, fit_on, lengths)
+        shaped = with_length_shape(shaped, spec, dataset, prompts, fit_on, lengths)
         tables.append(judge({"bundled": profile, "refit": refitted, "shaped": shaped}, dataset, prompts, own(held),
                             configs, lengths))
         log(f"{dataset}: judged {len(configs)} configurations at {len(lengths)} lengths on {len(own(held))} prompts")

@@ -44,6 +44,7 @@ import numpy as np
 import pandas as pd
 
 from methods import BASELINE
+from calibrate.answers import check_target
 from common import atomic
 from common.errors import InputError
 from common.cli import CliParser, cli_entry, log
@@ -53,7 +54,7 @@ from fidelity.batch import SIM_REPEATS as BATCH_SIM_REPEATS, batch_sections, che
 from campaigns.measure import ENGINES, Bench, decode_seconds, parse_candidate
 from traces.timing import int_list
 
-from fidelity.run import (PER_SETUP, SELECTIONS, SIM_REPEATS, check_held_out, check_target, dataset_of,
+from fidelity.run import (PER_SETUP, SELECTIONS, SIM_REPEATS, check_held_out, dataset_of,
                           default_candidates, predict, predictions_with_intervals, read_candidates)
 from profiles.profile import Profile
 from profiles.machine import check_machine, this_machine
@@ -242,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_batches(args, profile, chosen, datasets, given, batches, log)
     start_run(args.out, "experiments.fidelity", argv, args.overwrite)
     bench = Bench(args.target, profile.drafters, args.drafters, args.threads, args.seed, engine=args.engine)
-    check_target(profile, bench)
+    check_target(profile, bench.target.model)
     prompts = bench.encode(chosen)
     args.out.mkdir(parents=True, exist_ok=True)
     preds, cands_by = [], {}
@@ -283,7 +284,7 @@ def run_batches(args, profile, chosen, datasets: dict[str, str], given, batches:
         raise InputError("--batch measures this project's continuous-batching engine: --engine specsim")
     (dataset,) = datasets.values()
     bench = Bench(args.target, profile.drafters, args.drafters, args.threads, args.seed)
-    check_target(profile, bench)
+    check_target(profile, bench.target.model)
     prompts = bench.encode(chosen)
     lengths = [len(ids) for _, _, ids in prompts]
     cands = given or default_candidates(profile, dataset, float(np.mean(lengths)) + args.max_new_tokens / 2,

@@ -35,12 +35,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from calibrate.answers import check_target
 from campaigns.measure import Bench, parse_candidate
 from common import atomic
 from common.cli import CliParser, cli_entry, log, require_positive
 from common.errors import InputError
 from common.rundir import add_overwrite_option, read_manifest, start_run
-from fidelity.run import check_held_out, check_target, dataset_of, read_candidates
+from fidelity.run import check_held_out, dataset_of, read_candidates
 from fidelity.served import (MULTIPLES, capacity, check_requests, compare_loads, make_loads, measured_run,
                              parse_rates, predict_load, read_arrival_trace, request_mix, serve_loads, step_costs)
 from fidelity.served_report import served_report
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     dataset = dataset_of(profile, chosen[0].dataset)
     cands = read_candidates(args.configs)
     bench = Bench(args.target, profile.drafters, args.drafters, args.threads, args.seed)
-    check_target(profile, bench)
+    check_target(profile, bench.target.model)
     encoded = {pid: ids for _, pid, ids in bench.encode(chosen)}
     check_requests(bench, cands, encoded, output_lens, args.max_batch, args.context)
     mix = request_mix(list(encoded.items()), args.requests, output_lens, args.seed)

@@ -22,7 +22,6 @@ from common.seeds import derive_seed
 from campaigns.measure import Bench, Candidate, parse_candidate
 from sweep import scoring
 from methods.spec import engine_config, priced_config, plain_shape
-from traces.timing import DTYPE_NAMES
 from runtime.prompts import builtin_prompts, overlapping_sources
 from costmodel.step import step_seconds
 
@@ -94,23 +93,6 @@ def read_candidates(path: Path) -> list[Candidate]:
     if not any(c.method == BASELINE for c in cands):
         cands.insert(0, Candidate(methods.get(BASELINE).config()))
     return cands
-
-
-def check_target(profile, bench: Bench) -> None:
-    """The Profile must describe the measured target: architecture, hardware and dtype."""
-    model = bench.target.model
-    arch = profile.models[profile.target]
-    have = {"n_layers": model.config.num_layers, "hidden": model.config.hidden_size, "vocab": model.config.vocab_size}
-    for key, value in have.items():
-        if hasattr(arch, key) and int(getattr(arch, key)) != int(value):
-            raise InputError(f"profile '{profile.name}' is for target '{profile.target}' with {key} "
-                             f"{getattr(arch, key)}; the measured target has {value}")
-    hardware = "CPU" if model.device.type == "cpu" else None
-    if hardware and profile.hardware != hardware:
-        raise InputError(f"profile '{profile.name}' is for hardware '{profile.hardware}'; this run measures on {hardware}")
-    dtype = DTYPE_NAMES.get(model.dtype, str(model.dtype))
-    if profile.dtype != dtype:
-        raise InputError(f"profile '{profile.name}' is for dtype {profile.dtype}; the measured target runs {dtype}")
 
 
 def check_held_out(profile, prompt_ids: list[str]) -> None:

@@ -157,7 +157,6 @@ NAMES_A_METHOD = {
     "calibrate/vllm/": "a published study's data: which engine method each of its runs was",
     "campaigns/smollm2_batch.py": "the configurations a recording campaign records, by label",
     "experiments/bench/lookup_chain.py": "a benchmark of one method's code",
-    "fidelity/lengths.py": "prompt lookup's acceptance by answer length: one method's check",
     "verification/": "the sampler rules' names (the single-draft rule is 'sd')",
 }
 

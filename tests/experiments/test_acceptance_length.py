@@ -1,38 +1,25 @@
 """Prompt lookup's acceptance against answer length (`fidelity.lengths`): replayed exactly on greedy
-answers cut at each length, priced from a Profile's entry, and that entry fitted again on long answers."""
+answers cut at each length and priced from a Profile's entry, beside the entry fitted again on long
+answers (`calibrate.answers`)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 import methods
+from calibrate import answers
 from common.bundled import bundled
 from common.errors import InputError
 from fidelity import lengths
 from profiles.profile import Profile
+from tests.calibrate.test_answers import CONFIGS, copying_answers
 from traces.lookup_replay import lookup_steps
 
-
-def _answers(seed: int, prompts: int = 4, length: int = 96):
-    """Prompts of random tokens whose answers copy stretches of them between free tokens."""
-    rng = np.random.default_rng(seed)
-    ins, outs = {}, {}
-    for i in range(prompts):
-        prompt = rng.integers(0, 500, 120).tolist()
-        answer = []
-        while len(answer) < length:
-            start = int(rng.integers(0, 100))
-            answer += prompt[start:start + int(rng.integers(2, 12))] + rng.integers(500, 900, 3).tolist()
-        ins[f"libedit/{seed}-{i}"], outs[f"libedit/{seed}-{i}"] = prompt, answer[:length]
-    return ins, outs
-
-
-CONFIGS = [methods.get("prompt_lookup").parse(methods.parse_label(label).to_dict())
-           for label in ("prompt_lookup g3 nmin2 nmax3", "prompt_lookup g6 nmin1 nmax4")]
+SPEC = methods.get("prompt_lookup")
 
 
 def test_the_replay_at_a_length_is_the_answer_cut_there():
-    prompts, outputs = _answers(0)
+    prompts, outputs = copying_answers(0)
     table = lengths.replayed(prompts, outputs, CONFIGS, [16, 96]).set_index(["config", "length"])
     steps = [s for pid in outputs for s in lookup_steps(prompts[pid], outputs[pid][:16], CONFIGS[0])]
     assert table.loc[(CONFIGS[0].label, 16), "replayed"] == pytest.approx(np.mean([a for _, a in steps]))
@@ -42,8 +29,8 @@ def test_the_replay_at_a_length_is_the_answer_cut_there():
 
 def test_an_entry_fitted_on_long_answers_prices_them_as_replayed():
     profile = Profile.load(bundled("profiles", "smollm2-135m-cpu.json"))
-    prompts, outputs = _answers(1, prompts=6)
-    refitted = lengths.refit(profile, "lib-edit", prompts, outputs, CONFIGS, "toy answers")
+    prompts, outputs = copying_answers(1, prompts=6)
+    refitted = answers.refit(profile, SPEC, "lib-edit", prompts, outputs, CONFIGS, "toy answers")
     judged = lengths.judge({"bundled": profile, "refit": refitted}, "lib-edit", prompts, outputs, CONFIGS, [96])
     # at the length it was fitted on, the refitted entry holds every configuration's replay exactly
     assert judged["refit_error"].abs().max() < 1e-3
@@ -53,8 +40,8 @@ def test_an_entry_fitted_on_long_answers_prices_them_as_replayed():
 
 def test_a_length_shape_keeps_the_entrys_own_length_and_follows_the_long_answers_elsewhere():
     profile = Profile.load(bundled("profiles", "smollm2-135m-cpu.json"))
-    prompts, outputs = _answers(2, prompts=6)
-    shaped = lengths.with_length_shape(profile, "lib-edit", prompts, outputs, [32, 96])
+    prompts, outputs = copying_answers(2, prompts=6)
+    shaped = answers.with_length_shape(profile, SPEC, "lib-edit", prompts, outputs, [32, 96])
     part = shaped.acceptance["prompt_lookup/lib-edit"].part("prompt_lookup")
     assert sorted(part.length_shape) == [32, 96] and part.length_prompts == 6
     assert set(part.length_shape[96]) == set(part.replayed)           # every configuration the replay prices
@@ -66,10 +53,9 @@ def test_a_length_shape_keeps_the_entrys_own_length_and_follows_the_long_answers
                                      for i, c in enumerate(CONFIGS)], rel=1e-4)     # the shape keeps 5 decimals
 
 
-def test_a_dataset_without_a_greedy_prompt_lookup_entry_is_named_in_one_line():
-    profile = Profile.load(bundled("profiles", "smollm2-135m-cpu.json"))
-    prompts, outputs = _answers(3)
-    with pytest.raises(InputError, match="no greedy prompt_lookup entry of 'gsm8k'"):
-        lengths.refit(profile, "gsm8k", prompts, outputs, CONFIGS, "toy answers")
-    with pytest.raises(InputError, match="no greedy prompt_lookup entry of 'gsm8k'"):
-        lengths.with_length_shape(profile, "gsm8k", prompts, outputs, [32, 96])
+def test_only_one_method_that_replays_from_answers_is_judged_by_length():
+    assert lengths.one_method(CONFIGS).name == "prompt_lookup"
+    with pytest.raises(InputError, match="do not follow from the target's answers"):
+        lengths.one_method([methods.parse_label("sd g3")])
+    with pytest.raises(InputError, match="configurations of 2 methods"):
+        lengths.one_method([*CONFIGS, methods.parse_label("sd g3")])

@@ -1,0 +1,108 @@
+"""A replaying method's acceptance fitted again on a workload's own greedy answers
+(`calibrate.answers`): priced exactly as replayed at the lengths the answers reach, the prompts kept
+as calibration prompts, bad input named in one line."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import methods
+from calibrate import answers
+from common.bundled import bundled
+from common.errors import InputError
+from fidelity import lengths
+from profiles.profile import Profile
+
+CONFIGS = [methods.get("prompt_lookup").parse(methods.parse_label(label).to_dict())
+           for label in ("prompt_lookup g3 nmin2 nmax3", "prompt_lookup g6 nmin1 nmax4")]
+PROFILE = str(bundled("profiles", "smollm2-135m-cpu.json"))
+
+
+def copying_answers(seed: int, prompts: int = 4, length: int = 96):
+    """Prompts of random tokens whose answers copy stretches of them between free tokens."""
+    rng = np.random.default_rng(seed)
+    ins, outs = {}, {}
+    for i in range(prompts):
+        prompt = rng.integers(0, 500, 120).tolist()
+        answer = []
+        while len(answer) < length:
+            start = int(rng.integers(0, 100))
+            answer += prompt[start:start + int(rng.integers(2, 12))] + rng.integers(500, 900, 3).tolist()
+        ins[f"libedit/{seed}-{i}"], outs[f"libedit/{seed}-{i}"] = prompt, answer[:length]
+    return ins, outs
+
+
+def test_an_entry_fitted_on_answers_prices_their_replay_at_every_length_they_reach():
+    profile = Profile.load(PROFILE)
+    prompts, outputs = copying_answers(4, prompts=6)
+    outputs["libedit/4-0"] = outputs["libedit/4-0"][:50]          # an answer that ended first
+    fitted = answers.fitted_on_answers(profile, "lib-edit", prompts, outputs, 96)
+    part = fitted.acceptance["prompt_lookup/lib-edit"].part("prompt_lookup")
+    assert sorted(part.length_shape) == [32, 64, 96] and part.replayed_new_tokens == 96
+    table = lengths.replayed(prompts, outputs, CONFIGS, [32, 64, 96]).set_index(["config", "length"])["replayed"]
+    for n in (32, 64, 96):
+        assert lengths.predicted(fitted, "lib-edit", CONFIGS, n, 300.0) == pytest.approx(
+            [table[(c.label, n)] for c in CONFIGS], rel=1e-4)
+    # the other datasets' entries and the latency are the Profile's own
+    assert fitted.acceptance["prompt_lookup/code-edit"] == profile.acceptance["prompt_lookup/code-edit"]
+    assert fitted.latency == profile.latency
+
+
+def test_a_dataset_without_a_greedy_entry_is_named_in_one_line():
+    profile = Profile.load(PROFILE)
+    prompts, outputs = copying_answers(3)
+    spec = methods.get("prompt_lookup")
+    with pytest.raises(InputError, match="no greedy prompt_lookup entry of 'gsm8k'"):
+        answers.refit(profile, spec, "gsm8k", prompts, outputs, CONFIGS, "toy answers")
+    with pytest.raises(InputError, match="no greedy prompt_lookup entry of 'gsm8k'"):
+        answers.with_length_shape(profile, spec, "gsm8k", prompts, outputs, [32, 96])
+
+
+def test_answers_of_a_shorter_run_are_not_reused(tmp_path):
+    rows = [{"prompt_set": "libedit", "prompt_id": f"libedit/{i}", "pos": p, "token": p, "max_new_tokens": n}
+            for i, n in ((0, 64), (1, 256)) for p in range(3)]
+    pd.DataFrame(rows).to_parquet(tmp_path / "a.parquet")
+    kept = answers.read_answers([tmp_path / "a.parquet"], 128)
+    assert set(kept["prompt_id"]) == {"libedit/1"}
+    pd.DataFrame(rows).drop(columns="token").to_parquet(tmp_path / "b.parquet")
+    with pytest.raises(InputError, match="lacks column 'token'"):
+        answers.read_answers([tmp_path / "b.parquet"], 128)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--prompts", "libedit:140-140,codeedit:20-21"], "one prompt of dataset 'lib-edit'"),
+    (["--prompts", "gsm8k:1-2"], "prompt set 'gsm8k'"),
+    (["--prompts", "libedit:140-141", "--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
+    (["--prompts", "libedit:140-141", "--out", PROFILE], "is the source Profile"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, argv, message):
+    out = tmp_path / "p.json"
+    base = ["--profile", PROFILE, "--target", "smollm2", "--out", str(out)]
+    assert answers.main(base + argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_the_command_answers_fits_and_keeps_the_prompts_as_calibration_ones(tmp_path, capsys):
+    out, saved = tmp_path / "p.json", tmp_path / "answers.parquet"
+    argv = ["--profile", PROFILE, "--target", "smollm2", "--prompts", "libedit:140-141", "--max-new-tokens", "40",
+            "--threads", "1", "--save-answers", str(saved)]
+    assert answers.main(argv + ["--out", str(out)]) == 0
+    fitted, source = Profile.load(out), Profile.load(PROFILE)
+    assert {"libedit/139", "libedit/140"} <= set(fitted.provenance.calibration_prompts)
+    assert set(source.provenance.calibration_prompts) <= set(fitted.provenance.calibration_prompts)
+    refits = json.loads(out.read_text())["provenance"][answers.REFITS]
+    assert refits[-1]["prompts"] == ["libedit/139", "libedit/140"] and refits[-1]["datasets"] == ["lib-edit"]
+    part = fitted.acceptance["prompt_lookup/lib-edit"].part("prompt_lookup")
+    assert sorted(part.length_shape) == [32, 40] and part.length_prompts == 2
+    assert fitted.acceptance["prompt_lookup/lib-edit"] != source.acceptance["prompt_lookup/lib-edit"]
+    # the saved answers are read back: nothing generated, the same Profile
+    assert answers.main(argv + ["--answers", str(saved), "--out", str(tmp_path / "q.json")]) == 0
+    assert "2 answer(s) read back, 0 to generate" in capsys.readouterr().out
+    again = json.loads((tmp_path / "q.json").read_text())["acceptance"]
+    assert again == json.loads(out.read_text())["acceptance"]
