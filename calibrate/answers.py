@@ -102,6 +102,19 @@ def greedy_answers(model, eos: int | None, encoded: Sequence[tuple[str, str, lis
     return pd.DataFrame(rows, columns=list(ANSWER_COLUMNS))
 
 
+def collect_answers(model, eos: int | None, encoded: Sequence[tuple[str, str, list[int]]], new_tokens: int,
+                    paths: Sequence[Path], option: str = "--answers") -> pd.DataFrame:
+    """Every prompt's answer (ANSWER_COLUMNS): read back from `paths` where they hold one of
+    `new_tokens` or more, generated for the rest."""
+    wanted = [pid for _, pid, _ in encoded]
+    kept = read_answers(paths, new_tokens, option)
+    kept = kept[kept["prompt_id"].isin(wanted)]
+    have = set(kept["prompt_id"])
+    todo = [e for e in encoded if e[1] not in have]
+    log(f"{len(encoded) - len(todo)} answer(s) read back, {len(todo)} to generate at {new_tokens} tokens")
+    return pd.concat([kept, greedy_answers(model, eos, todo, new_tokens)], ignore_index=True)
+
+
 def answers_by_prompt(frame: pd.DataFrame) -> dict[str, list[int]]:
     """prompt id -> its answer's tokens in order."""
     return {pid: rows.sort_values("pos")["token"].tolist() for pid, rows in frame.groupby("prompt_id", sort=False)}
@@ -220,16 +233,13 @@ def main(argv: list[str] | None = None) -> int:
         for dataset in datasets:
             entry_key(profile, spec, dataset)
     claim_file(args.out, args.overwrite)
-    kept = read_answers(args.answers, args.max_new_tokens)
-    kept = kept[kept["prompt_id"].isin([p.prompt_id for p in chosen])]
+    read_answers(args.answers, args.max_new_tokens)           # a bad file is named before the target loads
     torch.set_num_threads(args.threads)
     target = load_model(args.target)
     check_target(profile, target.model)
     encoded = [(p.dataset, p.prompt_id, list(encode_prompt(p, target.tokenizer))) for p in chosen]
-    todo = [e for e in encoded if e[1] not in set(kept["prompt_id"])]
-    log(f"{len(encoded) - len(todo)} answer(s) read back, {len(todo)} to generate at {args.max_new_tokens} tokens")
     eos = getattr(target.tokenizer, "eos_token_id", None)
-    frame = pd.concat([kept, greedy_answers(target.model, eos, todo, args.max_new_tokens)], ignore_index=True)
+    frame = collect_answers(target.model, eos, encoded, args.max_new_tokens, args.answers)
     outputs = {pid: tokens[:args.max_new_tokens] for pid, tokens in answers_by_prompt(frame).items()}
     if args.save_answers:
         atomic.write_parquet(args.save_answers, frame)
@@ -246,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     details = Record({**profile.provenance.details, REFITS: [*earlier, refitted]})
     fitted = replace(fitted, provenance=replace(profile.provenance, calibration_prompts=calibrated, details=details))
     fitted.save(args.out)
-    log(f"wrote {args.out}: {len(used)} prompts added to its calibration prompts")
+    added = len(calibrated) - len(profile.provenance.calibration_prompts)
+    log(f"wrote {args.out}: {added} prompt(s) added to its calibration prompts ({len(used) - added} already there)")
     return 0
 
 

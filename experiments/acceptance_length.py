@@ -6,9 +6,9 @@ tokens, predicted from a Profile and replayed on the target's greedy outputs.
         --out out/acceptance_length
 
 Generates one greedy answer of the longest `--lengths` per prompt with plain decoding (outputs.parquet;
-`--outputs` reuses a run's), replays every configuration on each answer's first L tokens (exact: a
+`--outputs` reuses those earlier runs hold), replays every configuration on each answer's first L tokens (exact: a
 greedy prompt lookup step follows from the context alone) and compares the replayed tokens per step on
-the held-out `--prompts` with two predictions: the Profile's own entry (fitted on the answers its
+the held-out `--prompts` with three predictions: the Profile's own entry (fitted on the answers its
 recording generated), the entry fitted again on the long answers of `--calibration` (prompts the
 Profile was calibrated on), and the entry kept but carried to each length by the shape of those long
 answers' replays (`--write-profile` writes that Profile). Writes acceptance.csv and report.md;
@@ -23,8 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 import methods
-from calibrate.answers import (LENGTHS, answers_by_prompt, check_target, greedy_answers, read_answers, refit,
-                               with_length_shape)
+from calibrate.answers import LENGTHS, answers_by_prompt, check_target, collect_answers, refit, with_length_shape
 from campaigns.measure import Bench
 from common import atomic
 from common.cli import CliParser, cli_entry, log, require_positive
@@ -53,9 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="answer lengths judged, new tokens (default %(default)s); answers are generated at the longest")
     p.add_argument("--configs", default=",".join(CONFIGS),
                    help="prompt lookup configurations, comma-separated (default %(default)s)")
-    p.add_argument("--outputs", type=Path, nargs="+", default=None,
-                   help="outputs.parquet of earlier runs holding these prompts' answers at these lengths: no "
-                        "generation (default: generate them)")
+    p.add_argument("--outputs", type=Path, nargs="+", default=(),
+                   help="outputs.parquet of earlier runs: the answers they hold at these lengths are read back, "
+                        "the rest generated (default: generate them all)")
     p.add_argument("--write-profile", type=Path, default=None,
                    help="write the Profile with the length shapes fitted on --calibration here (atomically; "
                         "default: none)")
@@ -74,20 +73,6 @@ def _configs(text: str):
     except InputError as exc:
         raise InputError(f"--configs: {exc}") from None
     return configs
-
-
-def _outputs(args, bench: Bench, encoded, longest: int) -> pd.DataFrame:
-    """One greedy answer per prompt (calibrate.answers.ANSWER_COLUMNS), read back or generated."""
-    if args.outputs is not None:
-        frame = read_answers(args.outputs, longest, option="--outputs")
-        missing = sorted({pid for _, pid, _ in encoded} - set(frame["prompt_id"]))
-        if missing:
-            raise InputError(f"--outputs holds no answer of {longest} tokens or more to {missing[0]} "
-                             f"({len(missing)} in all)")
-        return frame
-    frame = greedy_answers(bench.target.model, bench.eos, encoded, longest)
-    atomic.write_parquet(args.out / "outputs.parquet", frame)
-    return frame
 
 
 def _report(table: pd.DataFrame, args, calibration: list[str], held: list[str]) -> str:
@@ -135,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     bench = Bench(args.target, {}, Path("artifacts/drafters"), args.threads)
     check_target(profile, bench.target.model)
     encoded = bench.encode(calibration + held)
-    outputs = answers_by_prompt(_outputs(args, bench, encoded, max(lengths)))
+    answers = collect_answers(bench.target.model, bench.eos, encoded, max(lengths), args.outputs, "--outputs")
+    atomic.write_parquet(args.out / "outputs.parquet", answers)
+    outputs = answers_by_prompt(answers)
     prompts = {pid: ids for _, pid, ids in encoded}
     tables, shaped, spec = [], profile, one_method(configs)
     for prompt_set in sorted({p.dataset for p in held}):

@@ -33,8 +33,9 @@ shape's ratio carries it instead, linear in log length, and the chain only past 
 (`length_factors`): copying grows and fades within an answer in ways a chain of constant parameters
 does not follow. The simulator needs a
 per-step law, which the replay's averages do not give: it draws from the chain with its hit and
-sigma refitted to the configuration's replay (`fitted_to_replay`), so it keeps the chain's streaks
-and the replay's averages.
+sigma refitted to the configuration's replay (`fitted_to_replay`; at the length it simulates, the
+replay carried there, where the entry holds a length shape), so it keeps the chain's streaks and the
+replay's averages.
 """
 from __future__ import annotations
 
@@ -217,16 +218,23 @@ def length_factors(part: MatchAcceptance, labels, new_tokens: int | None):
     return factors, (int(round(reach)) if reach != new_tokens else new_tokens)
 
 
-def fitted_to_replay(part: MatchAcceptance, config) -> MatchAcceptance:
+def fitted_to_replay(part: MatchAcceptance, config, new_tokens: int | None = None) -> MatchAcceptance:
     """`part` with its hit and sigma refitted so that the chain gives `config`'s replayed tokens per
     step and proposing share at the replay's generation length (least squares on their logits): the
-    simulator's per-step law with the replay's averages. `part` itself where it holds no replay of
-    `config`."""
+    simulator's per-step law with the replay's averages. Where the entry holds a length shape and
+    `new_tokens` is given, at that length instead, the replay carried there as the closed form carries
+    it (`replayed_at`): the shape, not the chain, says how copying moves with the answer's length.
+    `part` itself where it holds no replay of `config`."""
     held = (part.replayed or {}).get(config.label)
     if held is None:
         return part
-    hit, sigma = _refit(tuple(part.parameters().values()), part.replayed_new_tokens, config.n_min, config.n_max,
-                        config.gamma, tuple(held))
+    length = part.replayed_new_tokens
+    if part.length_shape and new_tokens is not None:
+        tokens, share = replayed_at(part, [config.label], np.array([config.n_min]), np.array([config.n_max]),
+                                    np.array([config.gamma]), int(new_tokens))
+        held, length = (round(float(tokens[0]), 6), round(float(share[0]), 6)), int(new_tokens)
+    hit, sigma = _refit(tuple(part.parameters().values()), length, config.n_min, config.n_max, config.gamma,
+                        tuple(held))
     return replace(part, hit=hit, sigma=sigma)
 
 

@@ -110,7 +110,7 @@ class PromptLookup(MethodSpec):
                          overhead_s=setup.overhead_s, verify_dist=(tokens, prob))
 
     def sampler(self, setup, config, **options):
-        return MatchSampler(config, fitted_to_replay(self._part(setup), config))
+        return MatchSampler(config, fitted_to_replay(self._part(setup), config, setup.new_tokens))
 
     def acceptance_part(self, raw, where, part=None):
         needed = [k for k in PARAMETERS if k != "catch"]     # catch: 1 where a Profile predates it

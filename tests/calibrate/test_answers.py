@@ -4,6 +4,7 @@ as calibration prompts, bad input named in one line."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -14,7 +15,10 @@ from calibrate import answers
 from common.bundled import bundled
 from common.errors import InputError
 from fidelity import lengths
+from methods.match_chain import chain_at
 from profiles.profile import Profile
+from profiles.record import Record
+from runtime.models import load_model
 
 CONFIGS = [methods.get("prompt_lookup").parse(methods.parse_label(label).to_dict())
            for label in ("prompt_lookup g3 nmin2 nmax3", "prompt_lookup g6 nmin1 nmax4")]
@@ -51,6 +55,27 @@ def test_an_entry_fitted_on_answers_prices_their_replay_at_every_length_they_rea
     assert fitted.latency == profile.latency
 
 
+def test_the_simulator_draws_the_tokens_per_step_the_closed_form_prices_at_each_length():
+    """The bundled entry (real answers' replay at 32 tokens) given a shape that copies less as answers
+    grow: the simulator's chain, refitted at the length it simulates, gives the closed form's tokens per
+    step there (it was refitted at the replay's length, and carried by the chain alone)."""
+    profile = Profile.load(PROFILE)
+    spec, key = methods.get("prompt_lookup"), "prompt_lookup/lib-edit"
+    entry = profile.acceptance[key]
+    part = entry.part(spec.name)
+    shape = {n: {label: (1 + (t - 1) * f, s * f) for label, (t, s) in part.replayed.items()}
+             for n, f in ((32, 1.0), (64, 0.85), (128, 0.7))}
+    shaped = replace(part, length_shape=shape, length_prompts=6)
+    profile = replace(profile, acceptance={**profile.acceptance, key: replace(entry, own=Record({**entry.own,
+                                                                                               spec.name: shaped}))})
+    for n in (32, 64, 100):
+        setup = replace(profile.setups_for(spec, temperature=0.0, dataset="lib-edit")[0], new_tokens=n)
+        closed = lengths.predicted(profile, "lib-edit", CONFIGS, n, 300.0)
+        drawn = [float(chain_at(spec.sampler(setup, c).part, c.n_min, c.n_max, c.gamma, n)[0][0]) for c in CONFIGS]
+        assert drawn == pytest.approx(closed, rel=2e-3)
+    assert closed[0] < lengths.predicted(profile, "lib-edit", CONFIGS[:1], 32, 300.0)[0] * 0.95   # the shape moved it
+
+
 def test_a_dataset_without_a_greedy_entry_is_named_in_one_line():
     profile = Profile.load(PROFILE)
     prompts, outputs = copying_answers(3)
@@ -70,6 +95,19 @@ def test_answers_of_a_shorter_run_are_not_reused(tmp_path):
     pd.DataFrame(rows).drop(columns="token").to_parquet(tmp_path / "b.parquet")
     with pytest.raises(InputError, match="lacks column 'token'"):
         answers.read_answers([tmp_path / "b.parquet"], 128)
+
+
+def test_answers_held_are_read_back_and_only_the_rest_generated(tmp_path):
+    model = load_model("tiny").model
+    encoded = [("libedit", "libedit/0", [1, 2, 3, 4]), ("libedit", "libedit/1", [5, 6, 7])]
+    held = pd.DataFrame([{"prompt_set": "libedit", "prompt_id": "libedit/0", "pos": p, "token": 9, "max_new_tokens": 6}
+                         for p in range(6)])
+    held.to_parquet(tmp_path / "held.parquet")
+    frame = answers.collect_answers(model, None, encoded, 6, [tmp_path / "held.parquet"])
+    got = answers.answers_by_prompt(frame)
+    assert got["libedit/0"] == [9] * 6                                  # read back, not generated again
+    fresh = answers.greedy_answers(model, None, encoded[1:], 6)
+    assert got["libedit/1"] == answers.answers_by_prompt(fresh)["libedit/1"] and len(got["libedit/1"]) == 6
 
 
 @pytest.mark.parametrize("argv, message", [
