@@ -109,8 +109,8 @@ class PromptLookup(MethodSpec):
         return StepShape(setup.target, 1.0 + found * gamma, draft_width=np.zeros((len(frame), 0), dtype=np.int64),
                          overhead_s=setup.overhead_s, verify_dist=(tokens, prob))
 
-    def sampler(self, setup, config, **options):
-        return MatchSampler(config, fitted_to_replay(self._part(setup), config, setup.new_tokens))
+    def sampler(self, setup, config, new_tokens=None, **options):
+        return MatchSampler(config, fitted_to_replay(self._part(setup), config, new_tokens))
 
     def acceptance_part(self, raw, where, part=None):
         needed = [k for k in PARAMETERS if k != "catch"]     # catch: 1 where a Profile predates it

@@ -272,7 +272,9 @@ class MethodSpec:
         return replace(shape, batching=batching) if batching else shape
 
     def sampler(self, setup: Setup, config: MethodConfig, **options: Any):
-        """The simulator's acceptance draws for one configuration (methods.draws.Sampler)."""
+        """The simulator's acceptance draws for one configuration (methods.draws.Sampler); `options`:
+        the simulator's sampler options, and `new_tokens`, the tokens the stream's decode steps commit
+        (None: a served load's requests of many lengths), for a method whose draws depend on it."""
         raise NotImplementedError(f"{self.name} does not define sampler")
 
     # ---- exact replay ---------------------------------------------------------------------------------

@@ -130,9 +130,11 @@ def _check_options(options: dict[str, Any], spec) -> dict[str, Any]:
     return options
 
 
-def build_step_model(profile, method: str, config: MethodConfig | Mapping | str | None = None, **options) -> StepModel:
+def build_step_model(profile, method: str, config: MethodConfig | Mapping | str | None = None,
+                     new_tokens: int | None = None, **options) -> StepModel:
     """The step model of `method` with `config` on `profile` (see the module docstring); keyword
-    `options` are setup options too and win over the config's."""
+    `options` are setup options too and win over the config's. `new_tokens`: the tokens one stream's
+    decode steps commit, for the samplers whose draws depend on it (None: requests of many lengths)."""
     profile = load_profile(profile)
     spec = methods.get(method)
     known = {**SETUP_OPTIONS, **spec.sampler_options}
@@ -146,7 +148,8 @@ def build_step_model(profile, method: str, config: MethodConfig | Mapping | str 
                                overhead_s=opts.get("overhead_s", 0.0))[0]
     try:
         shape = spec.priced_shape(setup, spec.frame_of([typed]))
-        sampler = spec.sampler(setup, typed, acceptance_model=opts.get("acceptance_model", ACCEPTANCE_MODELS[0]),
+        sampler = spec.sampler(setup, typed, new_tokens=new_tokens,
+                               acceptance_model=opts.get("acceptance_model", ACCEPTANCE_MODELS[0]),
                                **{k: opts[k] for k in spec.sampler_options if opts.get(k) is not None})
     except ValueError as exc:     # costmodel's one-line input errors
         raise InputError(f"{typed.label} on '{profile.name}' ({setup.acceptance_key}): {exc}") from None

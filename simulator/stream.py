@@ -114,7 +114,7 @@ def prepare_stream(profile, method: str, config: Mapping | str | None = None, n_
     if int(prompt_len) < 1:
         raise InputError(f"prompt_len must be >= 1, got {prompt_len}")
     profile = load_profile(profile)
-    step = build_step_model(profile, method, config)
+    step = build_step_model(profile, method, config, new_tokens=int(n_tokens) - 1)
     costs = step_costs_for(profile, step, latencies, parallel)
     # the same stream decoded one token per step by the target alone, on the same latency models
     ar_ctx = prompt_len + np.arange(int(n_tokens) - 1)

@@ -19,6 +19,7 @@ from methods.match_chain import chain_at
 from profiles.profile import Profile
 from profiles.record import Record
 from runtime.models import load_model
+from simulator.stream import prepare_stream
 
 CONFIGS = [methods.get("prompt_lookup").parse(methods.parse_label(label).to_dict())
            for label in ("prompt_lookup g3 nmin2 nmax3", "prompt_lookup g6 nmin1 nmax4")]
@@ -69,9 +70,11 @@ def test_the_simulator_draws_the_tokens_per_step_the_closed_form_prices_at_each_
     profile = replace(profile, acceptance={**profile.acceptance, key: replace(entry, own=Record({**entry.own,
                                                                                                spec.name: shaped}))})
     for n in (32, 64, 100):
-        setup = replace(profile.setups_for(spec, temperature=0.0, dataset="lib-edit")[0], new_tokens=n)
         closed = lengths.predicted(profile, "lib-edit", CONFIGS, n, 300.0)
-        drawn = [float(chain_at(spec.sampler(setup, c).part, c.n_min, c.n_max, c.gamma, n)[0][0]) for c in CONFIGS]
+        streams = [prepare_stream(profile, spec.name, {**c.to_dict(), "dataset": "lib-edit", "temperature": 0.0},
+                                  n_tokens=n + 1) for c in CONFIGS]       # the prefill emits one token more
+        drawn = [float(chain_at(stream.step.sampler.part, c.n_min, c.n_max, c.gamma, n)[0][0])
+                 for stream, c in zip(streams, CONFIGS)]
         assert drawn == pytest.approx(closed, rel=2e-3)
     assert closed[0] < lengths.predicted(profile, "lib-edit", CONFIGS[:1], 32, 300.0)[0] * 0.95   # the shape moved it
 
