@@ -27,7 +27,7 @@ CLIS = [
     ("calibrate.vllm.__main__", []), ("experiments.vllm_h100", []),
     ("profiles.migrate", []), ("traces.batch_bench", []), ("calibrate.quick", []),
     ("experiments.serve_load", []), ("experiments.smollm2_batch", []), ("calibrate.spread", []),
-    ("experiments.acceptance_length", []),
+    ("experiments.acceptance_length", []), ("calibrate.answers", []),
     ("traces.record", []), ("traces.check_replay", []), ("traces.timing", []),
     ("runtime.engine.__main__", []), ("training.__main__", []), ("experiments.examples", []),
 ]
