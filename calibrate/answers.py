@@ -29,6 +29,7 @@ import pandas as pd
 import torch
 
 import methods
+from calibrate.checks import check_target, dataset_of
 from common import atomic
 from common.cli import CliParser, cli_entry, log, require_positive
 from common.errors import InputError
@@ -44,28 +45,10 @@ from runtime.engine import make_decoder
 from runtime.models import load_model
 from runtime.prompts import encode_prompt, load_prompt_mix
 from traces.lookup_replay import replayed_steps
-from traces.timing import DTYPE_NAMES
 
 LENGTHS = (32, 64, 128, 256)      # the answer lengths a length shape replays (those up to the answers')
 ANSWER_COLUMNS = ("prompt_set", "prompt_id", "pos", "token", "max_new_tokens")
 REFITS = "answers_refits"         # provenance: what each run of this command fitted again, oldest first
-
-
-def check_target(profile: Profile, model) -> None:
-    """The Profile must describe the loaded target `model` (our Llama): architecture, hardware, dtype."""
-    arch = profile.models[profile.target]
-    have = {"n_layers": model.config.num_layers, "hidden": model.config.hidden_size, "vocab": model.config.vocab_size}
-    for key, value in have.items():
-        if hasattr(arch, key) and int(getattr(arch, key)) != int(value):
-            raise InputError(f"profile '{profile.name}' is for target '{profile.target}' with {key} "
-                             f"{getattr(arch, key)}; the measured target has {value}")
-    hardware = "CPU" if model.device.type == "cpu" else None
-    if hardware and profile.hardware != hardware:
-        raise InputError(f"profile '{profile.name}' is for hardware '{profile.hardware}'; this run measures on "
-                         f"{hardware}")
-    dtype = DTYPE_NAMES.get(model.dtype, str(model.dtype))
-    if profile.dtype != dtype:
-        raise InputError(f"profile '{profile.name}' is for dtype {profile.dtype}; the measured target runs {dtype}")
 
 
 # ---- answers -----------------------------------------------------------------------------------------------
@@ -103,12 +86,11 @@ def greedy_answers(model, eos: int | None, encoded: Sequence[tuple[str, str, lis
 
 
 def collect_answers(model, eos: int | None, encoded: Sequence[tuple[str, str, list[int]]], new_tokens: int,
-                    paths: Sequence[Path], option: str = "--answers") -> pd.DataFrame:
-    """Every prompt's answer (ANSWER_COLUMNS): read back from `paths` where they hold one of
-    `new_tokens` or more, generated for the rest."""
+                    held: pd.DataFrame) -> pd.DataFrame:
+    """Every prompt's answer (ANSWER_COLUMNS): taken from `held` (`read_answers`) where it holds one,
+    generated for the rest."""
     wanted = [pid for _, pid, _ in encoded]
-    kept = read_answers(paths, new_tokens, option)
-    kept = kept[kept["prompt_id"].isin(wanted)]
+    kept = held[held["prompt_id"].isin(wanted)]
     have = set(kept["prompt_id"])
     todo = [e for e in encoded if e[1] not in have]
     log(f"{len(encoded) - len(todo)} answer(s) read back, {len(todo)} to generate at {new_tokens} tokens")
@@ -221,11 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = load_prompt_mix(args.prompts)
     datasets = {}
     for prompt in chosen:
-        dataset = profile.dataset_named(prompt.dataset)
-        if dataset is None:
-            raise InputError(f"prompt set '{prompt.dataset}' matches no dataset of profile '{profile.name}' "
-                             f"(has: {', '.join(profile.datasets())})")
-        datasets.setdefault(dataset, []).append(prompt.prompt_id)
+        datasets.setdefault(dataset_of(profile, prompt.dataset), []).append(prompt.prompt_id)
     few = [d for d, ids in datasets.items() if len(ids) < 2]
     if few:
         raise InputError(f"--prompts has one prompt of dataset '{few[0]}': fitting needs two or more")
@@ -233,13 +211,13 @@ def main(argv: list[str] | None = None) -> int:
         for dataset in datasets:
             entry_key(profile, spec, dataset)
     claim_file(args.out, args.overwrite)
-    read_answers(args.answers, args.max_new_tokens)           # a bad file is named before the target loads
+    held = read_answers(args.answers, args.max_new_tokens)    # a bad file is named before the target loads
     torch.set_num_threads(args.threads)
     target = load_model(args.target)
     check_target(profile, target.model)
     encoded = [(p.dataset, p.prompt_id, list(encode_prompt(p, target.tokenizer))) for p in chosen]
     eos = getattr(target.tokenizer, "eos_token_id", None)
-    frame = collect_answers(target.model, eos, encoded, args.max_new_tokens, args.answers)
+    frame = collect_answers(target.model, eos, encoded, args.max_new_tokens, held)
     outputs = {pid: tokens[:args.max_new_tokens] for pid, tokens in answers_by_prompt(frame).items()}
     if args.save_answers:
         atomic.write_parquet(args.save_answers, frame)

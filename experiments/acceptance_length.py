@@ -23,14 +23,15 @@ from pathlib import Path
 import pandas as pd
 
 import methods
-from calibrate.answers import LENGTHS, answers_by_prompt, check_target, collect_answers, refit, with_length_shape
+from calibrate.answers import LENGTHS, answers_by_prompt, collect_answers, read_answers, refit, with_length_shape
+from calibrate.checks import check_target, dataset_of
 from campaigns.measure import Bench
 from common import atomic
 from common.cli import CliParser, cli_entry, log, require_positive
 from common.errors import InputError
 from common.rundir import add_overwrite_option, start_run
 from fidelity.lengths import judge, one_method
-from fidelity.run import check_held_out, dataset_of
+from fidelity.run import check_held_out
 from profiles.profile import Profile
 from runtime.prompts import load_prompt_mix
 from sweep.markdown import md_table
@@ -120,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     bench = Bench(args.target, {}, Path("artifacts/drafters"), args.threads)
     check_target(profile, bench.target.model)
     encoded = bench.encode(calibration + held)
-    answers = collect_answers(bench.target.model, bench.eos, encoded, max(lengths), args.outputs, "--outputs")
+    held_answers = read_answers(args.outputs, max(lengths), option="--outputs")
+    answers = collect_answers(bench.target.model, bench.eos, encoded, max(lengths), held_answers)
     atomic.write_parquet(args.out / "outputs.parquet", answers)
     outputs = answers_by_prompt(answers)
     prompts = {pid: ids for _, pid, ids in encoded}

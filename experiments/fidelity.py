@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from methods import BASELINE
-from calibrate.answers import check_target
+from calibrate.checks import check_target, dataset_of
 from common import atomic
 from common.errors import InputError
 from common.cli import CliParser, cli_entry, log
@@ -54,7 +54,7 @@ from fidelity.batch import SIM_REPEATS as BATCH_SIM_REPEATS, batch_sections, che
 from campaigns.measure import ENGINES, Bench, decode_seconds, parse_candidate
 from traces.timing import int_list
 
-from fidelity.run import (PER_SETUP, SELECTIONS, SIM_REPEATS, check_held_out, dataset_of,
+from fidelity.run import (PER_SETUP, SELECTIONS, SIM_REPEATS, check_held_out,
                           default_candidates, predict, predictions_with_intervals, read_candidates)
 from profiles.profile import Profile
 from profiles.machine import check_machine, this_machine

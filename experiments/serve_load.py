@@ -35,13 +35,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibrate.answers import check_target
+from calibrate.checks import check_target, dataset_of
 from campaigns.measure import Bench, parse_candidate
 from common import atomic
 from common.cli import CliParser, cli_entry, log, require_positive
 from common.errors import InputError
 from common.rundir import add_overwrite_option, read_manifest, start_run
-from fidelity.run import check_held_out, dataset_of, read_candidates
+from fidelity.run import check_held_out, read_candidates
 from fidelity.served import (MULTIPLES, capacity, check_requests, compare_loads, make_loads, measured_run,
                              parse_rates, predict_load, read_arrival_trace, request_mix, serve_loads, step_costs)
 from fidelity.served_report import served_report

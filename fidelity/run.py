@@ -33,15 +33,6 @@ MAX_VERIFY = 64          # default configurations verify at most this many token
 
 # ------------------------------------------------------------------------------ what to measure
 
-def dataset_of(profile, prompt_set: str) -> str:
-    """The Profile dataset a prompt set's prompts belong to ('mtbench' -> 'mt-bench')."""
-    found = profile.dataset_named(prompt_set)
-    if found is None:
-        raise InputError(f"prompt set '{prompt_set}' matches no dataset of profile '{profile.name}' "
-                         f"(has: {', '.join(profile.datasets())})")
-    return found
-
-
 def default_candidates(profile, dataset: str, ctx_len: float, per_setup: int = PER_SETUP,
                        new_tokens: int | None = None, select: str = "spread") -> list[Candidate]:
     """ar, then per method and Profile drafter: the predicted best of its search space and

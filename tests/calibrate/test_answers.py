@@ -106,7 +106,7 @@ def test_answers_held_are_read_back_and_only_the_rest_generated(tmp_path):
     held = pd.DataFrame([{"prompt_set": "libedit", "prompt_id": "libedit/0", "pos": p, "token": 9, "max_new_tokens": 6}
                          for p in range(6)])
     held.to_parquet(tmp_path / "held.parquet")
-    frame = answers.collect_answers(model, None, encoded, 6, [tmp_path / "held.parquet"])
+    frame = answers.collect_answers(model, None, encoded, 6, answers.read_answers([tmp_path / "held.parquet"], 6))
     got = answers.answers_by_prompt(frame)
     assert got["libedit/0"] == [9] * 6                                  # read back, not generated again
     fresh = answers.greedy_answers(model, None, encoded[1:], 6)

@@ -17,6 +17,7 @@ from common.errors import InputError
 from experiments import fidelity as fidelity_cli
 from fidelity import report as fidelity_report
 from fidelity import run as fidelity
+from calibrate.checks import dataset_of
 from campaigns.measure import Candidate, parse_candidate, rates
 
 
@@ -42,9 +43,9 @@ def test_held_out_prompts_are_enforced(profile):
 
 
 def test_prompt_sets_map_to_profile_datasets(profile):
-    assert fidelity.dataset_of(profile, "mtbench") == "mt-bench"
+    assert dataset_of(profile, "mtbench") == "mt-bench"
     with pytest.raises(InputError, match="matches no dataset"):
-        fidelity.dataset_of(profile, "gsm8k")
+        dataset_of(profile, "gsm8k")
 
 
 def test_top_selection_measures_each_setups_predicted_best(profile):
