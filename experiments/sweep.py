@@ -14,6 +14,7 @@ import math
 import sys
 import textwrap
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import methods
@@ -32,7 +33,7 @@ from sweep.run import (BUNDLED_PROFILES, SweepOptions, setting_of, bundled_profi
                                    load_profiles, run_sweep, with_assumed)
 from methods.engines import parse_engines
 from traces.replay import replayable
-from sweep.report import method_figures, stdout_table, write_outputs
+from sweep.report import stdout_table, write_outputs, writing_methods
 
 
 def _replayed() -> list[str]:
@@ -201,15 +202,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"estimate: {cost.configurations:,} configurations, ~{cost.bytes / 1e9:.2f} GB at the peak, "
                   f"~{cost.seconds / 60:.1f} min on {workers} worker(s)", file=sys.stderr)
         with contextlib.ExitStack() as figures:
-            drawn = []          # the method figures, drawing from the moment the tables are ranked
+            drawn = []          # each method's table and figure, written from the moment the tables are ranked
 
             def draw(tables):
-                drawn.append(figures.enter_context(method_figures(tables, Path(args.out), workers)))
+                drawn.append(figures.enter_context(writing_methods(tables, Path(args.out), asdict(opts), workers)))
 
             with make_executor(args.executor, workers=workers if not args.scheduler else None,
                                address=args.scheduler, progress=progress, deadline=Deadline(args.max_hours)) as executor:
                 result = run_sweep(profiles, opts, executor, choices=paper_choices.compare, scored=draw)
-            written = write_outputs(result, Path(args.out), progress=progress, workers=workers, figures=drawn[0])
+            written = write_outputs(result, Path(args.out), workers=workers, method_paths=drawn[0])
     n = sum(len(f) for f in result.tables.values())
     print(stdout_table(result))
     assumed = result.best[result.best["acceptance_source"] == ASSUMED] if "acceptance_source" in result.best else []

@@ -60,6 +60,22 @@ def _deployment_name(d: dict[str, Any]) -> str:
     return f"{d['profile']} ({d['hardware']}, {d['dataset']}, T={float(d['temperature']):g})"
 
 
+def _stage_times(result: Any) -> str:
+    """What the sweep computed and how long each stage took (`sweep.run.run_sweep`'s timings)."""
+    opts, took = result.options, result.timings
+    batches = opts.get("batch_sizes") or [opts["batch"]]
+    served_first = opts["batch"] in batches
+    others = [b for b in batches if b != opts["batch"]]
+    line = (f"{sum(len(t) for t in result.tables.values())} configurations scored by the closed forms in "
+            f"{took.get('score', 0):.2f} s; the best {opts['rescore']} per method and profile re-scored in the "
+            f"simulator ({opts['sim_tokens']} tokens x {opts['sim_repeats']} seeds)"
+            + (f" and the deployments served at batch {opts['batch']}" if served_first else "")
+            + f" in {took.get('simulate_and_serve', 0):.2f} s")
+    if others:
+        line += f"; served at batch {', '.join(map(str, others))} in {took.get('other_batches', 0):.2f} s"
+    return line + "."
+
+
 def markdown_report(result: Any, written: dict[str, Path], out_dir: Path) -> str:
     opts = result.options
     lines = [
@@ -69,11 +85,7 @@ def markdown_report(result: Any, written: dict[str, Path], out_dir: Path) -> str
         f"Temperature {'lowest recorded per profile' if opts['temperature'] is None else opts['temperature']}, "
         f"batch {opts['batch']}, hardware {opts['hardware'] or 'as profiled'}, "
         f"{''.join(f'--{k} {v}, ' for k, v in opts['space'].items())}seed {opts['seed']}.",
-        f"{sum(len(t) for t in result.tables.values())} configurations scored by the closed forms in "
-        f"{result.timings.get('score', 0):.2f} s; the best {opts['rescore']} per method and profile re-scored "
-        f"in the simulator ({opts['sim_tokens']} tokens x {opts['sim_repeats']} seeds) in "
-        f"{result.timings.get('simulate', 0):.2f} s; deployments served at batch "
-        f"{', '.join(map(str, opts.get('batch_sizes') or [opts['batch']]))} in {result.timings.get('deployments', 0):.2f} s.",
+        _stage_times(result),
         "",
     ]
     lines += measured_section(result)

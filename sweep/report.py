@@ -10,6 +10,8 @@
     out/deployments_served.csv         every configuration served per deployment and batch size
     out/paper_choices.csv              the sweep's choice beside the papers' own, where they give one
     out/plots/<method>.png             one figure per method (sweep.plots, from `spec.plot`)
+                                       (these three per method written by forked workers while the
+                                       sweep simulates: `writing_methods`)
     out/plots/deployments.png          with several batch sizes: throughput over plain decoding per batch
     out/<engine>_*.json|.txt, exports.md  with --export (sweep.export)
     out/report.md                      what to run per deployment and why, then the rest (sweep.markdown)
@@ -35,7 +37,6 @@ from sweep.deployments import DEPLOYMENT
 from sweep.markdown import markdown_report, measured_line, measured_rows, what_to_run_rows
 from sweep.plots import plot_deployments, plot_method
 from common.plotting import pyplot
-from common.progress import progress_bar
 from sweep.executor import forked, worker_count
 from sweep.export import write_exports
 
@@ -80,49 +81,51 @@ def _joined(value):
     return "x".join(map(str, value)) if isinstance(value, tuple) else value
 
 
+def method_files(spec, frame: pd.DataFrame, out_dir: Path, options: dict[str, Any]) -> dict[str, Path | None]:
+    """One method's files: its scored table (parquet, the run's options in its footer), the top
+    --top rows per profile (CSV) and its figure (`sweep.plots.plot_method`; None where nothing is
+    drawn), keyed as `write_outputs` returns them."""
+    plain = _plain_columns(frame)
+    top = int(options.get("top", 50))
+    return {f"parquet:{spec.name}": _write_parquet(out_dir / "tables" / f"{spec.name}.parquet", plain,
+                                                   {"specsim": json.dumps(options)}),
+            f"csv:{spec.name}": _write_csv(out_dir / "tables" / f"{spec.name}_top{top}.csv",
+                                           ranking.top_of_table(plain, top)),
+            f"plot:{spec.name}": plot_method(spec, frame, out_dir / "plots" / f"{spec.name}.png")}
+
+
 @contextlib.contextmanager
-def method_figures(tables: dict[str, pd.DataFrame], out_dir: Path,
-                   workers: int | None = None) -> Iterator[Callable[[], dict[str, Path | None]]]:
-    """Each method's figure (`sweep.plots.plot_method`) drawn in `workers` forked processes (default
-    one per core) while the caller goes on; the context yields the function that waits for them
-    ({method: path, None where nothing was drawn}). The sweep starts them as soon as its tables are
-    ranked, so that the figures draw while the simulator re-scores and serves."""
-    figures = {method: (plot_method, (methods.get(method), frame, Path(out_dir) / "plots" / f"{method}.png"))
-               for method, frame in sorted(tables.items(), key=lambda item: -len(item[1]))}
-    pyplot()            # the plotting libraries imported once, before the figures' workers fork
-    with forked(figures, worker_count(workers)) as drawn:
-        yield drawn
+def writing_methods(tables: dict[str, pd.DataFrame], out_dir: Path, options: dict[str, Any],
+                    workers: int | None = None) -> Iterator[Callable[[], dict[str, Path | None]]]:
+    """Each method's files (`method_files`) written in `workers` forked processes (default one per
+    core) while the caller goes on; the context yields the function that waits for them and returns
+    their paths. The sweep starts them as soon as its tables are ranked, so that tables and figures
+    are written while the simulator re-scores and serves (written after it, they were a second and a
+    half on one core at the end of every sweep)."""
+    jobs = {method: (method_files, (methods.get(method), frame, Path(out_dir), options))
+            for method, frame in sorted(tables.items(), key=lambda item: -len(item[1]))}
+    pyplot()            # the plotting libraries imported once, before the workers fork
+    with forked(jobs, worker_count(workers)) as written:
+        yield lambda: {key: path for files in written().values() for key, path in files.items()}
 
 
-def write_outputs(result: Any, out_dir: Path, progress: bool = False, workers: int | None = None,
-                  figures: Callable[[], dict[str, Path | None]] | None = None) -> dict[str, Path]:
-    """Write every table, plot and the report of a SweepResult into `out_dir`; return the paths
-    (a progress bar over the tables and plots when `progress` and it takes over a second). The
-    method figures are `figures`' (`method_figures`, started earlier) or else drawn in `workers`
-    processes while the tables are written."""
-    if figures is None:
-        with method_figures(result.tables, out_dir, workers) as drawn:
-            return write_outputs(result, out_dir, progress, workers, drawn)
+def write_outputs(result: Any, out_dir: Path, workers: int | None = None,
+                  method_paths: Callable[[], dict[str, Path | None]] | None = None) -> dict[str, Path]:
+    """Write every table, plot and the report of a SweepResult into `out_dir`; return the paths.
+    Each method's table and figure come from `method_paths` (`writing_methods`, started earlier), or
+    else are written in `workers` processes while the rest is."""
+    if method_paths is None:
+        with writing_methods(result.tables, out_dir, result.options, workers) as paths:
+            return write_outputs(result, out_dir, workers, paths)
     out_dir = Path(out_dir)
-    written: dict[str, Path] = {}
     started = time.perf_counter()
-    top = int(result.options.get("top", 50))
-    bar = progress_bar(2 * len(result.tables) + 1, "writing tables and plots", progress, unit="file")
-    for method, frame in result.tables.items():
-        plain = _plain_columns(frame)
-        written[f"parquet:{method}"] = _write_parquet(out_dir / "tables" / f"{method}.parquet", plain,
-                                                      {"specsim": json.dumps(result.options)})
-        bar.update()
-        written[f"csv:{method}"] = _write_csv(out_dir / "tables" / f"{method}_top{top}.csv",
-                                              ranking.top_of_table(plain, top))
-        bar.update()
-    written.update({f"plot:{key}": path for key, path in figures().items() if path is not None})
+    paths = method_paths()
+    written = {f"{kind}:{method}": paths[f"{kind}:{method}"] for method in result.tables for kind in ("parquet", "csv")}
+    written.update({key: path for key, path in paths.items() if key.startswith("plot:") and path is not None})
     if len(result.deployments):
         deployed = plot_deployments(result.deployments, out_dir / "plots" / "deployments.png")
         if deployed is not None:
             written["plot:deployments"] = deployed
-    bar.update()
-    bar.close()
     written["best"] = _write_csv(out_dir / "best.csv", _plain_columns(result.best))
     if not result.deployments.empty:
         answers = result.deployments.merge(result.stops_paying, on=DEPLOYMENT, how="left")

@@ -18,7 +18,6 @@ markdown report in `--out`; a short table on stdout.
 """
 from __future__ import annotations
 
-import functools
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -154,13 +153,12 @@ def setting_of(profile: Profile, opts: SweepOptions, batch: int | None = None) -
 
 def run_sweep(profiles: list[Profile], opts: SweepOptions, executor, choices: Callable | None = None,
               scored: Callable[[dict[str, pd.DataFrame]], Any] | None = None) -> SweepResult:
-    """Score every configuration of every method on every profile; re-score the best in the simulator;
-    `choices(tables, best)` sets the papers' own choices beside the sweep's (`papers.choices.compare`);
-    `scored(tables)` is called with the ranked tables as soon as they are (the command starts their
-    figures there, `sweep.report.method_figures`)."""
+    """Score every configuration of every method on every profile; re-score the best in the simulator
+    and serve each deployment's best at every batch size; `choices(tables, best)` sets the papers' own
+    choices beside the sweep's (`papers.choices.compare`); `scored(tables)` is called with the ranked tables as soon as they are (the command starts their
+    tables and figures there, `sweep.report.writing_methods`)."""
     timings: dict[str, float] = {}
     skipped: list[str] = []
-    setting = functools.partial(setting_of, opts=opts)
     t0 = time.perf_counter()
     if opts.hardware:  # measured-table profiles (e.g. a CPU recording) cannot move: skipped, said so
         moved = []
@@ -182,26 +180,34 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor, choices: Ca
     t1 = time.perf_counter()
     best = _top(tables, max(opts.rescore, 1))       # --rescore 0: the closed forms' best, not simulated
     by_profile = {p.name: p for p in profiles}
-    sim_tasks = []
-    for i in range(len(best) if opts.rescore else 0):    # --rescore 0: nothing simulated
-        row, name = best.iloc[i:i + 1], best["profile"].iat[i]
-        config = scoring.sim_config(row)       # a seed of its own (profile, configuration, load), not a counter
-        seed = derive_seed(opts.seed, "stream", name, row["method"].iat[0], sorted(config.items()), opts.sim_tokens)
-        sim_tasks.append(scoring.SimTask(by_profile[name], row["method"].iat[0], config, setting(by_profile[name]),
-                                         seed, opts.sim_tokens, opts.sim_repeats))
-    sims = executor.map(scoring.simulate_task, sim_tasks, desc="simulating the best") if sim_tasks else []
+    sim_tasks = _sim_tasks(best if opts.rescore else best.iloc[:0], by_profile, opts)   # --rescore 0: none
+    loads = deployments.loads_of(profiles, opts.sim_tokens, lambda p: setting_of(p, opts).ctx_len)
+    deployed = deployments.candidates(tables, {p.name: p.hardware for p in profiles})
+    batches = opts.batch_sizes or [opts.batch]
+    serve_tasks, serve_rows = (deployments.serve_tasks(deployed, by_profile, opts.batch, loads, opts.seed,
+                                                       every=deployed) if opts.batch in batches else ([], None))
+    # the re-scores and the served loads at --batch need nothing of each other: one map keeps every
+    # worker busy across both (two maps each waited for their slowest task with a core idle)
+    done = executor.map(simulate_or_serve, serve_tasks + sim_tasks,
+                        desc="re-scoring the best and serving the deployments") if serve_tasks or sim_tasks else []
+    served_now, sims = done[:len(serve_tasks)], done[len(serve_tasks):]
     if sims:
         best = pd.concat([best.reset_index(drop=True), pd.DataFrame(sims)], axis=1)
     best_one = best_with_intervals(ranking.best_of(best, ["profile", "method"])
                               .merge(_ties(tables), on=["profile", "method"], how="left"), by_profile)
-    timings["simulate"] = time.perf_counter() - t1
     paper_choices = choices(tables, best) if choices is not None else None
+    timings["simulate_and_serve"] = time.perf_counter() - t1
 
     t2 = time.perf_counter()
-    loads = deployments.loads_of(profiles, opts.sim_tokens, lambda p: setting_of(p, opts).ctx_len)
-    served = _serve_deployments(profiles, opts, executor, tables, loads, skipped)
+    frames = []
+    for batch in batches:
+        if batch == opts.batch:
+            frames.append(deployments.answers(serve_rows, served_now, batch, loads, by_profile))
+        else:
+            frames.append(_serve_batch(profiles, opts, executor, deployed, batch, loads, skipped))
+    served = pd.concat(frames, ignore_index=True)
     exports = export.plan(served, by_profile, opts.export, loads, opts.seed) if opts.export else []
-    timings["deployments"] = time.perf_counter() - t2
+    timings["other_batches"] = time.perf_counter() - t2
     return SweepResult(tables=tables, best=best_one.reset_index(drop=True), paper_choices=paper_choices,
                        options=asdict(opts), timings=timings, skipped=skipped,
                        profile_names=[p.name for p in profiles], served=served,
@@ -273,27 +279,39 @@ def _score_tables(profiles: list[Profile], opts: SweepOptions, executor, batch: 
     return _rank([s for s in scored if not isinstance(s, Unpriced)])
 
 
-def _serve_deployments(profiles: list[Profile], opts: SweepOptions, executor, tables: dict[str, pd.DataFrame],
-                       loads: dict[str, BatchLoad], skipped: list[str]) -> pd.DataFrame:
-    """At each batch size: the closed forms' best per (deployment, method, drafter), scored at that
-    batch, served by the simulator beside plain decoding under each deployment's load (`sweep.deployments`);
-    a pair a Profile cannot price at a batch is added to `skipped`, and a deployment none of whose methods it
-    prices there answers that it is not priced."""
+def _sim_tasks(best: pd.DataFrame, by_profile: dict[str, Profile], opts: SweepOptions) -> list[scoring.SimTask]:
+    """The simulator's re-score of each row of `best`, each with a seed of its own (profile,
+    configuration, load), not a counter."""
+    tasks = []
+    for i in range(len(best)):
+        row, name = best.iloc[i:i + 1], best["profile"].iat[i]
+        config = scoring.sim_config(row)
+        seed = derive_seed(opts.seed, "stream", name, row["method"].iat[0], sorted(config.items()), opts.sim_tokens)
+        tasks.append(scoring.SimTask(by_profile[name], row["method"].iat[0], config, setting_of(by_profile[name], opts),
+                                     seed, opts.sim_tokens, opts.sim_repeats))
+    return tasks
+
+
+def simulate_or_serve(task: scoring.SimTask | deployments.ServeTask) -> dict[str, Any]:
+    """Executor entry point of the stage after scoring: a re-score in the simulator or a served load."""
+    return scoring.simulate_task(task) if isinstance(task, scoring.SimTask) else deployments.serve_task(task)
+
+
+def _serve_batch(profiles: list[Profile], opts: SweepOptions, executor, deployed: pd.DataFrame, batch: int,
+                 loads: dict[str, BatchLoad], skipped: list[str]) -> pd.DataFrame:
+    """One batch size of --batch-sizes other than --batch: the closed forms' best per (deployment,
+    method, drafter), scored at that batch, served by the simulator beside plain decoding under each
+    deployment's load (`sweep.deployments`); a pair a Profile cannot price at the batch is added to
+    `skipped`, and a deployment none of whose methods it prices there answers that it is not priced
+    (`deployed`, the deployments scored at --batch, each answers at every batch)."""
     by_name = {p.name: p for p in profiles}
-    hardware = {p.name: p.hardware for p in profiles}
-    deployed = deployments.candidates(tables, hardware)      # every deployment scored at --batch answers at each
-    frames = []
-    for batch in opts.batch_sizes or [opts.batch]:
-        lacking: list[str] = []      # the reasons --batch's scoring gave again, and the batches not priced
-        if batch == opts.batch:
-            cands = deployed
-        else:
-            cands = deployments.candidates(_score_tables(profiles, opts, executor, batch, lacking), hardware)
-        skipped += [reason for reason in lacking if reason not in skipped]
-        tasks, rows = deployments.serve_tasks(cands, by_name, batch, loads, opts.seed, every=deployed)
-        served = executor.map(deployments.serve_task, tasks, desc=f"serving the best (batch {batch})")
-        frames.append(deployments.answers(rows, served, batch, loads, by_name))
-    return pd.concat(frames, ignore_index=True)
+    lacking: list[str] = []      # the reasons --batch's scoring gave again, and the batches not priced
+    cands = deployments.candidates(_score_tables(profiles, opts, executor, batch, lacking),
+                                   {p.name: p.hardware for p in profiles})
+    skipped += [reason for reason in lacking if reason not in skipped]
+    tasks, rows = deployments.serve_tasks(cands, by_name, batch, loads, opts.seed, every=deployed)
+    served = executor.map(deployments.serve_task, tasks, desc=f"serving the best (batch {batch})")
+    return deployments.answers(rows, served, batch, loads, by_name)
 
 
 def _rank(scored: list[pd.DataFrame]) -> dict[str, pd.DataFrame]:
