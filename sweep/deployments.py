@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+import methods
 from methods import BASELINE
 from common.errors import InputError
 from sweep import ranking, scoring
@@ -46,6 +47,7 @@ from simulator.batch_load import BatchLoad, serve_at_batch
 from simulator.memory import memory_of
 
 DEPLOYMENT = ["profile", "target", "hardware", "dataset", "temperature"]
+CANDIDATE_KEYS = [c for c in DEPLOYMENT if c != "hardware"] + ["method", "drafter"]   # a profile has one hardware
 SERVED = ["throughput_tok_s", "tpot_ms", "ttft_ms", "e2e_s_p50", "e2e_s_p99", "queue_s_p50", "latency_s_p50",
           "alone_s", "oom", "reached", "not_served"]
 NOTHING_FITS = "nothing fits"      # the answer where plain decoding itself does not fit, or not the batch
@@ -83,15 +85,25 @@ class ServeTask:
 
 
 def candidates(tables: dict[str, pd.DataFrame], hardware: dict[str, str], top: int = 1) -> pd.DataFrame:
-    """The closed form's best `top` configurations per (deployment, method, drafter) of scored
-    tables, in the sweep's one order (those that fit in memory first)."""
-    rows = []
-    by = [c for c in DEPLOYMENT if c != "hardware"] + ["method", "drafter"]     # a profile has one hardware
-    for frame in tables.values():
-        if frame.empty:
-            continue
-        best = ranking.best_of_table(frame, by, top)
-        rows.append(best.assign(hardware=best["profile"].map(hardware)))
+    """The closed form's best `top` configurations per candidate group (deployment, method, drafter:
+    CANDIDATE_KEYS) of scored tables, in the sweep's one order (those that fit in memory first)."""
+    return _with_hardware([ranking.best_of_table(frame, CANDIDATE_KEYS, top) for frame in tables.values()
+                           if not frame.empty], hardware)
+
+
+def candidates_of(best_rows: list[pd.DataFrame], hardware: dict[str, str]) -> pd.DataFrame:
+    """`candidates` from the best row per candidate group of each (profile, method) scored
+    (`sweep.spaces.best_per_group`): the same rows, in the same order (methods in the registry's)."""
+    by_method: dict[str, list[pd.DataFrame]] = {}
+    for frame in best_rows:
+        if not frame.empty:
+            by_method.setdefault(str(frame["method"].iloc[0]), []).append(frame)
+    return _with_hardware([ranking.ranked(pd.concat(by_method[m], ignore_index=True), "speedup", CANDIDATE_KEYS)
+                           for m in methods.names() if m in by_method], hardware)
+
+
+def _with_hardware(frames: list[pd.DataFrame], hardware: dict[str, str]) -> pd.DataFrame:
+    rows = [best.assign(hardware=best["profile"].map(hardware)) for best in frames]
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
 

@@ -11,8 +11,9 @@ bundled table, `COSTS`, and says on which machine; a method it lacks is priced a
 - a simulated token: one stream of STREAM_TOKENS tokens (the vectorised stream's fixed cost is a small
   share of it), and a served token: one request of SERVE_TOKENS, both carried on linearly (a
   generation's steps are arrays of its length; one step's events serve a whole batch).
-At its peak the sweep holds PEAK_COPIES scored copies of each row, plus one per extra batch of
-`--batch-sizes`; each worker holds one task at a time: one (profile, method)'s space and PEAK_COPIES
+At its peak the sweep holds PEAK_COPIES scored copies of each row (an extra batch of
+`--batch-sizes` keeps only its best rows, `sweep.spaces`, and costs EXTRA_BATCH_SHARE of a row's
+scoring); each worker holds one task at a time: one (profile, method)'s space and PEAK_COPIES
 scored copies of it (its chunks, their concatenation, the ranked table) with one chunk's working
 memory, or one stream, or one served batch. The longest closed-form task is one (profile, method).
 
@@ -48,6 +49,8 @@ PEAK_COPIES = 3            # scored copies of a row alive at the peak: chunks (a
                            # parent's), their concatenation, the ranked table or parquet
 CHUNK_ROWS = 25_000        # configurations a task scores at once (sweep.run)
 MAX_HOURS = 6.0            # default --max-hours
+EXTRA_BATCH_SHARE = 0.15   # a row priced at one more batch size, in rows scored: the default sweep's scoring took
+                           # 4.8 s at one batch and 6.7 s at four (--batch-sizes 1,8,32,128; 2 cores)
 COSTS = Path(__file__).with_name("costs.json")   # each method's Cost, measured once
 
 
@@ -131,9 +134,9 @@ def estimate(profiles: list[Profile], opts, setting: Callable, workers: int = 1)
                      "a served batch of generations of": WAVES * max(batches) * c.serve_b * opts.sim_tokens}
             what = max(works, key=works.get)
             rows.append({"profile": profile.name, "method": method, "setups": len(found), "configurations": count,
-                         "bytes": int(count * (PEAK_COPIES + extra_batches) * c.scored_b),
+                         "bytes": int(count * PEAK_COPIES * c.scored_b),
                          "work_bytes": int(works[what]), "work": what,
-                         "score_s": count * c.score_s * (1 + extra_batches),
+                         "score_s": count * c.score_s * (1 + EXTRA_BATCH_SHARE * extra_batches),
                          "simulate_s": rescored * opts.sim_repeats * stream_s,
                          "serve_s": served * 2 * serve_s,      # at batch B, B at once, then one alone
                          "task_s": count * c.score_s,

@@ -30,13 +30,13 @@ import pandas as pd
 import methods
 from calibrate import assumed
 from common.bundled import bundled
-from profiles.latency import PastMeasuredBatch
 from profiles.profile import Profile
 from common.errors import InputError
 from common.seeds import derive_seed
 from simulator.batch_load import BatchLoad
 from sweep import deployments, export, ranking, scoring
-from sweep.estimate import CHUNK_ROWS, space_options
+from sweep.spaces import SpaceTask, Unpriced, built_space, rank_tables, score_space
+from sweep.estimate import space_options
 from methods.spec import MethodSpec, Setup
 
 DEFAULT_CTX = 512        # context of a Profile without a recorded workload
@@ -123,18 +123,9 @@ def with_assumed(profiles: list[Profile], opts: SweepOptions) -> list[Profile]:
     return [assumed.with_assumed(p, opts.methods, opts.assumed, opts.draft_model) for p in profiles]
 
 
-def _chunks(frame: pd.DataFrame, rows: int) -> list[pd.DataFrame]:
-    return [frame.iloc[i:i + rows].reset_index(drop=True) for i in range(0, len(frame), rows)] or [frame]
-
-
 def space_of(spec: MethodSpec, setup: Setup, opts: SweepOptions) -> pd.DataFrame:
     """The method's search space on `setup`, given the sweep options its `space` takes by name."""
-    return _built_space(spec, setup, space_options(spec, opts), bool(opts.token_trace))
-
-
-def _built_space(spec: MethodSpec, setup: Setup, options: dict[str, Any], replayed: bool) -> pd.DataFrame:
-    space = spec.space(setup, **options)
-    return spec.replayed_space(space) if replayed else space
+    return built_space(spec, setup, space_options(spec, opts), bool(opts.token_trace))
 
 
 def setting_of(profile: Profile, opts: SweepOptions, batch: int | None = None) -> scoring.Setting:
@@ -170,7 +161,8 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor, choices: Ca
         if not moved:
             raise InputError(skipped[0])
         profiles = moved
-    tables = _score_tables(profiles, opts, executor, opts.batch, skipped)
+    batches = opts.batch_sizes or [opts.batch]
+    tables, best_at = _score_tables(profiles, opts, executor, opts.batch, skipped, tuple(batches))
     if not tables:
         raise InputError(f"no (profile, method) pair can be priced at batch {opts.batch}: {skipped[-1]}")
     timings["score"] = time.perf_counter() - t0
@@ -183,7 +175,6 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor, choices: Ca
     sim_tasks = _sim_tasks(best if opts.rescore else best.iloc[:0], by_profile, opts)   # --rescore 0: none
     loads = deployments.loads_of(profiles, opts.sim_tokens, lambda p: setting_of(p, opts).ctx_len)
     deployed = deployments.candidates(tables, {p.name: p.hardware for p in profiles})
-    batches = opts.batch_sizes or [opts.batch]
     serve_tasks, serve_rows = (deployments.serve_tasks(deployed, by_profile, opts.batch, loads, opts.seed,
                                                        every=deployed) if opts.batch in batches else ([], None))
     # the re-scores and the served loads at --batch need nothing of each other: one map keeps every
@@ -204,7 +195,7 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor, choices: Ca
         if batch == opts.batch:
             frames.append(deployments.answers(serve_rows, served_now, batch, loads, by_profile))
         else:
-            frames.append(_serve_batch(profiles, opts, executor, deployed, batch, loads, skipped))
+            frames.append(_serve_batch(profiles, opts, executor, deployed, batch, best_at[batch], loads, skipped))
     served = pd.concat(frames, ignore_index=True)
     exports = export.plan(served, by_profile, opts.export, loads, opts.seed) if opts.export else []
     timings["other_batches"] = time.perf_counter() - t2
@@ -215,49 +206,12 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor, choices: Ca
                        profiles=by_profile, exports=exports)
 
 
-@dataclass
-class SpaceTask:
-    """One executor task: every configuration of one method on one profile. The worker builds each
-    setup's space, scores it CHUNK_ROWS at a time and ranks the lot: building and ranking are a third
-    of the scoring work, and done in the parent they left the workers idle."""
-
-    profile: Profile
-    method: str
-    bases: list[dict[str, Any]]      # its setups (`Setup.base`)
-    setting: scoring.Setting
-    space: dict[str, Any]            # the sweep options the method's space takes (`space_options`)
-    replayed: bool = False           # --token-trace: the part of the space replay scores
-
-
-@dataclass
-class Unpriced:
-    """A task whose Profile measured no latency at its batch (`profiles.latency.PastMeasuredBatch`)."""
-
-    profile: str
-    reason: str
-
-
-def score_space(task: SpaceTask) -> pd.DataFrame | Unpriced:
-    """Executor entry point: the task's configurations scored and ranked (`sweep.ranking`; one
-    profile's rows, so no profile key to sort by), in the order `_rank` keeps; `Unpriced` where a
-    latency table of the Profile stops short of the task's batch."""
-    spec = methods.get(task.method)
-    parts = []
-    try:
-        for base in task.bases:
-            setup = scoring.setup_of(task.profile, base)
-            space = _built_space(spec, setup, task.space, task.replayed)
-            parts += [scoring.score(setup, task.method, chunk, task.setting) for chunk in _chunks(space, CHUNK_ROWS)]
-    except PastMeasuredBatch as exc:
-        return Unpriced(task.profile.name, exc.short)
-    return ranking.ranked(pd.concat(parts, ignore_index=True), "speedup")
-
-
-def _score_tables(profiles: list[Profile], opts: SweepOptions, executor, batch: int,
-                  skipped: list[str]) -> dict[str, pd.DataFrame]:
-    """Every configuration of every method on every profile scored by the closed forms at `batch`;
-    a (profile, method) without a setup, or whose latency tables stop short of `batch`, is added to
-    `skipped` with the reason."""
+def _score_tables(profiles: list[Profile], opts: SweepOptions, executor, batch: int, skipped: list[str],
+                  other_batches: tuple[int, ...] = ()) -> tuple[dict[str, pd.DataFrame], dict[int, list]]:
+    """Every configuration of every method on every profile scored by the closed forms at `batch`,
+    and at each of `other_batches` the best per candidate group (`sweep.spaces`); a (profile, method)
+    without a setup, or whose latency tables stop short of `batch`, is added to `skipped` with the
+    reason. Returns the ranked tables and, per other batch, each task's best rows or Unpriced."""
     tasks: list[SpaceTask] = []
     for profile in profiles:
         setting = setting_of(profile, opts, batch)
@@ -269,14 +223,20 @@ def _score_tables(profiles: list[Profile], opts: SweepOptions, executor, batch: 
                 continue
             if found:
                 tasks.append(SpaceTask(profile, method, [setup.base for setup in found], setting,
-                                       space_options(methods.get(method), opts), bool(opts.token_trace)))
+                                       space_options(methods.get(method), opts), bool(opts.token_trace),
+                                       other_batches))
     if not tasks:
         raise InputError("no (profile, method) pair can be scored: " + "; ".join(skipped[:3]))
     scored = executor.map(score_space, tasks, desc=f"scoring configurations (batch {batch})")
-    unpriced = [s for s in scored if isinstance(s, Unpriced)]
-    skipped += list(dict.fromkeys(f"profile '{u.profile}' at batch {batch}: not priced, {u.reason} (a batch is not "
-                                  "extrapolated)" for u in unpriced))
-    return _rank([s for s in scored if not isinstance(s, Unpriced)])
+    skipped += _not_priced([s.table for s in scored], batch)
+    tables = rank_tables([s.table for s in scored if not isinstance(s.table, Unpriced)])
+    return tables, {b: [s.best_at[b] for s in scored] for b in other_batches if b != batch}
+
+
+def _not_priced(answers: list, batch: int) -> list[str]:
+    """The skipped lines of the (profile, method) tasks a Profile could not price at `batch`."""
+    return list(dict.fromkeys(f"profile '{u.profile}' at batch {batch}: not priced, {u.reason} (a batch is not "
+                              "extrapolated)" for u in answers if isinstance(u, Unpriced)))
 
 
 def _sim_tasks(best: pd.DataFrame, by_profile: dict[str, Profile], opts: SweepOptions) -> list[scoring.SimTask]:
@@ -298,38 +258,20 @@ def simulate_or_serve(task: scoring.SimTask | deployments.ServeTask) -> dict[str
 
 
 def _serve_batch(profiles: list[Profile], opts: SweepOptions, executor, deployed: pd.DataFrame, batch: int,
-                 loads: dict[str, BatchLoad], skipped: list[str]) -> pd.DataFrame:
+                 best_rows: list, loads: dict[str, BatchLoad], skipped: list[str]) -> pd.DataFrame:
     """One batch size of --batch-sizes other than --batch: the closed forms' best per (deployment,
-    method, drafter), scored at that batch, served by the simulator beside plain decoding under each
-    deployment's load (`sweep.deployments`); a pair a Profile cannot price at the batch is added to
-    `skipped`, and a deployment none of whose methods it prices there answers that it is not priced
-    (`deployed`, the deployments scored at --batch, each answers at every batch)."""
+    method, drafter) at that batch (`best_rows`, from the scoring tasks), served by the simulator
+    beside plain decoding under each deployment's load (`sweep.deployments`); a pair a Profile
+    cannot price at the batch is added to `skipped`, and a deployment none of whose methods it
+    prices there answers that it is not priced (`deployed`, the deployments scored at --batch,
+    each answers at every batch)."""
     by_name = {p.name: p for p in profiles}
-    lacking: list[str] = []      # the reasons --batch's scoring gave again, and the batches not priced
-    cands = deployments.candidates(_score_tables(profiles, opts, executor, batch, lacking),
-                                   {p.name: p.hardware for p in profiles})
-    skipped += [reason for reason in lacking if reason not in skipped]
+    skipped += [reason for reason in _not_priced(best_rows, batch) if reason not in skipped]
+    cands = deployments.candidates_of([rows for rows in best_rows if not isinstance(rows, Unpriced)],
+                                      {p.name: p.hardware for p in profiles})
     tasks, rows = deployments.serve_tasks(cands, by_name, batch, loads, opts.seed, every=deployed)
     served = executor.map(deployments.serve_task, tasks, desc=f"serving the best (batch {batch})")
     return deployments.answers(rows, served, batch, loads, by_name)
-
-
-def _rank(scored: list[pd.DataFrame]) -> dict[str, pd.DataFrame]:
-    """One table per method: its profiles' ranked frames (`score_space`) in profile order, each
-    configuration's `rank` within its profile; the same rows and order as ranking the whole table
-    by profile at once (`sweep.ranking` sorts stably, each profile's rows apart from the others')."""
-    by_method: dict[str, list[pd.DataFrame]] = {}
-    for frame in scored:
-        by_method.setdefault(str(frame["method"].iloc[0]), []).append(frame)
-    tables = {}
-    for method in methods.names():
-        if method not in by_method:
-            continue
-        frames = sorted(by_method[method], key=lambda f: str(f["profile"].iloc[0]))
-        frame = pd.concat(frames, ignore_index=True)
-        frame["rank"] = np.concatenate([np.arange(1, len(f) + 1) for f in frames])   # a frame is one profile's
-        tables[method] = frame
-    return tables
 
 
 def best_with_intervals(best: pd.DataFrame, profiles: dict[str, Profile]) -> pd.DataFrame:

@@ -194,8 +194,27 @@ def _token_table(path: str):
 
 def score(setup: Setup, method: str, configs: pd.DataFrame, setting: Setting) -> pd.DataFrame:
     """`configs` (a frame of `method`'s configurations) with the setup columns and SCORE_COLUMNS."""
+    return at_batch(predicted(setup, method, configs, setting), setting.batch)
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """What a configuration's score takes from its method, the same at every batch size: its tokens
+    per step and the forwards of its step (`predicted`); `at_batch` prices them at one batch."""
+
+    setup: Setup
+    method: str
+    configs: pd.DataFrame
+    setting: Setting
+    tokens: np.ndarray
+    shape: Any                  # costmodel.step.StepShape
+    scored_by: str
+
+
+def predicted(setup: Setup, method: str, configs: pd.DataFrame, setting: Setting) -> Predicted:
+    """The batch-free part of scoring `configs`: tokens per step (closed form, or a TokenTrace's
+    exact replay) and the priced shape of a step. Scoring at several batch sizes computes it once."""
     spec = methods.get(method)
-    profile = setup.profile
     setup = replace(setup, new_tokens=setting.new_tokens)
     try:
         tokens = np.asarray(spec.expected_tokens(setup, configs), dtype=float)
@@ -203,26 +222,35 @@ def score(setup: Setup, method: str, configs: pd.DataFrame, setting: Setting) ->
     except InputError:
         raise
     except ValueError as exc:   # costmodel's one-line input errors
-        raise InputError(f"{method} on '{profile.name}' ({setup.acceptance_key}): {exc}") from None
+        raise InputError(f"{method} on '{setup.profile.name}' ({setup.acceptance_key}): {exc}") from None
     scored_by = "closed form"
     if replays(method, setting, setup):
         tokens = replay_tokens(_token_table(setting.token_trace), method, configs)
         scored_by = "trace replay"
-    latency, ctx, batch = tabulated(profile.seconds), float(setting.ctx_len), setting.batch
+    return Predicted(setup, method, configs, setting, tokens, shape, scored_by)
+
+
+def at_batch(part: Predicted, batch: int) -> pd.DataFrame:
+    """`part`'s configurations scored at `batch` sequences decoding together: the step's cost, the
+    speedup over plain decoding at that batch, memory and the verdict (SCORE_COLUMNS);
+    `profiles.latency.PastMeasuredBatch` where the Profile's latency tables stop short of it."""
+    setup, setting, tokens, shape, configs = part.setup, part.setting, part.tokens, part.shape, part.configs
+    profile = setup.profile
+    latency, ctx = tabulated(profile.seconds), float(setting.ctx_len)
     first = tokens / setting.new_tokens if setting.new_tokens else 0.0     # the share of steps that are a first
     cost = step_cost(latency, shape, ctx, batch, prompt_len=centred_prompt(ctx, setting.new_tokens or 0),
                      first_share=first)
     draft_s, step_s = cost.draft_s, cost.total
     baseline = float(step_seconds(latency, plain_shape(profile), ctx, batch)[0])
     acceptance = profile.acceptance_model(setup.acceptance_key)
-    columns = {"profile": profile.name, "method": method, "target": profile.target, "drafter": setup.drafter or "-",
-               "dataset": acceptance.dataset, "temperature": acceptance.temperature,
+    columns = {"profile": profile.name, "method": part.method, "target": profile.target,
+               "drafter": setup.drafter or "-", "dataset": acceptance.dataset, "temperature": acceptance.temperature,
                "acceptance": setup.acceptance_key, "acceptance_source": acceptance_source(acceptance),
                **{c: configs[c] for c in configs.columns},
                "speedup": tokens * baseline / step_s, "tokens_per_step": tokens,
                "verified_per_step": np.broadcast_to(np.asarray(shape.verify_tokens, dtype=float), tokens.shape),
                "draft_cost": draft_s / baseline, "draft_forwards": shape.drafted, "step_s": step_s,
-               "tokens_per_s": batch * tokens / step_s, "ctx_len": ctx, "scored_by": scored_by}
+               "tokens_per_s": batch * tokens / step_s, "ctx_len": ctx, "scored_by": part.scored_by}
     kv = kv_tokens(profile, setup.drafter)
     verified = np.asarray(columns["verified_per_step"], dtype=float)
     fits = kv >= batch * (ctx + (setting.new_tokens or 0) / 2.0 + np.ceil(verified)) if kv == kv else True

@@ -31,7 +31,7 @@ def test_estimate_counts_what_the_sweep_scores():
     profile = Profile.load(MCSD_PROFILE)
     opts = sweep.SweepOptions(methods=["sd", "mcsd", "glide"], space={"budget": 8})
     est = estimate.estimate([profile], opts, sweep.setting_of)
-    tables = sweep._score_tables([profile], opts, LocalExecutor(workers=1, progress=False), opts.batch, [])
+    tables, _ = sweep._score_tables([profile], opts, LocalExecutor(workers=1, progress=False), opts.batch, [])
     assert est.configurations == sum(len(t) for t in tables.values()) > 0
     by_method = est.table.set_index("method")["configurations"].to_dict()
     assert by_method == {m: len(t) for m, t in tables.items()}        # glide: no setup, not estimated

@@ -13,7 +13,7 @@ import methods
 from profiles.profile import Profile
 from common.errors import InputError
 from costmodel.params import arch_dict, drafter_arch
-from sweep import scoring
+from sweep import deployments, scoring
 from experiments import sweep as cli
 from sweep import run as sweep
 from sweep.executor import LocalExecutor
@@ -192,7 +192,7 @@ def test_tables_ranked_per_profile_in_the_workers_equal_one_ranking_of_the_whole
     raw = toy.to_dict()
     profiles = [Profile.from_dict({**raw, "name": name}) for name in ("z toy", "a toy")]   # given out of order
     opts = sweep.SweepOptions(methods=["sd", "mcsd"], space={"budget": 8}, rescore=0)
-    tables = sweep._score_tables(profiles, opts, LocalExecutor(workers=1, progress=False), 1, [])
+    tables, _ = sweep._score_tables(profiles, opts, LocalExecutor(workers=1, progress=False), 1, [])
     for method, table in tables.items():
         parts = []
         for profile in profiles:
@@ -203,6 +203,23 @@ def test_tables_ranked_per_profile_in_the_workers_equal_one_ranking_of_the_whole
         whole["rank"] = whole.groupby("profile").cumcount() + 1
         pd.testing.assert_frame_equal(table, whole)
         assert list(table["profile"].unique()) == ["a toy", "z toy"]
+
+
+def test_other_batches_answered_by_the_scoring_tasks_give_the_candidates_of_a_whole_scoring(toy):
+    """--batch-sizes' other batches are priced inside the scoring tasks, each keeping its candidate
+    groups' best rows only (`sweep.spaces`): the same candidates, in the same order, as the whole
+    space scored again at that batch."""
+    raw = toy.to_dict()
+    profiles = [Profile.from_dict({**raw, "name": name}) for name in ("z toy", "a toy")]
+    opts = sweep.SweepOptions(methods=["sd", "mcsd", "prompt_lookup"], space={"budget": 8}, rescore=0)
+    executor = LocalExecutor(workers=1, progress=False)
+    hardware = {p.name: p.hardware for p in profiles}
+    _, best_at = sweep._score_tables(profiles, opts, executor, 1, [], (1, 4))
+    whole, _ = sweep._score_tables(profiles, opts, executor, 4, [])
+    assert set(best_at) == {4}
+    expected = deployments.candidates(whole, hardware).drop(columns="rank")   # a whole table's rank within it
+    assert len(expected) > 4
+    pd.testing.assert_frame_equal(deployments.candidates_of(best_at[4], hardware), expected)
 
 
 def test_hardware_move_through_the_roofline(toy):

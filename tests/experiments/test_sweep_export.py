@@ -227,7 +227,7 @@ def test_one_answer_per_deployment_and_batch(toy):
         answer = fastest if fastest.throughput_ratio > 1 else at[at.method == "ar"].iloc[0]
         assert row.throughput_tok_s == answer.throughput_tok_s and row.tpot_ms == answer.tpot_ms
     # the configurations served at batch 16 are the closed form's best when scored at batch 16
-    big = sweep._score_tables([toy], opts, LocalExecutor(workers=1, progress=False), 16, [])
+    big, _ = sweep._score_tables([toy], opts, LocalExecutor(workers=1, progress=False), 16, [])
     want = big["sd"].sort_values("speedup", ascending=False).config.iloc[0]
     assert want in set(served[(served.batch == 16) & (served.method == "sd")].config)
 
