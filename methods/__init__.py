@@ -16,8 +16,8 @@ import math
 import pkgutil
 
 from methods.config import MethodConfig
-from methods.spec import (BASELINE, CHAIN, MethodSpec, PlotSpec, Setup, SpaceOption, get, names, parse_config,
-                          parse_label, parse_methods, register, space_options, specs, unregister)
+from methods.spec import (BASELINE, CHAIN, MethodSpec, PlotSpec, Setup, SpaceOption, engine_method, get, names,
+                          parse_config, parse_label, parse_methods, register, space_options, specs, unregister)
 
 
 def _register_package_methods() -> None:
@@ -29,5 +29,6 @@ def _register_package_methods() -> None:
 
 _register_package_methods()
 
-__all__ = ["BASELINE", "CHAIN", "MethodConfig", "MethodSpec", "PlotSpec", "Setup", "SpaceOption", "get", "names",
-           "parse_config", "parse_label", "parse_methods", "register", "space_options", "specs", "unregister"]
+__all__ = ["BASELINE", "CHAIN", "MethodConfig", "MethodSpec", "PlotSpec", "Setup", "SpaceOption", "engine_method",
+           "get", "names", "parse_config", "parse_label", "parse_methods", "register", "space_options", "specs",
+           "unregister"]

@@ -391,13 +391,26 @@ def parse_methods(text: str | Sequence[str] | None, sweep_only: bool = True) -> 
     if text is None or (isinstance(text, str) and text.strip().lower() == "all"):
         return names(sweep_only)
     items = text.split(",") if isinstance(text, str) else list(text)
-    alias = {a: s.name for s in specs() for a in s.aliases}
+    alias = _engine_names()
     chosen = [alias.get(t.strip().lower(), t.strip().lower()) for t in items if t.strip()]
     if not chosen:
         raise InputError(f"no method named in {text!r} (known: {', '.join(names(sweep_only))}, or 'all')")
     for name in chosen:
         get(name)
     return list(dict.fromkeys(chosen))
+
+
+def engine_method(name: str) -> MethodSpec:
+    """The method a serving engine calls `name` (vLLM's "ngram", "eagle3": a spec's `aliases`): how
+    data that names the engine's method (a published study's runs) finds the spec that prices it."""
+    alias = _engine_names()
+    if name.lower() not in alias:
+        raise InputError(f"no method is the engines' '{name}' (known: {', '.join(sorted(alias))})")
+    return get(alias[name.lower()])
+
+
+def _engine_names() -> dict[str, str]:
+    return {a: s.name for s in specs() for a in s.aliases}
 
 
 def parse_config(method: str, raw: Any = None) -> MethodConfig:

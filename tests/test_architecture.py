@@ -154,9 +154,7 @@ NAMES_A_METHOD = {
     "runtime/drafters/": "each drafter's own module",
     "training/": "each drafter's trainee",
     "papers/": "the papers' data",
-    "calibrate/vllm/": "a published study's data: which engine method each of its runs was",
     "campaigns/smollm2_batch.py": "the configurations a recording campaign records, by label",
-    "experiments/bench/lookup_chain.py": "a benchmark of one method's code",
     "verification/": "the sampler rules' names (the single-draft rule is 'sd')",
 }
 

@@ -17,8 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-import methods
-from calibrate.vllm.facts import NGRAM_WINDOW
+from calibrate.vllm.facts import NGRAM, NGRAM_WINDOW
 from calibrate.vllm.streams import Stream
 from common.errors import InputError
 from methods.match_chain import at_bound, chain_at, matched_to_replay
@@ -32,7 +31,7 @@ TEMPERATURE = 0.0                         # the n-gram spans replay exactly unde
 
 def ngram_label(k: int) -> str:
     n_min, n_max = NGRAM_WINDOW
-    return methods.get("prompt_lookup").parse(f"prompt_lookup g{k} nmin{n_min} nmax{n_max}").label
+    return NGRAM.parse(f"{NGRAM.name} g{k} nmin{n_min} nmax{n_max}").label
 
 
 def eagle_entry(dataset: str, summary: dict) -> dict:
@@ -60,7 +59,7 @@ def replayed_frame(stream: Stream, ks=FIT_K, requests: int = FIT_REQUESTS) -> pd
         request = np.repeat(np.arange(steps.requests), steps.steps_of)
         index = np.arange(steps.size.size) - steps.offsets[request]
         decode = index > 0
-        frames.append(pd.DataFrame({"run_id": f"{ngram_label(k)}#replay", "method": "prompt_lookup",
+        frames.append(pd.DataFrame({"run_id": f"{ngram_label(k)}#replay", "method": NGRAM.name,
                                     "config": ngram_label(k), "prompt_id": request[decode], "step": index[decode] - 1,
                                     "ctx_len": 0, "draft_forwards": 0, "verify_tokens": 1 + steps.drafted[decode],
                                     "accepted": steps.size[decode]}))
@@ -69,8 +68,7 @@ def replayed_frame(stream: Stream, ks=FIT_K, requests: int = FIT_REQUESTS) -> pd
 
 def ngram_entry(stream: Stream) -> dict:
     """The n-gram proposer's entry of one dataset (module docstring)."""
-    spec = methods.get("prompt_lookup")
-    entry = spec.fit_steps(replayed_frame(stream), dataset=stream.dataset, temperature=TEMPERATURE,
+    entry = NGRAM.fit_steps(replayed_frame(stream), dataset=stream.dataset, temperature=TEMPERATURE,
                            source=f"SpecDecode-Bench {stream.file}, vLLM's n-gram proposer replayed (window "
                                   f"{NGRAM_WINDOW[0]}-{NGRAM_WINDOW[1]}; the chain on {FIT_REQUESTS} requests)")
     replayed = {}
@@ -80,9 +78,9 @@ def ngram_entry(stream: Stream) -> dict:
         decode[steps.offsets[:-1]] = False
         replayed[ngram_label(k)] = [round(float(steps.size[decode].mean()), 5),
                                     round(float((steps.drafted[decode] > 0).mean()), 5)]
-    entry["prompt_lookup"]["replayed"] = replayed
-    entry["prompt_lookup"]["replayed_new_tokens"] = int(round(float(np.mean([r.output_len for r in stream.requests]))))
-    entry["drafter"] = "prompt_lookup"
+    entry[NGRAM.name]["replayed"] = replayed
+    entry[NGRAM.name]["replayed_new_tokens"] = int(round(float(np.mean([r.output_len for r in stream.requests]))))
+    entry["drafter"] = NGRAM.name
     return matched(entry)
 
 
@@ -91,9 +89,8 @@ def matched(entry: dict) -> dict:
     (`methods.match_chain.matched_to_replay`): the likelihood fit sees `FIT_REQUESTS` of them, and
     the chain is what other targets carry (ASSUMED) without the replay. The fit's own chain and each
     one's worst error on the replay are kept in `fit.matched_to_replay`."""
-    spec = methods.get("prompt_lookup")
-    fitted = spec.acceptance_part(entry["prompt_lookup"], "n-gram entry")
-    configs = [spec.parse(label) for label in fitted.replayed]
+    fitted = NGRAM.acceptance_part(entry[NGRAM.name], "n-gram entry")
+    configs = [NGRAM.parse(label) for label in fitted.replayed]
     part = matched_to_replay(fitted, configs)
 
     def worst(p) -> float:
@@ -101,7 +98,7 @@ def matched(entry: dict) -> dict:
                              p.replayed_new_tokens)
         return round(float(np.max(np.abs(tokens / np.array([fitted.replayed[c.label][0] for c in configs]) - 1.0))), 4)
 
-    entry["prompt_lookup"].update({k: round(v, 6) for k, v in part.parameters().items()})
+    entry[NGRAM.name].update({k: round(v, 6) for k, v in part.parameters().items()})
     entry["fit"]["matched_to_replay"] = {"fitted": fitted.parameters(), "worst_tokens_error_fitted": worst(fitted),
                                          "worst_tokens_error": worst(part), "at_bound": at_bound(part)}
     return entry

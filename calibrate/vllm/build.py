@@ -61,9 +61,9 @@ def build_profile(streams: dict[str, Stream], grid: GridFit, engine: EngineFit, 
         "assumptions": [facts.HOST_PER_ROW_SOURCE, facts.NGRAM_SOURCE_COST, facts.NGRAM_SPECULATION_SOURCE,
                         f"EAGLE-3 checkpoint {facts.EAGLE_CHECKPOINT} with a draft vocabulary of {facts.EAGLE_DRAFT_VOCAB}",
                         f"MT-Bench's mean context in the published batch-1 sweep: {facts.EAGLE_SWEEP.mean_ctx:g} tokens"]}
-    drafters = {"eagle3": {"kind": "coral", "model": "eagle3", "file": facts.EAGLE_CHECKPOINT, "engine_method": "eagle3",
-                           "draft_vocab": facts.EAGLE_DRAFT_VOCAB},
-                "prompt_lookup": {"kind": "prompt_lookup"}}
+    drafters = {"eagle3": {"kind": facts.EAGLE3.name, "model": "eagle3", "file": facts.EAGLE_CHECKPOINT,
+                           "engine_method": "eagle3", "draft_vocab": facts.EAGLE_DRAFT_VOCAB},
+                facts.NGRAM.name: {"kind": facts.NGRAM.name}}
     return Profile.build(
         name=NAME, hardware=facts.HARDWARE, dtype=DTYPE, target=facts.TARGET,
         models={facts.TARGET: target_arch().to_dict(), "eagle3": eagle_arch().to_dict()},

@@ -30,6 +30,7 @@ from calibrate.vllm.grid import GridFit
 from costmodel.latency import RowSums
 from costmodel.params import Arch, drafter_arch, get_arch
 from costmodel.step import StepCalibration
+from methods import BASELINE
 from profiles.latency import RooflineLatency
 
 DTYPE = "bf16"
@@ -41,7 +42,7 @@ def target_arch() -> Arch:
 
 
 def eagle_arch() -> Arch:
-    raw = drafter_arch("coral", target_arch(), eagle3=True, draft_vocab=facts.EAGLE_DRAFT_VOCAB)
+    raw = drafter_arch(facts.EAGLE3.name, target_arch(), eagle3=True, draft_vocab=facts.EAGLE_DRAFT_VOCAB)
     return Arch.from_dict({**raw, "source": f"{raw['source']}; {facts.EAGLE_SOURCE}"}, "eagle3")
 
 
@@ -96,9 +97,9 @@ def fit_engine(grid: GridFit, sweep: facts.EagleSweep = facts.EAGLE_SWEEP) -> En
     errors = predicted(fit.x) / measured - 1.0
     common = dict(overhead_s=overhead_s, overhead_per_row_s=facts.HOST_PER_ROW_S)
     calibrations = {
-        "ar": StepCalibration(**common),
-        "coral": StepCalibration(**common, speculation_s=speculation_s),
-        "prompt_lookup": StepCalibration(overhead_s=overhead_s + facts.NGRAM_SPECULATION_S,
+        BASELINE: StepCalibration(**common),
+        facts.EAGLE3.name: StepCalibration(**common, speculation_s=speculation_s),
+        facts.NGRAM.name: StepCalibration(overhead_s=overhead_s + facts.NGRAM_SPECULATION_S,
                                          overhead_per_row_s=facts.HOST_PER_ROW_S + facts.NGRAM_PER_ROW_S,
                                          overhead_per_ctx_token_s=facts.NGRAM_PER_TOKEN_S)}
     record = {"plain_forward_s": plain_forward, "overhead_s": overhead_s, "speculation_s": speculation_s,

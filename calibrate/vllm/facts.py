@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import methods
+
 VLLM_VERSION = "0.10.1"
+NGRAM = methods.engine_method("ngram")      # our method for vLLM's n-gram proposer, which the study ran
+EAGLE3 = methods.engine_method("eagle3")    # and for its EAGLE-3 drafter
 
 # ---- the scheduler and the runner (vLLM source at the 0.10.x tags) --------------------------------------
 MAX_BATCHED_TOKENS = {"serve": 8192, "offline": 16384}

@@ -72,6 +72,16 @@ def test_registry_refuses_a_taken_name():
         methods.parse_methods("sd,nope")
 
 
+def test_an_engines_name_of_a_method_finds_the_method_that_declares_it():
+    """Data naming the engine's method (a published study's vLLM runs) reaches our spec through the
+    spec's `aliases`, the same names `--methods` takes."""
+    for name in ("ngram", "NGRAM", "eagle3", "draft_model"):
+        assert methods.engine_method(name).name == methods.parse_methods(name)[0]
+        assert methods.engine_method(name).name != name.lower()
+    with pytest.raises(InputError, match="no method is the engines' 'medusa' \\(known: .*ngram"):
+        methods.engine_method("medusa")
+
+
 def test_a_trained_router_is_the_drafters_own():
     from methods.spec import drafter_fixed, engine_config, priced_config
 
