@@ -146,8 +146,8 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor, choices: Ca
               scored: Callable[[dict[str, pd.DataFrame]], Any] | None = None) -> SweepResult:
     """Score every configuration of every method on every profile; re-score the best in the simulator
     and serve each deployment's best at every batch size; `choices(tables, best)` sets the papers' own
-    choices beside the sweep's (`papers.choices.compare`); `scored(tables)` is called with the ranked tables as soon as they are (the command starts their
-    tables and figures there, `sweep.report.writing_methods`)."""
+    choices beside the sweep's (`papers.choices.compare`); `scored(tables)` is called with the ranked
+    tables as soon as they are (the command starts writing their files there, `sweep.report.writing_methods`)."""
     timings: dict[str, float] = {}
     skipped: list[str] = []
     t0 = time.perf_counter()
