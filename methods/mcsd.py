@@ -133,7 +133,7 @@ class MCSD(MethodSpec):
     plot = PlotSpec(x="budget", hue="gamma", labels={"budget": "tree size, the product of k",
                                                             "gamma": "tree depth"})
     options = {"budget": SpaceOption(DEFAULT_BUDGET, "largest product of an MCSD k-configuration the sweep "
-                                     "enumerates (about 10^4 trees at 64)", sample=8)}
+                                     "enumerates (about 10^4 trees at 64)")}
     no_counterpart = {
         "vllm": "vLLM drafts one chain per sequence; MCSD's candidate tree has no counterpart (nearest: sd)",
         "sglang": "SGLang drafts one chain (or one top-k tree) per step; MCSD's k1 x ... x kg candidates verified "

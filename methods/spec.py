@@ -135,11 +135,10 @@ class PlotSpec:
 @dataclass(frozen=True)
 class SpaceOption:
     """A sweep option a method's `space` takes by name (`--<name>` of the sweep): its default,
-    its help, and the value the sweep's memory estimate builds its sample space with."""
+    its help and its least value."""
 
     default: int
     help: str
-    sample: int | None = None
     low: int = 1
 
 

@@ -5,9 +5,15 @@ trees without enumerating them), so the estimate and the space cannot disagree o
 and seconds are those counts times a cost per row and per token measured once per method by the
 sweep's own code (`measure`; `python -m experiments.bench.sweep --costs sweep/costs.json` measured the
 bundled table, `COSTS`, and says on which machine; a method it lacks is priced as the dearest one):
-- a scored row: SAMPLE_ROWS rows of its space scored once (its bytes, the scored table's, the
-  working memory, CPU seconds). A closed form costs about the same per row at any generation length,
-  so nothing is grown with `--sim-tokens`;
+- a scored row: SAMPLE_ROWS rows of its space scored (its bytes, the scored table's, the working
+  memory), and their CPU seconds against an eighth of them: the slope is a row's cost, the rest a
+  scoring call's (a chunk of at most CHUNK_ROWS rows pays it once: the method's arrays, the frame),
+  each the median of TIMED_REPEATS, timed without the memory tracer (which slowed them several-fold).
+  Priced per row alone on a small sample, timed under the tracer, every row had paid a share of its
+  call: 15x MCSD's cost, a 54 s estimate for the default sweep's 13 s (now 5 s: the three phases
+  below; start-up, the figures and the files, about as much again on 2 cores, are not counted). A
+  closed form costs about the same per row at any generation length, so nothing is grown with
+  `--sim-tokens`;
 - a simulated token: one stream of STREAM_TOKENS tokens (the vectorised stream's fixed cost is a small
   share of it), and a served token: one request of SERVE_TOKENS, both carried on linearly (a
   generation's steps are arrays of its length; one step's events serve a whole batch).
@@ -26,12 +32,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import statistics
 import time
 import tracemalloc
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 import psutil
 
@@ -42,7 +50,8 @@ from profiles.profile import Profile
 from simulator.batch_load import WAVES
 from sweep import deployments, scoring
 
-SAMPLE_ROWS = 2_000        # rows of a space scored to measure its cost per row
+SAMPLE_ROWS = 4_000        # rows of a space scored to measure its cost per row and per scoring call
+TIMED_REPEATS = 3          # each timing the median of this many
 STREAM_TOKENS = 65_536     # tokens of the one simulated stream that prices a token: its fixed cost a small share
 SERVE_TOKENS = 512         # tokens of the one served request that does (serving steps one by one)
 PEAK_COPIES = 3            # scored copies of a row alive at the peak: chunks (a worker's) or the tasks' frames (the
@@ -62,6 +71,7 @@ class Cost:
     scored_b: float = 0.0      # bytes per row of a scored table
     work_b: float = 0.0        # working bytes per row while a chunk is scored
     score_s: float = 0.0       # CPU seconds per row scored
+    score_call_s: float = 0.0  # CPU seconds per scoring call (a chunk of at most CHUNK_ROWS rows), beside its rows
     stream_s: float = 0.0      # CPU seconds per simulated token
     stream_b: float = 0.0      # bytes per simulated token
     serve_s: float = 0.0       # CPU seconds per served token
@@ -105,7 +115,8 @@ class Estimate:
                  f"~{gb(r.bytes + r.work_bytes)}, ~{duration(r.seconds)} of work" for r in self.table.itertuples()]
         return "\n".join(["estimate before building:", *lines,
                           f"  total: {self.configurations:,} configurations, ~{gb(self.bytes)} at the peak, "
-                          f"~{duration(self.seconds)} on {self.workers} worker(s)"])
+                          f"~{duration(self.seconds)} on {self.workers} worker(s) of scoring, re-scores and serving "
+                          "(start-up, figures and writing not counted)"])
 
 
 def estimate(profiles: list[Profile], opts, setting: Callable, workers: int = 1) -> Estimate:
@@ -123,8 +134,10 @@ def estimate(profiles: list[Profile], opts, setting: Callable, workers: int = 1)
                 found = scoring.setups(profile, method, scored_setting)
             except InputError:
                 continue                         # the sweep lists it as not scored
-            count = sum(spec.space_size(setup, **space_options(spec, opts)) for setup in found)
+            sizes = [spec.space_size(setup, **space_options(spec, opts)) for setup in found]
+            count = sum(sizes)
             c = costs.get(method) or max(costs.values(), key=lambda cost: cost.score_s)
+            scoring_s = count * c.score_s + sum(-(-n // CHUNK_ROWS) for n in sizes) * c.score_call_s
             rescored, served = min(opts.rescore, count), len(found) * len(batches) + plain
             plain = 0
             stream_s, serve_s = c.stream_s * opts.sim_tokens, c.serve_s * opts.sim_tokens * WAVES
@@ -136,10 +149,10 @@ def estimate(profiles: list[Profile], opts, setting: Callable, workers: int = 1)
             rows.append({"profile": profile.name, "method": method, "setups": len(found), "configurations": count,
                          "bytes": int(count * PEAK_COPIES * c.scored_b),
                          "work_bytes": int(works[what]), "work": what,
-                         "score_s": count * c.score_s * (1 + EXTRA_BATCH_SHARE * extra_batches),
+                         "score_s": scoring_s * (1 + EXTRA_BATCH_SHARE * extra_batches),
                          "simulate_s": rescored * opts.sim_repeats * stream_s,
                          "serve_s": served * 2 * serve_s,      # at batch B, B at once, then one alone
-                         "task_s": count * c.score_s,
+                         "task_s": scoring_s,
                          "repeats_s": opts.sim_repeats * stream_s if rescored else 0.0})
     table = pd.DataFrame(rows, columns=["profile", "method", "setups", "configurations", "bytes", "work_bytes", "work",
                                         "score_s", "simulate_s", "serve_s", "task_s", "repeats_s"])
@@ -154,31 +167,30 @@ def load_costs() -> dict[str, Cost]:
     return {method: Cost(**values) for method, values in raw["methods"].items()}
 
 
-def sample_space(spec, setup, opts, space: Callable) -> pd.DataFrame:
-    """A small space of the kind the sweep builds: each of the method's options at its sample value."""
-    declared = methods.space_options()
-    small = {k: min(v, declared[k].sample or v) for k, v in opts.space.items()}
-    return space(spec, setup, dataclasses.replace(opts, space=small))
-
-
-def measure(profile: Profile, spec, setup, sample: pd.DataFrame, setting) -> Cost:
-    """One method's `Cost` on `setup`, measured once by the sweep's own code: `sample` (a small space)
-    scored, one stream of STREAM_TOKENS tokens and one served request of SERVE_TOKENS."""
-    if sample.empty:
+def measure(profile: Profile, spec, setup, space: pd.DataFrame, setting) -> Cost:
+    """One method's `Cost` on `setup`, measured once by the sweep's own code: SAMPLE_ROWS rows of
+    `space` (evenly spaced through it, so that they are its mix) scored, one stream of STREAM_TOKENS
+    tokens and one served request of SERVE_TOKENS."""
+    if space.empty:
         return Cost()
-    sample = sample.iloc[:SAMPLE_ROWS].reset_index(drop=True)
+    rows = np.unique(np.linspace(0, len(space) - 1, min(len(space), SAMPLE_ROWS)).astype(int))
+    sample = space.iloc[rows].reset_index(drop=True)
     task = scoring.ScoreTask(profile, spec.name, setup.base, sample, setting)
-    scoring.score_task(dataclasses.replace(task, configs=sample.iloc[:8]))              # warm-up: imports, caches
-    (scored, score_s), work_b = _traced(lambda: _timed(lambda: scoring.score_task(task)))
+    few = dataclasses.replace(task, configs=sample.iloc[:max(1, len(sample) // 8)])
+    scored, work_b, whole_s = _measured(lambda: scoring.score_task(task))
+    few_s = _measured(lambda: scoring.score_task(few))[2]
+    slope = (whole_s - few_s) / max(1, len(sample) - len(few.configs))
+    row_s = slope if slope > 0 else whole_s / len(sample)      # a space too small to tell: all of it per row
     config = scoring.sim_config(scored.iloc[[0]])
     stream = scoring.SimTask(profile, spec.name, config, setting, 0, STREAM_TOKENS, 1)
-    (_, stream_s), stream_b = _traced(lambda: _timed(lambda: scoring.simulate_task(stream)))
+    _, stream_b, stream_s = _measured(lambda: scoring.simulate_task(stream))
     served = deployments.ServeTask(profile, spec.name, config, 1, deployments.load_of(setting.ctx_len, SERVE_TOKENS), 0)
-    (_, serve_s), serve_b = _traced(lambda: _timed(lambda: deployments.serve_task(served)))
+    _, serve_b, serve_s = _measured(lambda: deployments.serve_task(served))
     per_row, per_request = len(sample), SERVE_TOKENS * WAVES     # a served task: WAVES requests
     return Cost(space_b=sample.memory_usage(deep=True).sum() / per_row,
                 scored_b=scored.memory_usage(deep=True).sum() / per_row, work_b=work_b / per_row,
-                score_s=score_s / per_row, stream_s=stream_s / STREAM_TOKENS, stream_b=stream_b / STREAM_TOKENS,
+                score_s=row_s, score_call_s=max(0.0, whole_s - row_s * len(sample)),
+                stream_s=stream_s / STREAM_TOKENS, stream_b=stream_b / STREAM_TOKENS,
                 serve_s=serve_s / per_request, serve_b=serve_b / per_request)
 
 
@@ -200,6 +212,15 @@ def _traced(work: Callable) -> tuple[object, int]:
     finally:
         if not tracing:
             tracemalloc.stop()
+
+
+def _measured(work: Callable) -> tuple[object, int, float]:
+    """(what `work()` returns, the peak bytes it allocates, its median CPU seconds over TIMED_REPEATS
+    runs): after a warm-up run (imports, caches), the bytes traced in one run and the seconds timed
+    in others (the tracer slows them)."""
+    work()
+    out, peak = _traced(work)
+    return out, peak, statistics.median(_timed(work)[1] for _ in range(TIMED_REPEATS))
 
 
 def _timed(work: Callable) -> tuple[object, float]:

@@ -8,8 +8,8 @@ For each swept method (the registry, `methods`) on the first setup the profile g
 method's whole space is scored in this process (no executor, so the figure is the scorer's own
 speed) after one warm-up, `--repeats` times; the median wall time gives configurations per second.
 Printed as a table, also written as JSON with `--out`. `--costs FILE` instead measures each method's
-cost per row and per token once (`sweep.estimate.measure`, on the first bundled Profile that has it)
-and writes the table the estimate reads, with the machine it was measured on.
+cost per row, per scoring call and per token once (`sweep.estimate.measure`, on the first bundled
+Profile that has it) and writes the table the estimate reads, with the machine it was measured on.
 """
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def costs(profiles: list[Profile]) -> dict:
             except InputError:
                 continue
             spec = methods.get(method)
-            cost = estimate.measure(profile, spec, setup, estimate.sample_space(spec, setup, opts, space_of), setting)
+            cost = estimate.measure(profile, spec, setup, space_of(spec, setup, opts), setting)
             out[method] = {k: float(f"{v:.4g}") for k, v in vars(cost).items()}
             print(f"{method}: {out[method]}", file=sys.stderr)
     return {"measured": {"command": "python -m experiments.bench.sweep --costs sweep/costs.json --overwrite",
