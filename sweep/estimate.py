@@ -10,7 +10,7 @@ bundled table, `COSTS`, and says on which machine; a method it lacks is priced a
   scoring call's (a chunk of at most CHUNK_ROWS rows pays it once: the method's arrays, the frame),
   each the median of TIMED_REPEATS, timed without the memory tracer (which slowed them several-fold).
   Priced per row alone on a small sample, timed under the tracer, every row had paid a share of its
-  call: 15x MCSD's cost, a 54 s estimate for the default sweep's 13 s (now 5 s: the three phases
+  call: 15x MCSD's cost, a 54 s estimate for the default sweep's 13 s (now 7 s: the three phases
   below; start-up, the figures and the files, about as much again on 2 cores, are not counted). A
   closed form costs about the same per row at any generation length, so nothing is grown with
   `--sim-tokens`;
