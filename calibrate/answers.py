@@ -108,11 +108,6 @@ def truncated(outputs: Mapping[str, Sequence[int]], length: int) -> dict[str, li
 
 
 # ---- entries -----------------------------------------------------------------------------------------------
-def replaying_specs() -> list[MethodSpec]:
-    """The methods whose greedy steps follow from a prompt and the target's answer alone."""
-    return [spec for spec in methods.specs() if spec.replays_from_outputs]
-
-
 def entry_key(profile: Profile, spec: MethodSpec, dataset: str) -> str:
     """The key of `profile`'s greedy entry of `dataset` holding `spec`'s part (InputError where none)."""
     keys = profile.acceptance_for(None, temperature=0.0, dataset=dataset, needs=spec.name)
@@ -167,7 +162,7 @@ def fitted_on_answers(profile: Profile, dataset: str, prompts: Mapping[str, Sequ
     shape holds, it gives the answers' own replay cut there."""
     lengths = [n for n in LENGTHS if n < new_tokens] + [new_tokens]
     source = f"greedy answers of {len(outputs)} prompts, {new_tokens} new tokens at most (python -m calibrate.answers)"
-    for spec in replaying_specs():
+    for spec in methods.replaying_specs():
         profile = refit(profile, spec, dataset, prompts, outputs, spec.configs_of(spec.space(None)), source)
         profile = with_length_shape(profile, spec, dataset, prompts, outputs, lengths, asked=new_tokens)
     return profile
@@ -207,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     few = [d for d, ids in datasets.items() if len(ids) < 2]
     if few:
         raise InputError(f"--prompts has one prompt of dataset '{few[0]}': fitting needs two or more")
-    for spec in replaying_specs():            # every dataset has an entry to fit again, before any answer
+    for spec in methods.replaying_specs():            # every dataset has an entry to fit again, before any answer
         for dataset in datasets:
             entry_key(profile, spec, dataset)
     claim_file(args.out, args.overwrite)
@@ -225,10 +220,11 @@ def main(argv: list[str] | None = None) -> int:
     fitted = profile
     for dataset, ids in datasets.items():
         fitted = fitted_on_answers(fitted, dataset, prompts, {pid: outputs[pid] for pid in ids}, args.max_new_tokens)
-        log(f"{dataset}: {', '.join(s.name for s in replaying_specs())} fitted again on {len(ids)} answers")
+        log(f"{dataset}: {', '.join(s.name for s in methods.replaying_specs())} fitted again on {len(ids)} answers")
     used = [p.prompt_id for p in chosen]
     calibrated = tuple(dict.fromkeys([*profile.provenance.calibration_prompts, *used]))
-    refitted = {"prompts": used, "new_tokens": args.max_new_tokens, "methods": [s.name for s in replaying_specs()],
+    refitted = {"prompts": used, "new_tokens": args.max_new_tokens,
+                "methods": [s.name for s in methods.replaying_specs()],
                 "datasets": sorted(datasets), "source": str(args.profile)}
     earlier = list(profile.provenance.details.get(REFITS, ()))
     details = Record({**profile.provenance.details, REFITS: [*earlier, refitted]})

@@ -385,7 +385,7 @@ def stage_profile(args, log) -> None:
 
 # methods whose greedy steps follow from a prompt and the target's output alone: their acceptance is
 # fitted on every TokenTrace prompt's output replayed (`--limit` prompts), not on the few timed ones
-OUTPUT_REPLAYED = tuple(spec.name for spec in methods.specs() if spec.replays_from_outputs)
+OUTPUT_REPLAYED = tuple(spec.name for spec in methods.replaying_specs())
 
 
 def replayed_from_outputs(args, spec, dataset: str, drop_first_step: bool = False,

@@ -54,7 +54,7 @@ from traces.schema import read_trace
 TRACES = Path("data/traces/smollm2-cpu-transformers")
 PROFILE = Path("data/profiles/smollm2-135m-cpu-transformers.json")
 ASSISTANT = "vanilla-hf"
-REPLAYED = [spec for spec in methods.specs() if spec.replays_from_outputs]    # their steps from SmolLM2's outputs
+REPLAYED = methods.replaying_specs()      # their steps from SmolLM2's outputs
 DRAFTERS: dict[str, Drafter] = typed_drafters({
     ASSISTANT: {"kind": "draft_model", "model": "vanilla-full-1l", "file": "vanilla/vanilla.safetensors"},
     **{name: entry for spec in REPLAYED for name, entry in spec.drafters(TARGET_ARCH).items()},

@@ -66,14 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _configs(text: str):
+    """The configurations `--configs` names and the one method they are of (`fidelity.lengths.one_method`)."""
     configs = [methods.parse_label(label) for label in (part.strip() for part in text.split(",")) if label]
     if not configs:
         raise InputError("--configs names no configuration")
     try:
-        one_method(configs)
+        return configs, one_method(configs)
     except InputError as exc:
         raise InputError(f"--configs: {exc}") from None
-    return configs
 
 
 def _report(table: pd.DataFrame, args, calibration: list[str], held: list[str]) -> str:
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     require_positive(args, ("threads",))
     lengths = sorted(set(int_list(args.lengths, "lengths", 2)))
-    configs = _configs(args.configs)
+    configs, spec = _configs(args.configs)
     profile = Profile.load(args.profile)
     held, calibration = load_prompt_mix(args.prompts), load_prompt_mix(args.calibration)
     check_held_out(profile, [p.prompt_id for p in held])
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     atomic.write_parquet(args.out / "outputs.parquet", answers)
     outputs = answers_by_prompt(answers)
     prompts = {pid: ids for _, pid, ids in encoded}
-    tables, shaped, spec = [], profile, one_method(configs)
+    tables, shaped = [], profile
     for prompt_set in sorted({p.dataset for p in held}):
         dataset = datasets[prompt_set]
         own = lambda chosen: {p.prompt_id: outputs[p.prompt_id] for p in chosen if p.dataset == prompt_set}  # noqa: E731

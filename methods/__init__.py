@@ -17,7 +17,8 @@ import pkgutil
 
 from methods.config import MethodConfig
 from methods.spec import (BASELINE, CHAIN, MethodSpec, PlotSpec, Setup, SpaceOption, engine_method, get, names,
-                          parse_config, parse_label, parse_methods, register, space_options, specs, unregister)
+                          parse_config, parse_label, parse_methods, register, replaying_specs, space_options, specs,
+                          unregister)
 
 
 def _register_package_methods() -> None:
@@ -30,5 +31,5 @@ def _register_package_methods() -> None:
 _register_package_methods()
 
 __all__ = ["BASELINE", "CHAIN", "MethodConfig", "MethodSpec", "PlotSpec", "Setup", "SpaceOption", "engine_method",
-           "get", "names", "parse_config", "parse_label", "parse_methods", "register", "space_options", "specs",
-           "unregister"]
+           "get", "names", "parse_config", "parse_label", "parse_methods", "register", "replaying_specs",
+           "space_options", "specs", "unregister"]

@@ -350,6 +350,12 @@ def specs() -> list[MethodSpec]:
     return list(_REGISTRY.values())
 
 
+def replaying_specs() -> list[MethodSpec]:
+    """The methods whose greedy steps follow from a prompt and the target's answer alone
+    (`MethodSpec.replays_from_outputs`)."""
+    return [spec for spec in specs() if spec.replays_from_outputs]
+
+
 def space_options() -> dict[str, SpaceOption]:
     """Every sweep option some registered method's space takes, by name (first declaration wins)."""
     out: dict[str, SpaceOption] = {}

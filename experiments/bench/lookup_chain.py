@@ -25,7 +25,7 @@ from methods.match_chain import chain_at
 
 def chain_errors(traces: Path, dataset: str):
     """(labels, chain tokens per step, replayed tokens per step) of every sweep configuration."""
-    spec = next(s for s in methods.specs() if s.replays_from_outputs)     # the method the chain models
+    spec = methods.replaying_specs()[0]       # the method the chain models
     frame, _, source = replayed_from_outputs(SimpleNamespace(out=traces), spec, dataset, sweep=True)
     entry = spec.fit_replayed(frame, dataset=dataset, temperature=0.0, source=source)
     part = spec.acceptance_part({k: v for k, v in entry[spec.name].items() if k != "replayed"}, source)
