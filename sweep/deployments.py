@@ -13,10 +13,11 @@ answer length arrive together at t = 0 with batch limit B, so B sequences decode
 others wait for a slot. Each served row keeps its throughput and latencies: TPOT; TTFT and end-to-end latency
 under that load (the wait included); the wait itself (`queue_s_p50`), a request's own latency
 once admitted (`latency_s_p50`, no queueing) and the latency of one request served alone at batch 1
-(`alone_s`: no queueing, no batch; at batch 1 the median request's own latency) and the largest
-batch it ran (`reached`). A row that cannot be served says why in words (`not_served`: the memory
-arithmetic when the weights leave no KV memory, or the batch its KV memory reached when that is
-below B: such a row is never an answer at B). A batch size no profile's KV memory could hold is
+(`alone_s`: no queueing, no batch; the median request's own latency under the batch-1 load, whose
+requests are each served alone: one number per configuration at every batch, served once, `alone_once`)
+and the largest batch it ran (`reached`). A row that cannot be served says why in words (`not_served`:
+the memory arithmetic when the weights leave no KV memory, or the batch its KV memory reached when that
+is below B: such a row is never an answer at B). A batch size no profile's KV memory could hold is
 refused before the sweep (`check_batch_sizes`). A batch past the Profile's measured latency tables is
 answered NOT_PRICED: a table is not extrapolated in batch (`profiles.latency`).
 
@@ -30,7 +31,7 @@ best speculative configuration serves no more tokens/s than plain decoding.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -82,6 +83,7 @@ class ServeTask:
     batch: int
     load: BatchLoad
     seed: int
+    alone: bool = True      # at batch > 1, also serve one request alone (`alone_s`); False where another task does
 
 
 def candidates(tables: dict[str, pd.DataFrame], hardware: dict[str, str], top: int = 1) -> pd.DataFrame:
@@ -140,7 +142,10 @@ def serve_task(task: ServeTask) -> dict[str, float]:
         return {**{k: np.nan for k in SERVED if k != "not_served"}, "not_served": why}
     s, steps = run.summary, run.iterations
     reached = int(steps.loc[steps["kind"] == "decode", "batch"].max()) if (steps["kind"] == "decode").any() else 0
-    alone = s["service_s_p50"] if task.batch == 1 else serve(1, requests=1).summary["e2e_s_p50"]
+    if task.batch == 1:         # the batch-1 load serves each request alone
+        alone = s["service_s_p50"]
+    else:                       # the same run as the configuration's at batch 1 (its seed), served once
+        alone = serve(1).summary["service_s_p50"] if task.alone else np.nan
     if s["oom"]:
         why = f"{s['oom']} of {s['requests']} requests ran out of KV memory"
     elif reached < task.batch:
@@ -152,6 +157,36 @@ def serve_task(task: ServeTask) -> dict[str, float]:
             "ttft_ms": 1000 * s["ttft_s_mean"], "e2e_s_p50": s["e2e_s_p50"], "e2e_s_p99": s["e2e_s_p99"],
             "queue_s_p50": s["queue_s_p50"], "latency_s_p50": s["service_s_p50"], "alone_s": alone, "oom": s["oom"],
             "reached": reached, "not_served": why}
+
+
+def alone_once(tasks: list[ServeTask], known: dict[tuple, float]) -> list[ServeTask]:
+    """`tasks` with `alone` left on for the first task (in order: the smallest batch first) of each
+    configuration whose `alone_s` is not in `known` (from tasks served before, `alone_of`) and off for
+    the rest: a configuration served at several batch sizes is served alone once, and shows one number."""
+    seen = set(known)
+    out = []
+    for task in tasks:
+        key = _alone_key(task)
+        out.append(task if task.batch == 1 or key not in seen else replace(task, alone=False))
+        seen.add(key)
+    return out
+
+
+def alone_of(tasks: list[ServeTask], served: list[dict[str, Any]], known: dict[tuple, float]) -> list[dict[str, Any]]:
+    """`served` (the results of `tasks`) with each row that a task served without `alone` given the
+    `alone_s` of its configuration from the task that served it alone, or from `known`, which gains
+    every `alone_s` served here."""
+    for task, row in zip(tasks, served):
+        if (task.alone or task.batch == 1) and np.isfinite(row["alone_s"]):
+            known.setdefault(_alone_key(task), row["alone_s"])
+    return [{**row, "alone_s": known.get(_alone_key(task), np.nan)}
+            if not (task.alone or task.batch == 1) and np.isfinite(row["throughput_tok_s"]) else row
+            for task, row in zip(tasks, served)]
+
+
+def _alone_key(task: ServeTask) -> tuple:
+    """What one request served alone depends on: the profile, the configuration, the load and the seed."""
+    return task.profile.name, task.method, repr(sorted(task.config.items())), task.load, task.seed
 
 
 def load_of(ctx_len: float, output_len: int) -> BatchLoad:

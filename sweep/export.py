@@ -243,7 +243,7 @@ def price_as_run(runs: list[tuple[int, Any]], engine: str, served: pd.DataFrame,
             config = {**methods.parse_label(row["config"]).to_dict(), "acceptance": on.acceptance_key,
                       **({"drafter": on.drafter} if on.drafter else {})}
             s = serve_task(ServeTask(on.profile, str(row["method"]), config, int(batch), loads[deployment["profile"]],
-                                     seed))
+                                     seed, alone=False))
         out.append({"batch": batch, "config": row["config"], "as_run": runs_on.drafter if runs_on else "",
                     "throughput_tok_s": float(s["throughput_tok_s"]), "tpot_ms": float(s["tpot_ms"]),
                     "ratio": float(s["throughput_tok_s"]) / float(ar["throughput_tok_s"])})

@@ -190,13 +190,11 @@ def run_sweep(profiles: list[Profile], opts: SweepOptions, executor, choices: Ca
     timings["simulate_and_serve"] = time.perf_counter() - t1
 
     t2 = time.perf_counter()
-    frames = []
-    for batch in batches:
-        if batch == opts.batch:
-            frames.append(deployments.answers(serve_rows, served_now, batch, loads, by_profile))
-        else:
-            frames.append(_serve_batch(profiles, opts, executor, deployed, batch, best_at[batch], loads, skipped))
-    served = pd.concat(frames, ignore_index=True)
+    known = {}                      # each configuration's alone_s, served once (`deployments.alone_once`)
+    served_now = deployments.alone_of(serve_tasks, served_now, known)
+    others = _serve_other_batches(profiles, opts, executor, deployed, best_at, loads, skipped, known)
+    served = pd.concat([deployments.answers(serve_rows, served_now, batch, loads, by_profile) if batch == opts.batch
+                        else others[batch] for batch in batches], ignore_index=True)
     exports = export.plan(served, by_profile, opts.export, loads, opts.seed) if opts.export else []
     timings["other_batches"] = time.perf_counter() - t2
     return SweepResult(tables=tables, best=best_one.reset_index(drop=True), paper_choices=paper_choices,
@@ -257,21 +255,33 @@ def simulate_or_serve(task: scoring.SimTask | deployments.ServeTask) -> dict[str
     return scoring.simulate_task(task) if isinstance(task, scoring.SimTask) else deployments.serve_task(task)
 
 
-def _serve_batch(profiles: list[Profile], opts: SweepOptions, executor, deployed: pd.DataFrame, batch: int,
-                 best_rows: list, loads: dict[str, BatchLoad], skipped: list[str]) -> pd.DataFrame:
-    """One batch size of --batch-sizes other than --batch: the closed forms' best per (deployment,
-    method, drafter) at that batch (`best_rows`, from the scoring tasks), served by the simulator
-    beside plain decoding under each deployment's load (`sweep.deployments`); a pair a Profile
-    cannot price at the batch is added to `skipped`, and a deployment none of whose methods it
-    prices there answers that it is not priced (`deployed`, the deployments scored at --batch,
-    each answers at every batch)."""
+def _serve_other_batches(profiles: list[Profile], opts: SweepOptions, executor, deployed: pd.DataFrame,
+                         best_at: dict[int, list], loads: dict[str, BatchLoad], skipped: list[str],
+                         known: dict[tuple, float]) -> dict[int, pd.DataFrame]:
+    """The batch sizes of --batch-sizes other than --batch, served in one executor map (one map a batch
+    waited for each batch's slowest task with a core idle): at each, the closed forms' best per
+    (deployment, method, drafter) there (`best_at`, from the scoring tasks) beside plain decoding
+    under each deployment's load (`sweep.deployments`), each configuration served alone once
+    (`known`, the alone_s served before). A pair a Profile cannot price at a batch is added to
+    `skipped`, and a deployment none of whose methods it prices there answers that it is not priced
+    (`deployed`, the deployments scored at --batch, each answers at every batch)."""
     by_name = {p.name: p for p in profiles}
-    skipped += [reason for reason in _not_priced(best_rows, batch) if reason not in skipped]
-    cands = deployments.candidates_of([rows for rows in best_rows if not isinstance(rows, Unpriced)],
-                                      {p.name: p.hardware for p in profiles})
-    tasks, rows = deployments.serve_tasks(cands, by_name, batch, loads, opts.seed, every=deployed)
-    served = executor.map(deployments.serve_task, tasks, desc=f"serving the best (batch {batch})")
-    return deployments.answers(rows, served, batch, loads, by_name)
+    hardware = {p.name: p.hardware for p in profiles}
+    planned = {}
+    for batch in sorted(best_at):
+        skipped += [reason for reason in _not_priced(best_at[batch], batch) if reason not in skipped]
+        cands = deployments.candidates_of([rows for rows in best_at[batch] if not isinstance(rows, Unpriced)], hardware)
+        planned[batch] = deployments.serve_tasks(cands, by_name, batch, loads, opts.seed, every=deployed)
+    tasks = deployments.alone_once([task for batch_tasks, _ in planned.values() for task in batch_tasks], known)
+    if not tasks:
+        return {}
+    served = deployments.alone_of(tasks, executor.map(deployments.serve_task, tasks, desc="serving the best at "
+                                                      f"batch {', '.join(map(str, planned))}"), known)
+    out, start = {}, 0
+    for batch, (batch_tasks, rows) in planned.items():
+        out[batch] = deployments.answers(rows, served[start:start + len(batch_tasks)], batch, loads, by_name)
+        start += len(batch_tasks)
+    return out
 
 
 def best_with_intervals(best: pd.DataFrame, profiles: dict[str, Profile]) -> pd.DataFrame:
