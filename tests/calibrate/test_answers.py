@@ -79,14 +79,30 @@ def test_the_simulator_draws_the_tokens_per_step_the_closed_form_prices_at_each_
     assert closed[0] < lengths.predicted(profile, "lib-edit", CONFIGS[:1], 32, 300.0)[0] * 0.95   # the shape moved it
 
 
-def test_a_dataset_without_a_greedy_entry_is_named_in_one_line():
+def test_a_dataset_of_the_profile_without_a_greedy_entry_is_named_in_one_line():
     profile = Profile.load(PROFILE)
+    lacking = replace(profile, acceptance={k: a for k, a in profile.acceptance.items() if k != "prompt_lookup/lib-edit"})
     prompts, outputs = copying_answers(3)
     spec = methods.get("prompt_lookup")
-    with pytest.raises(InputError, match="no greedy prompt_lookup entry of 'gsm8k'"):
-        answers.refit(profile, spec, "gsm8k", prompts, outputs, CONFIGS, "toy answers")
+    with pytest.raises(InputError, match="no greedy prompt_lookup entry of 'lib-edit'"):
+        answers.refit(lacking, spec, "lib-edit", prompts, outputs, CONFIGS, "toy answers")
     with pytest.raises(InputError, match="no greedy prompt_lookup entry of 'gsm8k'"):
         answers.with_length_shape(profile, spec, "gsm8k", prompts, outputs, [32, 96])
+
+
+def test_a_workload_new_to_the_profile_becomes_a_dataset_of_its_own():
+    """A prompt set none of the Profile's datasets names (one's own JSONL, say) gets each replaying
+    method's entry fitted from its answers alone, priced as they replay; every other method has none."""
+    profile = Profile.load(PROFILE)
+    prompts, outputs = copying_answers(5, prompts=6)
+    fitted = answers.fitted_on_answers(profile, "mine.jsonl", prompts, outputs, 96)
+    assert set(fitted.datasets()) == set(profile.datasets()) | {"mine.jsonl"}
+    assert [k for k in fitted.acceptance if k not in profile.acceptance] == ["prompt_lookup/mine.jsonl"]
+    table = lengths.replayed(prompts, outputs, CONFIGS, [64]).set_index("config")["replayed"]
+    assert lengths.predicted(fitted, "mine.jsonl", CONFIGS, 64, 300.0) == pytest.approx(
+        [table[c.label] for c in CONFIGS], rel=1e-4)
+    assert fitted.acceptance_for(None, temperature=0.0, dataset="mine.jsonl", needs="lookahead") == []
+    assert {k: a for k, a in fitted.acceptance.items() if k in profile.acceptance} == profile.acceptance
 
 
 def test_answers_of_a_shorter_run_are_not_reused(tmp_path):

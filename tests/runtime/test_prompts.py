@@ -149,6 +149,18 @@ def test_the_library_edit_set_hands_back_boltons_functions_in_a_fixed_mixed_orde
     assert overlapping_sources(load_prompts("codeedit") + load_prompts("humaneval"), edits) == []
 
 
+def test_the_second_library_edit_set_asks_the_same_of_toolz_and_shares_nothing_with_the_first():
+    from runtime.prompts import EDIT_REQUESTS, overlapping_sources
+
+    edits = load_prompts("toolz-edit")
+    assert len(edits) == 63 and len({p.source for p in edits}) == 63
+    assert [p.prompt_id for p in edits[:2]] == ["toolzedit/0", "toolzedit/1"] and edits[0].dataset == "toolzedit"
+    assert [p.source for p in edits[:3]] == ["toolz.itertoolz.tail", "toolz.itertoolz.mapcat", "toolz.dicttoolz.get_in"]
+    assert "def tail(n, seq):" in edits[0].turns[0] and edits[0].turns[0].endswith(EDIT_REQUESTS[0])
+    assert "Rename the function to `mapcat_v2`" in edits[1].turns[0]
+    assert overlapping_sources(load_prompts("libedit") + load_prompts("codeedit"), edits) == []
+
+
 def test_the_library_edit_set_names_the_version_it_needs(monkeypatch):
     import importlib.metadata
 
