@@ -15,8 +15,10 @@ dataset the prompts fall in, every such method (`MethodSpec.replays_from_outputs
   the length `--sim-tokens` prices.
 A prompt set that is none of the Profile's datasets (a workload of one's own: a JSONL file, or a built-in
 set it was never recorded on) becomes a dataset of its own, with each replaying method's entry fitted
-from its answers alone (`entry_key_for`); the methods that need a recording (lookahead, the drafters)
-have no entry of it, and the log says so.
+from its answers alone (`entry_key_for`) and a workload of its own (`with_workload`: the answers' lengths
+and how far one prompt's tokens per step stray, which the prediction intervals and the prompts a comparison
+needs read); the methods that need a recording (lookahead, the drafters) have no entry of it, and the log
+says so.
 The prompts join the Profile's calibration prompts (held-out runs refuse them); latency, the engine's
 terms and every other entry are kept. Answers are read from `--answers` files where they hold them
 (`outputs.parquet` of `experiments.acceptance_length`, or this command's own `--save-answers`) and
@@ -34,6 +36,7 @@ import torch
 
 import methods
 from calibrate.checks import check_target
+from calibrate.engine import prompt_spreads
 from common import atomic
 from common.cli import CliParser, cli_entry, log, require_positive
 from common.errors import InputError
@@ -43,6 +46,7 @@ from methods.config import MethodConfig
 from methods.match_chain import replay_table
 from methods.spec import MethodSpec
 from profiles.acceptance import AcceptanceModel
+from profiles.parts import Workload
 from profiles.profile import Profile
 from profiles.record import Record
 from runtime.engine import make_decoder
@@ -173,10 +177,29 @@ def fitted_on_answers(profile: Profile, dataset: str, prompts: Mapping[str, Sequ
     shape holds, it gives the answers' own replay cut there."""
     lengths = [n for n in LENGTHS if n < new_tokens] + [new_tokens]
     source = f"greedy answers of {len(outputs)} prompts, {new_tokens} new tokens at most (python -m calibrate.answers)"
+    profile = with_workload(profile, dataset, prompts, outputs, source)
     for spec in methods.replaying_specs():
         profile = refit(profile, spec, dataset, prompts, outputs, spec.configs_of(spec.space(None)), source)
         profile = with_length_shape(profile, spec, dataset, prompts, outputs, lengths, asked=new_tokens)
     return profile
+
+
+def with_workload(profile: Profile, dataset: str, prompts: Mapping[str, Sequence[int]],
+                  outputs: Mapping[str, Sequence[int]], source: str) -> Profile:
+    """`profile` with a workload of `dataset` where it has none (a dataset new to it): the answers' mean
+    prompt and answer tokens, and each replaying method's prompt spread over them (`calibrate.engine.
+    prompt_spreads` on its calibration configurations' replay), so that intervals and the prompts a
+    comparison needs carry the new workload's own spread and how few prompts measured it. A recorded
+    dataset keeps the workload of its recording."""
+    if dataset in profile.workload:
+        return profile
+    configs = [c for spec in methods.replaying_specs() for c in spec.calibration_configs()]
+    spread = prompt_spreads(replayed_steps(prompts, outputs, configs))
+    workload = Workload(prompt_tokens=round(sum(len(prompts[p]) for p in outputs) / len(outputs), 2),
+                        new_tokens=round(sum(len(o) for o in outputs.values()) / len(outputs), 2), source=source,
+                        prompt_spread=Record(spread.get("prompt_spread", {})),
+                        spread_prompts=spread.get("spread_prompts"))
+    return replace(profile, workload=Record({**profile.workload, dataset: workload}))
 
 
 # ---- the command -------------------------------------------------------------------------------------------

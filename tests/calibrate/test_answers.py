@@ -103,6 +103,11 @@ def test_a_workload_new_to_the_profile_becomes_a_dataset_of_its_own():
         [table[c.label] for c in CONFIGS], rel=1e-4)
     assert fitted.acceptance_for(None, temperature=0.0, dataset="mine.jsonl", needs="lookahead") == []
     assert {k: a for k, a in fitted.acceptance.items() if k in profile.acceptance} == profile.acceptance
+    # its own workload: the answers' lengths, and how far a prompt strays, measured on its 6 prompts
+    spread, measured_on = fitted.prompt_spread("mine.jsonl", "prompt_lookup")
+    assert spread > 0 and measured_on == 6 and fitted.workload["mine.jsonl"].new_tokens == 96
+    assert fitted.workload["mine.jsonl"].prompt_tokens == 120
+    assert {d: w for d, w in fitted.workload.items() if d in profile.workload} == profile.workload
 
 
 def test_answers_of_a_shorter_run_are_not_reused(tmp_path):
