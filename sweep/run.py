@@ -273,8 +273,6 @@ def _serve_other_batches(profiles: list[Profile], opts: SweepOptions, executor, 
         cands = deployments.candidates_of([rows for rows in best_at[batch] if not isinstance(rows, Unpriced)], hardware)
         planned[batch] = deployments.serve_tasks(cands, by_name, batch, loads, opts.seed, every=deployed)
     tasks = deployments.alone_once([task for batch_tasks, _ in planned.values() for task in batch_tasks], known)
-    if not tasks:
-        return {}
     served = deployments.alone_of(tasks, executor.map(deployments.serve_task, tasks, desc="serving the best at "
                                                       f"batch {', '.join(map(str, planned))}"), known)
     out, start = {}, 0
