@@ -270,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     fitted.save(args.out)
     added = len(calibrated) - len(profile.provenance.calibration_prompts)
     log(f"wrote {args.out}: {added} prompt(s) added to its calibration prompts ({len(used) - added} already there)")
+    for dataset in new:         # the sweep prices the Profile's first dataset unless told
+        log(f"price {dataset}: python -m experiments.sweep --profile {args.out} --dataset {dataset}")
     return 0
 
 
