@@ -31,12 +31,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 import torch
 
 import methods
 from calibrate.checks import check_target
 from calibrate.engine import prompt_spreads
+from costmodel.uncertainty import Z90, prompt_sd
 from common import atomic
 from common.cli import CliParser, cli_entry, log, require_positive
 from common.errors import InputError
@@ -184,6 +186,28 @@ def fitted_on_answers(profile: Profile, dataset: str, prompts: Mapping[str, Sequ
     return profile
 
 
+def sampling_error(prompts: Mapping[str, Sequence[int]], outputs: Mapping[str, Sequence[int]], dataset: str,
+                   within: float = 0.03) -> str:
+    """How well the answers know their workload's mean tokens per step, in words: one prompt's relative
+    standard deviation (`costmodel.uncertainty.prompt_sd`, each replaying method's calibration
+    configurations replayed, the widest), the 90% half-width of the mean of these prompts, and the
+    prompts a mean within `within` needs: a workload whose prompts differ a lot is known to a few
+    percent only from hundreds of them."""
+    words = []
+    for spec in methods.replaying_specs():
+        steps = replayed_steps(prompts, outputs, spec.calibration_configs())
+        spread = prompt_spreads(steps).get("prompt_spread", {}).get(spec.name)
+        if spread is None:
+            continue
+        tokens = steps.groupby("run_id")["accepted"].sum() / steps.groupby("run_id").size()
+        sd = float(np.max(prompt_sd(tokens.to_numpy(), spread)))
+        need = max(1, int(np.ceil((Z90 * sd / within) ** 2)))
+        words.append(f"{spec.name}: one prompt's tokens per step strays by {sd:.0%} (sd); the mean of these "
+                     f"{len(outputs)} is known to +-{Z90 * sd / np.sqrt(len(outputs)):.0%} (90%), to +-{within:.0%} "
+                     f"it needs about {need:,} prompt(s)")
+    return f"{dataset}: " + ("; ".join(words) if words else "too few prompts to tell how far one strays")
+
+
 def with_workload(profile: Profile, dataset: str, prompts: Mapping[str, Sequence[int]],
                   outputs: Mapping[str, Sequence[int]], source: str) -> Profile:
     """`profile` with a workload of `dataset` where it has none (a dataset new to it): the answers' mean
@@ -254,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     prompts = {pid: ids for _, pid, ids in encoded}
     fitted = profile
     for dataset, ids in datasets.items():
+        log(sampling_error(prompts, {pid: outputs[pid] for pid in ids}, dataset))
         fitted = fitted_on_answers(fitted, dataset, prompts, {pid: outputs[pid] for pid in ids}, args.max_new_tokens)
         replaying = ", ".join(s.name for s in methods.replaying_specs())
         log(f"{dataset}: {replaying} fitted on {len(ids)} answers (a dataset new to the Profile: the other methods "
