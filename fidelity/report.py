@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from costmodel.uncertainty import verdict
+from costmodel.uncertainty import Z90, verdict
 from methods import BASELINE
 from common import atomic
 from common.errors import InputError
@@ -108,7 +108,8 @@ def compare(pred: pd.DataFrame, runs: pd.DataFrame, error: float) -> pd.DataFram
             "within_2x_noise", "n", "runs",
             "predicted_tokens_per_step", "measured_tokens_per_step", "acceptance_error", "predicted_step_s",
             "measured_step_s", "latency_error", "measured_tokens_per_s", "measured_e2e_tokens_per_s", "ctx_len", "predicted_verdict",
-            "measured_verdict", "verdict_flip", "predicted_lo", "predicted_hi", "in_interval", "n_prompts", "prompts_to_confirm"]
+            "measured_verdict", "verdict_flip", "predicted_lo", "predicted_hi", "in_interval", "n_prompts", "prompts_to_confirm",
+            "prompt_half"]
     return out[[c for c in keep if c in out]]
 
 
@@ -198,6 +199,7 @@ def agreement(spec: pd.DataFrame) -> str:
 
 
 WINS = 1.05          # a configuration "wins" when it measures above this speedup: worth deploying
+MEDIAN_ABS_NORMAL = 0.6745   # the median of |x| for x standard normal: a median |error| in standard deviations
 
 
 def winners(spec: pd.DataFrame) -> list[str]:
@@ -283,7 +285,22 @@ def interval_lines(spec: pd.DataFrame) -> list[str]:
             f"{100 * half.median():.1f}%"
             + (f"; prompts a run needs to tell a configuration from plain decoding (90%): median {need.median():.0f}, "
                f"{int((need <= spec.loc[need.index, 'n_prompts']).sum())}/{len(need)} within this run's"
-               if len(need) and "n_prompts" in spec else "")]
+               if len(need) and "n_prompts" in spec else "")
+            + sampling_words(spec)]
+
+
+def sampling_words(spec: pd.DataFrame) -> str:
+    """The share of the intervals that which prompts were run gives alone (`prompt_half`: this run's and
+    the calibration's, from the Profile's prompt spread in tokens per step) and the median |error| it
+    alone implies: set beside the run's own median error, it says whether the intervals are wider than
+    the misses (the spread of a prompt's tokens per step overstating that of its speedup)."""
+    sampled = spec["prompt_half"].dropna() if "prompt_half" in spec else pd.Series(dtype=float)
+    if not len(sampled):
+        return ""
+    implied = MEDIAN_ABS_NORMAL / Z90 * sampled.median()
+    return (f"; of it, which prompts were run gives {100 * sampled.median():.1f}% alone (median; this run's and the "
+            f"calibration's, from the Profile's prompt spread in tokens per step), a median |error| of "
+            f"{100 * implied:.1f}% by itself")
 
 
 def report(fid: pd.DataFrame, reg: pd.DataFrame, args, profile, prompts: list[str], minutes: float,

@@ -140,5 +140,7 @@ def predictions_with_intervals(pred: pd.DataFrame, profile, prompts: dict[str, i
     n = pred["dataset"].map(prompts)
     found = scoring.speedup_intervals(profile, pred["dataset"], pred["method"], pred["predicted_speedup"],
                                       pred["predicted_tokens_per_step"], n.to_numpy(float))
+    sampling = scoring.prompt_sampling(profile, pred["dataset"], pred["method"], pred["predicted_tokens_per_step"],
+                                       n.to_numpy(float))
     return pred.assign(predicted_lo=found["speedup_lo"], predicted_hi=found["speedup_hi"], n_prompts=n,
-                       prompts_to_confirm=found["prompts_to_confirm"])
+                       prompts_to_confirm=found["prompts_to_confirm"], prompt_half=sampling)

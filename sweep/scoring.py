@@ -294,14 +294,30 @@ def speedup_intervals(profile: Profile, datasets, method_names, speedup, tokens_
     long run) and the prompts a run needs to tell the configuration from plain decoding
     (`costmodel.uncertainty`: the Profile's held-out error; its datasets' prompt spread per method,
     where recorded: no prompt count without it)."""
-    spread = [profile.prompt_spread(d, m) for d, m in zip(datasets, method_names)]
-    sd = uncertainty.prompt_sd(tokens_per_step, [np.nan if s is None else s[0] for s in spread])
-    half = uncertainty.half_width(profile.heldout_error() or 0.0, sd, prompts,
-                                  [np.inf if s is None else s[1] for s in spread])
+    sd, calibration = _prompt_terms(profile, datasets, method_names, tokens_per_step)
+    half = uncertainty.half_width(profile.heldout_error() or 0.0, sd, prompts, calibration)
     low, high = uncertainty.interval(speedup, half)
     plain = np.asarray([m == methods.BASELINE for m in method_names])
     need = np.where(np.isnan(sd) | plain, np.nan, uncertainty.prompts_to_resolve(speedup, sd))
     return {"speedup_lo": low, "speedup_hi": high, "prompts_to_confirm": need}
+
+
+def prompt_sampling(profile: Profile, datasets, method_names, tokens_per_step, prompts) -> np.ndarray:
+    """Per row: the part of the 90% half-width that which prompts were run gives alone (`prompts` of them
+    measured, the Profile's calibration prompts behind the acceptance), without the step model's error:
+    a comparison of prediction and measurement on those prompts resolves nothing finer (NaN where the
+    Profile recorded no spread of the dataset)."""
+    sd, calibration = _prompt_terms(profile, datasets, method_names, tokens_per_step)
+    return np.where(np.isnan(sd), np.nan, uncertainty.half_width(0.0, sd, prompts, calibration))
+
+
+def _prompt_terms(profile: Profile, datasets, method_names, tokens_per_step) -> tuple[np.ndarray, list[float]]:
+    """(one prompt's relative standard deviation per row, the prompts each was measured on): the
+    Profile's prompt spread of each (dataset, method) (`Profile.prompt_spread`; NaN and infinitely many
+    where it recorded none)."""
+    spread = [profile.prompt_spread(d, m) for d, m in zip(datasets, method_names)]
+    sd = uncertainty.prompt_sd(tokens_per_step, [np.nan if s is None else s[0] for s in spread])
+    return sd, [np.inf if s is None else s[1] for s in spread]
 
 
 def tabulated(latency):

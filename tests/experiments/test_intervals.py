@@ -39,6 +39,11 @@ def test_a_run_of_few_prompts_gets_a_wider_interval_and_the_judge_counts_the_hit
     assert bool(fid.loc["prompt_lookup g4", "in_interval"]) and not bool(fid.loc["sd g1", "in_interval"])
     (line,) = fidelity_report.interval_lines(fid[fid["method"] != "ar"].reset_index())
     assert line.startswith("- within the predicted 90% interval") and ": 1/2;" in line
+    # the prompts' share of the half-width: the same sum without the model's error, NaN where no spread
+    alone = uncertainty.half_width(0.0, spread * 1.5 / 2.5, 2, calibrated)
+    assert few.loc["prompt_lookup g4", "prompt_half"] == pytest.approx(alone) and alone < half
+    assert np.isnan(few.loc["ar", "prompt_half"])
+    assert f"{100 * fid.loc[['prompt_lookup g4', 'sd g1'], 'prompt_half'].median():.1f}% alone" in line
 
 
 def test_the_sweeps_best_rows_carry_their_interval(profile):
