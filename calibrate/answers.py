@@ -29,7 +29,7 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -186,39 +186,43 @@ def fitted_on_answers(profile: Profile, dataset: str, prompts: Mapping[str, Sequ
     return profile
 
 
+def prompt_strays(prompts: Mapping[str, Sequence[int]],
+                  outputs: Mapping[str, Sequence[int]]) -> tuple[dict[str, Any], dict[str, float]]:
+    """How far one prompt's answers stray from the others': every replaying method's calibration
+    configurations replayed on `outputs`, their `calibrate.engine.prompt_spreads` (what a workload
+    records) and, per method, one prompt's relative standard deviation of tokens per step
+    (`costmodel.uncertainty.prompt_sd`, the widest configuration)."""
+    steps = replayed_steps(prompts, outputs, [c for spec in methods.replaying_specs() for c in spec.calibration_configs()])
+    spreads = prompt_spreads(steps)
+    runs = steps.groupby("run_id")
+    tokens, method = runs["accepted"].sum() / runs.size(), runs["method"].first()
+    sd = {name: float(np.max(prompt_sd(tokens[method == name].to_numpy(), spread)))
+          for name, spread in spreads.get("prompt_spread", {}).items()}
+    return spreads, sd
+
+
 def sampling_error(prompts: Mapping[str, Sequence[int]], outputs: Mapping[str, Sequence[int]], dataset: str,
                    within: float = 0.03) -> str:
     """How well the answers know their workload's mean tokens per step, in words: one prompt's relative
-    standard deviation (`costmodel.uncertainty.prompt_sd`, each replaying method's calibration
-    configurations replayed, the widest), the 90% half-width of the mean of these prompts, and the
+    standard deviation (`prompt_strays`), the 90% half-width of the mean of these prompts, and the
     prompts a mean within `within` needs: a workload whose prompts differ a lot is known to a few
     percent only from hundreds of them."""
-    words = []
-    for spec in methods.replaying_specs():
-        steps = replayed_steps(prompts, outputs, spec.calibration_configs())
-        spread = prompt_spreads(steps).get("prompt_spread", {}).get(spec.name)
-        if spread is None:
-            continue
-        tokens = steps.groupby("run_id")["accepted"].sum() / steps.groupby("run_id").size()
-        sd = float(np.max(prompt_sd(tokens.to_numpy(), spread)))
-        need = max(1, int(np.ceil((Z90 * sd / within) ** 2)))
-        words.append(f"{spec.name}: one prompt's tokens per step strays by {sd:.0%} (sd); the mean of these "
-                     f"{len(outputs)} is known to +-{Z90 * sd / np.sqrt(len(outputs)):.0%} (90%), to +-{within:.0%} "
-                     f"it needs about {need:,} prompt(s)")
+    words = [f"{name}: one prompt's tokens per step strays by {sd:.0%} (sd); the mean of these {len(outputs)} is "
+             f"known to +-{Z90 * sd / np.sqrt(len(outputs)):.0%} (90%), to +-{within:.0%} it needs about "
+             f"{max(1, int(np.ceil((Z90 * sd / within) ** 2))):,} prompt(s)"
+             for name, sd in prompt_strays(prompts, outputs)[1].items()]
     return f"{dataset}: " + ("; ".join(words) if words else "too few prompts to tell how far one strays")
 
 
 def with_workload(profile: Profile, dataset: str, prompts: Mapping[str, Sequence[int]],
                   outputs: Mapping[str, Sequence[int]], source: str) -> Profile:
     """`profile` with a workload of `dataset` where it has none (a dataset new to it): the answers' mean
-    prompt and answer tokens, and each replaying method's prompt spread over them (`calibrate.engine.
-    prompt_spreads` on its calibration configurations' replay), so that intervals and the prompts a
-    comparison needs carry the new workload's own spread and how few prompts measured it. A recorded
-    dataset keeps the workload of its recording."""
+    prompt and answer tokens, and each replaying method's prompt spread over them (`prompt_strays`), so
+    that intervals and the prompts a comparison needs carry the new workload's own spread and how few
+    prompts measured it. A recorded dataset keeps the workload of its recording."""
     if dataset in profile.workload:
         return profile
-    configs = [c for spec in methods.replaying_specs() for c in spec.calibration_configs()]
-    spread = prompt_spreads(replayed_steps(prompts, outputs, configs))
+    spread = prompt_strays(prompts, outputs)[0]
     workload = Workload(prompt_tokens=round(sum(len(prompts[p]) for p in outputs) / len(outputs), 2),
                         new_tokens=round(sum(len(o) for o in outputs.values()) / len(outputs), 2), source=source,
                         prompt_spread=Record(spread.get("prompt_spread", {})),
