@@ -16,8 +16,8 @@ dataset the prompts fall in, every such method (`MethodSpec.replays_from_outputs
 A prompt set that is none of the Profile's datasets (a workload of one's own: a JSONL file, or a built-in
 set it was never recorded on) becomes a dataset of its own, with each replaying method's entry fitted
 from its answers alone (`entry_key_for`) and a workload of its own (`with_workload`: the answers' lengths
-and how far one prompt's tokens per step stray, which the prediction intervals and the prompts a comparison
-needs read); the methods that need a recording (lookahead, the drafters) have no entry of it, and the log
+and how far one prompt's seconds per token stray, priced on the new entries, which the prediction intervals
+and the prompts a comparison needs read); the methods that need a recording (lookahead, the drafters) have no entry of it, and the log
 says so.
 The prompts join the Profile's calibration prompts (held-out runs refuse them); latency, the engine's
 terms and every other entry are kept. Answers are read from `--answers` files where they hold them
@@ -37,7 +37,7 @@ import torch
 
 import methods
 from calibrate.checks import check_target
-from calibrate.engine import prompt_spreads
+from calibrate.spread import prompt_spreads
 from costmodel.uncertainty import Z90, prompt_sd
 from common import atomic
 from common.cli import CliParser, cli_entry, log, require_positive
@@ -179,21 +179,20 @@ def fitted_on_answers(profile: Profile, dataset: str, prompts: Mapping[str, Sequ
     shape holds, it gives the answers' own replay cut there."""
     lengths = [n for n in LENGTHS if n < new_tokens] + [new_tokens]
     source = f"greedy answers of {len(outputs)} prompts, {new_tokens} new tokens at most (python -m calibrate.answers)"
-    profile = with_workload(profile, dataset, prompts, outputs, source)
     for spec in methods.replaying_specs():
         profile = refit(profile, spec, dataset, prompts, outputs, spec.configs_of(spec.space(None)), source)
         profile = with_length_shape(profile, spec, dataset, prompts, outputs, lengths, asked=new_tokens)
-    return profile
+    return with_workload(profile, dataset, prompts, outputs, source)      # its steps priced on the new entries
 
 
-def prompt_strays(prompts: Mapping[str, Sequence[int]],
+def prompt_strays(profile: Profile, dataset: str, prompts: Mapping[str, Sequence[int]],
                   outputs: Mapping[str, Sequence[int]]) -> tuple[dict[str, Any], dict[str, float]]:
     """How far one prompt's answers stray from the others': every replaying method's calibration
-    configurations replayed on `outputs`, their `calibrate.engine.prompt_spreads` (what a workload
-    records) and, per method, one prompt's relative standard deviation of tokens per step
-    (`costmodel.uncertainty.prompt_sd`, the widest configuration)."""
+    configurations replayed on `outputs` and priced by `profile`'s step model, their
+    `calibrate.spread.prompt_spreads` (what a workload records) and, per method, one prompt's relative
+    standard deviation of seconds per token (`costmodel.uncertainty.prompt_sd`, the widest configuration)."""
     steps = replayed_steps(prompts, outputs, [c for spec in methods.replaying_specs() for c in spec.calibration_configs()])
-    spreads = prompt_spreads(steps)
+    spreads = prompt_spreads(profile, steps, dataset)
     runs = steps.groupby("run_id")
     tokens, method = runs["accepted"].sum() / runs.size(), runs["method"].first()
     sd = {name: float(np.max(prompt_sd(tokens[method == name].to_numpy(), spread)))
@@ -201,16 +200,16 @@ def prompt_strays(prompts: Mapping[str, Sequence[int]],
     return spreads, sd
 
 
-def sampling_error(prompts: Mapping[str, Sequence[int]], outputs: Mapping[str, Sequence[int]], dataset: str,
-                   within: float = 0.03) -> str:
-    """How well the answers know their workload's mean tokens per step, in words: one prompt's relative
-    standard deviation (`prompt_strays`), the 90% half-width of the mean of these prompts, and the
-    prompts a mean within `within` needs: a workload whose prompts differ a lot is known to a few
-    percent only from hundreds of them."""
-    words = [f"{name}: one prompt's tokens per step strays by {sd:.0%} (sd); the mean of these {len(outputs)} is "
+def sampling_error(profile: Profile, dataset: str, prompts: Mapping[str, Sequence[int]],
+                   outputs: Mapping[str, Sequence[int]], within: float = 0.03) -> str:
+    """How well the answers know their workload's mean speed, in words: one prompt's relative standard
+    deviation of seconds per token (`prompt_strays`), the 90% half-width of the mean of these prompts,
+    and the prompts a mean within `within` needs: a workload whose prompts differ a lot is known to a
+    few percent only from hundreds of them."""
+    words = [f"{name}: one prompt's seconds per token strays by {sd:.0%} (sd); the mean of these {len(outputs)} is "
              f"known to +-{Z90 * sd / np.sqrt(len(outputs)):.0%} (90%), to +-{within:.0%} it needs about "
              f"{max(1, int(np.ceil((Z90 * sd / within) ** 2))):,} prompt(s)"
-             for name, sd in prompt_strays(prompts, outputs)[1].items()]
+             for name, sd in prompt_strays(profile, dataset, prompts, outputs)[1].items()]
     return f"{dataset}: " + ("; ".join(words) if words else "too few prompts to tell how far one strays")
 
 
@@ -222,7 +221,7 @@ def with_workload(profile: Profile, dataset: str, prompts: Mapping[str, Sequence
     prompts measured it. A recorded dataset keeps the workload of its recording."""
     if dataset in profile.workload:
         return profile
-    spread = prompt_strays(prompts, outputs)[0]
+    spread = prompt_strays(profile, dataset, prompts, outputs)[0]
     workload = Workload(prompt_tokens=round(sum(len(prompts[p]) for p in outputs) / len(outputs), 2),
                         new_tokens=round(sum(len(o) for o in outputs.values()) / len(outputs), 2), source=source,
                         prompt_spread=Record(spread.get("prompt_spread", {})),
@@ -282,8 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     prompts = {pid: ids for _, pid, ids in encoded}
     fitted = profile
     for dataset, ids in datasets.items():
-        log(sampling_error(prompts, {pid: outputs[pid] for pid in ids}, dataset))
         fitted = fitted_on_answers(fitted, dataset, prompts, {pid: outputs[pid] for pid in ids}, args.max_new_tokens)
+        log(sampling_error(fitted, dataset, prompts, {pid: outputs[pid] for pid in ids}))
         replaying = ", ".join(s.name for s in methods.replaying_specs())
         log(f"{dataset}: {replaying} fitted on {len(ids)} answers (a dataset new to the Profile: the other methods "
             "have no entry of it until it is recorded)" if dataset in new

@@ -39,8 +39,7 @@ each was measured in.
 `fit_engine(profile, runs)` returns the Profile's "engine" section with its held-out error: every
 configuration is left out in turn, the rest refitted, and its speedup over plain decoding
 (measured tokens per step, predicted step times) compared with the measured one.
-`workload(runs)` returns the context the traces saw per dataset (the Profile's "workload"), with how far
-one prompt's acceptance strays from its dataset's (`prompt_spreads`).
+`workload(runs)` returns the context the traces saw per dataset (the Profile's "workload").
 """
 from __future__ import annotations
 
@@ -293,39 +292,14 @@ def fit_engine(profile, runs: list[StepRun]) -> dict:
     }
 
 
-MIN_SPREAD_PROMPTS = 4      # prompts a configuration needs before its prompt-to-prompt spread is recorded
-
-
 def workload(runs: list[StepRun]) -> dict[str, dict[str, Any]]:
-    """Per dataset: mean prompt tokens (context of a prompt's first step), mean new tokens per prompt,
-    and how far one prompt's acceptance strays from the dataset's, per method (`prompt_spreads`)."""
+    """Per dataset: mean prompt tokens (context of a prompt's first step) and mean new tokens per prompt.
+    How far one prompt strays from the dataset is priced through the finished Profile
+    (`calibrate.spread.with_spreads`)."""
     out: dict[str, dict[str, Any]] = {}
     frames = pd.concat([r.frame.assign(dataset=r.dataset) for r in runs], ignore_index=True)
     for dataset, f in frames.groupby("dataset", sort=True):
         per_prompt = f.groupby(["run_id", "prompt_id"]).agg(prompt=("ctx_len", "min"), new=("accepted", "sum"))
         out[str(dataset)] = {"prompt_tokens": round(float(per_prompt["prompt"].mean()), 2),
-                             "new_tokens": round(float(per_prompt["new"].mean()), 2), **prompt_spreads(f)}
+                             "new_tokens": round(float(per_prompt["new"].mean()), 2)}
     return out
-
-
-def prompt_spreads(steps: pd.DataFrame) -> dict[str, Any]:
-    """One dataset's StepTraces -> {"prompt_spread": {method: spread}, "spread_prompts": n}: per
-    configuration (run), the relative standard deviation over prompts of a prompt's tokens per step
-    divided by the share of tokens speculation added, (T - 1) / T, T the run's tokens per step (a
-    prompt strays in what the drafts add, not in the token every step commits); the median over the
-    method's runs, and the fewest prompts a run had. Plain decoding (T = 1) and runs of fewer than
-    MIN_SPREAD_PROMPTS prompts say nothing; {} when no run does."""
-    spreads: dict[str, list[float]] = {}
-    prompts = []
-    for (method, _), run in steps.groupby(["method", "run_id"], sort=True):
-        per_prompt = run.groupby("prompt_id")["accepted"].agg(["sum", "count"])
-        tokens = float(per_prompt["sum"].sum() / per_prompt["count"].sum())
-        if len(per_prompt) < MIN_SPREAD_PROMPTS or tokens <= 1.0 + 1e-9:
-            continue
-        tps = per_prompt["sum"] / per_prompt["count"]
-        spreads.setdefault(str(method), []).append(float(tps.std(ddof=1) / tps.mean() / ((tokens - 1.0) / tokens)))
-        prompts.append(len(per_prompt))
-    if not spreads:
-        return {}
-    return {"prompt_spread": {m: round(float(np.median(v)), 4) for m, v in sorted(spreads.items())},
-            "spread_prompts": int(min(prompts))}

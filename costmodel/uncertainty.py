@@ -4,10 +4,11 @@ Two things move a measured speedup off the prediction:
 - the step model's own error: the Profile's held-out relative error (its engine calibration, one
   configuration left out in turn, 90th percentile; `Profile.heldout_error`), which prices the steps
   at the tokens per step measured;
-- which prompts were run: one prompt's tokens per step strays from its dataset's by a relative
-  standard deviation sd = spread x (T - 1) / T (`Workload.prompt_spread`, fitted by
-  `calibrate.engine.prompt_spreads`; T the predicted tokens per step: a prompt strays in what the
-  drafts add, not in the token every step commits), so a mean over n prompts strays by sd / sqrt(n),
+- which prompts were run: one prompt's seconds per token (a run's speed is its tokens over its
+  seconds) strays from its dataset's by a relative standard deviation sd = spread x (T - 1) / T
+  (`Workload.prompt_spread`, fitted by `calibrate.spread.prompt_spreads` with each step priced by the
+  step model; T the predicted tokens per step: a prompt strays in what the drafts add, not in the
+  token every step commits), so a mean over n prompts strays by sd / sqrt(n),
   and the acceptance the prediction used, a mean over the calibration's prompts, strays as well.
 Both are relative errors of the prediction against the measurement, combined in quadrature: half-width
 h = sqrt(e^2 + z^2 sd^2 (1/n + 1/n_cal)) at z for a two-sided 90%, and the measurement is expected in

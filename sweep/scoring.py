@@ -305,8 +305,7 @@ def speedup_intervals(profile: Profile, datasets, method_names, speedup, tokens_
 def prompt_sampling(profile: Profile, datasets, method_names, tokens_per_step, prompts) -> np.ndarray:
     """Per row: the part of the 90% half-width that which prompts were run gives alone (`prompts` of them
     measured, the Profile's calibration prompts behind the acceptance), without the step model's error,
-    as the Profile's spread of tokens per step states it (a prompt's speedup strays less: fidelity runs
-    missed by about 0.6x of it); NaN where the Profile recorded no spread of the dataset."""
+    as the Profile's spread states it (`calibrate.spread`); NaN where it recorded no spread of the dataset."""
     sd, calibration = _prompt_terms(profile, datasets, method_names, tokens_per_step)
     return np.where(np.isnan(sd), np.nan, uncertainty.half_width(0.0, sd, prompts, calibration))
 

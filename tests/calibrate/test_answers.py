@@ -113,16 +113,17 @@ def test_a_workload_new_to_the_profile_becomes_a_dataset_of_its_own():
 def test_the_log_says_how_well_the_answers_know_their_workload():
     """Prompts that copy alike know their mean from one prompt; prompts that copy unlike need many."""
     prompts, outputs = copying_answers(6, prompts=6)
-    line = answers.sampling_error(prompts, outputs, "mine")
-    assert line.startswith("mine: prompt_lookup: one prompt's tokens per step strays by ")
+    fitted = answers.fitted_on_answers(Profile.load(PROFILE), "mine", prompts, outputs, 96)
+    line = answers.sampling_error(fitted, "mine", prompts, outputs)
+    assert line.startswith("mine: prompt_lookup: one prompt's seconds per token strays by ")
     assert "the mean of these 6 is known to +-" in line
     many = int(line.rsplit("about ", 1)[1].split()[0].replace(",", ""))
     alike = {f"p{i}": prompts["libedit/6-0"] for i in range(6)}, {f"p{i}": outputs["libedit/6-0"] for i in range(6)}
-    assert "strays by 0% (sd)" in answers.sampling_error(*alike, "mine") and "needs about 1 prompt(s)" in \
-        answers.sampling_error(*alike, "mine")
+    assert "strays by 0% (sd)" in answers.sampling_error(fitted, "mine", *alike) and "needs about 1 prompt(s)" in \
+        answers.sampling_error(fitted, "mine", *alike)
     assert many > 1
     few = {k: prompts[k] for k in list(prompts)[:2]}, {k: outputs[k] for k in list(prompts)[:2]}
-    assert answers.sampling_error(*few, "mine") == "mine: too few prompts to tell how far one strays"
+    assert answers.sampling_error(fitted, "mine", *few) == "mine: too few prompts to tell how far one strays"
 
 
 def test_answers_of_a_shorter_run_are_not_reused(tmp_path):

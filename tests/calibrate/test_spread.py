@@ -1,5 +1,5 @@
-"""How far one prompt's acceptance strays from its dataset's: fitted from StepTraces
-(`calibrate.engine.prompt_spreads`), recorded in a Profile (`calibrate.spread`), read back typed."""
+"""How far one prompt's speed strays from its dataset's: fitted from StepTraces with each step priced by
+the Profile (`calibrate.spread.prompt_spreads`), recorded in a Profile (`calibrate.spread`), read back typed."""
 from __future__ import annotations
 
 import json
@@ -9,34 +9,60 @@ import pandas as pd
 import pytest
 
 from calibrate import spread
-from calibrate.engine import StepRun, prompt_spreads, workload
+from calibrate.engine import StepRun, workload
+from calibrate.spread import priced_seconds, prompt_spreads
 from common.bundled import bundled
 from common.errors import InputError
 from profiles.profile import Profile
 from traces.schema import RunMetadata, write_trace
 
+PROFILE = Profile.load(bundled("profiles", "smollm2-135m-cpu.json"))
 
-def steps(method: str, per_prompt: dict[str, list[int]], run: str = "r") -> pd.DataFrame:
-    rows = [{"run_id": run, "method": method, "prompt_id": p, "step": i, "ctx_len": 50 + i, "accepted": a}
+
+def steps(method: str, per_prompt: dict[str, list[int]], run: str = "r", config: dict | None = None,
+          verify=None, ctx=None) -> pd.DataFrame:
+    """StepTrace rows: `verify` tokens per step (default: what the step accepted, plus one), each at
+    context `ctx` (default: 50 + its step)."""
+    rows = [{"run_id": run, "method": method, "prompt_id": p, "step": i, "ctx_len": 50 + i if ctx is None else ctx,
+             "accepted": a, "draft_forwards": 1 if method == "sd" else 0,
+             "verify_tokens": (a + 1 if verify is None else verify(p)), "config": json.dumps(config or {})}
             for p, accepted in per_prompt.items() for i, a in enumerate(accepted)]
     return pd.DataFrame(rows)
 
 
-def test_the_spread_is_the_prompts_relative_deviation_per_unit_of_gain():
+def test_the_spread_is_the_prompts_relative_deviation_of_seconds_per_token_per_unit_of_gain():
+    """Steps of one width at one context cost alike: a prompt's seconds per token is that cost over its
+    tokens per step, and the spread is theirs relative, over the share the drafts add (T - 1) / T."""
     prompts = {"a": [1, 1, 1, 1], "b": [2, 2, 2, 2], "c": [3, 3, 3, 3], "d": [2, 2, 2, 2]}
-    got = prompt_spreads(pd.concat([steps("sd", prompts), steps("ar", {p: [1] * 4 for p in prompts}, "plain")]))
-    tps = np.array([1.0, 2.0, 3.0, 2.0])
-    assert got == {"prompt_spread": {"sd": round(tps.std(ddof=1) / tps.mean() / (1 / 2), 4)}, "spread_prompts": 4}
+    chain = steps("sd", prompts, config={"gamma": 2}, verify=lambda p: 3, ctx=60)
+    got = prompt_spreads(PROFILE, pd.concat([chain, steps("ar", {p: [1] * 4 for p in prompts}, "plain")]), "mt-bench")
+    per_token = 1 / np.array([1.0, 2.0, 3.0, 2.0])
+    assert got == {"prompt_spread": {"sd": round(per_token.std(ddof=1) / per_token.mean() / (1 / 2), 4)},
+                   "spread_prompts": 4}
     # three prompts say nothing; nor does plain decoding
-    assert prompt_spreads(steps("sd", {"a": [1, 2], "b": [2, 2], "c": [3, 1]})) == {}
+    assert prompt_spreads(PROFILE, steps("sd", {"a": [1, 2], "b": [2, 2], "c": [3, 1]}, config={"gamma": 2}),
+                          "mt-bench") == {}
 
 
-def test_the_workload_carries_the_spread_into_the_profile():
-    frame = steps("sd", {"a": [1, 2], "b": [2, 2], "c": [3, 1], "d": [1, 1]}).assign(config="{}")
+def test_a_prompt_that_verifies_wider_strays_though_it_commits_as_many_tokens():
+    """Prompt lookup on four prompts of 2 tokens a step: two verify 3 tokens a step, two verify 11.
+    Their tokens per step agree; their seconds per token do not, by what the Profile prices the widths."""
+    prompts = {p: [2] * 6 for p in "abcd"}
+    config = {"gamma": 10, "n_min": 1, "n_max": 3}
+    run = steps("prompt_lookup", prompts, config=config, verify=lambda p: 3 if p in "ab" else 11)
+    seconds = priced_seconds(PROFILE, run, "lib-edit")
+    assert seconds[run["verify_tokens"].to_numpy() == 11].min() > seconds[run["verify_tokens"].to_numpy() == 3].max()
+    per_token = run.assign(s=seconds).groupby("prompt_id")["s"].sum() / 12
+    got = prompt_spreads(PROFILE, run, "lib-edit")["prompt_spread"]["prompt_lookup"]
+    assert got > 0 and got == round(per_token.std(ddof=1) / per_token.mean() / (1 / 2), 4)
+
+
+def test_the_workload_holds_the_lengths_and_the_profile_reads_a_spread_back():
+    frame = steps("sd", {"a": [1, 2], "b": [2, 2], "c": [3, 1], "d": [1, 1]}, config={"gamma": 2})
     got = workload([StepRun(frame, "vanilla", "mt-bench")])["mt-bench"]
-    assert set(got) == {"prompt_tokens", "new_tokens", "prompt_spread", "spread_prompts"}
-    base = Profile.load(bundled("profiles", "smollm2-135m-cpu.json")).to_dict()
-    profile = Profile.from_dict({**base, "workload": {"mt-bench": got}})
+    assert set(got) == {"prompt_tokens", "new_tokens"}
+    got.update(prompt_spreads(PROFILE, frame, "mt-bench"))
+    profile = Profile.from_dict({**PROFILE.to_dict(), "workload": {"mt-bench": got}})
     assert profile.prompt_spread("mt-bench", "sd") == (got["prompt_spread"]["sd"], 4)
     assert profile.prompt_spread("mt-bench", "coral") is None and profile.prompt_spread("lib-edit", "sd") is None
     assert Profile.from_dict(profile.to_dict()).to_dict() == profile.to_dict()
@@ -58,9 +84,8 @@ def _trace(path, dataset: str, prompts: list[str]) -> None:
 
 
 def _write(path, dataset: str, per_prompt: dict[str, list[int]]) -> None:
-    frame = steps("prompt_lookup", per_prompt)
-    frame = frame.assign(pair=-1, config=json.dumps({"gamma": 3, "n_min": 2, "n_max": 3}), draft_forwards=0,
-                         draft_s=0.0, verify_tokens=4, verify_s=0.03, overhead_s=0.001)
+    frame = steps("prompt_lookup", per_prompt, config={"gamma": 3, "n_min": 2, "n_max": 3}, verify=lambda p: 4)
+    frame = frame.assign(pair=-1, draft_s=0.0, verify_s=0.03, overhead_s=0.001)
     frame["accept_mask"] = [[True] * (a - 1) + [False] for a in frame["accepted"]]
     frame["confidences"] = [[] for _ in range(len(frame))]
     write_trace(path, frame, RunMetadata(kind="step", dataset=dataset, models={"target": "smollm2-135m"}))
