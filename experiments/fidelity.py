@@ -55,7 +55,7 @@ from campaigns.measure import ENGINES, Bench, decode_seconds, parse_candidate
 from traces.timing import int_list
 
 from fidelity.run import (PER_SETUP, SELECTIONS, SIM_REPEATS, check_held_out,
-                          default_candidates, predict, predictions_with_intervals, read_candidates)
+                          default_candidates, predict, predictions_with_intervals, prompt_counts, read_candidates)
 from profiles.profile import Profile
 from profiles.machine import check_machine, this_machine
 from runtime.prompts import load_prompt_mix
@@ -224,9 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             check_held_out(profile, prompt_ids)
             pred = repredict(args, profile, pred, runs, chosen)
         if "predicted_lo" not in pred:          # a run measured before intervals were, or a batch run before they were
-            counts = (runs.groupby("dataset")["prompt_id"].nunique() if "prompt_id" in runs    # batch runs: their prompts
-                      else runs.groupby("dataset")["prompts"].max())
-            pred = predictions_with_intervals(pred, profile, counts.to_dict())
+            pred = predictions_with_intervals(pred, profile, prompt_counts(runs))
         write_results(args, profile, pred, runs, prompt_ids, minutes)
         return 0
     for flag in ("repredict", "pool"):

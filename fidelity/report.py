@@ -291,15 +291,15 @@ def interval_lines(spec: pd.DataFrame) -> list[str]:
 
 def sampling_words(spec: pd.DataFrame) -> str:
     """The share of the intervals that which prompts were run gives alone (`prompt_half`: this run's and
-    the calibration's, from the Profile's prompt spread in tokens per step) and the median |error| it
+    the calibration's, from the Profile's prompt spread of seconds per token) and the median |error| it
     alone implies: set beside the run's own median error, it says whether the intervals are wider than
-    the misses (the spread of a prompt's tokens per step overstating that of its speedup)."""
+    the misses need."""
     sampled = spec["prompt_half"].dropna() if "prompt_half" in spec else pd.Series(dtype=float)
     if not len(sampled):
         return ""
     implied = MEDIAN_ABS_NORMAL / Z90 * sampled.median()
     return (f"; of it, which prompts were run gives {100 * sampled.median():.1f}% alone (median; this run's and the "
-            f"calibration's, from the Profile's prompt spread in tokens per step), a median |error| of "
+            f"calibration's, from the Profile's prompt spread of seconds per token), a median |error| of "
             f"{100 * implied:.1f}% by itself")
 
 

@@ -133,6 +133,13 @@ def predict(profile, cands: list[Candidate], dataset: str, ctx_len: float, sim_t
     return pd.DataFrame(rows)
 
 
+def prompt_counts(runs: pd.DataFrame) -> dict[str, int]:
+    """Prompts a run measured per dataset: its prompt ids, or a batch run's prompts per batch (the most)."""
+    counts = (runs.groupby("dataset")["prompt_id"].nunique() if "prompt_id" in runs
+              else runs.groupby("dataset")["prompts"].max())
+    return {str(d): int(n) for d, n in counts.items()}
+
+
 def predictions_with_intervals(pred: pd.DataFrame, profile, prompts: dict[str, int]) -> pd.DataFrame:
     """Predictions with the 90% interval of the speedup a run of `prompts[dataset]` prompts will
     measure and the prompts a run needs to tell each configuration from plain decoding

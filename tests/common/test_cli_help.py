@@ -20,7 +20,7 @@ CLIS = [
     ("experiments.verify_lossless", []), ("experiments.fidelity", []), ("experiments.gpu_campaign", []),
     ("experiments.smollm2_cpu", []), ("experiments.transformers_peer", []), ("experiments.bench.costmodel", []), ("experiments.bench.simulator", []),
     ("experiments.bench.sweep", []), ("experiments.bench.kernels", []), ("experiments.bench.lookup_chain", []),
-    ("experiments.bench.quick_repeat", []),
+    ("experiments.bench.quick_repeat", []), ("experiments.bench.intervals", []),
     ("experiments.simulate", []), ("experiments.simulate", ["stream"]),
     ("experiments.simulate", ["serve"]), ("experiments.simulate", ["crossover"]),
     ("calibrate.fit", []), ("calibrate.ingest.__main__", []), ("experiments.paper_profiles", []), ("calibrate.transfer", []),

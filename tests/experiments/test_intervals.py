@@ -2,12 +2,15 @@
 fidelity judge says how often measurements fell inside, the sweep's best rows carry them."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from common.bundled import bundled
 from costmodel import uncertainty
+from experiments.bench import intervals
 from fidelity import report as fidelity_report
 from fidelity import run as fidelity
 from profiles.profile import Profile
@@ -56,3 +59,33 @@ def test_the_sweeps_best_rows_carry_their_interval(profile):
     assert pl["speedup_lo"] == pytest.approx(pl["speedup"] / (1 + uncertainty.half_width(
         profile.heldout_error(), sd, None, calibrated)))
     assert pl["prompts_to_confirm"] == uncertainty.prompts_to_resolve(pl["speedup"], sd)
+
+
+def _fidelity_run(folder, profile_path: str, measured: dict[str, float]) -> None:
+    """A finished fidelity run's files: run.json naming its Profile, fidelity.csv, runs.csv of 4 prompts."""
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps({"argv": ["--profile", profile_path, "--prompts", "libedit:1-4"]}))
+    pd.DataFrame({"dataset": "lib-edit", "candidate": ["ar", *measured], "method": ["ar", "prompt_lookup", "sd"],
+                  "predicted_speedup": [1.0, 1.5, 1.1], "predicted_tokens_per_step": [1.0, 2.5, 1.3],
+                  "measured_speedup": [1.0, *measured.values()]}).to_csv(folder / "fidelity.csv", index=False)
+    pd.DataFrame({"dataset": "lib-edit", "prompt_id": [f"libedit/{i}" for i in range(4)]}).to_csv(
+        folder / "runs.csv", index=False)
+
+
+def test_the_interval_bench_prices_every_run_again_and_counts_the_hits(tmp_path, capsys, profile):
+    """Two runs on the bundled Profile: one measured inside both intervals, one far outside; a run whose
+    Profile is not in the checkout is named and left out."""
+    path = str(bundled("profiles", "smollm2-135m-cpu.json"))
+    _fidelity_run(tmp_path / "runs" / "good", path, {"prompt_lookup g4": 1.45, "sd g1": 1.08})
+    _fidelity_run(tmp_path / "runs" / "bad", path, {"prompt_lookup g4": 4.0, "sd g1": 0.3})
+    _fidelity_run(tmp_path / "runs" / "gone", str(tmp_path / "scratch.json"), {"prompt_lookup g4": 1.4, "sd g1": 1.0})
+    out = tmp_path / "intervals.csv"
+    assert intervals.main(["--runs", str(tmp_path / "runs"), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "good: 2/2 inside (100.0%)" in printed and "bad: 0/2 inside (0.0%)" in printed
+    assert "all: 2/4 inside (50.0%)" in printed and "left out, their Profile not in this checkout: 1 run(s)" in printed
+    rows = pd.read_csv(out).set_index(["run", "candidate"])
+    expected = fidelity.predictions_with_intervals(pd.read_csv(tmp_path / "runs" / "good" / "fidelity.csv"), profile,
+                                                   {"lib-edit": 4}).set_index("candidate")
+    assert rows.loc[(str(tmp_path / "runs" / "good"), "sd g1"), "lo"] == pytest.approx(expected.loc["sd g1", "predicted_lo"])
+    assert intervals.main(["--runs", str(tmp_path / "none")]) == 2
