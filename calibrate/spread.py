@@ -1,6 +1,6 @@
 """Record in a Profile how far one prompt's speed strays from its dataset's, from its StepTraces.
 
-    python -m calibrate.spread --profile P --traces DIR [--out P2]
+    python -m calibrate.spread --profile P --traces DIR [--tokens [--target smollm2]] [--out P2]
 
 A run's speedup is its tokens over its seconds, so what a prompt contributes is its seconds per token:
 its steps, each priced by the Profile's step model (`priced_seconds`: the step's context, draft
@@ -9,7 +9,11 @@ more verifies wider steps too, so its seconds per token stray less than its toke
 lookup's widest configurations: about 0.7x on 32 answers of toolz edits). Every StepTrace in DIR
 (`steps_*.parquet`) of a dataset the Profile's workload names is read; per dataset, `prompt_spreads`
 gives each method's spread (configurations run on at least MIN_SPREAD_PROMPTS prompts say it),
-written into the workload entries as `prompt_spread` and `spread_prompts`. Nothing a prediction
+written into the workload entries as `prompt_spread` and `spread_prompts`. With `--tokens` the TokenTraces
+in DIR (`tokens_*.parquet`) count too, their steps replayed (`replayed_token_steps`): every method that
+replays from a TokenTrace on the trace's draft model and, given `--target` to encode the prompts, every method
+that replays from the target's outputs alone (prompt lookup); a Profile whose StepTraces ran too few prompts
+(a peer engine's, two each) gets its spread from its 48 calibration answers that way. Nothing a prediction
 reads changes: intervals and the prompts a comparison needs read it (`costmodel.uncertainty`). Traces of prompts the Profile was not calibrated on are refused
 (their spread would leak held-out prompts into the intervals judged on them). --out defaults to
 the Profile itself, rewritten atomically.
@@ -21,6 +25,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import json
+
 import numpy as np
 import pandas as pd
 
@@ -29,10 +35,15 @@ from calibrate.engine import StepRun
 from common.cli import CliParser, cli_entry
 from common.errors import InputError
 from costmodel.step import step_cost
+from methods.replay import TokenTable
 from methods.spec import drafter_fixed, priced_config
 from profiles.parts import Workload
 from profiles.profile import Profile
 from profiles.record import Record
+from runtime.models import load_tokenizer
+from runtime.prompts import builtin_prompts, encode_prompt
+from traces.lookup_replay import replayed_steps
+from traces.replay import replay_steps
 from traces.schema import read_trace
 
 MIN_SPREAD_PROMPTS = 4      # prompts a configuration needs before its prompt-to-prompt spread is recorded
@@ -42,12 +53,16 @@ def priced_seconds(profile: Profile, steps: pd.DataFrame, dataset: str) -> np.nd
     """Each StepTrace row of `steps` (one dataset, any configurations) priced by the Profile's step
     model (`costmodel.step.step_cost` on the configuration's priced shape, engine calibration folded
     in) at the step's context, draft forwards and verify tokens: what the step costs, without the
-    noise of a clock (or where there was none: a replayed answer)."""
+    noise of a clock (or where there was none: a replayed answer). A `drafter` column names the Profile
+    drafter that ran a row (a replayed TokenTrace's); else the one whose fixed fields the config holds."""
     seconds = np.zeros(len(steps))
-    for (method, _), rows in steps.reset_index(drop=True).groupby(["method", "config"], sort=False):
+    steps = steps.reset_index(drop=True)
+    drafters = steps["drafter"] if "drafter" in steps else pd.Series("", index=steps.index)
+    for (method, _, drafter), rows in steps.assign(drafter=drafters.fillna("")).groupby(
+            ["method", "config", "drafter"], sort=False):
         spec = methods.get(str(method))
         ran = StepRun(rows, None, dataset).config
-        setup = _setup_that_ran(profile.setups_for(spec, dataset=dataset), ran)
+        setup = _setup_that_ran(profile.setups_for(spec, dataset=dataset, drafter=drafter or None), ran)
         config = priced_config(ran, setup.drafter_spec)
         shape = spec.priced_shape(setup, spec.frame_of([config]))
         drafted = rows["draft_forwards"].to_numpy(np.int64)
@@ -57,10 +72,10 @@ def priced_seconds(profile: Profile, steps: pd.DataFrame, dataset: str) -> np.nd
     return seconds
 
 
-def _prices(profile: Profile, method: str, dataset: str) -> bool:
-    """Whether `profile` can price `method` on `dataset` (a setup with its acceptance there)."""
+def _prices(profile: Profile, method: str, dataset: str, drafter: str | None = None) -> bool:
+    """Whether `profile` can price `method` on `dataset` (a setup with its acceptance there; on `drafter`)."""
     try:
-        return bool(profile.setups_for(methods.get(method), dataset=dataset))
+        return bool(profile.setups_for(methods.get(method), dataset=dataset, drafter=drafter))
     except InputError:
         return False
 
@@ -101,24 +116,78 @@ def prompt_spreads(profile: Profile, steps: pd.DataFrame, dataset: str) -> dict[
             "spread_prompts": int(min(prompts))}
 
 
-def with_spreads(profile: Profile, traces: list[Path]) -> tuple[Profile, dict[str, dict]]:
-    """`profile` with each workload dataset's prompt spread from `traces`, and what was recorded
-    per dataset; InputError for a trace of prompts outside the Profile's calibration."""
+def replayed_token_steps(profile: Profile, frame: pd.DataFrame, dataset: str, drafter: str | None,
+                         tokenizer=None) -> pd.DataFrame:
+    """StepTrace rows replayed from one TokenTrace (`frame`: teacher-forced along the target's greedy outputs)
+    at each method's calibration configurations: every method that replays from a TokenTrace (`spec.replayable`)
+    on the trace's draft model `drafter`, where the Profile runs it on the dataset, and, with a `tokenizer` to
+    encode the prompts, every method that replays from the outputs alone (`methods.replaying_specs`). A
+    TokenTrace keeps no prompt: a step's context is the dataset's mean prompt plus the tokens before it."""
+    prompt_tokens = profile.workload[dataset].prompt_tokens
+    by_prompt = dict(tuple(frame.groupby("prompt_id", sort=True)))
+    parts = []
+    for spec in methods.specs():
+        if not spec.replayable or drafter is None or not _prices(profile, spec.name, dataset, drafter):
+            continue
+        setup = profile.setups_for(spec, dataset=dataset, drafter=drafter)[0]
+        for config in spec.calibration_configs():
+            try:
+                shape = spec.priced_shape(setup, spec.frame_of([config]))
+            except ValueError:          # a configuration the entry cannot price (cape's bins past its top-k)
+                continue
+            for prompt_id, rows in by_prompt.items():
+                table = TokenTable.from_frame(rows)
+                steps = replay_steps(table, spec.name, config)
+                drafted, verify = spec.replay_shapes(table, steps["pos"].to_numpy(np.int64), config, shape)
+                parts.append(steps.assign(run_id=f"{config.label}#tokens", method=spec.name, drafter=drafter,
+                                          config=json.dumps(config.to_dict(), sort_keys=True),
+                                          ctx_len=prompt_tokens + steps["pos"], draft_forwards=drafted,
+                                          verify_tokens=verify))
+    if tokenizer is not None:
+        outputs = {pid: rows.sort_values("pos")["token"].tolist() for pid, rows in by_prompt.items()}
+        prompts = {p.prompt_id: list(encode_prompt(p, tokenizer)) for p in builtin_prompts(list(outputs))}
+        configs = [c for spec in methods.replaying_specs() if _prices(profile, spec.name, dataset)
+                   for c in spec.calibration_configs()]
+        if configs:
+            parts.append(replayed_steps(prompts, outputs, configs))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def _trace_drafter(profile: Profile, models: dict) -> str | None:
+    """The Profile drafter a TokenTrace scored: its `draft` name (a peer engine's), or the stem of its
+    `drafter` weights (a campaign's: artifacts/drafters/vanilla/vanilla.safetensors); None if neither is one."""
+    name = models.get("draft") or Path(str(models.get("drafter", ""))).stem
+    return name if name in profile.drafters else None
+
+
+def with_spreads(profile: Profile, traces: list[Path], tokenizer=None) -> tuple[Profile, dict[str, dict]]:
+    """`profile` with each workload dataset's prompt spread from `traces` (StepTraces, and TokenTraces
+    replayed by `replayed_token_steps`: the outputs of a dataset once, with `tokenizer`), and what was
+    recorded per dataset; InputError for a trace of prompts outside the Profile's calibration."""
     calibrated = set(profile.provenance.calibration_prompts)
     by_dataset: dict[str, list[pd.DataFrame]] = {}
+    outputs_replayed: set[str] = set()
     for path in traces:
-        frame, meta = read_trace(path, kind="step")
+        kind = "token" if path.name.startswith("tokens_") else "step"
+        frame, meta = read_trace(path, kind=kind)
+        dataset = meta.dataset if meta.dataset in profile.workload else profile.dataset_named(meta.dataset.split(":")[0])
+        if kind == "token" and dataset in profile.workload:     # a campaign's TokenTrace names its prompt spec
+            frame = replayed_token_steps(profile, frame, dataset, _trace_drafter(profile, meta.models),
+                                         None if dataset in outputs_replayed else tokenizer)
+            outputs_replayed.add(dataset)
+            if frame.empty:
+                continue
         outside = sorted(set(frame["prompt_id"]) - calibrated) if calibrated else []
         if outside:
             raise InputError(f"{path} holds prompts the Profile was not calibrated on ({outside[0]}, "
                              f"{len(outside)} in all): their spread would leak them into the intervals judged on them")
-        if meta.dataset in profile.workload:       # a run is one file's: two files' "sd g1#0" are two runs
-            by_dataset.setdefault(meta.dataset, []).append(frame.assign(run_id=f"{path.name}/" + frame["run_id"]))
+        if dataset in profile.workload:       # a run is one file's: two files' "sd g1#0" are two runs
+            by_dataset.setdefault(dataset, []).append(frame.assign(run_id=f"{path.name}/" + frame["run_id"]))
     recorded = {d: prompt_spreads(profile, pd.concat(frames, ignore_index=True), d)
                 for d, frames in sorted(by_dataset.items())}
     recorded = {d: r for d, r in recorded.items() if r}
     if not recorded:
-        raise InputError("no StepTrace among those given ran a speculative configuration on >= 4 prompts of a "
+        raise InputError("no trace among those given ran a speculative configuration on >= 4 prompts of a "
                          f"dataset the Profile's workload names ({', '.join(profile.workload) or 'none'})")
     workload = {d: Workload.of({**w.to_dict(), **recorded.get(d, {})}, f"workload.{d}")
                 for d, w in profile.workload.items()}
@@ -130,14 +199,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = CliParser(prog="python -m calibrate.spread", description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", required=True, type=Path, help="the Profile to record the spread in")
     parser.add_argument("--traces", required=True, type=Path, help="folder of the Profile's StepTraces (steps_*.parquet)")
+    parser.add_argument("--tokens", action="store_true",
+                        help="replay the TokenTraces in --traces (tokens_*.parquet) too (default: StepTraces only)")
+    parser.add_argument("--target", help="with --tokens: the target model spec whose tokenizer encodes the prompts, so "
+                        "that methods replaying from its outputs alone count too (e.g. smollm2; default: none)")
     parser.add_argument("--out", type=Path, help="where the Profile is written (atomically; default --profile)")
     args = parser.parse_args(argv)
     if not args.traces.is_dir():
         raise InputError(f"--traces {args.traces} is not a folder")
-    paths = sorted(args.traces.glob("steps_*.parquet"))
+    if args.target and not args.tokens:
+        raise InputError("--target encodes the prompts of replayed TokenTraces: give --tokens too")
+    paths = sorted(args.traces.glob("steps_*.parquet")) + (sorted(args.traces.glob("tokens_*.parquet")) if args.tokens else [])
     if not paths:
-        raise InputError(f"--traces {args.traces} holds no steps_*.parquet StepTrace")
-    profile, recorded = with_spreads(Profile.load(args.profile), paths)
+        raise InputError(f"--traces {args.traces} holds no steps_*.parquet StepTrace"
+                         + (" nor tokens_*.parquet TokenTrace" if args.tokens else ""))
+    profile = Profile.load(args.profile)
+    tokenizer = load_tokenizer(args.target) if args.target else None
+    profile, recorded = with_spreads(profile, paths, tokenizer)
     profile.save(args.out or args.profile)
     for dataset, r in recorded.items():
         print(f"{dataset} ({r['spread_prompts']}+ prompts a configuration): "

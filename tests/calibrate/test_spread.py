@@ -14,7 +14,7 @@ from calibrate.spread import priced_seconds, prompt_spreads
 from common.bundled import bundled
 from common.errors import InputError
 from profiles.profile import Profile
-from traces.schema import RunMetadata, write_trace
+from traces.schema import RunMetadata, read_trace, write_trace
 
 PROFILE = Profile.load(bundled("profiles", "smollm2-135m-cpu.json"))
 
@@ -118,3 +118,20 @@ def test_runs_of_two_files_are_two_runs_even_under_one_run_id(tmp_path):
     _write(tmp_path / "steps_b.parquet", "lib-edit", {calibrated[0]: [4, 4, 4, 4, 4, 4], calibrated[1]: [1, 1]})
     both, _ = spread.with_spreads(source, [tmp_path / "steps_a.parquet", tmp_path / "steps_b.parquet"])
     assert both.prompt_spread("lib-edit", "prompt_lookup") == alone.prompt_spread("lib-edit", "prompt_lookup")
+
+
+def test_a_token_trace_replays_into_steps_of_each_method_its_draft_model_runs():
+    """The bundled vanilla TokenTrace of lib-edit (48 calibration prompts): sd, mcsd and cape replay from it
+    on the vanilla drafter; every output token is committed once, sd g4 verifies 5 tokens a step."""
+    path = bundled("traces", "smollm2-cpu", "tokens_vanilla_lib-edit.parquet")
+    frame, meta = read_trace(path, kind="token")
+    steps = spread.replayed_token_steps(PROFILE, frame, "lib-edit", "vanilla")
+    assert set(steps["method"]) == {"sd", "mcsd", "cape"}
+    sd4 = steps[steps["run_id"] == "sd g4#tokens"]
+    assert (sd4.groupby("prompt_id")["accepted"].sum() == frame.groupby("prompt_id").size()).all()
+    assert (sd4["verify_tokens"] == 5).all() and (sd4["draft_forwards"] <= 4).all()
+    assert sd4["ctx_len"].min() == pytest.approx(PROFILE.workload["lib-edit"].prompt_tokens)
+    moved, recorded = spread.with_spreads(PROFILE, [path])
+    assert recorded["lib-edit"]["spread_prompts"] == 48 and set(recorded["lib-edit"]["prompt_spread"]) == {"sd", "mcsd", "cape"}
+    assert moved.prompt_spread("lib-edit", "sd") == (recorded["lib-edit"]["prompt_spread"]["sd"], 48)
+    assert spread.main(["--profile", "p.json", "--traces", str(path.parent), "--target", "smollm2"]) == 2
