@@ -135,7 +135,7 @@ def replayed_token_steps(profile: Profile, frame: pd.DataFrame, dataset: str, dr
                 shape = spec.priced_shape(setup, spec.frame_of([config]))
             except ValueError:          # a configuration the entry cannot price (cape's bins past its top-k)
                 continue
-            for prompt_id, rows in by_prompt.items():
+            for rows in by_prompt.values():
                 table = TokenTable.from_frame(rows)
                 steps = replay_steps(table, spec.name, config)
                 drafted, verify = spec.replay_shapes(table, steps["pos"].to_numpy(np.int64), config, shape)
