@@ -17,8 +17,8 @@ A prompt set that is none of the Profile's datasets (a workload of one's own: a 
 set it was never recorded on) becomes a dataset of its own, with each replaying method's entry fitted
 from its answers alone (`entry_key_for`) and a workload of its own (`with_workload`: the answers' lengths
 and how far one prompt's seconds per token stray, priced on the new entries, which the prediction intervals
-and the prompts a comparison needs read); the methods that need a recording (lookahead, the drafters) have no entry of it, and the log
-says so.
+and the prompts a comparison needs read); the methods that need a recording (lookahead, the drafters) have no
+entry of it, and the log says so.
 The prompts join the Profile's calibration prompts (held-out runs refuse them); latency, the engine's
 terms and every other entry are kept. Answers are read from `--answers` files where they hold them
 (`outputs.parquet` of `experiments.acceptance_length`, or this command's own `--save-answers`) and
@@ -191,7 +191,8 @@ def prompt_strays(profile: Profile, dataset: str, prompts: Mapping[str, Sequence
     configurations replayed on `outputs` and priced by `profile`'s step model, their
     `calibrate.spread.prompt_spreads` (what a workload records) and, per method, one prompt's relative
     standard deviation of seconds per token (`costmodel.uncertainty.prompt_sd`, the widest configuration)."""
-    steps = replayed_steps(prompts, outputs, [c for spec in methods.replaying_specs() for c in spec.calibration_configs()])
+    configs = [c for spec in methods.replaying_specs() for c in spec.calibration_configs()]
+    steps = replayed_steps(prompts, outputs, configs)
     spreads = prompt_spreads(profile, steps, dataset)
     runs = steps.groupby("run_id")
     tokens, method = runs["accepted"].sum() / runs.size(), runs["method"].first()

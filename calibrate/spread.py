@@ -14,9 +14,9 @@ in DIR (`tokens_*.parquet`) count too, their steps replayed (`replayed_token_ste
 replays from a TokenTrace on the trace's draft model and, given `--target` to encode the prompts, every method
 that replays from the target's outputs alone (prompt lookup); a Profile whose StepTraces ran too few prompts
 (a peer engine's, two each) gets its spread from its 48 calibration answers that way. Nothing a prediction
-reads changes: intervals and the prompts a comparison needs read it (`costmodel.uncertainty`). Traces of prompts the Profile was not calibrated on are refused
-(their spread would leak held-out prompts into the intervals judged on them). --out defaults to
-the Profile itself, rewritten atomically.
+reads changes: intervals and the prompts a comparison needs read it (`costmodel.uncertainty`). Traces of
+prompts the Profile was not calibrated on are refused (their spread would leak held-out prompts into the
+intervals judged on them). --out defaults to the Profile itself, rewritten atomically.
 """
 from __future__ import annotations
 
@@ -170,8 +170,9 @@ def with_spreads(profile: Profile, traces: list[Path], tokenizer=None) -> tuple[
     for path in traces:
         kind = "token" if path.name.startswith("tokens_") else "step"
         frame, meta = read_trace(path, kind=kind)
-        dataset = meta.dataset if meta.dataset in profile.workload else profile.dataset_named(meta.dataset.split(":")[0])
-        if kind == "token" and dataset in profile.workload:     # a campaign's TokenTrace names its prompt spec
+        named = meta.dataset.split(":")[0]           # a campaign's TokenTrace names its prompt spec
+        dataset = meta.dataset if meta.dataset in profile.workload else profile.dataset_named(named)
+        if kind == "token" and dataset in profile.workload:
             frame = replayed_token_steps(profile, frame, dataset, _trace_drafter(profile, meta.models),
                                          None if dataset in outputs_replayed else tokenizer)
             outputs_replayed.add(dataset)
@@ -198,7 +199,8 @@ def with_spreads(profile: Profile, traces: list[Path], tokenizer=None) -> tuple[
 def main(argv: list[str] | None = None) -> int:
     parser = CliParser(prog="python -m calibrate.spread", description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", required=True, type=Path, help="the Profile to record the spread in")
-    parser.add_argument("--traces", required=True, type=Path, help="folder of the Profile's StepTraces (steps_*.parquet)")
+    parser.add_argument("--traces", required=True, type=Path,
+                        help="folder of the Profile's StepTraces (steps_*.parquet)")
     parser.add_argument("--tokens", action="store_true",
                         help="replay the TokenTraces in --traces (tokens_*.parquet) too (default: StepTraces only)")
     parser.add_argument("--target", help="with --tokens: the target model spec whose tokenizer encodes the prompts, so "
@@ -209,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         raise InputError(f"--traces {args.traces} is not a folder")
     if args.target and not args.tokens:
         raise InputError("--target encodes the prompts of replayed TokenTraces: give --tokens too")
-    paths = sorted(args.traces.glob("steps_*.parquet")) + (sorted(args.traces.glob("tokens_*.parquet")) if args.tokens else [])
+    paths = sorted(args.traces.glob("steps_*.parquet"))
+    paths += sorted(args.traces.glob("tokens_*.parquet")) if args.tokens else []
     if not paths:
         raise InputError(f"--traces {args.traces} holds no steps_*.parquet StepTrace"
                          + (" nor tokens_*.parquet TokenTrace" if args.tokens else ""))

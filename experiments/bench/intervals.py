@@ -1,17 +1,17 @@
 """How well the prediction intervals cover the bundled fidelity runs, priced again by each run's Profile as it is now.
 
-    python -m experiments.bench.intervals [--runs examples] [--respread data/traces/smollm2-cpu] [--out intervals.csv]
+    python -m experiments.bench.intervals [--runs examples] [--respread data/traces/smollm2-cpu] [--out FILE.csv]
 
 Every fidelity run under --runs (a folder holding run.json, fidelity.csv and runs.csv) whose Profile (the run's
 --profile) is in this checkout: each measured speculative configuration's 90% interval priced again from that
 Profile for the prompts the run measured (`fidelity.run.predictions_with_intervals`, as `experiments.fidelity`
-prices it before measuring), whether the measured speedup lies inside, and its half-width (the prediction over
-the interval's low end, less one). The runs' own predictions are kept: only the intervals are priced again, so
-a change to how a Profile states its spread is judged on every run at once; `--respread DIR` first derives
-again the spread of every Profile built from DIR's StepTraces (`calibrate.spread.with_spreads`, as the
-command would write it), so a run's own scratch or example Profile is judged with today's spread. Printed: per run, and over all
-runs, how many lie inside and the median half-width (issue 44's aim: at least 90% inside, no wider than needed).
-Runs whose Profile is not in the checkout (a scratch Profile of the session that measured) are named and left out.
+prices it before measuring), whether the measured speedup lies inside, and its half-width (the prediction over the
+interval's low end, less one). The runs' own predictions are kept: only the intervals are priced again, so a
+change to how a Profile states its spread is judged on every run at once; `--respread DIR` first derives again the
+spread of every Profile built from DIR's StepTraces (`calibrate.spread.with_spreads`, as the command would write
+it), so a run's own scratch or example Profile is judged with today's spread. Printed: per run, and over all runs,
+how many lie inside and the median half-width (the aim: at least 90% inside, no wider than needed). Runs
+whose Profile is not in the checkout (a scratch Profile of the session that measured) are named and left out.
 """
 from __future__ import annotations
 
@@ -57,12 +57,13 @@ def covered(folder: Path, profile: Profile) -> pd.DataFrame:
     fid = pd.read_csv(folder / "fidelity.csv")
     fid = fid[fid["method"] != BASELINE]
     runs = pd.read_csv(folder / "runs.csv", usecols=lambda c: c in ("dataset", "prompt_id", "prompts"))
-    priced = predictions_with_intervals(fid.drop(columns=["predicted_lo", "predicted_hi", "n_prompts"], errors="ignore"),
-                                        profile, prompt_counts(runs))
+    unpriced = fid.drop(columns=["predicted_lo", "predicted_hi", "n_prompts"], errors="ignore")
+    priced = predictions_with_intervals(unpriced, profile, prompt_counts(runs))
     inside = priced["measured_speedup"].between(priced["predicted_lo"], priced["predicted_hi"])
     return pd.DataFrame({"run": str(folder), "dataset": priced["dataset"], "candidate": priced["candidate"],
                          "batch": priced["batch"] if "batch" in priced else 1, "n_prompts": priced["n_prompts"],
-                         "predicted_speedup": priced["predicted_speedup"], "measured_speedup": priced["measured_speedup"],
+                         "predicted_speedup": priced["predicted_speedup"],
+                         "measured_speedup": priced["measured_speedup"],
                          "lo": priced["predicted_lo"], "hi": priced["predicted_hi"], "inside": inside,
                          "half_width": priced["predicted_speedup"] / priced["predicted_lo"] - 1.0})
 
