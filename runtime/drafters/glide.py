@@ -98,7 +98,7 @@ class CrossAttention(nn.Module):
         out = F.scaled_dot_product_attention(qs, keys, values, attn_mask=mask,
                                              enable_gqa=self.kv_heads != self.heads)
         if mask is not None:  # a query that may see no cached key reads nothing (not NaN)
-            out = torch.where(mask.any(-1, keepdim=True), out, torch.zeros((), dtype=out.dtype))
+            out = out.masked_fill(~mask.any(-1, keepdim=True), 0.0)
         return self.o_proj(out.transpose(1, 2).reshape(b, q, -1))
 
 
