@@ -125,6 +125,7 @@ def replayed_token_steps(profile: Profile, frame: pd.DataFrame, dataset: str, dr
     TokenTrace keeps no prompt: a step's context is the dataset's mean prompt plus the tokens before it."""
     prompt_tokens = profile.workload[dataset].prompt_tokens
     by_prompt = dict(tuple(frame.groupby("prompt_id", sort=True)))
+    tables = [TokenTable.from_frame(rows) for rows in by_prompt.values()]      # read once, replayed per configuration
     parts = []
     for spec in methods.specs():
         if not spec.replayable or drafter is None or not _prices(profile, spec.name, dataset, drafter):
@@ -135,8 +136,7 @@ def replayed_token_steps(profile: Profile, frame: pd.DataFrame, dataset: str, dr
                 shape = spec.priced_shape(setup, spec.frame_of([config]))
             except ValueError:          # a configuration the entry cannot price (cape's bins past its top-k)
                 continue
-            for rows in by_prompt.values():
-                table = TokenTable.from_frame(rows)
+            for table in tables:
                 steps = replay_steps(table, spec.name, config)
                 drafted, verify = spec.replay_shapes(table, steps["pos"].to_numpy(np.int64), config, shape)
                 parts.append(steps.assign(run_id=f"{config.label}#tokens", method=spec.name, drafter=drafter,

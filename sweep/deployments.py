@@ -85,6 +85,11 @@ class ServeTask:
     seed: int
     alone: bool = True      # at batch > 1, also serve one request alone (`alone_s`); False where another task does
 
+    @property
+    def measures_alone(self) -> bool:
+        """Whether serving this task gives its configuration's `alone_s` (the batch-1 load always does)."""
+        return self.batch == 1 or self.alone
+
 
 def candidates(tables: dict[str, pd.DataFrame], hardware: dict[str, str], top: int = 1) -> pd.DataFrame:
     """The closed form's best `top` configurations per candidate group (deployment, method, drafter:
@@ -177,10 +182,10 @@ def alone_of(tasks: list[ServeTask], served: list[dict[str, Any]], known: dict[t
     `alone_s` of its configuration from the task that served it alone, or from `known`, which gains
     every `alone_s` served here."""
     for task, row in zip(tasks, served):
-        if (task.alone or task.batch == 1) and np.isfinite(row["alone_s"]):
+        if task.measures_alone and np.isfinite(row["alone_s"]):
             known.setdefault(_alone_key(task), row["alone_s"])
     return [{**row, "alone_s": known.get(_alone_key(task), np.nan)}
-            if not (task.alone or task.batch == 1) and np.isfinite(row["throughput_tok_s"]) else row
+            if not task.measures_alone and np.isfinite(row["throughput_tok_s"]) else row
             for task, row in zip(tasks, served)]
 
 
