@@ -23,6 +23,8 @@ from calibrate.fit_acceptance import fit_step_acceptance, fit_token_acceptance
 from calibrate.latency import fit_latency
 from common.rundir import git_commit
 from profiles import schema
+from profiles.parts import Provenance
+from profiles.record import Record
 from profiles.profile import Profile
 from costmodel.hardware import get_hardware, hardware_names
 from costmodel.params import Arch, get_arch
@@ -30,6 +32,8 @@ from common.errors import InputError
 from common.cli import CliParser, cli_entry
 from common.rundir import claim_file
 from traces.schema import read_trace
+
+REFITS = "trace_refits"       # provenance: what each `calibrate.fit --base` fitted again over the base, oldest first
 
 
 def resolve_arch(model: str, overrides: dict[str, str]) -> dict[str, Any] | None:
@@ -115,8 +119,17 @@ def _drafter_of(meta, default: str) -> str:
     return models.get("draft") or models.get("drafter") or default
 
 
+def _prompts_of(frame: pd.DataFrame) -> list[str]:
+    """The prompt ids a trace ran (its calibration prompts), in order of first appearance."""
+    return list(dict.fromkeys(frame["prompt_id"].astype(str))) if "prompt_id" in frame else []
+
+
 def fit_acceptance_files(token_paths: list[Path], step_paths: list[Path], gamma: int,
                          provenance: list[dict]) -> tuple[dict, dict]:
+    """Acceptance entries and drafters from the trace files. Step traces are fitted per (method, drafter,
+    dataset, temperature) over every file given at once: a method's steps recorded in several files
+    (its calibration configurations, the recorded best) make one fit, not one per file, each
+    replacing the last."""
     acceptance, drafters = {}, {}
     for path in token_paths:
         frame, meta = read_trace(path, kind="token")
@@ -125,23 +138,27 @@ def fit_acceptance_files(token_paths: list[Path], step_paths: list[Path], gamma:
                                      gamma=gamma, source=f"token trace {path.name}")
         acceptance[f"{drafter}/{meta.dataset or 'data'}/T{meta.temperature:g}"] = entry
         drafters.setdefault(drafter, {"kind": "draft_model", "model": drafter})
-        provenance.append({"path": str(path), "kind": "token", **_meta_summary(meta)})
+        provenance.append({"path": str(path), "kind": "token", **_meta_summary(meta), "prompts": _prompts_of(frame)})
+    groups: dict[tuple[str, str, str, float], list[tuple[pd.DataFrame, str]]] = {}
     for path in step_paths:
         frame, meta = read_trace(path, kind="step")
-        dataset = meta.dataset or "data"
         for method, group in frame.groupby("method"):
-            own = methods.get(method).fit_steps(group, dataset=dataset, temperature=meta.temperature,
-                                                source=f"step trace {path.name}")
-            if own is not None:        # a method with an acceptance part of its own (no drafter)
-                acceptance[f"{method}/{dataset}"] = own
-                drafters.setdefault(method, {"kind": method})
-                continue
-            drafter = _drafter_of(meta, method)
-            entry = fit_step_acceptance(group, drafter=drafter, dataset=dataset, temperature=meta.temperature,
-                                        source=f"step trace {path.name} ({method})")
-            acceptance[f"{drafter}/{dataset}/T{meta.temperature:g}/steps"] = entry
-            drafters.setdefault(drafter, {"kind": "draft_model", "model": drafter})
-        provenance.append({"path": str(path), "kind": "step", **_meta_summary(meta)})
+            key = (method, _drafter_of(meta, method), meta.dataset or "data", meta.temperature)
+            groups.setdefault(key, []).append((group, path.name))
+        provenance.append({"path": str(path), "kind": "step", **_meta_summary(meta), "prompts": _prompts_of(frame)})
+    for (method, drafter, dataset, temperature), parts in groups.items():
+        group = pd.concat([frame for frame, _ in parts], ignore_index=True)
+        names = ", ".join(name for _, name in parts)
+        own = methods.get(method).fit_steps(group, dataset=dataset, temperature=temperature,
+                                            source=f"step trace{'s' if len(parts) > 1 else ''} {names}")
+        if own is not None:        # a method with an acceptance part of its own (no drafter)
+            acceptance[f"{method}/{dataset}"] = own
+            drafters.setdefault(method, {"kind": method})
+            continue
+        entry = fit_step_acceptance(group, drafter=drafter, dataset=dataset, temperature=temperature,
+                                    source=f"step trace{'s' if len(parts) > 1 else ''} {names} ({method})")
+        acceptance[f"{drafter}/{dataset}/T{temperature:g}/steps"] = entry
+        drafters.setdefault(drafter, {"kind": "draft_model", "model": drafter})
     return acceptance, drafters
 
 
@@ -168,17 +185,30 @@ def build_profile(args: argparse.Namespace) -> Profile:
     for spec in drafters.values():  # a drafter model nothing was measured for: keep only its kind
         if spec.get("model") not in models and spec.get("model") not in latency and not (base and spec.get("model") in base.models):
             spec.pop("model", None)
-    provenance = {"traces": traces, "commit": git_commit(), "created": dt.datetime.now(dt.timezone.utc).isoformat(),
-                  "sources": [t["path"] for t in traces], "built_by": "python -m calibrate.fit"}
-    fitted = schema.parse({"schema_version": schema.SCHEMA_VERSION, "name": args.name,
-                           "hardware": hw_name or args.hardware or (base.hardware if base else "unknown"),
-                           "dtype": dtype or args.dtype or (base.dtype if base else "fp16"), "target": target,
-                           "models": models, "latency": latency, "acceptance": acceptance, "drafters": drafters,
-                           "provenance": provenance}, source=args.name)
-    if base is None:
-        return Profile(**fitted)
-    merged = {key: {**getattr(base, key), **fitted[key]} for key in ("models", "latency", "acceptance", "drafters")}
-    return replace(base, **{**fitted, **merged, "engine": base.engine, "workload": base.workload, "machine": base.machine})
+    prompts = list(dict.fromkeys(p for t in traces for p in t.get("prompts", ())))
+    record = {"traces": traces, "commit": git_commit(), "created": dt.datetime.now(dt.timezone.utc).isoformat(),
+              "sources": [t["path"] for t in traces], "built_by": "python -m calibrate.fit"}
+    name = args.name or (base.name if base else "fitted profile")
+    raw = {"schema_version": schema.SCHEMA_VERSION, "name": name,
+           "hardware": hw_name or args.hardware or (base.hardware if base else "unknown"),
+           "dtype": dtype or args.dtype or (base.dtype if base else "fp16"), "target": target,
+           "models": models, "latency": latency, "acceptance": acceptance, "drafters": drafters,
+           "provenance": {**record, "calibration_prompts": prompts}}
+    if base is not None:            # the fitted entries over the base's; the rest of the base kept as it is
+        kept = base.to_dict()
+        raw = {**kept, **{k: raw[k] for k in ("name", "hardware", "dtype", "target")},
+               **{key: {**kept[key], **raw[key]} for key in ("models", "latency", "acceptance", "drafters")},
+               "provenance": refitted_provenance(base.provenance, record, prompts, acceptance).to_dict()}
+    return Profile(**schema.parse(raw, source=name))
+
+
+def refitted_provenance(base: Provenance, record: dict, prompts: list[str], refitted: dict) -> Provenance:
+    """--base's provenance, what it was built from kept: its calibration prompts joined by the traces'
+    (a prompt fitted on is never validated on), and this fit's record appended to `REFITS`."""
+    calibrated = tuple(dict.fromkeys([*base.calibration_prompts, *prompts]))
+    done = {**record, "entries": sorted(refitted)}
+    details = Record({**base.details, REFITS: [*base.details.get(REFITS, ()), done]})
+    return replace(base, calibration_prompts=calibrated, details=details)
 
 
 @cli_entry
@@ -186,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = CliParser(prog="python -m calibrate.fit",
                                      description="Fit latency and acceptance models from traces into a Profile.")
     parser.add_argument("--out", type=Path, required=True, help="Profile JSON file to write (atomically)")
-    parser.add_argument("--name", default="fitted profile", help="the Profile's name")
+    parser.add_argument("--name", help="the Profile's name (default: --base's, else 'fitted profile')")
     parser.add_argument("--target", help="the target (verifying) model's name; defaults to --base's target")
     parser.add_argument("--hardware", help=f"hardware the latency traces were measured on, one of "
                         f"{', '.join(hardware_names())}; default: the latency traces' own")
@@ -216,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     profile.save(args.out)
     for name, model in profile.latency.items():
         fit = model.fit
-        if "mape_train" in fit:
+        if "mape_train" in fit and "mape_heldout" in fit:       # a table carried from --base has no held-out grid
             print(f"latency {name}: {model.kind}, MAPE fitted {fit['mape_train']:.2f}%, "
                   f"held-out {fit['mape_heldout']:.2f}% ({fit['n_heldout']} of {fit['n_points']} points)")
     for key in profile.acceptance:

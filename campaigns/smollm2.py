@@ -310,6 +310,23 @@ def latency_rows(args) -> pd.DataFrame:
     return rows
 
 
+def own_steps(args, method: str, dataset: str, steps: dict) -> tuple[pd.DataFrame | None, list[Path]]:
+    """The StepTraces a method with an acceptance part of its own (`MethodSpec.fit_steps`) is fitted on
+    (None: RUNS records none of it): its calibration configurations' (`steps`, (run, dataset) -> frame)
+    and, once stage best has recorded them, the best's steps on the first --limit calibration prompts:
+    2 prompts a dataset alone left lookahead's pool fitted low (the best's own configuration priced 1-3%
+    under what its 12 prompts measured)."""
+    own = [run for run in RUNS if run.method == method]
+    if not own:
+        return None, []
+    best = [run for run in best_runs(args).get(dataset, [])
+            if run.method == method and step_path(args, run.label, dataset).exists()]
+    frame = pd.concat([*(steps[run, dataset] for run in own),
+                       *(read_trace(step_path(args, run.label, dataset), kind="step")[0] for run in best)],
+                      ignore_index=True)
+    return frame, [step_path(args, run.label, dataset) for run in own + best]
+
+
 def stage_profile(args, log) -> None:
     """Latency tables per model, acceptance per (drafter, dataset), drafters with their kinds."""
     import datetime as dt
@@ -343,12 +360,10 @@ def stage_profile(args, log) -> None:
                 f"prompts) and step trace {timed.name}")
             sources += [chains, timed]
         for spec in methods.specs():        # methods with an acceptance part of their own
-            own_runs = [run for run in RUNS if run.method == spec.name]
-            paths = [step_path(args, run.label, dataset) for run in own_runs]
-            frame = pd.concat([steps[run, dataset] for run in own_runs], ignore_index=True) if own_runs else None
+            frame, paths = own_steps(args, spec.name, dataset, steps)
             source = "step traces " + ", ".join(p.name for p in paths)
             fit = spec.fit_steps
-            if spec.name in OUTPUT_REPLAYED and own_runs:
+            if spec.name in OUTPUT_REPLAYED and frame is not None:
                 frame, paths, source = replayed_from_outputs(args, spec, dataset, sweep=True)
                 fit = spec.fit_replayed
             own = None if frame is None else fit(frame, dataset=dataset, temperature=0.0, source=source)

@@ -1,5 +1,7 @@
 """calibrate.fit_acceptance and the calibrate.fit CLI against synthetic traces from known parameters."""
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -191,6 +193,50 @@ def test_fit_cli_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, message):
     code = fit_cli.main(["--out", str(tmp_path / "p.json"), "--target", "vicuna-7b", *argv])
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1
+
+
+def _write_lookahead_files(tmp_path, prompts=40):
+    """A lookahead StepTrace per configuration (one file each, as a campaign writes them), with prompt ids."""
+    truth = {"alpha": 0.45, "alpha_next": 0.7, "spread": 1, "hit": 0.5, "fill": 25.0, "pool": 1.2}
+    paths = []
+    for i, (w, n, g) in enumerate(((1, 2, 1), (5, 3, 5), (7, 4, 7))):
+        frame, meta = synthetic_ngram_steps(truth, [methods.parse_label(f"lookahead W{w} N{n} G{g}")], prompts=prompts,
+                                            steps=40, seed=20 + i)
+        meta.dataset = "mt-bench"
+        paths.append(tmp_path / f"steps_lookahead_{i}.parquet")
+        write_trace(paths[-1], frame.assign(prompt_id="mtbench/" + frame["prompt_id"].str[1:]), meta)
+    return paths
+
+
+def test_a_methods_steps_in_several_files_make_one_fit(tmp_path):
+    """Lookahead's pool needs two or more configurations: one file per configuration fits as one
+    trace of them all, not file by file (each one alone is refused, and would replace the last)."""
+    paths = _write_lookahead_files(tmp_path)
+    acceptance, drafters = fit_cli.fit_acceptance_files([], paths, 4, [])
+    entry = acceptance["lookahead/mt-bench"]
+    assert {(c["W"], c["N"], c["G"]) for c in entry["fit"]["configs"]} == {(1, 2, 1), (5, 3, 5), (7, 4, 7)}
+    assert entry["lookahead"]["hit"] == pytest.approx(0.5, abs=0.06) and drafters == {"lookahead": {"kind": "lookahead"}}
+
+
+def test_refitting_over_a_base_keeps_the_base_and_adds_the_traces_prompts(tmp_path):
+    """`--base` with step traces alone: the fitted entries replace the base's, everything else of the
+    base (name, engine, workload, machine, its calibration prompts) is kept, the traces' prompts join
+    the calibration prompts and the refit is recorded in the provenance."""
+    base_path = Path("data/profiles/smollm2-135m-cpu.json")
+    base = Profile.load(base_path)
+    paths = _write_lookahead_files(tmp_path, prompts=12)
+    out = tmp_path / "refit.json"
+    assert fit_cli.main(["--out", str(out), "--base", str(base_path), "--steps", *map(str, paths)]) == 0
+    refit = Profile.load(out)
+    assert refit.name == base.name and refit.engine == base.engine and refit.workload == base.workload
+    assert refit.machine == base.machine and refit.latency.keys() == base.latency.keys()
+    assert refit.acceptance_model("lookahead/mt-bench") != base.acceptance_model("lookahead/mt-bench")
+    assert {k for k in base.acceptance if k != "lookahead/mt-bench"} <= set(refit.acceptance)
+    calibrated = refit.provenance.calibration_prompts
+    assert calibrated[:len(base.provenance.calibration_prompts)] == base.provenance.calibration_prompts
+    assert {f"mtbench/{i}" for i in range(12)} <= set(calibrated)
+    record = refit.provenance.details[fit_cli.REFITS][-1]
+    assert list(record["entries"]) == ["lookahead/mt-bench"] and len(record["traces"]) == 3
 
 
 def test_a_token_trace_of_the_wrong_kind_is_refused(tmp_path):
