@@ -185,7 +185,7 @@ def build_profile(args: argparse.Namespace) -> Profile:
     for spec in drafters.values():  # a drafter model nothing was measured for: keep only its kind
         if spec.get("model") not in models and spec.get("model") not in latency and not (base and spec.get("model") in base.models):
             spec.pop("model", None)
-    prompts = list(dict.fromkeys(p for t in traces for p in t.get("prompts", ())))
+    prompts = list(dict.fromkeys(p for t in traces for p in t.pop("prompts", ())))   # said once, as calibration prompts
     record = {"traces": traces, "commit": git_commit(), "created": dt.datetime.now(dt.timezone.utc).isoformat(),
               "sources": [t["path"] for t in traces], "built_by": "python -m calibrate.fit"}
     name = args.name or (base.name if base else "fitted profile")

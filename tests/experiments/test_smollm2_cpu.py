@@ -10,6 +10,7 @@ from experiments import smollm2_cpu as smollm2_cli
 from campaigns import smollm2 as smollm2_cpu
 from campaigns.smollm2_report import decode_rate
 from common.errors import InputError
+from traces.schema import read_trace
 
 
 def test_unknown_stage_and_bad_numbers_are_one_line_exit_2(capsys, tmp_path):
@@ -87,6 +88,22 @@ def test_bundled_profile_and_tables_follow_from_the_bundled_traces(tmp_path):
     text = (report / "README.md").read_text()        # the best are claimed as measured only where stage best ran
     recorded = (BUNDLED_TRACES / "best_runs.json").exists()
     assert ("recorded each of them for real" in text) == recorded and ("Predicted here only" in text) == (not recorded)
+
+
+@pytest.mark.skipif(not (BUNDLED_TRACES / "best_runs.json").exists(), reason="no recorded best")
+def test_lookahead_is_fitted_on_its_calibration_configurations_and_the_recorded_best():
+    """The bundled Profile's lookahead entry is the pool fitted on the calibration configurations' steps
+    (2 prompts) and the recorded best's (12 prompts): dropping the best's moves it (its alpha 0.27 -> 0.36)."""
+    args = smollm2_cli.build_parser().parse_args(["--out", str(BUNDLED_TRACES)])
+    own = [run for run in smollm2_cpu.RUNS if run.method == "lookahead"]
+    steps = {(run, "code-edit"): read_trace(smollm2_cpu.step_path(args, run.label, "code-edit"), kind="step")[0]
+             for run in own}
+    frame, paths = smollm2_cpu.own_steps(args, "lookahead", "code-edit", steps)
+    assert [p.name for p in paths[len(own):]] == ["steps_best-lookahead-W1-N2-G2_code-edit.parquet"]
+    assert {f"codeedit/{i}" for i in range(12)} <= set(frame["prompt_id"])
+    fitted = methods.get("lookahead").fit_steps(frame, dataset="code-edit", temperature=0.0, source="test")
+    bundled = json.loads(BUNDLED_PROFILE.read_text())["acceptance"]["lookahead/code-edit"]["lookahead"]
+    assert {k: round(v, 5) for k, v in fitted["lookahead"].items()} == pytest.approx(bundled, rel=FIT_REL, abs=1e-5)
 
 
 def test_sweep_rows_become_engine_runs():
