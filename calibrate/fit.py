@@ -23,6 +23,7 @@ from calibrate.fit_acceptance import fit_step_acceptance, fit_token_acceptance
 from calibrate.latency import fit_latency
 from common.rundir import git_commit
 from profiles import schema
+from profiles.machine import Machine, recorded_in
 from profiles.parts import Provenance
 from profiles.record import Record
 from profiles.profile import Profile
@@ -72,7 +73,8 @@ def fit_latency_files(paths: list[Path], kind: str, hardware: str | None, arch_o
     for path in paths:
         frame, meta = read_trace(path, kind="latency")
         frames.append(frame)
-        provenance.append({"path": str(path), "kind": "latency", **_meta_summary(meta)})
+        provenance.append({"path": str(path), "kind": "latency", **_meta_summary(meta),
+                           "machine": recorded_in(meta.extra, str(path), Machine()).to_dict()})
         hw_seen.update(frame["hardware"].unique())
         dtype_seen.update(frame["dtype"].unique())
     if not frames:
@@ -189,17 +191,30 @@ def build_profile(args: argparse.Namespace) -> Profile:
     record = {"traces": traces, "commit": git_commit(), "created": dt.datetime.now(dt.timezone.utc).isoformat(),
               "sources": [t["path"] for t in traces], "built_by": "python -m calibrate.fit"}
     name = args.name or (base.name if base else "fitted profile")
+    machine = timed_on(traces) or (base.machine if base else Machine(datasheet=hw_name or args.hardware or "unknown"))
     raw = {"schema_version": schema.SCHEMA_VERSION, "name": name,
            "hardware": hw_name or args.hardware or (base.hardware if base else "unknown"),
            "dtype": dtype or args.dtype or (base.dtype if base else "fp16"), "target": target,
            "models": models, "latency": latency, "acceptance": acceptance, "drafters": drafters,
-           "provenance": {**record, "calibration_prompts": prompts}}
+           "provenance": {**record, "calibration_prompts": prompts}, "machine": machine.to_dict()}
     if base is not None:            # the fitted entries over the base's; the rest of the base kept as it is
         kept = base.to_dict()
-        raw = {**kept, **{k: raw[k] for k in ("name", "hardware", "dtype", "target")},
+        raw = {**kept, **{k: raw[k] for k in ("name", "hardware", "dtype", "target", "machine")},
                **{key: {**kept[key], **raw[key]} for key in ("models", "latency", "acceptance", "drafters")},
                "provenance": refitted_provenance(base.provenance, record, prompts, acceptance).to_dict()}
     return Profile(**schema.parse(raw, source=name))
+
+
+def timed_on(traces: list[dict]) -> Machine | None:
+    """The machine the latency traces were timed on, where they record it (`traces.timing`); None
+    where none does. Traces timed on two machines are refused: a Profile prices one machine's steps."""
+    found = [(t["path"], Machine.of(t["machine"])) for t in traces if t.get("kind") == "latency" and t.get("machine")]
+    recorded = [(path, m) for path, m in found if m.measured]
+    for path, machine in recorded[1:]:
+        if (differ := recorded[0][1].differences(machine)):
+            raise InputError(f"{recorded[0][0]} and {path} were timed on different machines ({'; '.join(differ)}): "
+                             "a Profile prices one machine's steps; fit each machine's traces apart")
+    return recorded[0][1] if recorded else None
 
 
 def refitted_provenance(base: Provenance, record: dict, prompts: list[str], refitted: dict) -> Provenance:

@@ -33,6 +33,7 @@ from calibrate.engine import StepRun, fit_engine, workload
 from calibrate.fit_acceptance import DEFAULT_CONF_KS, fit_step_acceptance, fit_token_acceptance
 from calibrate.latency import fit_latency
 from calibrate.spread import with_spreads
+from profiles.machine import Machine, recorded_in
 from profiles.profile import Profile
 from costmodel.params import get_arch
 from traces.lookup_replay import replayed_steps
@@ -334,6 +335,7 @@ def stage_profile(args, log) -> None:
     from dataclasses import replace
 
     rows = latency_rows(args)
+    latency_meta = read_trace(args.out / "latency.parquet", kind="latency")[1]
     latency = {}
     for model, group in rows[rows["role"].isin(["target", "draft"])].groupby("model"):
         fitted = fit_latency(group, "table", arch=None, hardware="CPU", dtype="fp32", name=model).to_dict()
@@ -378,6 +380,7 @@ def stage_profile(args, log) -> None:
         name="smollm2-135m on this CPU (project recordings)", hardware="CPU", dtype="fp32", target=TARGET_ARCH,
         models={TARGET_ARCH: get_arch(TARGET_ARCH).to_dict()}, latency=latency, acceptance=acceptance,
         drafters={name: spec.to_dict() for name, spec in DRAFTERS.items()},
+        machine=recorded_in(latency_meta.extra, str(args.out / "latency.parquet"), Machine(datasheet="CPU")).to_dict(),
         provenance={"built_by": "python -m experiments.smollm2_cpu", "commit": git_commit(),
                     "created": dt.datetime.now(dt.timezone.utc).isoformat(),
                     "sources": [str(p) for p in [args.out / "latency.parquet", args.out / "drafter_latency.parquet",

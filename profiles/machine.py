@@ -19,7 +19,7 @@ import re
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, Mapping
 
 from common.errors import InputError
 
@@ -115,6 +115,14 @@ def check_machine(recorded: Machine, here: Machine, source: str, other_machine: 
         raise InputError(f"{said}: move it here first (python -m calibrate.quick --profile {source} --out NEW.json) "
                          "or pass --other-machine to judge it as it is")
     return f"note: {said}; judged as it is (--other-machine)"
+
+
+def recorded_in(extra: Mapping[str, Any], where: str, otherwise: Machine) -> Machine:
+    """The machine a trace's metadata says it was measured on (`extra["machine"]`, as `traces.timing`
+    writes it): a Profile built later, or elsewhere, from its latency says where that latency was timed;
+    `otherwise` for a trace recorded before traces said it."""
+    raw = extra.get("machine")
+    return Machine.of(raw, f"{where}: machine") if raw else otherwise
 
 
 def this_machine(threads: int | None = None, device: str = "cpu") -> Machine:

@@ -44,6 +44,7 @@ from typing import Callable, Sequence
 import pandas as pd
 import torch
 
+from profiles.machine import this_machine
 from traces import schema
 from traces.timer import Timer, across_rounds, hardware_name, retime_outliers
 from runtime.drafters.router import LMHeadRouter
@@ -386,7 +387,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                "point_seconds": None if point_seconds == float("inf") else point_seconds,
                "tokens": list(grid.tokens), "ctx": list(grid.ctx), "batch": list(grid.batch),
                "routers": [f"{g}:{n}" for g, n in routers], "torch": torch.__version__, "linear": args.linear,
-               "engine": args.engine, "rounds": args.rounds, "cache": args.cache},
+               "engine": args.engine, "rounds": args.rounds, "cache": args.cache,
+               "machine": this_machine(torch.get_num_threads(), str(device)).to_dict()},
     )
     schema.write_trace(args.out, frame, metadata)
     log.remove()

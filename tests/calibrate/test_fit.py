@@ -1,5 +1,6 @@
 """calibrate.fit_acceptance and the calibrate.fit CLI against synthetic traces from known parameters."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -11,13 +12,14 @@ from calibrate import fit as fit_cli
 import methods
 from calibrate.fit_acceptance import fit_step_acceptance, fit_token_acceptance
 from profiles.latency import RooflineLatency
+from profiles.machine import Machine
 from profiles.profile import Profile
 from calibrate.synthetic import (
     synthetic_chain_steps, synthetic_latency_trace, synthetic_ngram_steps, synthetic_token_trace,
 )
 from costmodel.params import arch_dict
 from common.errors import InputError
-from traces.schema import write_trace
+from traces.schema import read_trace, write_trace
 
 P_AA, P_RA, RATIO = 0.8, 0.4, 0.7
 HIT_CONF, MISS_CONF = (5.0, 1.5), (1.5, 3.0)
@@ -178,6 +180,24 @@ def test_fit_cli_writes_a_profile_with_provenance(tmp_path, capsys):
     assert set(profile.acceptance) == {"llama-68m/mt-bench/T0", "llama-68m/mt-bench/T0/steps"}
     assert len(profile.provenance.details["traces"]) == 3 and profile.provenance.created
     assert "held-out" in capsys.readouterr().out
+
+
+def test_the_profile_records_the_machine_its_latency_was_timed_on(tmp_path, capsys):
+    """A latency trace that says where it was timed gives the Profile its machine; two machines are refused."""
+    _write_traces(tmp_path)
+    frame, meta = read_trace(tmp_path / "lat.parquet", kind="latency")
+    here = Machine(cpu="AMD EPYC", isa=("avx2",), cores=2, threads=2, torch="2.13.0", blas="MKL")
+    for name, machine in (("a.parquet", here), ("b.parquet", replace(here, cpu="Intel Xeon"))):
+        write_trace(tmp_path / name, frame, replace(meta, extra={**meta.extra, "machine": machine.to_dict()}))
+    argv = ["--out", str(tmp_path / "p.json"), "--target", "vicuna-7b", "--overwrite", "--latency"]
+    assert fit_cli.main([*argv, str(tmp_path / "a.parquet")]) == 0
+    assert Profile.load(tmp_path / "p.json").machine == here
+    assert fit_cli.main([*argv, str(tmp_path / "lat.parquet")]) == 0      # a trace from before: its hardware's name
+    assert Profile.load(tmp_path / "p.json").machine == Machine(datasheet="A100-80G")
+    capsys.readouterr()
+    assert fit_cli.main([*argv, str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")]) == 2
+    err = capsys.readouterr().err
+    assert "timed on different machines (cpu: AMD EPYC vs Intel Xeon)" in err and err.count("\n") == 1
 
 
 @pytest.mark.parametrize("argv,message", [

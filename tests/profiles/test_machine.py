@@ -6,7 +6,7 @@ import pytest
 
 from common.errors import InputError
 from experiments import fidelity
-from profiles.machine import Machine, check_machine, this_machine
+from profiles.machine import Machine, check_machine, recorded_in, this_machine
 from profiles.profile import Profile
 
 HERE = Machine(cpu="AMD EPYC", isa=("avx", "avx2"), cores=2, threads=2, torch="2.13.0", blas="MKL 2024.2")
@@ -64,3 +64,10 @@ def test_fidelity_refuses_a_profile_of_another_machine_before_writing_anything(t
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err and "(another)" in err and "threads: 4 vs 2" in err
     assert not out.exists()
+
+
+def test_a_trace_says_where_it_was_timed_and_an_older_one_falls_back():
+    assert recorded_in({"machine": HERE.to_dict()}, "lat.parquet", Machine(datasheet="CPU")) == HERE
+    assert recorded_in({"threads": 2}, "lat.parquet", Machine(datasheet="CPU")) == Machine(datasheet="CPU")
+    with pytest.raises(InputError, match="lat.parquet: machine.cores must be an integer"):
+        recorded_in({"machine": {"cores": "two"}}, "lat.parquet", Machine())

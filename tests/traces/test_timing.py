@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 import torch
 
+from profiles.machine import Machine, recorded_in, this_machine
 from traces import schema, timing
 from traces.timer import Timer, across_rounds
 
@@ -30,6 +31,8 @@ def test_grid_rows_roles_and_metadata(tmp_path):
     assert set(frame[frame.role == "router_head"].model) == {"tiny:router4:1", "tiny:router4:4"}
     assert (frame[frame.role.isin(["lm_head", "router_head"])].ctx_len == 0).all()
     assert meta.hardware == "CPU" and meta.dtype == "fp32" and meta.extra["tokens"] == [1, 3]
+    # where it was timed, as a Profile records it (a Profile built from it later, or elsewhere, says so)
+    assert recorded_in(meta.extra, str(out), Machine()) == this_machine(meta.extra["threads"])
 
 
 def test_plain_linear_times_the_projections_as_f_linear(tmp_path, monkeypatch):
