@@ -21,8 +21,9 @@ from common.errors import InputError
 from common.seeds import derive_seed
 from sweep.markdown import md_table
 from campaigns.smollm2 import (PLAIN_RUN, CHAIN_RUNS, DATASETS, DRAFTERS, RUNS, Run,
-                                     best_partners_path, best_runs, latency_rows, step_path,
+                                     best_partners_path, best_runs, step_path,
                                      token_prompt_count)
+from campaigns.smollm2_profile import latency_rows
 from traces.schema import step_wall_s, read_trace
 from sweep.executor import LocalExecutor
 from sweep.run import SweepOptions, run_sweep

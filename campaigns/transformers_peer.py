@@ -33,7 +33,8 @@ from types import SimpleNamespace
 
 import methods
 from campaigns.smollm2 import (DATASETS, LATENCY_CTX, LATENCY_TOKENS, TARGET_ARCH, calibration_prompts,
-                                          replayed_from_outputs, run_module, slug)
+                                          run_module, slug)
+from campaigns.smollm2_profile import replayed_from_outputs
 from campaigns.measure import Candidate, Bench
 from profiles.parts import Drafter, typed_drafters, EngineTerms, Workload
 from campaigns.smollm2 import TOKEN_DRAFTERS, token_path as smollm2_token_path

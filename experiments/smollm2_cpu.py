@@ -34,10 +34,10 @@ from pathlib import Path
 
 from common.cli import CliParser, cli_entry, log, parse_stages, require_positive, run_stages
 
-from campaigns.smollm2 import (DATASETS, PLAIN_RUN, STAGES, Run, best_partners_path, best_run,
-                                          best_runs_path, measure_beside_plain, stage_chains, stage_latency,
-                                          stage_profile, stage_steps, stage_tokens, step_path, with_best_spreads,
-                                          write_steps)
+from campaigns.smollm2 import (DATASETS, PLAIN_RUN, STAGES, Run, best_partners_path, best_run, best_runs_path,
+                               measure_beside_plain, stage_chains, stage_latency, stage_steps, stage_tokens, step_path,
+                               write_steps)
+from campaigns.smollm2_profile import stage_profile, with_best_spreads
 from campaigns.smollm2_report import ar_context, sweep_result, write_report
 from profiles.profile import Profile
 from common import atomic

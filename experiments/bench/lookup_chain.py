@@ -19,7 +19,8 @@ import numpy as np
 import methods
 from common.cli import CliParser, cli_entry
 from common.errors import InputError
-from campaigns.smollm2 import replayed_from_outputs, DATASETS
+from campaigns.smollm2 import DATASETS
+from campaigns.smollm2_profile import replayed_from_outputs
 from methods.match_chain import chain_at
 
 

@@ -8,6 +8,7 @@ import pytest
 import methods
 from experiments import smollm2_cpu as smollm2_cli
 from campaigns import smollm2 as smollm2_cpu
+from campaigns import smollm2_profile
 from campaigns.smollm2_report import decode_rate
 from common.errors import InputError
 from traces.schema import read_trace
@@ -98,7 +99,7 @@ def test_lookahead_is_fitted_on_its_calibration_configurations_and_the_recorded_
     own = [run for run in smollm2_cpu.RUNS if run.method == "lookahead"]
     steps = {(run, "code-edit"): read_trace(smollm2_cpu.step_path(args, run.label, "code-edit"), kind="step")[0]
              for run in own}
-    frame, paths = smollm2_cpu.own_steps(args, "lookahead", "code-edit", steps)
+    frame, paths = smollm2_profile.own_steps(args, "lookahead", "code-edit", steps)
     assert [p.name for p in paths[len(own):]] == ["steps_best-lookahead-W1-N2-G2_code-edit.parquet"]
     assert {f"codeedit/{i}" for i in range(12)} <= set(frame["prompt_id"])
     fitted = methods.get("lookahead").fit_steps(frame, dataset="code-edit", temperature=0.0, source="test")
