@@ -191,10 +191,11 @@ def build_profile(args: argparse.Namespace) -> Profile:
     record = {"traces": traces, "commit": git_commit(), "created": dt.datetime.now(dt.timezone.utc).isoformat(),
               "sources": [t["path"] for t in traces], "built_by": "python -m calibrate.fit"}
     name = args.name or (base.name if base else "fitted profile")
+    hardware = hw_name or args.hardware or (base.hardware if base else "unknown")
     machine = timed_on(traces) or (base.machine if base and not latency   # a latency from before traces said where
-                                   else Machine(datasheet=hw_name or args.hardware or (base.hardware if base else "unknown")))
+                                   else Machine(datasheet=hardware))
     raw = {"schema_version": schema.SCHEMA_VERSION, "name": name,
-           "hardware": hw_name or args.hardware or (base.hardware if base else "unknown"),
+           "hardware": hardware,
            "dtype": dtype or args.dtype or (base.dtype if base else "fp16"), "target": target,
            "models": models, "latency": latency, "acceptance": acceptance, "drafters": drafters,
            "provenance": {**record, "calibration_prompts": prompts}, "machine": machine.to_dict()}

@@ -235,7 +235,8 @@ def test_a_methods_steps_in_several_files_make_one_fit(tmp_path):
     acceptance, drafters = fit_cli.fit_acceptance_files([], paths, 4, [])
     entry = acceptance["lookahead/mt-bench"]
     assert {(c["W"], c["N"], c["G"]) for c in entry["fit"]["configs"]} == {(1, 2, 1), (5, 3, 5), (7, 4, 7)}
-    assert entry["lookahead"]["hit"] == pytest.approx(0.5, abs=0.06) and drafters == {"lookahead": {"kind": "lookahead"}}
+    assert entry["lookahead"]["hit"] == pytest.approx(0.5, abs=0.06)
+    assert drafters == {"lookahead": {"kind": "lookahead"}}
 
 
 def test_refitting_over_a_base_keeps_the_base_and_adds_the_traces_prompts(tmp_path):
