@@ -73,8 +73,9 @@ def fit_latency_files(paths: list[Path], kind: str, hardware: str | None, arch_o
     for path in paths:
         frame, meta = read_trace(path, kind="latency")
         frames.append(frame)
+        machine = recorded_in(meta.extra, str(path), Machine()).to_dict()       # {}: a trace from before it said
         provenance.append({"path": str(path), "kind": "latency", **_meta_summary(meta),
-                           "machine": recorded_in(meta.extra, str(path), Machine()).to_dict()})
+                           **({"machine": machine} if machine else {})})
         hw_seen.update(frame["hardware"].unique())
         dtype_seen.update(frame["dtype"].unique())
     if not frames:
@@ -192,8 +193,8 @@ def build_profile(args: argparse.Namespace) -> Profile:
               "sources": [t["path"] for t in traces], "built_by": "python -m calibrate.fit"}
     name = args.name or (base.name if base else "fitted profile")
     hardware = hw_name or args.hardware or (base.hardware if base else "unknown")
-    machine = timed_on(traces) or (base.machine if base and not latency   # a latency from before traces said where
-                                   else Machine(datasheet=hardware))
+    # new latency traces from before traces said where they were timed: only their hardware's name
+    machine = latency_machine(traces) or (base.machine if base and not latency else Machine(datasheet=hardware))
     raw = {"schema_version": schema.SCHEMA_VERSION, "name": name,
            "hardware": hardware,
            "dtype": dtype or args.dtype or (base.dtype if base else "fp16"), "target": target,
@@ -207,11 +208,10 @@ def build_profile(args: argparse.Namespace) -> Profile:
     return Profile(**schema.parse(raw, source=name))
 
 
-def timed_on(traces: list[dict]) -> Machine | None:
+def latency_machine(traces: list[dict]) -> Machine | None:
     """The machine the latency traces were timed on, where they record it (`traces.timing`); None
     where none does. Traces timed on two machines are refused: a Profile prices one machine's steps."""
-    found = [(t["path"], Machine.of(t["machine"])) for t in traces if t.get("kind") == "latency" and t.get("machine")]
-    recorded = [(path, m) for path, m in found if m.measured]
+    recorded = [(t["path"], Machine.of(t["machine"])) for t in traces if "machine" in t]
     for path, machine in recorded[1:]:
         if (differ := recorded[0][1].differences(machine)):
             raise InputError(f"{recorded[0][0]} and {path} were timed on different machines ({'; '.join(differ)}): "

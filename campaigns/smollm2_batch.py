@@ -41,13 +41,13 @@ from campaigns.measure import Bench, Candidate
 from campaigns.smollm2 import DATASETS, DRAFTERS, TARGET_ARCH, drafter_file, record_untimed, run_module, slug, token_prompts
 from common.errors import InputError
 from common.rundir import git_commit
-from profiles.machine import recorded_in, this_machine
+from profiles.machine import this_machine
 from profiles.parts import EngineTerms
 from profiles.profile import Profile
 from runtime.prompts import load_prompt_mix, parse_prompt_mix
 from traces import schema
 from traces.drafter_timing import drafter_entries, write_drafter_latency
-from traces.schema import read_trace
+from traces.schema import read_trace, timed_on
 from traces.timer import Timer
 from traces.timing import int_list
 
@@ -293,8 +293,7 @@ def stage_profile(args, log) -> None:
         name="smollm2-135m on this CPU, continuous batching (project recordings)", hardware="CPU", dtype="fp32",
         target=TARGET_ARCH, models={TARGET_ARCH: base.arch().to_dict()}, latency=latency_tables(args),
         acceptance=acceptance, drafters=drafters, workload={d: w.to_dict() for d, w in base.workload.items()},
-        machine=recorded_in(read_trace(args.out / "latency.parquet", kind="latency")[1].extra,
-                            str(args.out / "latency.parquet"), this_machine(args.threads)).to_dict(),
+        machine=timed_on(args.out / "latency.parquet", this_machine(args.threads)).to_dict(),
         provenance={"built_by": "python -m experiments.smollm2_batch", "commit": git_commit(),
                     "created": dt.datetime.now(dt.timezone.utc).isoformat(),
                     "sources": [str(p) for p in sorted(args.out.glob("*.parquet"))],

@@ -24,13 +24,13 @@ from campaigns.smollm2 import (ACCEPTANCE_CHAINS, CHAIN_RUNS, DATASETS, DRAFTERS
 from common.rundir import git_commit
 from costmodel.cape import PAPER_BINS
 from costmodel.params import get_arch
-from profiles.machine import Machine, recorded_in
+from profiles.machine import Machine
 from profiles.parts import EngineTerms, Workload
 from profiles.profile import Profile
 from runtime.models import load_tokenizer
 from runtime.prompts import builtin_prompts, encode_prompt
 from traces.lookup_replay import replayed_steps
-from traces.schema import read_trace
+from traces.schema import read_trace, timed_on
 
 
 # latency rows' model specs -> Profile models (and the trained vanilla drafter's file: its Profile model);
@@ -69,7 +69,6 @@ def own_steps(args, method: str, dataset: str, steps: dict) -> tuple[pd.DataFram
 def stage_profile(args, log) -> None:
     """Latency tables per model, acceptance per (drafter, dataset), drafters with their kinds."""
     rows = latency_rows(args)
-    latency_meta = read_trace(args.out / "latency.parquet", kind="latency")[1]
     latency = {}
     for model, group in rows[rows["role"].isin(["target", "draft"])].groupby("model"):
         fitted = fit_latency(group, "table", arch=None, hardware="CPU", dtype="fp32", name=model).to_dict()
@@ -114,7 +113,7 @@ def stage_profile(args, log) -> None:
         name="smollm2-135m on this CPU (project recordings)", hardware="CPU", dtype="fp32", target=TARGET_ARCH,
         models={TARGET_ARCH: get_arch(TARGET_ARCH).to_dict()}, latency=latency, acceptance=acceptance,
         drafters={name: spec.to_dict() for name, spec in DRAFTERS.items()},
-        machine=recorded_in(latency_meta.extra, str(args.out / "latency.parquet"), Machine(datasheet="CPU")).to_dict(),
+        machine=timed_on(args.out / "latency.parquet", Machine(datasheet="CPU")).to_dict(),
         provenance={"built_by": "python -m experiments.smollm2_cpu", "commit": git_commit(),
                     "created": dt.datetime.now(dt.timezone.utc).isoformat(),
                     "sources": [str(p) for p in [args.out / "latency.parquet", args.out / "drafter_latency.parquet",

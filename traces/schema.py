@@ -22,6 +22,7 @@ import pandas as pd
 
 from common import atomic
 from common.errors import InputError
+from profiles.machine import Machine, recorded_in
 
 TRACE_SCHEMA_VERSION = 1
 METADATA_KEY = "specsim"
@@ -245,18 +246,46 @@ def read_trace(path: str | Path, kind: str | None = None) -> tuple[pd.DataFrame,
     """Read a trace table and its metadata; check both against the contract."""
     import pyarrow.parquet as pq
 
-    p = Path(path)
-    if not p.exists():
-        raise InputError(f"trace file not found: {p}")
+    p = _existing(path)
     try:
         table = pq.read_table(p)
     except Exception as exc:  # pyarrow raises several types for non-parquet input
         raise InputError(f"{p}: not a readable parquet trace ({type(exc).__name__})") from None
-    raw_meta = (table.schema.metadata or {}).get(METADATA_KEY.encode())
+    meta = _metadata(p, table.schema.metadata, kind)
+    frame = validate(table.to_pandas(), meta.kind, source=str(p))
+    return frame, meta
+
+
+def read_metadata(path: str | Path, kind: str | None = None) -> RunMetadata:
+    """A trace's metadata alone, read from the parquet footer without its table (checked as `read_trace` does)."""
+    import pyarrow.parquet as pq
+
+    p = _existing(path)
+    try:
+        schema = pq.read_schema(p)
+    except Exception as exc:
+        raise InputError(f"{p}: not a readable parquet trace ({type(exc).__name__})") from None
+    return _metadata(p, schema.metadata, kind)
+
+
+def timed_on(path: str | Path, otherwise: Machine) -> Machine:
+    """The machine a latency trace was timed on (`traces.timing` records it; `profiles.machine.recorded_in`),
+    `otherwise` for a trace from before it did: the machine a Profile built from it describes."""
+    return recorded_in(read_metadata(path, kind="latency").extra, str(path), otherwise)
+
+
+def _existing(path: str | Path) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"trace file not found: {p}")
+    return p
+
+
+def _metadata(p: Path, footer: dict | None, kind: str | None) -> RunMetadata:
+    raw_meta = (footer or {}).get(METADATA_KEY.encode())
     if raw_meta is None:
         raise InputError(f"{p}: no specsim run metadata in the file")
     meta = RunMetadata.from_json(raw_meta.decode(), source=str(p))
     if kind is not None and meta.kind != kind:
         raise InputError(f"{p}: holds a {meta.kind} trace, expected a {kind} trace")
-    frame = validate(table.to_pandas(), meta.kind, source=str(p))
-    return frame, meta
+    return meta
