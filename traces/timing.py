@@ -19,11 +19,14 @@ Each point: `--warmup` untimed runs, then timed runs: `--repeats` of them, or fe
 `--min-repeats`) once the point has used `--point-seconds`; the row holds the median and the
 number of timed runs. On a GPU each run is timed with CUDA events around the forward alone (no
 host synchronisation inside it); on a CPU with perf_counter. A point that stands out from its
-context neighbours (longer than with more context, or a jump over the next smaller context: a
-stall of a shared machine, not the model) is timed again, up to three rounds, keeping the faster
-median (`traces.timer.retime_outliers`). `--rounds R` passes over the whole grid R times and keeps
-each point's median of the passes' medians (`traces.timer.across_rounds`): on a shared machine
+neighbours (longer than with more context, a jump over the next smaller context, or longer than a
+forward doing more work where its shape is not so at other contexts: a stall of a shared machine,
+not the model) is timed again, up to three rounds, keeping the faster median
+(`traces.timer.retime_outliers`). `--rounds R` passes over the whole grid R times and keeps each
+point's lower median of the passes' medians (`traces.timer.across_rounds`): on a shared machine
 whose speed drifts for minutes at a time, a point's samples then come from R spells, not one.
+`--retime TRACE` times again only the points of an earlier grid that stand out, on the machine and
+with the options that timed it (`traces.retime`).
 `--mode` (default graph on a GPU, eager on a CPU) picks the runtime mode of the cache forwards
 (runtime.cache): in graph mode each point's forward is captured in its warm-up and replayed when
 timed; every row says its mode (heads are plain eager ops). `--cache batch` times each forward as the
@@ -46,6 +49,7 @@ import torch
 
 from profiles.machine import this_machine
 from traces import schema
+from traces.retime import EarlierGrid
 from traces.timer import Timer, across_rounds, hardware_name, retime_outliers
 from runtime.drafters.router import LMHeadRouter
 from common.errors import InputError
@@ -140,13 +144,15 @@ class Grid:
 
 
 class Finished:
-    """The points of one unit (role and model) already timed: read back from the run's journal
-    when it resumes, and appended to it as each new point finishes, so a kill loses one point."""
+    """The points of one unit (role and model) already timed: an earlier trace's (`--retime`), or read
+    back from the run's journal when it resumes, and appended to it as each new point finishes, so a
+    kill loses one point."""
 
-    def __init__(self, log: PointLog | None = None, unit: str = ""):
+    def __init__(self, log: PointLog | None = None, unit: str = "",
+                 earlier: dict[tuple[int, int, int], tuple[float, int]] | None = None):
         self.log, self.unit = log, unit
-        self.points = {(i["n_tokens"], i["ctx_len"], i["batch"]): (i["seconds"], i["repeats"])
-                       for i in (log.items if log else []) if i["unit"] == unit}
+        self.points = {**(earlier or {}), **{(i["n_tokens"], i["ctx_len"], i["batch"]): (i["seconds"], i["repeats"])
+                                             for i in (log.items if log else []) if i["unit"] == unit}}
 
     def __contains__(self, key: tuple[int, int, int]) -> bool:
         return key in self.points
@@ -270,8 +276,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="stop repeating a point (after --min-repeats) once it used this many seconds "
                              "(default 2 on a CPU, unlimited on a GPU)")
     parser.add_argument("--rounds", type=int, default=1,
-                        help="passes over the whole grid; each point keeps the median of its passes' medians "
+                        help="passes over the whole grid; each point keeps the lower median of its passes' medians "
                              "(several on a machine whose speed drifts) (default %(default)s)")
+    parser.add_argument("--retime", metavar="TRACE", default=None,
+                        help="repair an earlier LatencyTrace: time again only its points that stand out from their "
+                             "neighbours, keeping the faster median, and keep every other point and its grid; on the "
+                             "machine that timed it, with the options it was timed with (one round)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default=None,
                         help="weights and activations dtype (default bf16 on a GPU, fp32 on a CPU)")
     parser.add_argument("--device", default=None, help="cpu or cuda[:i] (default: cuda if available)")
@@ -305,6 +315,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def earlier_grid(args: argparse.Namespace, grid: Grid, device: torch.device, mode: str) -> tuple[EarlierGrid, Grid]:
+    """`--retime`: the earlier trace, checked against this machine and command, and the grid it timed (a
+    grid asked for as well must be the same)."""
+    if args.rounds != 1:
+        raise InputError("--retime times the stalled points once more: no --rounds")
+    earlier = EarlierGrid.read(args.retime, this_machine(torch.get_num_threads(), str(device)),
+                               {"cache": args.cache, "linear": args.linear, "engine": args.engine,
+                                "threads": torch.get_num_threads(), "mode": mode})
+    for axis, values in zip(("tokens", "ctx", "batch"), earlier.axes):
+        if getattr(args, axis) is not None and values and tuple(getattr(grid, axis)) != values:
+            raise InputError(f"--retime {args.retime} timed --{axis} {','.join(map(str, values))}, not "
+                             f"{getattr(args, axis)}")
+    return earlier, Grid(*(values or getattr(grid, axis) for axis, values in zip(("tokens", "ctx", "batch"),
+                                                                                  earlier.axes)))
+
+
 @cli_entry
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
@@ -330,6 +356,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     dtype = DTYPES[dtype_name]
     hardware = args.hardware or hardware_name(device)
     mode = args.mode or default_mode(device)
+    earlier = None
+    if args.retime:
+        earlier, grid = earlier_grid(args, grid, device, mode)
 
     settings = {k: v for k, v in vars(args).items() if k not in ("out", "quiet", "overwrite", "resume")}
     log = resumable_output(args.out, {**settings, "tokens": list(grid.tokens), "ctx": list(grid.ctx),
@@ -374,7 +403,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for round_ in range(args.rounds):
             for name, role, module, is_head in units:
                 progress.set_postfix_str(f"{role} {name}")
-                done = Finished(log, f"{role}/{name}" + (f"#{round_}" if args.rounds > 1 else ""))
+                done = Finished(log, f"{role}/{name}" + (f"#{round_}" if args.rounds > 1 else ""),
+                                earlier.unit(role, name) if earlier else None)
                 found = (profile_head(model, module, grid, timer, args.seed, progress, done) if is_head
                          else profile_model(module, grid, timer, args.seed, progress, done, mode, args.cache))
                 rows += [{"model": name, "hardware": hardware, "dtype": dtype_name, "role": role,
@@ -388,12 +418,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                "tokens": list(grid.tokens), "ctx": list(grid.ctx), "batch": list(grid.batch),
                "routers": [f"{g}:{n}" for g, n in routers], "torch": torch.__version__, "linear": args.linear,
                "engine": args.engine, "rounds": args.rounds, "cache": args.cache,
-               "machine": this_machine(torch.get_num_threads(), str(device)).to_dict()},
+               "machine": this_machine(torch.get_num_threads(), str(device)).to_dict(),
+               **({"retimed_from": earlier.path, "retimed_points": earlier.retimed(frame)} if earlier else {})},
     )
     schema.write_trace(args.out, frame, metadata)
     log.remove()
     if args.progress is not False:      # the result line, left out with --quiet / --no-progress
-        print(f"wrote {len(frame)} latency rows to {args.out}")
+        again = f" ({metadata.extra['retimed_points']} timed again)" if earlier else ""
+        print(f"wrote {len(frame)} latency rows to {args.out}{again}")
     return 0
 
 

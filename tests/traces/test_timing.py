@@ -1,6 +1,8 @@
 """`python -m traces.timing`: a LatencyTrace over the grid, every role, one-line bad input."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 import pytest
 import torch
@@ -48,7 +50,7 @@ def test_plain_linear_times_the_projections_as_f_linear(tmp_path, monkeypatch):
     assert run(tmp_path / "b", "--overwrite")[0] == 0 and seen and all(seen)   # the default: the few-row path
 
 
-def test_rounds_pass_over_the_grid_again_and_keep_the_median_of_their_medians(tmp_path):
+def test_rounds_pass_over_the_grid_again_and_keep_the_lower_median_of_their_medians(tmp_path):
     code, out = run(tmp_path, "--rounds", "3")
     assert code == 0
     frame, meta = schema.read_trace(out, "latency")
@@ -58,6 +60,8 @@ def test_rounds_pass_over_the_grid_again_and_keep_the_median_of_their_medians(tm
     combined = across_rounds(rounds)
     assert combined.to_dict("records") == [{"model": "m", "n_tokens": 1, "seconds": 0.2, "repeats": 6},
                                            {"model": "m", "n_tokens": 4, "seconds": 0.3, "repeats": 5}]
+    two = across_rounds(rounds.iloc[:2])        # of two passes, one with a slow spell: the faster, not the mean
+    assert two.seconds.tolist() == [0.1]
 
 
 def test_timer_median_and_budget():
@@ -94,3 +98,40 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, extra
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith("error: ") and needle in err and "\n" not in err
     assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def stalled_copy(out, path, meta_change=None, factor=10.0):
+    """`out`'s trace with its target's (3, 5, 2) point made `factor` times slower (a slow spell)."""
+    frame, meta = schema.read_trace(out, "latency")
+    hit = (frame.role == "target") & (frame.n_tokens == 3) & (frame.ctx_len == 5) & (frame.batch == 2)
+    frame.loc[hit, "seconds"] *= factor
+    if meta_change:
+        meta = replace(meta, extra={**meta.extra, **meta_change(meta.extra)})
+    schema.write_trace(path, frame, meta)
+    return frame, hit
+
+
+def test_retime_times_only_the_stalled_points_of_an_earlier_grid_again(tmp_path):
+    code, out = run(tmp_path)
+    stalled, hit = stalled_copy(out, tmp_path / "stalled.parquet")
+    code, repaired = run(tmp_path / "r", "--retime", str(tmp_path / "stalled.parquet"))
+    frame, meta = schema.read_trace(repaired, "latency")
+    assert code == 0 and meta.extra["retimed_points"] == 1 and meta.extra["retimed_from"].endswith("stalled.parquet")
+    assert (frame.loc[hit, "seconds"] < stalled.loc[hit, "seconds"]).all()
+    assert frame.loc[~hit, "seconds"].tolist() == stalled.loc[~hit, "seconds"].tolist()   # the rest kept as measured
+
+
+@pytest.mark.parametrize("change,extra,needle", [
+    (lambda e: {"machine": {**e["machine"], "cpu": "Another CPU"}}, [], "re-time a grid on the machine that timed it"),
+    (lambda e: {}, ["--linear", "plain"], "timed with --linear few-row"),
+    (lambda e: {}, ["--tokens", "1,2"], "timed --tokens 1,3"),
+    (lambda e: {}, ["--rounds", "2"], "no --rounds"),
+    (lambda e: {}, ["--model", "tiny:3"], "holds no target rows of tiny:3"),
+])
+def test_retime_refuses_another_machine_or_other_options(tmp_path, capsys, change, extra, needle):
+    code, out = run(tmp_path)
+    stalled_copy(out, tmp_path / "stalled.parquet", change)
+    capsys.readouterr()
+    code, repaired = run(tmp_path / "r", "--retime", str(tmp_path / "stalled.parquet"), *extra)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and needle in err and "\n" not in err and not repaired.exists()

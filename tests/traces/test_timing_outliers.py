@@ -43,3 +43,24 @@ def test_a_point_slower_again_keeps_its_first_median():
 def test_a_smooth_grid_is_left_alone():
     rows = grid({})
     assert outliers(rows) == [] and retime_outliers(rows, smooth) == 0
+
+
+def shaped_grid(stalled: dict[tuple[int, int, int], float]) -> list[dict]:
+    """A grid over tokens, context and batch where 7 tokens cost 1.4x 8 at every context (a CPU
+    kernel's choice for that shape), with some points stalled."""
+    rows = []
+    for b in (1, 2, 4):
+        for n in (4, 7, 8):
+            for ctx in (128, 256, 384, 512):
+                cost = 0.02 * b * (n + (4 if n == 7 else 0)) + 1e-5 * ctx
+                rows.append({"n_tokens": n, "ctx_len": ctx, "batch": b, "seconds": stalled.get((n, ctx, b), cost),
+                             "repeats": 5})
+    return rows
+
+
+def test_a_point_slower_than_more_work_is_a_stall_unless_its_shape_is_so_at_every_context():
+    clean = shaped_grid({})
+    assert outliers(clean) == []                  # 7 tokens slower than 8 everywhere: the kernel, not a stall
+    rows = shaped_grid({(4, 384, 2): 0.4, (4, 512, 2): 0.4})      # 2.4x and 2.4x their own shape's 0.16 s
+    found = {(rows[i]["n_tokens"], rows[i]["ctx_len"], rows[i]["batch"]) for i in outliers(rows)}
+    assert found == {(4, 384, 2), (4, 512, 2)}    # two contexts of one shape, slower than 7 and 8 tokens there
