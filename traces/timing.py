@@ -171,7 +171,7 @@ class Finished:
 def profile_model(model: Llama, grid: Grid, timer: Timer, seed: int, progress=None,
                   done: Finished | None = None, mode: str = "eager", cache_kind: str = "kv") -> list[dict]:
     """Rows (n_tokens, ctx_len, batch, seconds) for full forwards of `model` over the grid; points
-    that stand out from their context neighbours are timed again (`retime_outliers`). Points in
+    that stand out from their neighbours are timed again (`retime_outliers`). Points in
     `done` are taken from it, new ones added to it. `mode` (runtime.cache.MODES): graph forwards
     are captured during the warm-up runs and replayed in the timed ones. `cache_kind` "batch": the
     batch engine's cache and masks (module docstring)."""
