@@ -95,7 +95,8 @@ def _stalled_shapes(rows: list[dict]) -> list[int]:
     but then at every context; a slow spell of the machine hits one or two contexts."""
     if not rows:
         return []
-    n, ctx, batch, seconds = (np.array([r[k] for r in rows], float) for k in ("n_tokens", "ctx_len", "batch", "seconds"))
+    n, ctx, batch, seconds = (np.array([r[k] for r in rows], float)
+                              for k in ("n_tokens", "ctx_len", "batch", "seconds"))
     more = (n[None, :] >= n[:, None]) & (ctx[None, :] >= ctx[:, None]) & (batch[None, :] >= batch[:, None])
     np.fill_diagonal(more, False)
     fastest_larger = np.where(more, seconds[None, :], np.inf).min(axis=1)

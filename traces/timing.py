@@ -281,7 +281,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--retime", metavar="TRACE", default=None,
                         help="repair an earlier LatencyTrace: time again only its points that stand out from their "
                              "neighbours, keeping the faster median, and keep every other point and its grid; on the "
-                             "machine that timed it, with the options it was timed with (one round) (default: time the whole grid)")
+                             "machine that timed it, with the options it was timed with (one round) "
+                             "(default: time the whole grid)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default=None,
                         help="weights and activations dtype (default bf16 on a GPU, fp32 on a CPU)")
     parser.add_argument("--device", default=None, help="cpu or cuda[:i] (default: cuda if available)")
