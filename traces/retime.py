@@ -52,9 +52,10 @@ class EarlierGrid:
             if key in meta.extra and meta.extra[key] != options[key]:
                 raise InputError(f"--retime {path}: timed with {option} {meta.extra[key]}, this command has "
                                  f"{option} {options[key]}; give the options it was timed with")
-        if "mode" in frame and (frame["mode"] != options["mode"]).any():
-            raise InputError(f"--retime {path}: timed in mode {', '.join(sorted(set(frame['mode'])))}, this command "
-                             f"has --mode {options['mode']}")
+        forwards = frame[frame["role"].isin(["target", "draft"])]      # heads are timed eager in every mode
+        if "mode" in forwards and (forwards["mode"] != options["mode"]).any():
+            raise InputError(f"--retime {path}: timed in mode {', '.join(sorted(set(forwards['mode'])))}, this "
+                             f"command has --mode {options['mode']}")
         points: dict[tuple[str, str], dict[tuple[int, int, int], tuple[float, int]]] = {}
         for r in frame.itertuples(index=False):
             points.setdefault((r.role, r.model), {})[(int(r.n_tokens), int(r.ctx_len), int(r.batch))] = (

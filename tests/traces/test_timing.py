@@ -126,6 +126,7 @@ def test_retime_times_only_the_stalled_points_of_an_earlier_grid_again(tmp_path)
     (lambda e: {}, ["--linear", "plain"], "timed with --linear few-row"),
     (lambda e: {}, ["--tokens", "1,2"], "timed --tokens 1,3"),
     (lambda e: {}, ["--rounds", "2"], "no --rounds"),
+    (lambda e: {}, ["--mode", "static"], "timed in mode eager, this command has --mode static"),
     (lambda e: {}, ["--model", "tiny:3"], "holds no target rows of tiny:3"),
 ])
 def test_retime_refuses_another_machine_or_other_options(tmp_path, capsys, change, extra, needle):
