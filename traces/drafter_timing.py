@@ -86,11 +86,13 @@ def drafter_rows(arch: str, ctxs: Sequence[int], timer: Timer, device, dtype, se
             for entry in (drafter_entries(arch) if entries is None else entries).values():
                 forward_at = drafter_class(entry["kind"]).timed_draft(entry, bench)
                 for ctx in ctxs:
-                    forwards[entry["model"], ctx, batch] = forward_at(ctx)
-                    seconds, repeats = timer.median(*forwards[entry["model"], ctx, batch])
+                    forward = forward_at(ctx)
+                    if mode == "eager":         # kept to be timed again; a graph is captured once
+                        forwards[entry["model"], ctx, batch] = forward
+                    seconds, repeats = timer.median(*forward)
                     out.append(dict(model=entry["model"], role="draft", n_tokens=1, ctx_len=ctx, batch=batch,
                                     seconds=seconds, repeats=repeats, mode=mode))
-        for model in dict.fromkeys(r["model"] for r in out) if mode == "eager" else ():   # a graph is captured once
+        for model in dict.fromkeys(model for model, _, _ in forwards):
             retime_outliers([r for r in out if r["model"] == model],
                             lambda n, ctx, batch: timer.median(*forwards[model, ctx, batch]))
     return out

@@ -10,7 +10,6 @@ timed the grid, with the options it was timed with, so both are checked against 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -19,8 +18,9 @@ from common.errors import InputError
 from profiles.machine import Machine, recorded_in
 from traces import schema
 
-# Options a grid is timed with that change what a point costs: (the trace metadata's key, the CLI option)
-TIMED_WITH = (("cache", "--cache"), ("linear", "--linear"), ("engine", "--engine"), ("threads", "--threads"))
+# Options a grid is timed with that change what a point costs, beside the machine and its threads (compared as
+# `Machine.differences`): (the trace metadata's key, the CLI option)
+TIMED_WITH = (("cache", "--cache"), ("linear", "--linear"), ("engine", "--engine"))
 GRID_AXES = ("tokens", "ctx", "batch")
 
 
@@ -37,8 +37,6 @@ class EarlierGrid:
     def read(cls, path: str, here: Machine, options: dict[str, Any]) -> "EarlierGrid":
         """The trace at `path`, refused in one line when it was timed on another machine than `here`, or
         with other `options` (TIMED_WITH keys) than this command's."""
-        if not Path(path).is_file():
-            raise InputError(f"--retime {path}: no such file")
         frame, meta = schema.read_trace(path, kind="latency")
         timed_on = recorded_in(meta.extra, path, Machine())
         if not timed_on.measured:

@@ -49,7 +49,7 @@ import torch
 
 from profiles.machine import this_machine
 from traces import schema
-from traces.retime import EarlierGrid
+from traces.retime import GRID_AXES, EarlierGrid
 from traces.timer import Timer, across_rounds, hardware_name, retime_outliers
 from runtime.drafters.router import LMHeadRouter
 from common.errors import InputError
@@ -322,14 +322,12 @@ def earlier_grid(args: argparse.Namespace, grid: Grid, device: torch.device, mod
     if args.rounds != 1:
         raise InputError("--retime times the stalled points once more: no --rounds")
     earlier = EarlierGrid.read(args.retime, this_machine(torch.get_num_threads(), str(device)),
-                               {"cache": args.cache, "linear": args.linear, "engine": args.engine,
-                                "threads": torch.get_num_threads(), "mode": mode})
-    for axis, values in zip(("tokens", "ctx", "batch"), earlier.axes):
+                               {"cache": args.cache, "linear": args.linear, "engine": args.engine, "mode": mode})
+    for axis, values in zip(GRID_AXES, earlier.axes):
         if getattr(args, axis) is not None and values and tuple(getattr(grid, axis)) != values:
             raise InputError(f"--retime {args.retime} timed --{axis} {','.join(map(str, values))}, not "
                              f"{getattr(args, axis)}")
-    return earlier, Grid(*(values or getattr(grid, axis) for axis, values in zip(("tokens", "ctx", "batch"),
-                                                                                  earlier.axes)))
+    return earlier, Grid(*(values or getattr(grid, axis) for axis, values in zip(GRID_AXES, earlier.axes)))
 
 
 @cli_entry
