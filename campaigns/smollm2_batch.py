@@ -38,7 +38,8 @@ from calibrate.engine import StepRun
 from calibrate.fit_acceptance import with_chains
 from calibrate.latency import fit_latency
 from campaigns.measure import Bench, Candidate
-from campaigns.smollm2 import DATASETS, DRAFTERS, TARGET_ARCH, drafter_file, record_untimed, run_module, slug, token_prompts
+from campaigns.smollm2 import (DATASETS, DRAFTERS, TARGET_ARCH, drafter_file, drafters_of, record_untimed, run_module,
+                               slug, token_prompts)
 from common.errors import InputError
 from common.rundir import git_commit
 from profiles.machine import this_machine
@@ -63,14 +64,22 @@ CONTEXTS = "128,256,384,512"      # lib-edit prompts hold 136-459 tokens, the lo
 # its rows (width 1, context 256: 0.136 s at batch 3, 0.112 s at 4, 0.100 s at 5), and a served load's steps visit
 # every batch; batch 3, 5, 6 and 7 read off 1, 2, 4 and 8 of the same session missed by 14% median, 36% worst
 DENSE_TO = 8
-# the calibration configurations: each batched method, two sizes where it has them (a part's scale and
-# its fixed and per-row costs can be told apart), on its Profile drafter
-RUNS = [Candidate(methods.parse_label(label), drafter) for label, drafter in (
-    ("ar", None), ("sd g1", "vanilla"), ("sd g3", "vanilla"), ("prompt_lookup g2 nmin2 nmax3", None),
-    ("prompt_lookup g5 nmin2 nmax3", None), ("prompt_lookup g8 nmin2 nmax3", None),
-    ("mcsd k2x2 norepl", "vanilla"), ("cape g1 S44442222111", "vanilla"), ("glide g1", "glide"),
-    ("glide g3", "glide"))]
-BATCHED_DRAFTERS = ("vanilla", "glide")       # the drafters the batch engine runs (CORAL and Kangaroo do not batch)
+# the calibration configurations: plain decoding, then each batched method's own (`MethodSpec.batch_calibration`:
+# two sizes where it has them, so that a part's scale and its fixed and per-row costs can be told apart) on
+# its Profile drafter
+RUNS = [Candidate(methods.get(methods.BASELINE).config(), None)] + [
+    Candidate(spec.config.from_label(label), drafter) for spec in methods.specs() if spec.batch_calibration
+    for drafter in drafters_of(spec) for label in spec.batch_calibration]
+# the drafters the batch engine runs (CORAL and Kangaroo do not batch), by how their forwards are timed: a
+# draft model alone (`traces.timing --drafter`, one file each), a feature drafter in the target's caches
+# (`traces.drafter_timing`, one file for all)
+BATCHED_DRAFTERS = tuple(dict.fromkeys(c.drafter for c in RUNS if c.drafter))
+DRAFT_MODELS = tuple(d for d in BATCHED_DRAFTERS if DRAFTERS[d].kind == "draft_model")
+FEATURE_DRAFTERS = tuple(d for d in BATCHED_DRAFTERS if d not in DRAFT_MODELS)
+FEATURE_LATENCY = "drafter_latency.parquet"
+# the Profile drafter entries of the batched methods that run without a drafter and hold their own acceptance
+OWN_ENTRIES = tuple(name for spec in methods.specs() if spec.batch_calibration and not spec.drafter_kinds
+                    for name in spec.drafters(TARGET_ARCH))
 
 
 def selected_runs(labels: str) -> list[Candidate]:
@@ -147,20 +156,23 @@ def stage_latency(args, log) -> None:
               "--threads", str(args.threads), "--rounds", str(args.rounds), "--quiet"]
     if not out.exists():
         run_module("traces.timing", ["--model", "smollm2", "--tokens", TARGET_TOKENS, *common, "--out", str(out)], log)
-    out = args.out / "vanilla_latency.parquet"
-    if not out.exists() and "vanilla" in drafters_used(args):
-        run_module("traces.timing", ["--model", "smollm2", "--no-target", "--drafter", drafter_file(args, "vanilla"),
-                                     "--tokens", DRAFT_TOKENS, *common, "--out", str(out)], log)
-    out = args.out / "drafter_latency.parquet"
-    if out.exists() or "glide" not in drafters_used(args):
+    used = drafters_used(args)
+    for name in (d for d in DRAFT_MODELS if d in used):
+        out = args.out / f"{name}_latency.parquet"
+        if not out.exists():
+            run_module("traces.timing", ["--model", "smollm2", "--no-target", "--drafter", drafter_file(args, name),
+                                         "--tokens", DRAFT_TOKENS, *common, "--out", str(out)], log)
+    out = args.out / FEATURE_LATENCY
+    features = [d for d in FEATURE_DRAFTERS if d in used]
+    if out.exists() or not features:
         return
     torch.set_num_threads(args.threads)
     device = torch.device("cpu")
-    entries = {k: v for k, v in drafter_entries(TARGET_ARCH).items() if k == "glide"}
+    entries = {k: v for k, v in drafter_entries(TARGET_ARCH).items() if k in features}
     frame = write_drafter_latency(out, (TARGET_ARCH,), int_list(CONTEXTS, "ctx", 0), Timer(device, 1, 5, 3, 2.0),
                                   device, torch.float32, entries=entries, batches=batches,
                                   rows=True)
-    log(f"wrote {len(frame)} GLIDE latency rows to {out}")
+    log(f"wrote {len(frame)} latency rows of {', '.join(features)} to {out}")
 
 
 def stage_steps(args, log) -> None:
@@ -224,13 +236,13 @@ def write_batch_steps(args, cand: Candidate, rows: pd.DataFrame, batches: list[i
 # ------------------------------------------------------------------------------------ calibration
 
 def latency_tables(args) -> dict[str, dict]:
-    """Profile latency models (measured tables) of the target, the vanilla drafter and GLIDE."""
+    """Profile latency models (measured tables) of the target and of each batched drafter the runs use."""
     used = drafters_used(args)
-    files = ["latency.parquet", *(["vanilla_latency.parquet"] if "vanilla" in used else []),
-             *(["drafter_latency.parquet"] if "glide" in used else [])]
+    own = {f"{d}_latency.parquet": d for d in DRAFT_MODELS if d in used}
+    files = ["latency.parquet", *own, *([FEATURE_LATENCY] if any(d in used for d in FEATURE_DRAFTERS) else [])]
     frames = {f: read_trace(args.out / f, kind="latency")[0] for f in files}
-    if "vanilla" in used:   # its rows name the file the drafter was loaded from, on whichever machine recorded them
-        frames["vanilla_latency.parquet"] = frames["vanilla_latency.parquet"].assign(model=DRAFTERS["vanilla"].model)
+    for file, name in own.items():   # its rows name the file the drafter was loaded from, on whichever machine
+        frames[file] = frames[file].assign(model=DRAFTERS[name].model)
     rows = pd.concat(frames.values(), ignore_index=True)
     rows["model"] = rows["model"].replace({"smollm2": TARGET_ARCH})
     out = {}
@@ -243,9 +255,10 @@ def latency_tables(args) -> dict[str, dict]:
 
 def carried(base, used: frozenset[str] | set[str] = frozenset(BATCHED_DRAFTERS)) -> tuple[dict, dict, list[str]]:
     """(acceptance entries, drafter entries, their keys) of the base Profile that the batch engine runs:
-    prompt lookup's and the batched drafters' (`BATCHED_DRAFTERS`) the recorded runs `used`."""
+    the drafter-less methods' own entries (`OWN_ENTRIES`) and the batched drafters' (`BATCHED_DRAFTERS`) the
+    recorded runs `used`."""
     drafters = {name: base.drafter(name).to_dict() for name in BATCHED_DRAFTERS if name in used}
-    drafters["prompt_lookup"] = base.drafter("prompt_lookup").to_dict()
+    drafters |= {name: base.drafter(name).to_dict() for name in OWN_ENTRIES}
     keys = [k for k, a in base.acceptance.items() if a.drafter in drafters or k.split("/")[0] in drafters]
     return {k: base.acceptance[k].to_dict() for k in keys}, drafters, keys
 

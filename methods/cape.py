@@ -155,6 +155,7 @@ class CAPE(MethodSpec):
     needs = "conf_bins"
     decoder = "runtime.engine.cape:CAPE"
     calibration = ("cape g2 S88886666442", "cape g4 S88886666442", "cape g8 S88886666442")
+    batch_calibration = ("cape g1 S44442222111",)
     campaign = ("cape g3 S88886666442", "cape g5 S88886666442", "cape g4 S44444444444")
     plot = PlotSpec(x="gamma", hue="bins_mean", labels={"bins_mean": "mean candidates per confidence bin"})
     no_counterpart = {engine: "CAPE's confidence-dependent candidate sets are not offered" for engine in ENGINES}

@@ -37,6 +37,7 @@ class GLIDE(MethodSpec):
                 for other in evidence.drafters_of("draft_model") if (dataset, other) in table and (dataset, glide) in table]
     decoder = "runtime.drafters.glide:Glide"
     calibration = ("glide g2", "glide g4", "glide g8")
+    batch_calibration = ("glide g1", "glide g3")
     campaign = ("glide g3", "glide g5")
     plot = PlotSpec(x="gamma", hue="bins_mean", labels={"bins_mean": "mean candidates per confidence bin"})
     no_counterpart = {engine: "no GLIDE drafter (cross-attention to the target's KV cache) can be loaded"

@@ -129,6 +129,7 @@ class MCSD(MethodSpec):
     needs = "alpha_at_k"
     decoder = "runtime.engine.mcsd:MCSD"
     calibration = ("mcsd k2x2x1 repl", "mcsd k4x2 repl", "mcsd k4x2x2x2 repl")
+    batch_calibration = ("mcsd k2x2 norepl",)
     campaign = tuple(f"mcsd k{k} repl" for k in ("2x2", "4x2x1", "2x2x2", "4x4", "8x2", "3x2x2x1"))
     plot = PlotSpec(x="budget", hue="gamma", labels={"budget": "tree size, the product of k",
                                                             "gamma": "tree depth"})

@@ -49,6 +49,7 @@ class PromptLookup(MethodSpec):
                    "prompt_lookup g4 nmin4 nmax4", "prompt_lookup g4 nmin1 nmax3", "prompt_lookup g8 nmin2 nmax4",
                    "prompt_lookup g4 nmin3 nmax5")     # n_min = n_max fixes the match length: hit and first by length
     campaign = ("prompt_lookup g3 nmin1 nmax3", "prompt_lookup g5 nmin2 nmax4")
+    batch_calibration = ("prompt_lookup g2 nmin2 nmax3", "prompt_lookup g5 nmin2 nmax3", "prompt_lookup g8 nmin2 nmax3")
     plot = PlotSpec(x="gamma", hue="n_max")
     engine_offered, aliases = True, ("ngram",)      # vLLM's name
 

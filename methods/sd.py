@@ -77,6 +77,7 @@ class SD(MethodSpec):
     drafter_kinds = ("draft_model",)
     decoder = "runtime.engine.sd:SD"
     calibration = ("sd g1", "sd g4", "sd g8")
+    batch_calibration = ("sd g1", "sd g3")
     campaign = tuple(f"sd g{g}" for g in (1, 2, 3, 4, 5, 6, 8, 10, 12))
     plot = PlotSpec(x="gamma")
     engine_offered, aliases = True, ("draft_model",)      # vLLM's name

@@ -12,7 +12,8 @@ its instance `SPEC`; the package registers the modules it finds (a method define
 | step cost    | `step_shape(setup, frame)`; consumers call `priced_shape` (engine calibration) |
 | simulator    | `sampler(setup, config)` (methods.draws), `replay_rules` for replayed draws   |
 | sweep        | `space(setup, **options)`, `options` (its CLI options), `setups`, `plot`      |
-| calibration  | `calibration` (labels recorded), `fit_steps`, `acceptance_part`, `drafters`   |
+| calibration  | `calibration`, `batch_calibration` (labels recorded alone, in batches), `fit_steps`,
+|              | `acceptance_part`, `drafters`                                                 |
 | GPU campaign | `campaign` (labels run at real sizes), `drafters`                            |
 | export       | `to_engine(engine, setup, config)` (methods.engines)                         |
 
@@ -157,6 +158,7 @@ class MethodSpec:
     options: dict[str, SpaceOption] = {}       # sweep options its space takes by name
     calibration: tuple[str, ...] = ()          # labels whose StepTraces calibrate its step cost
     campaign: tuple[str, ...] = ()             # labels the GPU campaign runs at real sizes
+    batch_calibration: tuple[str, ...] = ()    # labels the batch campaign records (its decoder batches)
     no_counterpart: dict[str, str] = {}        # engine -> why the method has no counterpart there
     sampler_options: dict[str, tuple[str, float, float]] = {}   # numbers its `sampler` takes: (what, low, high)
     engine_offered: bool = False               # an engine runs it as it is: priced on every GPU Profile

@@ -146,16 +146,13 @@ def test_setup_installs_every_package():
     assert on_disk - listed == set()
 
 
-# Files outside methods/ that may name a method by string, and why: each method's own engine decoder and
-# drafter, the papers' data and the recording campaigns' labels; each other entry is a kind the method
-# owns by name (a trace's method field, a sampler rule, one method's own check).
+# Files outside methods/ that may name a method by string, and why: each method's own engine decoder,
+# drafter and trainee, and the papers' data.
 NAMES_A_METHOD = {
     "runtime/engine/": "each method's own engine decoder",
     "runtime/drafters/": "each drafter's own module",
     "training/": "each drafter's trainee",
     "papers/": "the papers' data",
-    "campaigns/smollm2_batch.py": "the configurations a recording campaign records, by label",
-    "verification/": "the sampler rules' names (the single-draft rule is 'sd')",
 }
 
 

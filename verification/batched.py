@@ -359,7 +359,7 @@ SHARP = CaseSpec(k=4, exponent=1.2, support=8, noise=0.5, temperature=0.5)
 BIGRAM = CaseSpec(k=1, exponent=1.2, support=8, noise=1.0, temperature=1.0)
 
 RULE_CHECKS = {
-    "sd": Check(mcss_rule(True), _position(SD), single_draft=True),
+    "single_draft": Check(mcss_rule(True), _position(SD), single_draft=True),
     "mcss_with": Check(mcss_rule(True), _position(MULTI)),
     "mcss_without": Check(mcss_rule(False), _position(MULTI)),
     "chain": Check(chain_rule, _bigram(BIGRAM, 2)),

@@ -9,7 +9,7 @@ A case is what a sampler `(case, rng) -> outcome` is run on:
 `shape` is an MCSD k-configuration (children per depth); (1,) * gamma is a chain.
 
 Samplers (built on `verification.rules`, used by the verifier, the CLI and the tests):
-    RULES: name -> Rule(sampler, kind, target) for sd, mcss_with, mcss_without, mcns, one_hot
+    RULES: name -> Rule(sampler, kind, target) for single_draft, mcss_with, mcss_without, mcns, one_hot
     (position) and chain, tree_with, tree_without, greedy_chain, tree_one_hot (sequence);
     one_hot / tree_one_hot verify deterministic candidates (`ranked_candidates`) with
     `rules.mcss_one_hot` / `rules.verify_tree_one_hot`. The MCSS position samplers draw their
@@ -296,7 +296,7 @@ class Rule:
 
 
 RULES: dict[str, Rule] = {
-    "sd": Rule(sample_sd, "position"),
+    "single_draft": Rule(sample_sd, "position"),
     "mcss_with": Rule(sample_mcss_with, "position"),
     "mcss_without": Rule(sample_mcss_without, "position"),
     "mcns": Rule(sample_mcns, "position"),

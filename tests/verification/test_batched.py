@@ -10,7 +10,7 @@ from verification.exact import exact_law
 from verification.mutants import MUTANTS
 
 LAW_OF = {  # name -> keyword arguments of laws.position_law that state the sampler's algorithm
-    "sd": {}, "mcss_with": {}, "mcss_without": dict(draft_replacement=False, verify_replacement=False),
+    "single_draft": {}, "mcss_with": {}, "mcss_without": dict(draft_replacement=False, verify_replacement=False),
     "q_not_updated": dict(draft_replacement=False), "residual_unnormalised": dict(update="unnormalised"),
     "tokenwise_residual": dict(update="tokenwise"), "argmax_draft": dict(candidates="argmax"),
     "topk_draft_raw_q": dict(candidates="top2"),
@@ -20,7 +20,7 @@ LAW_OF = {  # name -> keyword arguments of laws.position_law that state the samp
 def _law(name, case):
     kw = dict(LAW_OF[name])
     q = np.array([float(x) for x in case.q])
-    k = 1 if name in ("sd", "argmax_draft", "topk_draft_raw_q") else case.k
+    k = 1 if name in ("single_draft", "argmax_draft", "topk_draft_raw_q") else case.k
     draw = batched._candidate_law(q, kw.pop("candidates", "q"))
     return laws.position_law(np.array([float(x) for x in case.p]), q, k, draw=draw, **kw)
 

@@ -58,7 +58,7 @@ def test_a_wrong_sampler_signature_is_an_error_not_a_verdict(sampler):
 def test_bad_targets_are_refused_in_one_line(target, message):
     case = PositionCase((F(1, 2), F(1, 2)), (F(1, 2), F(1, 2)))
     with pytest.raises(InputError, match=message):
-        exact.exact_check(RULES["sd"].sampler, case, target)
+        exact.exact_check(RULES["single_draft"].sampler, case, target)
 
 
 def test_outcome_kinds_are_checked_in_both_modes():
@@ -86,12 +86,12 @@ def test_path_estimate_refuses_before_enumerating():
         return rng.categorical([1, 1]), rng.categorical([1, 2, 3])
     assert exact.estimate_paths(two_draws, None) == (6, False) and exact.exact_law(two_draws, None)[1] == 6
     with pytest.raises(InputError, match="max_paths is 0"):
-        exact.exact_law(RULES["sd"].sampler, case, max_paths=0)
+        exact.exact_law(RULES["single_draft"].sampler, case, max_paths=0)
 
 
 def test_memo_gives_the_same_law_with_far_fewer_paths():
     case = random_position_case(np.random.default_rng(3), 6, 3)
-    for name in ("sd", "mcss_with", "mcss_without"):
+    for name in ("single_draft", "mcss_with", "mcss_without"):
         full, full_paths = exact.exact_law(RULES[name].sampler, case)
         fast, fast_paths = exact.exact_law(RULES[name].sampler, case, memo=True)
         assert fast == full == case.target(), name
