@@ -55,7 +55,7 @@ from runtime.engine.batch import BatchEngine
 from runtime.models import random_architecture
 from traces.drafter_timing import drafter_entries, drafter_rows
 from traces.timer import Timer, across_rounds
-from traces.timing import Grid, profile_model
+from traces.forwards import Grid, profile_model
 
 QUICK_TOKENS = (1, 2, 4, 8, 16, 64)      # widths of the target's forwards timed again
 QUICK_CTX = (0, 1024)                    # contexts they are timed at

@@ -28,7 +28,7 @@ from runtime.models import random_architecture, tiny_model
 from traces import schema
 from common.rundir import git_commit
 from traces.timer import Timer, hardware_name, retime_outliers
-from traces.timing import filled_cache, filled_rows
+from traces.forwards import filled_cache, filled_rows
 
 
 def drafter_entries(arch: str) -> dict[str, dict[str, Any]]:

@@ -21,7 +21,7 @@ from runtime.models import load_transformers
 
 
 class TransformersForward:
-    """A transformers causal LM with what `traces.timing.profile_model` calls: `config.num_layers`,
+    """A transformers causal LM with what `traces.forwards.profile_model` calls: `config.num_layers`,
     `config.vocab_size`, `device`, `filled_cache(...)` and `model(ids, cache)`."""
 
     def __init__(self, hf):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from profiles.machine import Machine, recorded_in, this_machine
-from traces import schema, timing
+from traces import forwards, schema, timing
 from traces.timer import Timer, across_rounds
 
 
@@ -77,7 +77,7 @@ def test_filled_cache_has_length_and_room():
     from runtime.models import tiny_model
 
     model = tiny_model()
-    cache = timing.filled_cache(model, batch=2, ctx_len=7, extra=3, seed=0)
+    cache = forwards.filled_cache(model, batch=2, ctx_len=7, extra=3, seed=0)
     assert cache.length == 7 and cache.keys[0].shape[0] == 2 and cache.keys[0].shape[2] == 10
     assert cache.keys[0][:, :, :7].abs().sum() > 0
 
