@@ -46,7 +46,7 @@ from typing import Sequence
 import pandas as pd
 import torch
 
-from profiles.machine import this_machine
+from profiles.machine import Machine, this_machine
 from traces import schema
 from traces.forwards import CACHES, Finished, Grid, build_router, profile_head, profile_model
 from traces.retime import GRID_AXES, EarlierGrid
@@ -166,12 +166,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def earlier_grid(args: argparse.Namespace, grid: Grid, device: torch.device, mode: str) -> tuple[EarlierGrid, Grid]:
+def earlier_grid(args: argparse.Namespace, grid: Grid, here: Machine, mode: str) -> tuple[EarlierGrid, Grid]:
     """`--retime`: the earlier trace, checked against this machine and command, and the grid it timed (a
     grid asked for as well must be the same)."""
     if args.rounds != 1:
         raise InputError("--retime times the stalled points once more: no --rounds")
-    earlier = EarlierGrid.read(args.retime, this_machine(torch.get_num_threads(), str(device)),
+    earlier = EarlierGrid.read(args.retime, here,
                                {"cache": args.cache, "linear": args.linear, "engine": args.engine, "mode": mode})
     for axis, values in zip(GRID_AXES, earlier.axes):
         if getattr(args, axis) is not None and values and tuple(getattr(grid, axis)) != values:
@@ -191,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise InputError("--device cuda asked for, but no CUDA device is available")
     defaults = GPU_GRID if device.type == "cuda" else CPU_GRID
     grid = Grid(*(int_list(getattr(args, axis) or ",".join(map(str, defaults[axis])), axis, 0 if axis == "ctx" else 1)
-                  for axis in ("tokens", "ctx", "batch")))
+                  for axis in GRID_AXES))
     if args.warmup < 0 or args.repeats < 1 or args.min_repeats < 1 or args.rounds < 1:
         raise InputError("--warmup must be >= 0, --repeats, --min-repeats and --rounds >= 1")
     if args.point_seconds is not None and not args.point_seconds > 0:
@@ -205,9 +205,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     dtype = DTYPES[dtype_name]
     hardware = args.hardware or hardware_name(device)
     mode = args.mode or default_mode(device)
+    machine = this_machine(torch.get_num_threads(), str(device))
     earlier = None
     if args.retime:
-        earlier, grid = earlier_grid(args, grid, device, mode)
+        earlier, grid = earlier_grid(args, grid, machine, mode)
 
     settings = {k: v for k, v in vars(args).items() if k not in ("out", "quiet", "overwrite", "resume")}
     log = resumable_output(args.out, {**settings, "tokens": list(grid.tokens), "ctx": list(grid.ctx),
@@ -267,7 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                "tokens": list(grid.tokens), "ctx": list(grid.ctx), "batch": list(grid.batch),
                "routers": [f"{g}:{n}" for g, n in routers], "torch": torch.__version__, "linear": args.linear,
                "engine": args.engine, "rounds": args.rounds, "cache": args.cache,
-               "machine": this_machine(torch.get_num_threads(), str(device)).to_dict(),
+               "machine": machine.to_dict(),
                **({"retimed_from": earlier.path, "retimed_points": earlier.retimed(frame)} if earlier else {})},
     )
     schema.write_trace(args.out, frame, metadata)
