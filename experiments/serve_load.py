@@ -15,7 +15,8 @@ written before anything is served), then served by `traces.serve` on the continu
 with `--max-batch` rows, FCFS admission and a KV budget of `--kv-tokens` (each running row reserving
 its widest tree's slots, as vLLM reserves lookahead slots). Writes served.csv (per rate and
 configuration: throughput, p50/p90 TTFT, TPOT and end-to-end, predicted, measured and the relative
-error, and the KV memory each method held), requests.csv and steps.csv (measured), step_costs.csv (the
+error, the measured quantile's spread over the load's requests (bootstrap) and whether the error lies
+within twice it, and the KV memory each method held), requests.csv and steps.csv (measured), step_costs.csv (the
 median decode step by rows and the prefill per request, simulated against measured: where the time goes),
 report.md.
 What it all means is `fidelity.served`.
@@ -43,7 +44,8 @@ from common.errors import InputError
 from common.rundir import add_overwrite_option, read_manifest, start_run
 from fidelity.run import check_held_out, read_candidates
 from fidelity.served import (MULTIPLES, capacity, check_requests, compare_loads, make_loads, measured_run,
-                             parse_rates, predict_load, read_arrival_trace, request_mix, serve_loads, step_costs)
+                             parse_rates, predict_load, read_arrival_trace, request_mix, request_spread, serve_loads,
+                             step_costs)
 from fidelity.served_report import served_report
 from profiles.profile import Profile
 from runtime.prompts import load_prompt_mix
@@ -123,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                                             args.context, log)
     atomic.write_csv(args.out / "requests.csv", requests)
     atomic.write_csv(args.out / "steps.csv", steps)
-    table = compare_loads(predicted, measured)
+    table = compare_loads(predicted, measured, request_spread(requests, args.seed))
     atomic.write_csv(args.out / "served.csv", table)
     minutes = (time.perf_counter() - started) / 60
     costs = step_costs(profile, cands, runs, steps, args.max_batch, args.kv_tokens, args.seed, dataset)
@@ -156,7 +158,8 @@ def repredict(args) -> int:
                               for name, rate, load in runs for cand in cands])
     plain_capacity = capacity(profile, runs[0][2], served.max_batch, served.kv_tokens, served.seed)
     atomic.write_csv(args.out / "predictions.csv", predicted.assign(plain_capacity_req_s=plain_capacity, dataset=dataset))
-    table = compare_loads(predicted, measured)
+    spread = request_spread(pd.read_csv(args.repredict / "requests.csv"), served.seed)
+    table = compare_loads(predicted, measured, spread)
     atomic.write_csv(args.out / "served.csv", table)
     costs = step_costs(profile, cands, runs, pd.read_csv(args.repredict / "steps.csv"), served.max_batch,
                        served.kv_tokens, served.seed, dataset)

@@ -7,7 +7,8 @@ For each rate and configuration the simulator (`simulator.serving`, the Profile'
 the loop's max batch and KV budget) predicts per request TTFT, TPOT and end-to-end (`predict_load`,
 written first); then `traces.serve` serves the same arrivals on the continuous-batching engine
 (`measure_load`). Both tables are summarised the same way (`summarise`) and set side by side
-(`compare_loads`), with the KV memory each method held.
+(`compare_loads`), with the KV memory each method held and how far each measured quantile moves with
+which requests the load happened to hold (`request_spread`).
 """
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ from traces.serve import Arrival, Limits, serve
 MULTIPLES = (0.3, 0.9, 1.5)          # light, near capacity, overload: of plain decoding's predicted capacity
 QUANTILES = {"p50": 0.5, "p90": 0.9}
 METRICS = ("throughput_tok_s", "ttft_s_p50", "ttft_s_p90", "tpot_s_p50", "tpot_s_p90", "e2e_s_p50", "e2e_s_p90")
+PER_REQUEST = tuple(m for m in METRICS if m != "throughput_tok_s")    # quantiles over requests: resampled
+BOOTSTRAP_DRAWS = 2000
 
 
 def parse_rates(text: str) -> list[tuple[str, float]]:
@@ -129,6 +132,36 @@ def summarise(requests: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+def request_spread(requests: pd.DataFrame, seed: int, draws: int = BOOTSTRAP_DRAWS) -> pd.DataFrame:
+    """Per (load, rate, candidate) of served `requests`: each quantile metric's relative standard
+    deviation over `draws` resamples of its completed requests (with replacement, seeded), as
+    `{metric}_spread`. A quantile of a few dozen requests moves with which of them a load held (a
+    TPOT p50 sits between requests that waited on another's prefill and requests that did not); an
+    error inside twice this spread is not one the load can show. Throughput, a rate over the whole
+    span, has none."""
+    rows = []
+    for (name, rate, label), group in requests.groupby(["load", "rate", "candidate"], sort=False):
+        done = group[group["status"] == "done"]
+        rng = np.random.default_rng(derive_seed(seed, "bootstrap", str(name), str(label)))
+        picks = rng.integers(0, len(done), size=(draws, len(done))) if len(done) else None
+        row = {"load": name, "rate": rate, "candidate": label}
+        for metric in PER_REQUEST:
+            base, q = metric.rsplit("_", 1)
+            values = done[base].to_numpy(float)
+            if picks is None or len(values) < 2:
+                row[f"{metric}_spread"] = np.nan
+                continue
+            resampled = np.quantile(values[picks], QUANTILES[q], axis=1)
+            row[f"{metric}_spread"] = float(np.std(resampled) / np.quantile(values, QUANTILES[q]))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def requests_to_resolve(spread: float, requests: int, limit: float) -> float:
+    """Requests a load needs for twice its spread (shrinking as 1/sqrt(requests)) to fit inside `limit`."""
+    return float(np.ceil(requests * (2.0 * spread / limit) ** 2)) if spread == spread else float("nan")
+
+
 def predict_load(profile, cand: Candidate, load: pd.DataFrame, max_batch: int, kv_tokens: int, seed: int,
                  repeats: int, dataset: str) -> dict[str, float]:
     """The simulator's summary of `load` on `dataset`'s acceptance: its requests over `repeats` seeds
@@ -207,13 +240,18 @@ def measured_run(run: Path) -> tuple[list[tuple[str, float, pd.DataFrame]], list
     return loads, list(dict.fromkeys(served["candidate"])), measured.rename(columns=keep)
 
 
-def compare_loads(predicted: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
-    """Per (rate, configuration): each metric predicted and measured and the relative error."""
+def compare_loads(predicted: pd.DataFrame, measured: pd.DataFrame, spread: pd.DataFrame) -> pd.DataFrame:
+    """Per (rate, configuration): each metric predicted and measured, the relative error, the measured
+    quantile's spread over its requests (`request_spread`) and whether the error lies within twice it."""
     keys = ["load", "rate", "candidate"]
     both = predicted.merge(measured, on=keys, suffixes=("_predicted", "_measured"))
+    both = both.merge(spread.drop(columns="rate"), on=["load", "candidate"], how="left")
     for metric in METRICS:
         both[f"{metric}_rel_error"] = both[f"{metric}_predicted"] / both[f"{metric}_measured"] - 1.0
-    order = keys + [f"{m}_{s}" for m in METRICS for s in ("predicted", "measured", "rel_error")]
+    for metric in PER_REQUEST:
+        both[f"{metric}_within_2x_spread"] = both[f"{metric}_rel_error"].abs() <= 2.0 * both[f"{metric}_spread"]
+    order = keys + [f"{m}_{s}" for m in METRICS for s in ("predicted", "measured", "rel_error", "spread",
+                                                          "within_2x_spread") if f"{m}_{s}" in both]
     return both[order + [c for c in both.columns if c not in order]]
 
 

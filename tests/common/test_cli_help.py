@@ -21,6 +21,7 @@ CLIS = [
     ("experiments.smollm2_cpu", []), ("experiments.transformers_peer", []), ("experiments.bench.costmodel", []), ("experiments.bench.simulator", []),
     ("experiments.bench.sweep", []), ("experiments.bench.kernels", []), ("experiments.bench.lookup_chain", []),
     ("experiments.bench.quick_repeat", []), ("experiments.bench.intervals", []),
+    ("experiments.bench.served_spread", []),
     ("experiments.simulate", []), ("experiments.simulate", ["stream"]),
     ("experiments.simulate", ["serve"]), ("experiments.simulate", ["crossover"]),
     ("calibrate.fit", []), ("calibrate.ingest.__main__", []), ("experiments.paper_profiles", []), ("calibrate.transfer", []),

@@ -83,6 +83,7 @@ def test_a_small_load_is_predicted_first_then_served(tmp_path, capsys):
     assert table["kv_allocated_mib_max"].gt(0).all()
     text = (out / "report.md").read_text()
     assert "## Against the targets" in text and "## KV memory each method held" in text
+    assert "within 2x its spread at" in text and table["tpot_s_p50_spread"].notna().all()
 
 
 def test_the_mix_and_its_arrivals_are_seeded():
@@ -117,6 +118,26 @@ def test_one_summary_for_predicted_and_measured_requests():
     s = served.summarise(requests)
     assert s["throughput_tok_s"] == pytest.approx(30 / 10) and s["completed"] == 2 and s["oom"] == 1
     assert s["tpot_s_p50"] == pytest.approx(0.2) and s["ttft_s_p90"] == pytest.approx(1.9) and s["preemptions"] == 1
+
+
+def test_a_measured_quantile_carries_its_spread_over_the_loads_requests():
+    """Half the requests waited on another's prefill (TPOT 60 ms), half did not (40 ms): the p50 of 24
+    moves between the two with which requests a load held; a p50 of 24 equal TPOTs does not move."""
+    tpot = np.r_[np.full(12, 0.040), np.full(12, 0.060)]
+    requests = pd.DataFrame({"load": "x0.3", "rate": 0.3, "candidate": np.repeat(["ar", "sd"], 24),
+                             "status": "done", "ttft_s": 0.5, "e2e_s": 2.0, "tpot_s": np.r_[np.full(24, 0.05), tpot]})
+    spread = served.request_spread(requests, seed=0).set_index("candidate")
+    assert spread.loc["ar", ["tpot_s_p50_spread", "ttft_s_p90_spread"]].tolist() == pytest.approx([0.0, 0.0], abs=1e-12)
+    assert 0.10 < spread.loc["sd", "tpot_s_p50_spread"] < 0.25
+    pd.testing.assert_frame_equal(spread, served.request_spread(requests, seed=0).set_index("candidate"))
+    measured = pd.DataFrame({"load": "x0.3", "rate": 0.3, "candidate": ["ar", "sd"],
+                             **{m: [1.0, 1.0] for m in served.METRICS}})
+    predicted = measured.assign(tpot_s_p50=[1.03, 1.20])
+    table = served.compare_loads(predicted, measured, served.request_spread(requests, seed=0)).set_index("candidate")
+    assert not table.loc["ar", "tpot_s_p50_within_2x_spread"]      # 3% off a quantile that does not move
+    assert table.loc["sd", "tpot_s_p50_within_2x_spread"]          # 20% off one that moves by more than 10%
+    assert "throughput_tok_s_spread" not in table                  # a rate over the whole span: not resampled
+    assert served.requests_to_resolve(0.10, 24, 0.05) == 384 and np.isnan(served.requests_to_resolve(np.nan, 24, 0.05))
 
 
 ROOT = bundled("profiles").parents[1]
