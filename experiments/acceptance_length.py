@@ -8,10 +8,11 @@ tokens, predicted from a Profile and replayed on the target's greedy outputs.
 Generates one greedy answer of the longest `--lengths` per prompt with plain decoding (outputs.parquet;
 `--outputs` reuses those earlier runs hold), replays every configuration on each answer's first L tokens (exact: a
 greedy prompt lookup step follows from the context alone) and compares the replayed tokens per step on
-the held-out `--prompts` with three predictions: the Profile's own entry (fitted on the answers its
-recording generated), the entry fitted again on the long answers of `--calibration` (prompts the
-Profile was calibrated on), and the entry kept but carried to each length by the shape of those long
-answers' replays (`--write-profile` writes that Profile). Writes acceptance.csv and report.md;
+the held-out `--prompts` with four predictions: the Profile's own entry (fitted on the answers its
+recording generated, carried to each length by its chain), the same entry kept at the level its replay
+read (`flat`: no carry), the entry fitted again on the long answers of `--calibration` (prompts the Profile was
+calibrated on), and the entry kept but carried to each length by the shape of those long answers'
+replays (`--write-profile` writes that Profile). Writes acceptance.csv and report.md;
 `fidelity.lengths` is the library.
 """
 from __future__ import annotations
@@ -37,6 +38,7 @@ from runtime.prompts import load_prompt_mix
 from sweep.markdown import md_table
 from traces.timing import int_list
 
+PREDICTIONS = ("bundled", "flat", "refit", "shaped")
 CONFIGS = ("prompt_lookup g2 nmin2 nmax3", "prompt_lookup g3 nmin2 nmax3", "prompt_lookup g5 nmin2 nmax4",
            "prompt_lookup g7 nmin2 nmax6", "prompt_lookup g10 nmin3 nmax5", "prompt_lookup g1 nmin1 nmax5")
 
@@ -77,7 +79,7 @@ def _configs(text: str):
 
 
 def _report(table: pd.DataFrame, args, calibration: list[str], held: list[str]) -> str:
-    names = ("bundled", "refit", "shaped")
+    names = PREDICTIONS
     summary = (table.assign(**{n: table[f"{n}_error"].abs() for n in names})
                .groupby(["dataset", "length"]).agg(prompts=("prompts", "first"), mean_output=("mean_output", "first"),
                                                    **{f"{n}_{s}": (n, f) for n in names
@@ -85,8 +87,10 @@ def _report(table: pd.DataFrame, args, calibration: list[str], held: list[str]) 
                .reset_index())
     lines = ["# Prompt lookup's acceptance against answer length (held-out prompts)", "",
              f"- Profile: `{args.profile}`; every configuration's tokens per step replayed on the target's greedy "
-             "answers (exact under greedy decoding), pooled over the prompts, against three predictions:",
-             "  `bundled` (the Profile's entry as it is), `refit` (the entry fitted again on the long answers "
+             "answers (exact under greedy decoding), pooled over the prompts, against four predictions:",
+             "  `bundled` (the Profile's entry as it is, carried to each length by its chain), `flat` (the same "
+             "entry priced at the length its replay ran, kept at every length), `refit` (the entry fitted again on the "
+             "long answers "
              f"of calibration prompts {', '.join(calibration)} alone) and `shaped` (the entry kept, carried to other "
              "lengths by how each configuration's replay on those long answers moves with length)",
              f"- Held-out prompts (validation): {', '.join(held)}",
@@ -137,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"greedy answers of {len(fit_on)} calibration prompts, {max(lengths)} new tokens at most")
         shaped = with_length_shape(shaped, spec, dataset, prompts, fit_on, lengths)
         tables.append(judge({"bundled": profile, "refit": refitted, "shaped": shaped}, dataset, prompts, own(held),
-                            configs, lengths))
+                            configs, lengths, at_replay_length={"flat": profile}))
         log(f"{dataset}: judged {len(configs)} configurations at {len(lengths)} lengths on {len(own(held))} prompts")
     table = pd.concat(tables, ignore_index=True)
     atomic.write_csv(args.out / "acceptance.csv", table)
@@ -149,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     for length, rows in table.groupby("length"):
         log(f"{length} tokens: |error| median / worst " + "; ".join(
             f"{n} {100 * rows[f'{n}_error'].abs().median():.1f}% / {100 * rows[f'{n}_error'].abs().max():.1f}%"
-            for n in ("bundled", "refit", "shaped")))
+            for n in PREDICTIONS))
     log(f"wrote {args.out}")
     return 0
 

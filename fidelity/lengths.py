@@ -12,7 +12,8 @@ bundled one replays 32-token outputs and is carried to other lengths by its chai
 `methods.match_chain.replayed_at`) and compares it with the replay on held-out prompts: tokens per
 step pooled over the prompts (all steps' tokens over all steps, as the entry's replay is), beside
 alternatives built from the long answers of calibration prompts (`calibrate.answers`: the entry fitted
-again on them, or given their shape against length).
+again on them, or given their shape against length), and the entry kept at the level its own replay
+read, carried nowhere (`at_replay_length`).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 import methods
-from calibrate.answers import truncated
+from calibrate.answers import entry_key, truncated
 from common.errors import InputError
 from methods.config import MethodConfig
 from methods.spec import MethodSpec
@@ -72,20 +73,31 @@ def predicted(profile: Profile, dataset: str, configs: Sequence[MethodConfig], l
     return scoring.score(setup, spec.name, spec.frame_of(list(configs)), setting)["tokens_per_step"].to_numpy(float)
 
 
+def replay_length(profile: Profile, spec: MethodSpec, dataset: str) -> int:
+    """The answer length `profile`'s entry of `dataset` was replayed at (the level it knows)."""
+    part = profile.acceptance[entry_key(profile, spec, dataset)].part(spec.name)
+    if part.replayed_new_tokens is None:
+        raise InputError(f"profile '{profile.name}': its {spec.name} entry of '{dataset}' records no replay length")
+    return int(part.replayed_new_tokens)
+
+
 def judge(profiles: Mapping[str, Profile], dataset: str, prompts: Mapping[str, Sequence[int]],
           outputs: Mapping[str, Sequence[int]], configs: Sequence[MethodConfig],
-          lengths: Sequence[int]) -> pd.DataFrame:
+          lengths: Sequence[int], at_replay_length: Mapping[str, Profile] | None = None) -> pd.DataFrame:
     """One row per (configuration, length): the replay on `outputs` beside each named Profile's
     prediction (`<name>` and `<name>_error` = predicted / replayed - 1) for answers of the replay's
     mean length at that cut (answers that met their end first are shorter), priced at the prompts'
-    mean length plus half of it."""
+    mean length plus half of it; each of `at_replay_length` priced once, at its entry's own replay
+    length (`replay_length`), and that prediction kept at every length."""
     table = replayed(prompts, outputs, configs, lengths)
     prompt_len = float(np.mean([len(prompts[pid]) for pid in outputs]))
     answered = table.groupby("length")["mean_output"].first().round().astype(int).to_dict()   # EOS may end one first
-    for name, profile in profiles.items():
+    spec = one_method(configs)
+    for name, profile in {**profiles, **(at_replay_length or {})}.items():
+        at = answered if name in profiles else dict.fromkeys(answered, replay_length(profile, spec, dataset))
         guess = {length: dict(zip((c.label for c in configs),
                                   predicted(profile, dataset, configs, n, prompt_len + n / 2)))
-                 for length, n in answered.items()}
+                 for length, n in at.items()}
         table[name] = [guess[row.length][row.config] for row in table.itertuples()]
         table[f"{name}_error"] = table[name] / table["replayed"] - 1.0
     return table.assign(dataset=dataset)

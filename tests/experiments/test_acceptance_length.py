@@ -38,6 +38,22 @@ def test_an_entry_fitted_on_long_answers_prices_them_as_replayed():
     assert set(judged) >= {"config", "length", "replayed", "bundled", "refit", "dataset", "prompt_spread"}
 
 
+def test_the_flat_prediction_is_the_entry_at_its_own_replay_length_at_every_length():
+    """`at_replay_length`: the bundled entry replayed 32-token answers; priced flat, every length reads its
+    32-token prediction, where the chain carries it up or down with the length."""
+    profile = Profile.load(bundled("profiles", "smollm2-135m-cpu.json"))
+    prompts, outputs = copying_answers(3, prompts=4)
+    assert lengths.replay_length(profile, SPEC, "lib-edit") == 32
+    judged = lengths.judge({"bundled": profile}, "lib-edit", prompts, outputs, CONFIGS, [32, 96],
+                           at_replay_length={"flat": profile}).set_index(["config", "length"])
+    at_32 = lengths.predicted(profile, "lib-edit", CONFIGS, 32, 300.0)
+    for i, config in enumerate(CONFIGS):
+        assert judged.loc[(config.label, 96), "flat"] == pytest.approx(at_32[i])
+        assert judged.loc[(config.label, 32), "flat"] == pytest.approx(judged.loc[(config.label, 32), "bundled"])
+    assert (judged.xs(96, level="length")["flat"] != judged.xs(96, level="length")["bundled"]).all()
+    assert judged["flat_error"].equals(judged["flat"] / judged["replayed"] - 1.0)
+
+
 def test_a_length_shape_keeps_the_entrys_own_length_and_follows_the_long_answers_elsewhere():
     profile = Profile.load(bundled("profiles", "smollm2-135m-cpu.json"))
     prompts, outputs = copying_answers(2, prompts=6)
