@@ -49,7 +49,6 @@ def served_report(table: pd.DataFrame, args, profile, plain_capacity: float, min
     return "\n".join(lines) + "\n"
 
 
-
 def _against(table: pd.DataFrame, metric: str, limit: float, requests: int) -> str:
     """One target's line: how many (rate, configuration) meet it, the worst, and where the measured
     quantile has a spread, how many lie within twice it and the requests a load needs to judge the target."""
