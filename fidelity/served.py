@@ -133,26 +133,24 @@ def summarise(requests: pd.DataFrame) -> dict[str, float]:
 
 
 def request_spread(requests: pd.DataFrame, seed: int, draws: int = BOOTSTRAP_DRAWS) -> pd.DataFrame:
-    """Per (load, rate, candidate) of served `requests`: each quantile metric's relative standard
+    """Per (load, candidate) of served `requests`: each quantile metric's relative standard
     deviation over `draws` resamples of its completed requests (with replacement, seeded), as
     `{metric}_spread`. A quantile of a few dozen requests moves with which of them a load held (a
     TPOT p50 sits between requests that waited on another's prefill and requests that did not); an
     error inside twice this spread is not one the load can show. Throughput, a rate over the whole
     span, has none."""
     rows = []
-    for (name, rate, label), group in requests.groupby(["load", "rate", "candidate"], sort=False):
+    for (name, label), group in requests.groupby(["load", "candidate"], sort=False):
         done = group[group["status"] == "done"]
-        rng = np.random.default_rng(derive_seed(seed, "bootstrap", str(name), str(label)))
-        picks = rng.integers(0, len(done), size=(draws, len(done))) if len(done) else None
-        row = {"load": name, "rate": rate, "candidate": label}
-        for metric in PER_REQUEST:
-            base, q = metric.rsplit("_", 1)
-            values = done[base].to_numpy(float)
-            if picks is None or len(values) < 2:
-                row[f"{metric}_spread"] = np.nan
-                continue
-            resampled = np.quantile(values[picks], QUANTILES[q], axis=1)
-            row[f"{metric}_spread"] = float(np.std(resampled) / np.quantile(values, QUANTILES[q]))
+        row = {"load": name, "candidate": label, **{f"{metric}_spread": np.nan for metric in PER_REQUEST}}
+        if len(done) >= 2:
+            rng = np.random.default_rng(derive_seed(seed, "bootstrap", str(name), str(label)))
+            picks = rng.integers(0, len(done), size=(draws, len(done)))
+            for metric in PER_REQUEST:
+                base, q = metric.rsplit("_", 1)
+                values = done[base].to_numpy(float)
+                resampled = np.quantile(values[picks], QUANTILES[q], axis=1)
+                row[f"{metric}_spread"] = float(np.std(resampled) / np.quantile(values, QUANTILES[q]))
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -245,7 +243,7 @@ def compare_loads(predicted: pd.DataFrame, measured: pd.DataFrame, spread: pd.Da
     quantile's spread over its requests (`request_spread`) and whether the error lies within twice it."""
     keys = ["load", "rate", "candidate"]
     both = predicted.merge(measured, on=keys, suffixes=("_predicted", "_measured"))
-    both = both.merge(spread.drop(columns="rate"), on=["load", "candidate"], how="left")
+    both = both.merge(spread, on=["load", "candidate"], how="left")
     for metric in METRICS:
         both[f"{metric}_rel_error"] = both[f"{metric}_predicted"] / both[f"{metric}_measured"] - 1.0
     for metric in PER_REQUEST:

@@ -12,6 +12,7 @@ needs for twice its median spread to fit inside the target (`fidelity.served.req
 """
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from common import atomic
 from common.cli import CliParser, cli_entry
 from common.errors import InputError
 from common.rundir import claim_file, read_manifest
+from experiments import serve_load
 from fidelity.served import request_spread, requests_to_resolve
 from fidelity.served_report import TARGETS
 
@@ -33,26 +35,22 @@ def served_runs(root: Path) -> list[Path]:
                   if (read_manifest(p.parent) or {}).get("cli") == "experiments.serve_load")
 
 
-def source_of(run: Path) -> tuple[Path, bool]:
-    """(the run that served `run`'s loads, whether `run` predicted before measuring): a `--repredict` run's
-    source is the run it names, read from where this checkout holds it."""
-    argv = read_manifest(run)["argv"]
-    if "--repredict" not in argv:
-        return run, True
-    return Path(argv[argv.index("--repredict") + 1]), False
+def options_of(run: Path) -> argparse.Namespace:
+    """The options `run` was started with, read by the command's own parser (its defaults included)."""
+    return serve_load.build_parser().parse_args(read_manifest(run)["argv"])
 
 
 def judged(run: Path) -> pd.DataFrame:
-    """Per (rate, configuration, latency metric) of `run`: |error|, the spread, and both verdicts."""
-    source, first = source_of(run)
+    """Per (rate, configuration, latency metric) of `run`: |error|, the spread, and both verdicts. A
+    `--repredict` run came after its measurement, and its requests are those of the run it names."""
+    repredict = options_of(run).repredict
+    source, first = (run, True) if repredict is None else (repredict, False)
     if not (source / "requests.csv").is_file():
         raise InputError(f"{run}: the run that served it ({source}) has no requests.csv here")
-    argv = read_manifest(source)["argv"]
-    seed = int(argv[argv.index("--seed") + 1]) if "--seed" in argv else 0
     requests = pd.read_csv(source / "requests.csv")
     table = pd.read_csv(run / "served.csv")
     table = table.drop(columns=[c for c in table if c.endswith(("_spread", "_within_2x_spread"))])   # computed again
-    table = table.merge(request_spread(requests, seed).drop(columns="rate"), on=["load", "candidate"])
+    table = table.merge(request_spread(requests, options_of(source).seed), on=["load", "candidate"])
     size = int(requests.groupby(["load", "candidate"]).size().median())
     rows = []
     for metric, limit in LATENCY_TARGETS.items():
